@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each sets itself up.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# The CPU build of torch; a version range would pull the CUDA build and its packages.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: install demo test bench clean
+
+$(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[dev]' -e plugins/genesys-countdown
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/genesys plugins
+	$(VENV)/bin/genesys verify genesys/tasks/data/sample_rollouts.jsonl -o demo-out/verified.jsonl
+	@echo "verified rollouts: demo-out/verified.jsonl"
+
+test: install
+	$(VENV)/bin/pytest -q -ra
+
+bench: install
+	$(PY) benchmarks/verify_engine.py
+
+clean:
+	rm -rf $(VENV) demo-out

@@ -1,0 +1,31 @@
+"""genesys: verifiable-reward data.
+
+Write a verifier plugin with `Verifier` and `hookimpl`; verify rollout files with
+`verify_rollouts` or the `genesys verify` command.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from genesys.plugins import hookimpl
+from genesys.schema import Rollout, Task, Verdict
+from genesys.verifier import Verifier
+
+if TYPE_CHECKING:
+    from genesys.verify import verify_rollouts
+
+__version__ = "0.1.0"
+__all__ = ["Rollout", "Task", "Verdict", "Verifier", "hookimpl", "verify_rollouts", "__version__"]
+
+# Heavier parts of the API load on first use, so `import genesys` stays light.
+_LAZY = {"verify_rollouts": "genesys.verify"}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'genesys' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)

@@ -1,0 +1,125 @@
+"""Plugin discovery: pluggy hook specs, the plugin manager and the verifier registry.
+
+Plugins are modules (or objects) with `@genesys.hookimpl` functions, found through the entry-point
+group `genesys`. The built-in verifiers are registered through the very same group.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import pluggy
+
+from genesys.verifier import Verifier
+
+PROJECT_NAME = "genesys"
+ENTRY_POINT_GROUP = "genesys"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class PluginError(RuntimeError):
+    """A plugin that cannot be used: a clash between plugins or a malformed hook result."""
+
+
+class HookSpecs:
+    """The hooks a genesys plugin may implement."""
+
+    @hookspec
+    def genesys_verifiers(self) -> list[type[Verifier]]:  # type: ignore[empty-body]
+        """Return the Verifier subclasses this plugin provides."""
+
+
+@dataclass
+class PluginInfo:
+    """Where a plugin comes from and what it serves."""
+
+    name: str
+    version: str | None
+    origin: str
+    task_types: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class VerifierEntry:
+    """A registered verifier class and the plugin that provided it."""
+
+    cls: type[Verifier]
+    plugin: str
+
+    @property
+    def task_type(self) -> str:
+        return self.cls.task_type
+
+
+def new_plugin_manager(load_entry_points: bool = True, extra_plugins: Iterable[Any] = ()) -> pluggy.PluginManager:
+    """A plugin manager with the genesys hook specs, entry-point plugins and `extra_plugins`."""
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    pm.add_hookspecs(HookSpecs)
+    if load_entry_points:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for plugin in extra_plugins:
+        pm.register(plugin)
+    return pm
+
+
+@lru_cache(maxsize=1)
+def default_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager over the installed plugins."""
+    return new_plugin_manager()
+
+
+def _plugin_origin(pm: pluggy.PluginManager, plugin: Any) -> tuple[str | None, str]:
+    for plugin_obj, dist in pm.list_plugin_distinfo():
+        if plugin_obj is plugin:
+            return dist.version, f"distribution {dist.metadata['Name']}"
+    module = inspect.getmodule(plugin) or plugin
+    return None, getattr(module, "__file__", None) or repr(plugin)
+
+
+def verifier_entries(pm: pluggy.PluginManager | None = None) -> dict[str, VerifierEntry]:
+    """Map each task_type to its verifier; two plugins claiming one task_type is a PluginError."""
+    pm = pm or default_plugin_manager()
+    entries: dict[str, VerifierEntry] = {}
+    for impl in pm.hook.genesys_verifiers.get_hookimpls():
+        for cls in impl.function() or ():
+            _check_verifier_class(cls, impl.plugin_name)
+            previous = entries.get(cls.task_type)
+            if previous is not None and previous.cls is not cls:
+                raise PluginError(
+                    f"task_type {cls.task_type!r} is claimed by two plugins: "
+                    f"{previous.plugin} ({_qualname(previous.cls)}) and {impl.plugin_name} ({_qualname(cls)}); "
+                    "uninstall one of them"
+                )
+            entries[cls.task_type] = VerifierEntry(cls=cls, plugin=impl.plugin_name)
+    return entries
+
+
+def _check_verifier_class(cls: Any, plugin_name: str) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Verifier)):
+        raise PluginError(f"plugin {plugin_name!r} returned {cls!r} from genesys_verifiers, not a Verifier subclass")
+    task_type = getattr(cls, "task_type", None)
+    if not isinstance(task_type, str) or not task_type:
+        raise PluginError(f"verifier {_qualname(cls)} from plugin {plugin_name!r} has no task_type")
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def plugin_infos(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:
+    """Every registered plugin with its version, origin and the task types it serves."""
+    pm = pm or default_plugin_manager()
+    served: dict[str, list[str]] = {}
+    for task_type, entry in verifier_entries(pm).items():
+        served.setdefault(entry.plugin, []).append(task_type)
+    infos = []
+    for name, plugin in pm.list_name_plugin():
+        version, origin = _plugin_origin(pm, plugin)
+        infos.append(PluginInfo(name=name, version=version, origin=origin, task_types=sorted(served.get(name, []))))
+    return sorted(infos, key=lambda info: info.name)

@@ -1,0 +1,36 @@
+"""The base class every verifier plugin subclasses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from genesys.schema import Rollout, Verdict
+
+
+class Verifier:
+    """Scores rollouts of one `task_type`.
+
+    Subclasses set `task_type` and implement `verify` (plain or `async def`). The engine creates one
+    instance per worker process, calls `setup()` once before the first rollout and `teardown()` at
+    shutdown, and enforces `timeout` (seconds) per rollout by killing the worker. `max_parallel`
+    caps how many workers verify this task type at once (None: all of them). `options` holds the
+    run's verifier options (`genesys verify -O key=value` and the flags that map onto them).
+    """
+
+    task_type: ClassVar[str]
+    timeout: ClassVar[float] = 30.0
+    max_parallel: ClassVar[int | None] = None
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = dict(options or {})
+
+    def setup(self) -> None:
+        """Build expensive state (parsers, sandboxes, clients) once per worker."""
+
+    def teardown(self) -> None:
+        """Release what `setup` built."""
+
+    def verify(self, rollout: Rollout) -> Verdict:
+        """Score one rollout."""
+        raise NotImplementedError(f"{type(self).__name__} must implement verify()")
