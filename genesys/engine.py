@@ -1,0 +1,342 @@
+"""The verification engine: a pool of worker processes, hard deadlines, crash recovery.
+
+Rows are submitted with a key and come back, in completion order, with `score`,
+`verification_result_info`, `reward` and `error` added. Rows go to workers in batches of one
+task_type; each worker publishes which rollout it is on and since when (shared memory), and the
+engine kills a worker whose rollout passes its deadline, records a timeout for that rollout, gives
+the rest of its batches to other workers and starts a replacement. A worker that dies on its own
+(segfault, out of memory) is handled the same way, with a `worker_crash` error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import os
+import time
+from collections import deque
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any
+
+from genesys.rewards import RewardConfig, compute_reward
+from genesys.schema import ERROR_CRASH, ERROR_TIMEOUT, ERROR_UNKNOWN_TYPE, error_kind
+from genesys.verifier import Verifier
+from genesys.worker import IDLE, SEQ_ASYNC_BATCH, SEQ_SETUP, STATE_SEQ, STATE_START, worker_main
+
+DEADLINE_GRACE_S = 0.05
+SETUP_TIMEOUT_S = 300.0
+TICK_S = 0.05
+TARGET_BATCH_S = 0.05  # batches sized to take about this long, from measured per-row cost
+MAX_BATCH_ROWS = 512
+BATCHES_AHEAD = 2  # batches queued per worker so it never waits for the engine
+
+
+@dataclass
+class VerifyConfig:
+    """How a verification run behaves."""
+
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    timeout: float | None = None  # overrides every verifier's own timeout
+    skip_unknown: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    progress: bool = True
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    max_pending_rows: int = 20_000  # submit() waits for results beyond this many rows in flight
+
+
+@dataclass
+class TypeStats:
+    """Running totals for one task_type."""
+
+    count: int = 0
+    score_sum: float = 0.0
+    scored: int = 0
+    errors: int = 0
+    timeouts: int = 0
+
+    def add(self, score: float | None, error: str | None) -> None:
+        self.count += 1
+        if score is not None:
+            self.score_sum += score
+            self.scored += 1
+        kind = error_kind(error)
+        if kind == ERROR_TIMEOUT:
+            self.timeouts += 1
+        elif kind is not None:
+            self.errors += 1
+
+    @property
+    def mean_score(self) -> float | None:
+        return self.score_sum / self.scored if self.scored else None
+
+
+@dataclass
+class _Batch:
+    batch_id: int
+    task_type: str
+    timeout: float
+    remaining: dict[int, None]  # seqs not yet confirmed, in order
+
+
+class _Worker:
+    def __init__(self, ctx: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any]) -> None:
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.state = ctx.RawArray("d", 2)
+        self.process = ctx.Process(target=worker_main, args=(child_conn, self.state, dict(classes), dict(options)), daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.inflight: deque[_Batch] = deque()
+
+    def current_rollout(self) -> tuple[float, float] | None:
+        """(seq, started) of what the worker is doing now, or None when idle."""
+        start = self.state[STATE_START]
+        seq = self.state[STATE_SEQ]
+        if start == IDLE or self.state[STATE_START] != start:
+            return None
+        return seq, start
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+
+class VerificationEngine:
+    """A pool of verification workers; use as a context manager.
+
+    `submit(key, row)` queues a row; `poll()` returns verified rows as `(key, row)` pairs;
+    `drain()` yields the rest once everything submitted is done. Unknown task types are recorded
+    as errors (callers that must refuse them check `known_task_types` first).
+    """
+
+    def __init__(self, config: VerifyConfig | None = None, verifiers: Mapping[str, type[Verifier]] | None = None) -> None:
+        self.config = config or VerifyConfig()
+        if verifiers is None:
+            from genesys.plugins import verifier_entries
+
+            verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
+        self.classes = dict(verifiers)
+        self.stats: dict[str, TypeStats] = {}
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["genesys.worker"])
+        self._workers: list[_Worker] = []
+        self._rows: dict[int, tuple[Hashable, dict[str, Any]]] = {}
+        self._pending: dict[str, deque[int]] = {}
+        self._done: list[tuple[Hashable, dict[str, Any]]] = []
+        self._seq = itertools.count()
+        self._batch_ids = itertools.count()
+        self._row_cost: dict[str, float] = {}
+        self._type_cycle: deque[str] = deque()
+
+    @property
+    def known_task_types(self) -> set[str]:
+        return set(self.classes)
+
+    def __enter__(self) -> VerificationEngine:
+        self._workers = [self._new_worker() for _ in range(max(1, self.config.workers))]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers (they tear their verifiers down)."""
+        for worker in self._workers:
+            try:
+                worker.conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = time.monotonic() + 10
+        for worker in self._workers:
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.kill()
+        self._workers = []
+
+    def _new_worker(self) -> _Worker:
+        return _Worker(self._ctx, self.classes, self.config.options)
+
+    def timeout_for(self, task_type: str) -> float:
+        return self.config.timeout or float(self.classes[task_type].timeout)
+
+    # --- feeding and collecting -----------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        """Rows submitted and not yet returned by poll()/drain()."""
+        return len(self._rows) + len(self._done)
+
+    def submit(self, key: Hashable, row: dict[str, Any]) -> None:
+        """Queue one row; waits for results when too many rows are in flight."""
+        task_type = row.get("task_type")
+        if task_type not in self.classes:
+            known = ", ".join(sorted(self.classes)) or "none installed"
+            self._finish(key, row, None, {}, f"{ERROR_UNKNOWN_TYPE}: no verifier for task_type {task_type!r} (known: {known})")
+            return
+        seq = next(self._seq)
+        self._rows[seq] = (key, row)
+        queue = self._pending.get(task_type)
+        if queue is None:
+            queue = self._pending[task_type] = deque()
+            self._type_cycle.append(task_type)
+        queue.append(seq)
+        while len(self._rows) > self.config.max_pending_rows:
+            self._pump(TICK_S)
+
+    def poll(self, timeout: float = 0.0) -> list[tuple[Hashable, dict[str, Any]]]:
+        """Verified rows finished so far, waiting up to `timeout` seconds for the first."""
+        if not self._done:
+            self._pump(timeout)
+        done, self._done = self._done, []
+        return done
+
+    def drain(self) -> Iterator[tuple[Hashable, dict[str, Any]]]:
+        """Yield verified rows until everything submitted is done."""
+        while self._rows or self._done:
+            yield from self.poll(TICK_S)
+
+    # --- the event loop --------------------------------------------------------------------------
+
+    def _pump(self, timeout: float) -> None:
+        self._dispatch()
+        conns = {w.conn: w for w in self._workers}
+        if conns:
+            for conn in wait(list(conns), timeout=min(timeout, TICK_S) if timeout > 0 else 0):
+                self._receive(conns[conn])
+        self._check_deadlines()
+        self._dispatch()
+
+    def _receive(self, worker: _Worker) -> None:
+        if worker not in self._workers:
+            return
+        try:
+            while worker.conn.poll():
+                self._handle_message(worker, worker.conn.recv())
+        except (EOFError, OSError):
+            self._handle_death(worker)
+
+    def _handle_message(self, worker: _Worker, message: tuple) -> None:
+        _, batch_id, results, final, elapsed = message
+        batch = next(b for b in worker.inflight if b.batch_id == batch_id)
+        for seq, score, details, error in results:
+            if seq in batch.remaining:
+                del batch.remaining[seq]
+                key, row = self._rows.pop(seq)
+                self._finish(key, row, score, details, error)
+        if final:
+            worker.inflight.remove(batch)
+            if results and elapsed is not None:
+                cost = elapsed / len(results)
+                previous = self._row_cost.get(batch.task_type)
+                self._row_cost[batch.task_type] = cost if previous is None else 0.7 * previous + 0.3 * cost
+            for seq in batch.remaining:  # rows the worker did not answer for are tried again
+                self._pending[batch.task_type].appendleft(seq)
+
+    def _finish(self, key: Hashable, row: dict[str, Any], score: float | None, details: dict, error: str | None) -> None:
+        out = dict(row)
+        out["score"] = score
+        out["verification_result_info"] = details
+        out["reward"] = compute_reward(score, row, self.config.reward)
+        out["error"] = error
+        self.stats.setdefault(str(row.get("task_type")), TypeStats()).add(score, error)
+        self._done.append((key, out))
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if not worker.process.is_alive():
+                self._receive(worker)
+                if worker in self._workers:
+                    self._handle_death(worker)
+                continue
+            current = worker.current_rollout()
+            if current is None or not worker.inflight:
+                continue
+            seq, started = current
+            limit = SETUP_TIMEOUT_S if seq == SEQ_SETUP else worker.inflight[0].timeout
+            if now > started + limit + DEADLINE_GRACE_S:
+                self._receive(worker)  # results that raced with the deadline still count
+                if worker in self._workers and worker.current_rollout() == current:
+                    self._replace(worker, blame=current[0], error=f"{ERROR_TIMEOUT}: verification exceeded {limit:g}s")
+
+    def _handle_death(self, worker: _Worker) -> None:
+        current = worker.current_rollout()
+        code = worker.process.exitcode
+        blame = current[0] if current else None
+        self._replace(worker, blame=blame, error=f"{ERROR_CRASH}: worker process died (exit code {code}) during verification")
+
+    def _replace(self, worker: _Worker, blame: float | None, error: str) -> None:
+        """Kill `worker`, record `error` for the rollout(s) it was stuck on, requeue the rest, start a new one."""
+        worker.kill()
+        self._workers.remove(worker)
+        if worker.inflight:
+            current = worker.inflight[0]
+            if blame == SEQ_ASYNC_BATCH or blame == SEQ_SETUP:
+                blamed = list(current.remaining)
+            elif blame is not None and int(blame) in current.remaining:
+                blamed = [int(blame)]
+            else:
+                blamed = []
+            for seq in blamed:
+                del current.remaining[seq]
+                key, row = self._rows.pop(seq)
+                self._finish(key, row, None, {}, error)
+            for batch in reversed(worker.inflight):
+                for seq in reversed(batch.remaining):
+                    self._pending[batch.task_type].appendleft(seq)
+        self._workers.append(self._new_worker())
+
+    def _dispatch(self) -> None:
+        if not self._type_cycle:
+            return
+        for worker in list(self._workers):
+            while worker in self._workers and len(worker.inflight) < BATCHES_AHEAD:
+                task_type = self._next_type(worker)
+                if task_type is None:
+                    break
+                self._send_batch(worker, task_type)
+
+    def _next_type(self, worker: _Worker) -> str | None:
+        """The next task_type with pending rows that this worker may take (round robin, max_parallel)."""
+        for _ in range(len(self._type_cycle)):
+            task_type = self._type_cycle[0]
+            self._type_cycle.rotate(-1)
+            if not self._pending[task_type]:
+                continue
+            cap = self.classes[task_type].max_parallel
+            if cap is not None and not any(b.task_type == task_type for b in worker.inflight):
+                busy = sum(1 for w in self._workers if any(b.task_type == task_type for b in w.inflight))
+                if busy >= cap:
+                    continue
+            return task_type
+        return None
+
+    def _batch_size(self, task_type: str) -> int:
+        pending = len(self._pending[task_type])
+        fair_share = -(-pending // (len(self._workers) * BATCHES_AHEAD))
+        cost = self._row_cost.get(task_type)
+        by_cost = 8 if cost is None else int(TARGET_BATCH_S / max(cost, 1e-6))
+        size = max(1, min(MAX_BATCH_ROWS, by_cost, fair_share))
+        cap = self.classes[task_type].max_parallel
+        if cap is not None and _is_async(self.classes[task_type]):
+            size = min(size, cap)
+        return size
+
+    def _send_batch(self, worker: _Worker, task_type: str) -> None:
+        queue = self._pending[task_type]
+        seqs = [queue.popleft() for _ in range(min(len(queue), self._batch_size(task_type)))]
+        batch = _Batch(next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs))
+        items = [(seq, self._rows[seq][1]) for seq in seqs]
+        worker.inflight.append(batch)
+        try:
+            worker.conn.send(("batch", batch.batch_id, task_type, batch.timeout, items))
+        except (BrokenPipeError, OSError):
+            self._handle_death(worker)
+
+
+def _is_async(cls: type[Verifier]) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(cls.verify)

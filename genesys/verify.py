@@ -1,0 +1,203 @@
+"""Verifying rollouts: the Python API (`verify_rollouts`) and file runs (`verify_files`).
+
+A file run reads its inputs twice: a first pass finds unreadable rows (written to the rejects file)
+and the task types present, so an unknown task_type is refused before any work; the second pass
+feeds the engine. Output is appended in atomic units; a rerun skips rows whose `response_id` the
+output already holds, so a crashed run continues and no row is written twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genesys.engine import TypeStats, VerificationEngine, VerifyConfig
+from genesys.errors import InputError
+from genesys.io import RolloutWriter, RowRecord, expand_inputs, iter_rows
+from genesys.schema import derive_response_id
+from genesys.verifier import Verifier
+
+__all__ = ["RunSummary", "VerificationEngine", "VerifyConfig", "verify_files", "verify_rollouts"]
+
+FLUSH_ROWS = 10_000
+FLUSH_SECONDS = 2.0
+
+
+def verify_rollouts(
+    rows: Iterable[dict[str, Any]],
+    *,
+    config: VerifyConfig | None = None,
+    verifiers: Mapping[str, type[Verifier]] | None = None,
+) -> list[dict[str, Any]]:
+    """Verify rows in memory; returns them in input order with the verdict columns added.
+
+    `verifiers` maps task_type to Verifier class (default: every installed plugin). Classes must
+    be importable by their module path, since workers are separate processes.
+    """
+    config = config or VerifyConfig(progress=False)
+    out: list[dict[str, Any] | None] = []
+    with VerificationEngine(config, verifiers) as engine:
+        for index, row in enumerate(rows):
+            out.append(None)
+            engine.submit(index, row)
+            for key, verified in engine.poll():
+                out[key] = verified  # type: ignore[index]
+        for key, verified in engine.drain():
+            out[key] = verified  # type: ignore[index]
+    return out  # type: ignore[return-value]
+
+
+@dataclass
+class RunSummary:
+    """What a file run did."""
+
+    output: Path
+    stats: dict[str, TypeStats] = field(default_factory=dict)
+    verified: int = 0
+    resumed: int = 0
+    rejected: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.verified / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class _Scan:
+    task_types: Counter = field(default_factory=Counter)
+    first_seen: dict[str, str] = field(default_factory=dict)
+    valid_rows: int = 0
+    rejected: int = 0
+
+
+def default_rejects_path(output: str | Path) -> Path:
+    output = Path(output)
+    return output.with_name(output.name.rstrip("/") + ".rejects.jsonl")
+
+
+def _unusable(record: RowRecord) -> str | None:
+    """Why a row cannot be verified at all (it then goes to the rejects file), or None."""
+    if record.error:
+        return record.error
+    task_type = record.row.get("task_type")  # type: ignore[union-attr]
+    if not isinstance(task_type, str) or not task_type:
+        return "field 'task_type' is missing or not a non-empty string"
+    return None
+
+
+def _scan(paths: Sequence[Path], rejects_path: Path) -> _Scan:
+    scan = _Scan()
+    rejects_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(rejects_path, "wb") as rejects:
+        for record in iter_rows(paths):
+            reason = _unusable(record)
+            if reason:
+                scan.rejected += 1
+                raw = record.raw if record.raw is not None else orjson.dumps(record.row).decode()
+                rejects.write(orjson.dumps({"location": record.location, "error": reason, "raw": raw}, option=orjson.OPT_APPEND_NEWLINE))
+                continue
+            task_type = record.row["task_type"]  # type: ignore[index]
+            scan.task_types[task_type] += 1
+            scan.first_seen.setdefault(task_type, record.location)
+            scan.valid_rows += 1
+    if not scan.rejected:
+        rejects_path.unlink()
+    return scan
+
+
+def _refuse_unknown(scan: _Scan, known: set[str]) -> None:
+    unknown = sorted(set(scan.task_types) - known)
+    if not unknown:
+        return
+    described = "; ".join(f"{t!r} ({scan.task_types[t]} rows, first at {scan.first_seen[t]})" for t in unknown)
+    raise InputError(
+        f"unknown task_type {described}. Known task types: {', '.join(sorted(known)) or 'none'}. "
+        "Install the plugin that serves it, or pass --skip-unknown to record these rows as errors."
+    )
+
+
+def _keyed_rows(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
+    """Usable rows, each with a unique `response_id` (derived when missing, suffixed when repeated)."""
+    seen: set[str] = set()
+    for record in iter_rows(paths):
+        if _unusable(record):
+            continue
+        row = record.row
+        key = row.get("response_id")  # type: ignore[union-attr]
+        key = derive_response_id(row) if key is None or key == "" else str(key)  # type: ignore[arg-type]
+        base, n = key, 0
+        while key in seen:
+            n += 1
+            key = f"{base}#{n}"
+        seen.add(key)
+        row["response_id"] = key  # type: ignore[index]
+        yield row  # type: ignore[misc]
+
+
+def verify_files(
+    inputs: Sequence[str],
+    output: str | Path,
+    *,
+    config: VerifyConfig | None = None,
+    rejects: str | Path | None = None,
+    verifiers: Mapping[str, type[Verifier]] | None = None,
+) -> RunSummary:
+    """Verify rollout files into `output` (.jsonl, .parquet, or a directory of parquet shards).
+
+    Raises InputError (before any verification) for missing inputs and unknown task types.
+    """
+    from genesys.progress import RowProgress, print_summary
+
+    config = config or VerifyConfig()
+    paths = expand_inputs(inputs)
+    if verifiers is None:
+        from genesys.plugins import verifier_entries
+
+        verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
+    rejects_path = Path(rejects) if rejects else default_rejects_path(output)
+    scan = _scan(paths, rejects_path)
+    if not config.skip_unknown:
+        _refuse_unknown(scan, set(verifiers))
+    writer = RolloutWriter(output)
+    done = writer.existing_keys()
+    summary = RunSummary(output=Path(output), rejected=scan.rejected)
+    started = time.monotonic()
+    buffer: list[dict[str, Any]] = []
+    last_flush = time.monotonic()
+
+    def collect(verified: list[tuple[Any, dict[str, Any]]], progress: RowProgress) -> None:
+        nonlocal last_flush
+        buffer.extend(row for _, row in verified)
+        progress.advance(len(verified))
+        summary.verified += len(verified)
+        if len(buffer) >= FLUSH_ROWS or (buffer and time.monotonic() - last_flush > FLUSH_SECONDS):
+            writer.write(buffer)
+            buffer.clear()
+            last_flush = time.monotonic()
+
+    with RowProgress(total=scan.valid_rows, enabled=config.progress) as progress:
+        with VerificationEngine(config, verifiers) as engine:
+            for row in _keyed_rows(paths):
+                if row["response_id"] in done:
+                    summary.resumed += 1
+                    progress.advance(1)
+                    continue
+                engine.submit(row["response_id"], row)
+                if engine.outstanding >= 256:
+                    collect(engine.poll(), progress)
+            while engine.outstanding:
+                collect(engine.poll(timeout=0.05), progress)
+            summary.stats = engine.stats
+        writer.write(buffer)
+    writer.close()
+    summary.seconds = time.monotonic() - started
+    if config.progress:
+        print_summary(summary, rejects_path if scan.rejected else None)
+    return summary
