@@ -66,7 +66,38 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rejects", help="where unreadable rows go (default: OUTPUT.rejects.jsonl)")
     p.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE", help="an option passed to every verifier")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_reward_flags(p)
     p.set_defaults(handler=_run_verify)
+
+
+def _add_reward_flags(p: argparse.ArgumentParser) -> None:
+    from genesys.rewards import DEFAULT_LENGTH_COEF, LENGTH_PENALTIES
+
+    g = p.add_argument_group("reward", "how `reward` is shaped from `score` by completion length (in tokens)")
+    g.add_argument("--length-penalty", choices=LENGTH_PENALTIES, default="none", help="length term (default: none, reward = score)")
+    g.add_argument("--length-coef", type=float, default=DEFAULT_LENGTH_COEF, help=f"coefficient of exact/max (default {DEFAULT_LENGTH_COEF})")
+    g.add_argument("--target-length", type=int, help="target tokens for rows without a target_length column (exact, max, clip)")
+    g.add_argument("--max-length", type=_positive_int, help="overlong: the maximum completion length in tokens")
+    g.add_argument("--overlong-buffer", type=_positive_int, help="overlong: tokens before --max-length where the penalty ramps up")
+    g.add_argument("--overlong-penalty", type=float, default=1.0, help="overlong: the penalty at --max-length and beyond (default 1.0)")
+    g.add_argument("--tokenizer", help="tokenizer (name or path) counting tokens of rows without completion_ids")
+
+
+def _reward_config(args: argparse.Namespace) -> Any:
+    from genesys.rewards import RewardConfig
+
+    try:
+        return RewardConfig(
+            length_penalty=args.length_penalty,
+            coef=args.length_coef,
+            target_length=args.target_length,
+            max_length=args.max_length,
+            overlong_buffer=args.overlong_buffer,
+            overlong_penalty=args.overlong_penalty,
+            tokenizer=args.tokenizer,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _run_verify(args: argparse.Namespace) -> int:
@@ -78,8 +109,75 @@ def _run_verify(args: argparse.Namespace) -> int:
         skip_unknown=args.skip_unknown,
         options=_parse_options(args.option),
         progress=not args.no_progress,
+        reward=_reward_config(args),
     )
     verify_files(args.inputs, args.output, config=config, rejects=args.rejects)
+    return 0
+
+
+# --- genesys filter -------------------------------------------------------------------------------
+
+
+def _add_filter(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "filter",
+        help="keep tasks whose pass rate over their rollouts lies in a range",
+        description="Compute each task's pass rate over its verified rollouts and write one row per task whose rate "
+        "is within [--min-pass-rate, --max-pass-rate] (inclusive): the task columns plus pass_rate, n_samples "
+        "(scored rollouts) and n_errors (rollouts whose verification failed; they do not count in the rate). "
+        "A task is its problem_id, or its prompt when problem_id is missing.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="ROLLOUTS", help="rollout files, directories or globs")
+    p.add_argument("-o", "--output", required=True, help="output tasks: .jsonl or .parquet")
+    p.add_argument("--min-pass-rate", type=float, default=0.0, help="lowest pass rate kept (default 0.0)")
+    p.add_argument("--max-pass-rate", type=float, default=1.0, help="highest pass rate kept (default 1.0)")
+    p.add_argument("--metric", choices=("score", "correct"), default="score", help="pass rate as mean score, or as the fraction with score == 1")
+    p.add_argument("--pass-rate-column", metavar="COLUMN", help="the input is a task set with a solve rate in COLUMN: filter on it")
+    p.set_defaults(handler=_run_filter)
+
+
+def _run_filter(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from genesys.filtering import PassRateFilter, filter_tasks
+
+    try:
+        config = PassRateFilter(args.min_pass_rate, args.max_pass_rate, args.metric, args.pass_rate_column)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    summary = filter_tasks(args.inputs, args.output, config)
+    read = f"{summary.tasks} tasks"
+    if summary.rollouts is not None:
+        read += f" from {summary.rollouts} rollouts ({summary.errors} with verification errors, not counted)"
+    Console(stderr=True).print(
+        f"{read}; kept {summary.kept}, dropped {summary.too_hard} below {config.min_pass_rate}, "
+        f"{summary.too_easy} above {config.max_pass_rate}, {summary.unscored} unscored -> {args.output}"
+    )
+    return 0
+
+
+# --- genesys report -------------------------------------------------------------------------------
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="plots and a markdown summary of verified rollouts",
+        description="Write PNG plots (pass rate per source, reward and completion-length distributions, length "
+        "against correctness, score by task_type) and summary.md into a directory.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="ROLLOUTS", help="rollout files, directories or globs")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the plots and summary.md")
+    p.set_defaults(handler=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from genesys.report import write_report
+
+    report = write_report(args.inputs, args.output)
+    Console(stderr=True).print(f"report: {report.summary} ({len(report.plots)} plots)")
     return 0
 
 
@@ -108,7 +206,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
 # --- entry point ----------------------------------------------------------------------------------
 
-_SUBCOMMANDS = (_add_verify, _add_plugins)
+_SUBCOMMANDS = (_add_verify, _add_filter, _add_report, _add_plugins)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,18 +1,123 @@
-"""Composing a rollout's `reward` from its verdict."""
+"""Composing a rollout's `reward` from its verdict: the task score, shaped by a length term.
+
+Length is counted in completion tokens: `len(completion_ids)`, or the completion re-tokenized with
+`RewardConfig.tokenizer` when a row has no ids. For a completion of L tokens, target T and
+coefficient c (INTELLECT-2's length-controlled rewards, c = 0.0003 by default):
+
+- `none`:     reward = score
+- `exact`:    reward = score - c * |L - T|
+- `max`:      reward = score * clip(c * (T - L) + 0.5, 0, 1)
+- `clip`:     reward = 0 when L > T, else score
+- `overlong`: DAPO's soft overlong punishment. With maximum length M and buffer B,
+              reward = score - penalty * clip((L - (M - B)) / B, 0, 1): no change up to M - B tokens,
+              then a linear ramp down to -penalty at M tokens and beyond.
+
+T is the row's `target_length` column when it has one, else `RewardConfig.target_length`. The
+`score` column is never changed; a verdict that could not be reached (score None) has reward None.
+"""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
+
+from genesys.errors import InputError
+
+LENGTH_PENALTIES = ("none", "exact", "max", "clip", "overlong")
+DEFAULT_LENGTH_COEF = 0.0003
+TARGET_LENGTH_COLUMN = "target_length"
 
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """How `reward` is derived from `score`."""
+    """How `reward` is derived from `score`; see the module docstring for the formulas."""
 
     length_penalty: str = "none"
+    coef: float = DEFAULT_LENGTH_COEF
+    target_length: int | None = None
+    max_length: int | None = None
+    overlong_buffer: int | None = None
+    overlong_penalty: float = 1.0
+    tokenizer: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.length_penalty not in LENGTH_PENALTIES:
+            raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {self.length_penalty!r}")
+        if self.coef < 0:
+            raise ValueError(f"length coefficient must be >= 0, got {self.coef}")
+        if self.target_length is not None and self.target_length < 0:
+            raise ValueError(f"target length must be >= 0, got {self.target_length}")
+        if self.length_penalty == "overlong":
+            if self.max_length is None or self.overlong_buffer is None:
+                raise ValueError("length_penalty 'overlong' needs max_length and overlong_buffer")
+            if not 0 < self.overlong_buffer <= self.max_length:
+                raise ValueError(f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}")
+            if self.overlong_penalty < 0:
+                raise ValueError(f"overlong penalty must be >= 0, got {self.overlong_penalty}")
 
 
 def compute_reward(score: float | None, row: dict[str, Any], config: RewardConfig) -> float | None:
-    """The reward of a verified row: its score (None when the verdict could not be reached)."""
-    return score
+    """The reward of a verified row; None when its score is None.
+
+    Raises InputError naming the row when the length term needs a length or target it lacks.
+    """
+    if score is None:
+        return None
+    mode = config.length_penalty
+    if mode == "none":
+        return score
+    length = completion_length(row, config.tokenizer)
+    if mode == "overlong":
+        assert config.max_length is not None and config.overlong_buffer is not None
+        start = config.max_length - config.overlong_buffer
+        overrun = min(max((length - start) / config.overlong_buffer, 0.0), 1.0)
+        return score - config.overlong_penalty * overrun
+    target = target_length(row, config)
+    if mode == "exact":
+        return score - config.coef * abs(length - target)
+    if mode == "max":
+        return score * min(max(config.coef * (target - length) + 0.5, 0.0), 1.0)
+    return 0.0 if length > target else score  # clip
+
+
+def completion_length(row: dict[str, Any], tokenizer: str | None = None) -> int:
+    """Completion tokens of `row`: its `completion_ids`, else its `llm_response` tokenized by `tokenizer`."""
+    ids = row.get("completion_ids")
+    if ids is not None:
+        return len(ids)
+    text = row.get("llm_response", row.get("completion"))
+    if text is None:
+        raise InputError(f"{describe_row(row)}: no completion_ids and no llm_response to measure the length of")
+    if tokenizer is None:
+        raise InputError(f"{describe_row(row)}: no completion_ids; pass a tokenizer (--tokenizer) to count completion tokens")
+    return len(_load_tokenizer(tokenizer).encode(str(text), add_special_tokens=False))
+
+
+def target_length(row: dict[str, Any], config: RewardConfig) -> int:
+    """The target length for `row`: its `target_length` column, else the configured default."""
+    value = row.get(TARGET_LENGTH_COLUMN)
+    if value is None:
+        value = config.target_length
+    if value is None:
+        raise InputError(f"{describe_row(row)}: no {TARGET_LENGTH_COLUMN!r} column and no default target length (--target-length)")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{describe_row(row)}: {TARGET_LENGTH_COLUMN!r} must be an integer, got {value!r}") from None
+
+
+def describe_row(row: dict[str, Any]) -> str:
+    """A short name for a row in error messages: its response_id and problem_id."""
+    names = [f"{key}={row[key]!r}" for key in ("response_id", "problem_id") if row.get(key) is not None]
+    return f"row ({', '.join(names)})" if names else "row (no response_id or problem_id)"
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load tokenizer {name!r}: {exc}") from None
