@@ -34,6 +34,10 @@ class HookSpecs:
     def genesys_verifiers(self) -> list[type[Verifier]]:  # type: ignore[empty-body]
         """Return the Verifier subclasses this plugin provides."""
 
+    @hookspec
+    def genesys_tasks(self) -> list[Any]:  # type: ignore[empty-body]
+        """Return the `genesys.tasks.TaskSet`s (named task sources, e.g. generators) this plugin provides."""
+
 
 @dataclass
 class PluginInfo:

@@ -1,0 +1,268 @@
+"""OpenAI-compatible HTTP: an async client with bounded concurrency and retries, and the backend.
+
+Works with any server speaking the protocol (vLLM, SGLang, hosted APIs). Logprobs are requested
+and kept when the server returns them. Token ids are kept when the server returns them: vLLM does
+with `--backend-arg return_token_ids=true` (ids in `token_ids`) or
+`--backend-arg return_tokens_as_token_ids=true` (tokens written `token_id:N`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import random
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
+
+from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig
+
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+
+
+class APIError(RuntimeError):
+    """A request the server refused, or that still failed after every retry."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class OpenAIClient:
+    """POSTs JSON to an OpenAI-compatible server: at most `concurrency` requests at once, retrying
+    connection errors, 429 and 5xx with exponential backoff (honouring `Retry-After`).
+
+    Use as an async context manager, inside the event loop that runs the requests.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        concurrency: int = 64,
+        max_retries: int = 8,
+        timeout: float = 600.0,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+    ) -> None:
+        import httpx
+
+        self.base_url = resolve_base_url(base_url)
+        api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._semaphore = asyncio.Semaphore(concurrency)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url + "/",
+            headers=headers,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        )
+
+    async def __aenter__(self) -> OpenAIClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST `body` to `path` (relative to the base URL) and return the JSON reply."""
+        import httpx
+
+        for attempt in range(self.max_retries + 1):
+            retry_after: float | None = None
+            async with self._semaphore:
+                try:
+                    response = await self._http.post(path, json=body)
+                except httpx.TransportError as exc:
+                    problem = f"{type(exc).__name__}: {exc}"
+                else:
+                    if response.status_code < 400:
+                        return response.json()
+                    problem = f"HTTP {response.status_code}: {response.text[:500]}"
+                    if response.status_code not in RETRY_STATUS:
+                        raise APIError(f"{self.base_url}/{path} refused the request: {problem}", response.status_code)
+                    retry_after = _seconds(response.headers.get("retry-after"))
+            if attempt == self.max_retries:
+                break
+            delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+            await asyncio.sleep(retry_after if retry_after is not None else delay)
+        raise APIError(f"{self.base_url}/{path} failed after {self.max_retries + 1} attempts: {problem}")
+
+    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.post("chat/completions", body)
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.post("completions", body)
+
+
+def resolve_base_url(base_url: str | None) -> str:
+    """The server address: `base_url`, else $OPENAI_BASE_URL, else a local server on port 8000."""
+    return (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+# --- mapping replies to completions ---------------------------------------------------------------
+
+
+def _ids_from_tokens(tokens: list[str] | None) -> list[int] | None:
+    """Token ids from tokens written as `token_id:N` (vLLM's return_tokens_as_token_ids)."""
+    if not tokens or not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        return None
+    return [int(t.split(":", 1)[1]) for t in tokens]
+
+
+def completion_from_chat_choice(choice: dict[str, Any]) -> Completion:
+    """A Completion from one `choices[i]` of a chat completion reply."""
+    message = choice.get("message") or {}
+    text = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:  # servers that split the reasoning out: keep the whole response in llm_response
+        text = f"<think>\n{reasoning}\n</think>\n\n{text}"
+    content = (choice.get("logprobs") or {}).get("content")
+    logprobs = [float(t["logprob"]) for t in content] if content else None
+    ids = choice.get("token_ids") or _ids_from_tokens([t.get("token") for t in content] if content else None)
+    return Completion(text=text, completion_ids=ids, logprobs=logprobs, finish_reason=choice.get("finish_reason"))
+
+
+def completion_from_text_choice(choice: dict[str, Any]) -> Completion:
+    """A Completion from one `choices[i]` of a (legacy) completion reply."""
+    block = choice.get("logprobs") or {}
+    token_logprobs = block.get("token_logprobs")
+    logprobs = [float(x) for x in token_logprobs] if token_logprobs else None
+    ids = choice.get("token_ids") or _ids_from_tokens(block.get("tokens"))
+    return Completion(text=choice.get("text") or "", completion_ids=ids, logprobs=logprobs, finish_reason=choice.get("finish_reason"))
+
+
+def _choices_in_order(reply: dict[str, Any], n: int, where: str) -> list[dict[str, Any]]:
+    choices = sorted(reply.get("choices") or [], key=lambda c: c.get("index", 0))
+    if len(choices) != n:
+        raise APIError(f"{where}: asked for n={n} completions, the server returned {len(choices)}")
+    return choices
+
+
+# --- the backend -------------------------------------------------------------------------------
+
+
+class OpenAIBackend:
+    """Generation through an OpenAI-compatible server.
+
+    With a chat template (the default) requests go to `chat/completions`; a continuation prefix
+    is sent as a final assistant message with `continue_final_message` (a vLLM extension). With
+    `PromptStyle(chat_template=False)` the raw prompt text goes to `completions`. `request_fields`
+    are added to every request body (e.g. `top_k`, `return_token_ids`).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        sampling: SamplingConfig,
+        style: PromptStyle,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 64,
+        max_retries: int = 8,
+        logprobs: bool = True,
+        request_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.sampling = sampling
+        self.style = style
+        self.client_options = {"base_url": base_url, "api_key": api_key, "concurrency": concurrency, "max_retries": max_retries}
+        self.concurrency = concurrency
+        self.logprobs = logprobs
+        self.request_fields = dict(request_fields or {})
+
+    def info(self) -> dict[str, Any]:
+        return {"backend": self.name, "endpoint": resolve_base_url(self.client_options["base_url"]), "python": platform.python_version()}
+
+    def close(self) -> None:
+        pass
+
+    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The JSON body asking for the request's samples."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "n": request.n,
+            "max_tokens": self.sampling.max_tokens,
+            "temperature": self.sampling.temperature,
+            "top_p": self.sampling.top_p,
+            "seed": request.seed,
+        }
+        if self.style.chat_template:
+            messages = list(request.messages)
+            if self.style.continuation_prefix:
+                messages.append({"role": "assistant", "content": self.style.continuation_prefix})
+                body.update(continue_final_message=True, add_generation_prompt=False)
+            body["messages"] = messages
+            if self.logprobs:
+                body.update(logprobs=True, top_logprobs=0)
+        else:
+            body["prompt"] = "\n\n".join(m["content"] for m in request.messages) + self.style.continuation_prefix
+            if self.logprobs:
+                body["logprobs"] = 0
+        body.update(self.request_fields)
+        return body
+
+    async def _one(self, client: OpenAIClient, request: GenerationRequest) -> GenerationResult:
+        body = self.request_body(request)
+        where = f"task {request.key}"
+        if self.style.chat_template:
+            reply = await client.chat(body)
+            completions = [completion_from_chat_choice(c) for c in _choices_in_order(reply, request.n, where)]
+        else:
+            reply = await client.complete(body)
+            completions = [completion_from_text_choice(c) for c in _choices_in_order(reply, request.n, where)]
+        return GenerationResult(request, reply.get("prompt_token_ids"), completions)
+
+    async def stream(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
+        """Results as they finish; at most twice `concurrency` requests are started ahead."""
+        async with OpenAIClient(**self.client_options) as client:
+            pending: set[asyncio.Task[GenerationResult]] = set()
+            try:
+                for request in requests:
+                    pending.add(asyncio.ensure_future(self._one(client, request)))
+                    while len(pending) >= 2 * self.concurrency:
+                        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                        for task in done:
+                            yield task.result()
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        yield task.result()
+            finally:
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+
+    def generate(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]:
+        return iterate_async(self.stream(requests))
+
+
+def iterate_async(agen: AsyncIterator[Any]) -> Iterator[Any]:
+    """Iterate an async generator from synchronous code, on a private event loop."""
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                item = loop.run_until_complete(agen.__anext__())  # type: ignore[attr-defined]
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        loop.run_until_complete(agen.aclose())  # type: ignore[attr-defined]
+        loop.close()

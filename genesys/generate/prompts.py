@@ -1,0 +1,56 @@
+"""Turning a task into model input: messages, target lengths, chat templates, continuation prefixes."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from genesys.errors import InputError
+from genesys.generate.backend import PromptStyle
+
+DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
+
+
+def build_messages(prompt: str, system_prompt: str | None = None, target_instruction: str | None = None) -> list[dict[str, str]]:
+    """The chat messages of one task: an optional system message (system prompt, then the target
+    length instruction) and the task prompt as the user message."""
+    system = "\n\n".join(part for part in (system_prompt, target_instruction) if part)
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    return messages
+
+
+def pick_target_length(target_lengths: Sequence[int], task_key: str, seed: int) -> int:
+    """One of `target_lengths` for a task, fixed by the task and the seed (stable across reruns)."""
+    digest = hashlib.blake2b(f"{seed}\x00{task_key}".encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big")).choice(list(target_lengths))
+
+
+def target_instruction(template: str, target_length: int) -> str:
+    """The instruction that asks for `target_length` thinking tokens."""
+    try:
+        return template.format(target_length=target_length)
+    except (KeyError, IndexError) as exc:
+        raise InputError(f"--target-length-prompt must only use the field {{target_length}}: {exc}") from None
+
+
+def render_text(tokenizer: Any, messages: list[dict[str, str]], style: PromptStyle) -> str:
+    """The prompt text: the chat template applied to `messages` (or their raw text), then the prefix."""
+    if style.chat_template:
+        if not getattr(tokenizer, "chat_template", None):
+            raise InputError(
+                f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'this model')!r} has no chat template; "
+                "pass --no-chat-template to use the task prompts as raw text"
+            )
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        text = "\n\n".join(message["content"] for message in messages)
+    return text + style.continuation_prefix
+
+
+def render_ids(tokenizer: Any, messages: list[dict[str, str]], style: PromptStyle) -> list[int]:
+    """The prompt token ids. A chat template writes its own special tokens, so none are added then."""
+    text = render_text(tokenizer, messages, style)
+    return list(tokenizer(text, add_special_tokens=not style.chat_template)["input_ids"])

@@ -1,0 +1,97 @@
+"""Resolving `--tasks` specs into task rows.
+
+A spec is one of:
+- a local path: a .jsonl or .parquet file, a directory of shards, or a `datasets` dir saved to disk;
+- `hf:NAME[:key=value,...]`: a dataset on the Hugging Face hub (or any path `datasets.load_dataset`
+  accepts), loaded with the options as keyword arguments (`split` defaults to `train`);
+- `NAME[:key=value,...]`: a task set offered by a plugin (`math-samples`, `countdown:count=200`).
+Option values are parsed as JSON when they are JSON (`count=200` is an int).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genesys.errors import InputError
+
+HUB_PREFIX = "hf:"
+
+
+@dataclass
+class TaskSource:
+    """The rows of one `--tasks` spec; `rows` is a list or an indexable `datasets.Dataset`."""
+
+    spec: str
+    rows: Sequence[dict[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split `NAME:key=value,...` into the name and its options."""
+    name, sep, tail = spec.partition(":")
+    options: dict[str, Any] = {}
+    if not sep or not tail:
+        return name, options
+    for pair in tail.split(","):
+        key, eq, raw = pair.partition("=")
+        if not eq or not key:
+            raise InputError(f"--tasks {spec!r}: options after ':' must be key=value pairs separated by commas, got {pair!r}")
+        try:
+            options[key] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            options[key] = raw
+    return name, options
+
+
+def load_source(spec: str) -> TaskSource:
+    """Load one `--tasks` spec; raises InputError naming the spec when it cannot be used."""
+    if spec.startswith(HUB_PREFIX):
+        name, options = parse_spec(spec[len(HUB_PREFIX) :])
+        return TaskSource(spec, _load_hub(spec, name, options))
+    if Path(spec).exists():
+        return TaskSource(spec, _load_local(spec))
+    from genesys.tasks import task_sets
+
+    name, options = parse_spec(spec)
+    known = task_sets()
+    if name not in known:
+        raise InputError(
+            f"--tasks {spec!r} is not an existing file or directory, not a task set "
+            f"(installed: {', '.join(sorted(known)) or 'none'}), and not a hub dataset (write hf:NAME)"
+        )
+    try:
+        rows = list(known[name].load(**options))
+    except TypeError as exc:
+        raise InputError(f"--tasks {spec!r}: bad options for task set {name!r}: {exc}") from None
+    return TaskSource(spec, rows)
+
+
+def _load_local(spec: str) -> list[dict[str, Any]]:
+    from genesys.io import expand_inputs, iter_rows
+
+    rows = []
+    for record in iter_rows(expand_inputs([spec])):
+        if record.row is None:
+            raise InputError(f"--tasks {spec!r}: row at {record.location} is unreadable: {record.error}")
+        rows.append(record.row)
+    return rows
+
+
+def _load_hub(spec: str, name: str, options: dict[str, Any]) -> Sequence[dict[str, Any]]:
+    import datasets
+
+    options.setdefault("split", "train")
+    try:
+        dataset = datasets.load_dataset(name, **options)
+    except (FileNotFoundError, ValueError) as exc:
+        raise InputError(f"--tasks {spec!r}: cannot load dataset {name!r}: {exc}") from None
+    if not isinstance(dataset, datasets.Dataset):
+        raise InputError(f"--tasks {spec!r}: expected one split, got {type(dataset).__name__}; name it with :split=NAME")
+    return dataset
