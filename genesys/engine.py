@@ -30,6 +30,7 @@ SETUP_TIMEOUT_S = 300.0
 TICK_S = 0.05
 TARGET_BATCH_S = 0.05  # batches sized to take about this long, from measured per-row cost
 MAX_BATCH_ROWS = 512
+ASYNC_BATCH_ROWS = 64  # rows an async verifier runs at once per worker, unless max_parallel says
 BATCHES_AHEAD = 2  # batches queued per worker so it never waits for the engine
 
 
@@ -305,7 +306,7 @@ class VerificationEngine:
             self._type_cycle.rotate(-1)
             if not self._pending[task_type]:
                 continue
-            cap = self.classes[task_type].max_parallel
+            cap = self._worker_cap(task_type)
             if cap is not None and not any(b.task_type == task_type for b in worker.inflight):
                 busy = sum(1 for w in self._workers if any(b.task_type == task_type for b in w.inflight))
                 if busy >= cap:
@@ -313,16 +314,23 @@ class VerificationEngine:
             return task_type
         return None
 
+    def _worker_cap(self, task_type: str) -> int | None:
+        """How many workers may hold this type at once. max_parallel bounds verifications in flight:
+        for plain verifiers that is workers; an async one runs max_parallel rows in one worker."""
+        cls = self.classes[task_type]
+        if cls.max_parallel is None:
+            return None
+        return 1 if _is_async(cls) else cls.max_parallel
+
     def _batch_size(self, task_type: str) -> int:
         pending = len(self._pending[task_type])
+        cls = self.classes[task_type]
+        if _is_async(cls):  # an async batch runs concurrently: its size is the concurrency
+            return max(1, min(pending, cls.max_parallel or ASYNC_BATCH_ROWS))
         fair_share = -(-pending // (len(self._workers) * BATCHES_AHEAD))
         cost = self._row_cost.get(task_type)
         by_cost = 8 if cost is None else int(TARGET_BATCH_S / max(cost, 1e-6))
-        size = max(1, min(MAX_BATCH_ROWS, by_cost, fair_share))
-        cap = self.classes[task_type].max_parallel
-        if cap is not None and _is_async(self.classes[task_type]):
-            size = min(size, cap)
-        return size
+        return max(1, min(MAX_BATCH_ROWS, by_cost, fair_share))
 
     def _send_batch(self, worker: _Worker, task_type: str) -> None:
         queue = self._pending[task_type]

@@ -6,7 +6,9 @@ group `genesys`. The built-in verifiers are registered through the very same gro
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,6 +20,7 @@ from genesys.verifier import Verifier
 
 PROJECT_NAME = "genesys"
 ENTRY_POINT_GROUP = "genesys"
+PLUGINS_ENV_VAR = "GENESYS_PLUGINS"  # comma-separated modules to load as plugins without installing them
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
@@ -62,11 +65,21 @@ class VerifierEntry:
 
 
 def new_plugin_manager(load_entry_points: bool = True, extra_plugins: Iterable[Any] = ()) -> pluggy.PluginManager:
-    """A plugin manager with the genesys hook specs, entry-point plugins and `extra_plugins`."""
+    """A plugin manager with the genesys hook specs, entry-point plugins and `extra_plugins`.
+
+    With `load_entry_points`, the modules named in $GENESYS_PLUGINS are loaded too.
+    """
     pm = pluggy.PluginManager(PROJECT_NAME)
     pm.add_hookspecs(HookSpecs)
     if load_entry_points:
         pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV_VAR, "").split(","))):
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise PluginError(f"${PLUGINS_ENV_VAR} names {module_name!r}, which cannot be imported: {exc}") from None
+            if pm.get_plugin(module_name) is None:
+                pm.register(module, name=module_name)
     for plugin in extra_plugins:
         pm.register(plugin)
     return pm

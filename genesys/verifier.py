@@ -14,7 +14,8 @@ class Verifier:
     Subclasses set `task_type` and implement `verify` (plain or `async def`). The engine creates one
     instance per worker process, calls `setup()` once before the first rollout and `teardown()` at
     shutdown, and enforces `timeout` (seconds) per rollout by killing the worker. `max_parallel`
-    caps how many workers verify this task type at once (None: all of them). `options` holds the
+    caps how many rollouts of this type are verified at once (None: one per worker; an async
+    verifier runs up to 64 at once in each worker). `options` holds the
     run's verifier options (`genesys verify -O key=value` and the flags that map onto them).
     """
 

@@ -1,0 +1,55 @@
+"""Shared test fixtures: test verifier plugins and small rollout files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SUPPORT = Path(__file__).parent / "support"
+sys.path.insert(0, str(SUPPORT))
+REPO = Path(__file__).resolve().parent.parent
+GENESYS = str(Path(sys.executable).with_name("genesys"))
+
+
+def rollout(task_type: str, completion: str, response_id: str | None = None, **info: Any) -> dict[str, Any]:
+    """A GENESYS-shaped rollout row (verification_info as a JSON string, as in the published datasets)."""
+    row = {
+        "problem_id": f"{task_type}-{info.get('expected', '')}",
+        "source": "tests",
+        "task_type": task_type,
+        "in_source_id": None,
+        "prompt": "say the word",
+        "gold_standard_solution": None,
+        "verification_info": json.dumps(info),
+        "metadata": json.dumps({"difficulty": 1}),
+        "llm_response": completion,
+    }
+    if response_id is not None:
+        row["response_id"] = response_id
+    return row
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def plugin_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Environment for `genesys` subprocesses (and this process) that loads the test verifiers."""
+    monkeypatch.setenv("GENESYS_PLUGINS", "genesys_testplugins")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+    from genesys.plugins import default_plugin_manager
+
+    default_plugin_manager.cache_clear()
+    yield dict(os.environ)
+    default_plugin_manager.cache_clear()

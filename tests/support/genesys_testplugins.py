@@ -1,0 +1,87 @@
+"""Verifiers with known behaviour for engine tests; loaded with GENESYS_PLUGINS=genesys_testplugins."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import genesys
+
+
+class Echo(genesys.Verifier):
+    """1 when the completion equals verification_info['expected']."""
+
+    task_type = "echo"
+    timeout = 5.0
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        expected = rollout.verification_info.get("expected")
+        return genesys.Verdict(score=float(rollout.completion == expected), details={"pid": os.getpid()})
+
+
+class Slow(genesys.Verifier):
+    """Sleeps verification_info['sleep'] seconds, records its interval, then scores 1."""
+
+    task_type = "slow"
+    timeout = 30.0
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        start = time.time()
+        time.sleep(float(rollout.verification_info.get("sleep", 0.01)))
+        return genesys.Verdict(score=1.0, details={"start": start, "end": time.time()})
+
+
+class SerialSlow(Slow):
+    """Like Slow, but at most one worker at a time."""
+
+    task_type = "serial_slow"
+    max_parallel = 1
+
+
+class Hang(genesys.Verifier):
+    """Never returns: a busy loop that ignores signals a thread-based timeout would rely on."""
+
+    task_type = "hang"
+    timeout = 1.0
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        while True:
+            pass
+
+
+class Crash(genesys.Verifier):
+    """Kills its own process, as a segfault in a native library would."""
+
+    task_type = "crash"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable")
+
+
+class Boom(genesys.Verifier):
+    """Raises."""
+
+    task_type = "boom"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        raise ValueError("verifier bug")
+
+
+class AsyncEcho(genesys.Verifier):
+    """An async verifier: 1 when the completion equals verification_info['expected']."""
+
+    task_type = "async_echo"
+    timeout = 2.0
+
+    async def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        await asyncio.sleep(float(rollout.verification_info.get("sleep", 0.0)))
+        return genesys.Verdict(score=float(rollout.completion == rollout.verification_info.get("expected")))
+
+
+@genesys.hookimpl
+def genesys_verifiers() -> list[type[genesys.Verifier]]:
+    return [Echo, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]

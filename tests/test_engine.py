@@ -1,0 +1,98 @@
+"""The verification engine: ordering, deadlines, crashes, errors as data, async, max_parallel."""
+
+from __future__ import annotations
+
+import time
+
+import genesys
+from conftest import rollout
+from genesys.engine import VerifyConfig
+from genesys_testplugins import AsyncEcho, Boom, Crash, Echo, Hang, SerialSlow, Slow
+
+VERIFIERS = {cls.task_type: cls for cls in (Echo, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
+
+
+def run(rows, **config):
+    return genesys.verify_rollouts(rows, config=VerifyConfig(progress=False, **config), verifiers=VERIFIERS)
+
+
+def test_results_come_back_in_input_order_with_verdict_columns():
+    rows = [rollout("echo", "yes" if i % 3 else "no", expected="yes", response_id=f"r{i}") for i in range(300)]
+    out = run(rows, workers=2)
+    assert [r["response_id"] for r in out] == [f"r{i}" for i in range(300)]
+    assert [r["score"] for r in out] == [1.0 if i % 3 else 0.0 for i in range(300)]
+    assert all(r["reward"] == r["score"] and r["error"] is None for r in out)
+    assert all("pid" in r["verification_result_info"] for r in out)
+    # every input column is kept as it came
+    assert out[0]["verification_info"] == rows[0]["verification_info"]
+    assert out[0]["metadata"] == rows[0]["metadata"]
+
+
+def test_a_hanging_verifier_costs_only_its_timeout():
+    rows = [rollout("echo", "yes", expected="yes") for _ in range(20)]
+    rows.insert(7, rollout("hang", "anything"))
+    started = time.monotonic()
+    out = run(rows, workers=2)
+    elapsed = time.monotonic() - started
+    hung = out[7]
+    assert hung["score"] is None and hung["reward"] is None
+    assert hung["error"].startswith("timeout:")
+    assert all(r["score"] == 1.0 for i, r in enumerate(out) if i != 7)
+    # Hang.timeout is 1 s: the run pays that once (plus worker start-up), never forever.
+    assert elapsed < 6.0
+
+
+def test_timeout_flag_overrides_the_verifier_timeout():
+    rows = [rollout("slow", "x", sleep=3.0), rollout("echo", "a", expected="a")]
+    out = run(rows, workers=2, timeout=0.5)
+    assert out[0]["error"].startswith("timeout:") and "0.5s" in out[0]["error"]
+    assert out[1]["score"] == 1.0
+
+
+def test_a_crashing_worker_is_replaced_and_only_its_row_fails():
+    rows = [rollout("echo", "yes", expected="yes") for _ in range(40)]
+    rows[5] = rollout("crash", "x")
+    rows[30] = rollout("crash", "y")
+    out = run(rows, workers=2)
+    for i in (5, 30):
+        assert out[i]["score"] is None and out[i]["error"].startswith("worker_crash:")
+    assert all(r["score"] == 1.0 for i, r in enumerate(out) if i not in (5, 30))
+
+
+def test_exceptions_and_bad_rows_are_errors_not_wrong_answers():
+    rows = [rollout("boom", "x"), rollout("echo", "no", expected="yes"), {**rollout("echo", "x"), "verification_info": "{not json"}]
+    out = run(rows, workers=1)
+    assert out[0]["score"] is None and out[0]["error"].startswith("exception: ValueError: verifier bug")
+    assert "traceback" in out[0]["verification_result_info"]
+    assert out[1]["score"] == 0.0 and out[1]["error"] is None
+    assert out[2]["score"] is None and out[2]["error"].startswith("invalid_row:") and "verification_info" in out[2]["error"]
+
+
+def test_unknown_task_type_in_engine_is_an_error_row():
+    out = run([rollout("nope", "x")], workers=1)
+    assert out[0]["score"] is None
+    assert out[0]["error"].startswith("unknown_task_type:") and "echo" in out[0]["error"]
+
+
+def test_async_verifier_runs_rows_concurrently_with_soft_timeouts():
+    rows = [rollout("async_echo", "a", expected="a", sleep=0.3) for _ in range(20)]
+    rows.append(rollout("async_echo", "a", expected="a", sleep=10))
+    started = time.monotonic()
+    out = run(rows, workers=1)
+    assert all(r["score"] == 1.0 for r in out[:20])
+    assert out[20]["error"].startswith("timeout:")
+    assert time.monotonic() - started < 8  # 20 x 0.3 s serially would be 6 s on top of the 2 s timeout
+
+
+def test_max_parallel_limits_concurrent_workers():
+    rows = [rollout("serial_slow", "x", sleep=0.05) for _ in range(12)]
+    out = run(rows, workers=2)
+    intervals = sorted((r["verification_result_info"]["start"], r["verification_result_info"]["end"]) for r in out)
+    assert all(later[0] >= earlier[1] - 1e-3 for earlier, later in zip(intervals, intervals[1:]))
+
+
+def test_without_max_parallel_workers_do_overlap():
+    rows = [rollout("slow", "x", sleep=0.2) for _ in range(8)]
+    out = run(rows, workers=2)
+    intervals = sorted((r["verification_result_info"]["start"], r["verification_result_info"]["end"]) for r in out)
+    assert any(later[0] < earlier[1] for earlier, later in zip(intervals, intervals[1:]))
