@@ -197,10 +197,10 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
     table = Table(title="genesys plugins")
     for column in ("plugin", "version", "from", "task types"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for info in plugin_infos():
         table.add_row(info.name, info.version or "-", info.origin, ", ".join(info.task_types) or "-")
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     return 0
 
 

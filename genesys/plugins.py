@@ -94,7 +94,7 @@ def default_plugin_manager() -> pluggy.PluginManager:
 def _plugin_origin(pm: pluggy.PluginManager, plugin: Any) -> tuple[str | None, str]:
     for plugin_obj, dist in pm.list_plugin_distinfo():
         if plugin_obj is plugin:
-            return dist.version, f"distribution {dist.metadata['Name']}"
+            return dist.version, dist.metadata["Name"]
     module = inspect.getmodule(plugin) or plugin
     return None, getattr(module, "__file__", None) or repr(plugin)
 

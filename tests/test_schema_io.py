@@ -1,0 +1,102 @@
+"""Schema parsing of GENESYS rows and the rollout reader/writer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from genesys.errors import InputError
+from genesys.io import RolloutWriter, expand_inputs, iter_rows
+from genesys.schema import Rollout, SchemaError, Task, Verdict, derive_response_id
+
+GENESYS_ROW = {
+    "problem_id": "SYNTHETIC-1-math-00042",
+    "source": "numina_math",
+    "task_type": "verifiable_math",
+    "in_source_id": "cn_k12_123",
+    "prompt": "What is 1/2 + 1/3?",
+    "gold_standard_solution": "5/6",
+    "verification_info": '{"ground_truth": "\\\\frac{5}{6}"}',
+    "metadata": '{"difficulty": 2}',
+    "llm_response": "<think>...</think> The answer is \\boxed{\\frac{5}{6}}",
+    "response_id": "vfm_1",
+    "model_name": "some/model",
+    "generation_config": '{"temperature": 0.7}',
+    "machine_info": "{}",
+    "extra_col": [1, 2],
+}
+
+
+def test_genesys_rows_read_without_conversion():
+    rollout = Rollout.from_row(GENESYS_ROW)
+    assert rollout.verification_info == {"ground_truth": "\\frac{5}{6}"}
+    assert rollout.metadata == {"difficulty": 2}
+    assert rollout.completion.endswith("\\boxed{\\frac{5}{6}}")
+    assert rollout.generation_config == {"temperature": 0.7}
+    assert rollout.extra == {"extra_col": [1, 2]}
+    task = Task.from_row({**GENESYS_ROW, "verification_info": {"ground_truth": "1"}})
+    assert task.verification_info == {"ground_truth": "1"} and task.to_row()["problem_id"] == "SYNTHETIC-1-math-00042"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"verification_info": "{oops"}, "verification_info"), ({"metadata": "[1]"}, "metadata"), ({"task_type": None}, "task_type")],
+)
+def test_schema_errors_name_the_field(change, field):
+    with pytest.raises(SchemaError, match=field):
+        Rollout.from_row({**GENESYS_ROW, **change})
+
+
+def test_verdict_scores_are_bounded():
+    assert Verdict(score=1).score == 1.0
+    assert Verdict.failed("timeout: x").score is None
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError):
+            Verdict(score=bad)
+
+
+def test_derived_ids_are_stable_and_content_based():
+    assert derive_response_id(GENESYS_ROW) == derive_response_id(dict(GENESYS_ROW))
+    assert derive_response_id(GENESYS_ROW) != derive_response_id({**GENESYS_ROW, "llm_response": "other"})
+
+
+def test_jsonl_writer_cuts_a_torn_last_line_and_reports_keys(tmp_path: Path):
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(b'{"response_id": "a"}\n{"response_id": "b"}\n{"response_id": "c", "sco')
+    writer = RolloutWriter(path)
+    assert writer.existing_keys() == {"a", "b"}
+    writer.write([{"response_id": "c"}])
+    assert [json.loads(line)["response_id"] for line in path.read_text().splitlines()] == ["a", "b", "c"]
+
+
+def test_parquet_shards_keep_types_stable_and_dicts_as_json(tmp_path: Path):
+    writer = RolloutWriter(tmp_path / "shards")
+    writer.write([{"response_id": "a", "score": None, "error": None, "verification_result_info": {"k": 1}, "completion_ids": [1, 2]}])
+    writer.write([{"response_id": "b", "score": 1.0, "error": "x", "verification_result_info": {}, "completion_ids": None}])
+    shards = sorted((tmp_path / "shards").glob("*.parquet"))
+    assert len(shards) == 2
+    schemas = {str(pq.read_schema(s)) for s in shards}
+    assert len(schemas) == 1  # same types in every shard, so readers can concatenate them
+    assert writer.existing_keys() == {"a", "b"}
+    first = pq.read_table(shards[0]).to_pylist()[0]
+    assert json.loads(first["verification_result_info"]) == {"k": 1}
+
+
+def test_reading_parquet_dirs_and_saved_datasets_with_locations(tmp_path: Path):
+    from datasets import Dataset
+
+    Dataset.from_list([{"task_type": "echo", "prompt": "a"}, {"task_type": "echo", "prompt": "b"}]).save_to_disk(str(tmp_path / "saved"))
+    records = list(iter_rows(expand_inputs([str(tmp_path / "saved")])))
+    assert [r.row["prompt"] for r in records] == ["a", "b"]
+    assert records[1].location.endswith("saved#1")
+
+
+def test_unsupported_and_missing_inputs_are_input_errors(tmp_path: Path):
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(InputError, match="unsupported"):
+        expand_inputs([str(tmp_path / "x.csv")])
+    with pytest.raises(InputError, match="matches no file"):
+        expand_inputs([str(tmp_path / "*.jsonl")])
