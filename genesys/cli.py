@@ -181,6 +181,135 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- genesys generate -----------------------------------------------------------------------------
+
+
+def _comma_list(kind: type) -> Any:
+    def parse(text: str) -> list:
+        try:
+            return [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__}s, got {text!r}") from None
+
+    return parse
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="sample rollouts for tasks from a model (vLLM, transformers or an OpenAI-compatible server)",
+        description="Sample -n completions per task and write rollouts with token ids and logprobs (and, with --verify, "
+        "score and reward). Output is a .jsonl, a .parquet, or a directory of parquet shards; rerunning the same "
+        "command after a crash generates only what is missing.",
+    )
+    p.add_argument("--tasks", nargs="+", required=True, metavar="SRC",
+                   help="task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)")
+    p.add_argument("--model", required=True, help="model path or name (for openai: the served model name)")
+    p.add_argument("-o", "--output", required=True, help="output: .jsonl, .parquet, or a directory for parquet shards")
+    p.add_argument("--backend", choices=("auto", "vllm", "transformers", "openai"), default="auto",
+                   help="auto: vllm when installed with a GPU, else transformers")
+    g = p.add_argument_group("sampling")
+    g.add_argument("-n", "--samples", type=_positive_int, default=1, help="samples per task (default 1)")
+    g.add_argument("--max-tokens", type=_positive_int, default=1024, help="completion tokens at most (default 1024)")
+    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 is greedy (default 1.0)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
+    g.add_argument("--seed", type=int, default=0, help="seed of sampling, task mixing and target lengths (default 0)")
+    g = p.add_argument_group("tasks and prompts")
+    g.add_argument("--mix", type=_comma_list(float), metavar="R1,R2,...", help="ratios of the task sources, one per --tasks source")
+    g.add_argument("--max-tasks", type=_positive_int, help="use at most this many tasks")
+    g.add_argument("--system-prompt", help="system message put before every task")
+    g.add_argument("--continuation-prefix", default="", metavar="TEXT",
+                   help=r"text the response starts with, after the chat template (e.g. '<think>\n'; \n and \t are escapes)")
+    g.add_argument("--no-chat-template", action="store_true", help="send the raw task prompt instead of the chat template")
+    g.add_argument("--target-lengths", type=_comma_list(int), metavar="N1,N2,...",
+                   help="give each task one of these thinking lengths, asked for in the system message and stored as target_length")
+    g.add_argument("--target-length-prompt", default=None, metavar="TEMPLATE",
+                   help="the instruction, with {target_length} (default: 'Think for {target_length} tokens before giving a response.')")
+    g = p.add_argument_group("backends")
+    g.add_argument("--batch-size", type=_positive_int, help="transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024)")
+    g.add_argument("--tensor-parallel-size", type=_positive_int, help="vllm: GPUs per model replica")
+    g.add_argument("--device", help="transformers: torch device (default: cuda when available, else cpu)")
+    g.add_argument("--dtype", help="transformers: torch dtype of the weights (default: auto)")
+    g.add_argument("--base-url", help="openai: server URL ending in /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)")
+    g.add_argument("--api-key", help="openai: API key (default: $OPENAI_API_KEY)")
+    g.add_argument("--concurrency", type=_positive_int, help="openai: requests in flight at most (default 64)")
+    g.add_argument("-B", "--backend-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, or openai request fields")
+    g = p.add_argument_group("verification")
+    g.add_argument("--verify", action="store_true", help="verify rollouts while generating; rows gain score and reward")
+    g.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1, help="verification worker processes (default: all cores)")
+    g.add_argument("--timeout", type=_positive_float, help="per-rollout verification deadline in seconds, overriding each verifier's own")
+    g.add_argument("--skip-unknown", action="store_true", help="record rows of task types no verifier serves as errors instead of refusing the run")
+    g.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE", help="an option passed to every verifier")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_reward_flags(p)
+    p.set_defaults(handler=_run_generate)
+
+
+_BACKEND_FLAGS = {
+    "tensor_parallel_size": ("vllm",),
+    "device": ("transformers",),
+    "dtype": ("transformers",),
+    "base_url": ("openai",),
+    "api_key": ("openai",),
+    "concurrency": ("openai",),
+    "batch_size": ("vllm", "transformers"),
+}
+
+
+def _backend_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+    """The backend's own settings from the flags; a flag another backend owns is a UsageError."""
+    options = {name: getattr(args, name) for name in _BACKEND_FLAGS if getattr(args, name) is not None}
+    for name in options:
+        if backend not in _BACKEND_FLAGS[name]:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} applies to the {' and '.join(_BACKEND_FLAGS[name])} backend, not to {backend}")
+    extra = _parse_options(args.backend_arg)
+    if extra:
+        options[{"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}[backend]] = extra
+    return options
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from genesys.generate.backend import PromptStyle, SamplingConfig, resolve_backend_name
+    from genesys.generate.runner import GenerateConfig, run_generation
+    from genesys.verify import VerifyConfig
+
+    backend = resolve_backend_name(args.backend)
+    verify = None
+    if args.verify:
+        verify = VerifyConfig(
+            workers=args.workers,
+            timeout=args.timeout,
+            skip_unknown=args.skip_unknown,
+            options=_parse_options(args.option),
+            progress=False,
+            reward=_reward_config(args),
+        )
+    config = GenerateConfig(
+        tasks=args.tasks,
+        model=args.model,
+        output=args.output,
+        backend=backend,
+        sampling=SamplingConfig(n=args.samples, max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed),
+        style=PromptStyle(
+            chat_template=not args.no_chat_template,
+            continuation_prefix=args.continuation_prefix.replace("\\n", "\n").replace("\\t", "\t"),
+        ),
+        system_prompt=args.system_prompt,
+        target_lengths=args.target_lengths,
+        mix=args.mix,
+        max_tasks=args.max_tasks,
+        backend_options=_backend_options(args, backend),
+        verify=verify,
+        progress=not args.no_progress,
+    )
+    if args.target_length_prompt is not None:
+        config.target_length_prompt = args.target_length_prompt
+    run_generation(config)
+    return 0
+
+
 # --- genesys plugins ------------------------------------------------------------------------------
 
 
@@ -206,7 +335,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
 # --- entry point ----------------------------------------------------------------------------------
 
-_SUBCOMMANDS = (_add_verify, _add_filter, _add_report, _add_plugins)
+_SUBCOMMANDS = (_add_generate, _add_verify, _add_filter, _add_report, _add_plugins)
 
 
 def build_parser() -> argparse.ArgumentParser:

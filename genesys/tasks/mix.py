@@ -16,8 +16,8 @@ def mix_tasks(
     ratios: Sequence[float] | None = None,
     max_tasks: int | None = None,
     seed: int = 0,
-) -> list[tuple[str, dict[str, Any]]]:
-    """Select and order tasks from `sources`; returns `(source spec, row)` pairs.
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """Select and order tasks from `sources`; returns `(source spec, row index, row)` triples.
 
     Without `ratios`, every task of every source is used (several sources are shuffled together;
     one source keeps its order) and `max_tasks` keeps the first ones. With `ratios`, source `i`
@@ -38,7 +38,7 @@ def mix_tasks(
     if max_tasks is not None:
         picked = picked[:max_tasks]
     by_spec = {s.spec: s for s in sources}
-    return [(spec, dict(by_spec[spec].rows[i])) for spec, i in picked]
+    return [(spec, i, dict(by_spec[spec].rows[i])) for spec, i in picked]
 
 
 def _counts_for_ratios(sources: Sequence[TaskSource], ratios: Sequence[float], max_tasks: int | None) -> list[int]:

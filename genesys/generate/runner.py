@@ -1,0 +1,288 @@
+"""The generation run: select tasks, skip what the output already holds, generate, verify, write.
+
+Every rollout's `response_id` is `<task key>-<sample index>`, where the task key hashes the task's
+identity. Rows are written in atomic units, so after a crash the same command generates exactly the
+(task, sample) pairs that are missing. With verification on, rows go to the streaming
+`VerificationEngine` as they are generated and are written once verified; generation never waits
+for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from genesys.engine import TypeStats, VerifyConfig
+from genesys.errors import InputError
+from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, create_backend, resolve_backend_name
+from genesys.generate.progress import GenerationProgress
+from genesys.generate.prompts import DEFAULT_TARGET_LENGTH_PROMPT, build_messages, pick_target_length, target_instruction
+from genesys.io import RolloutWriter
+from genesys.schema import SchemaError, Task, VERDICT_COLUMNS, parse_json_field
+
+FLUSH_ROWS = 256
+FLUSH_SECONDS = 2.0
+
+
+@dataclass
+class GenerateConfig:
+    """Everything a generation run needs; the `genesys generate` flags map onto it."""
+
+    tasks: Sequence[str]
+    model: str
+    output: str | Path
+    backend: str = "auto"
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    style: PromptStyle = field(default_factory=PromptStyle)
+    system_prompt: str | None = None
+    target_lengths: Sequence[int] | None = None
+    target_length_prompt: str = DEFAULT_TARGET_LENGTH_PROMPT
+    mix: Sequence[float] | None = None
+    max_tasks: int | None = None
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    verify: VerifyConfig | None = None  # None: no verification
+    progress: bool = True
+
+
+@dataclass
+class PlannedTask:
+    """A selected task and the sample indices the output still lacks."""
+
+    key: str
+    row: dict[str, Any]
+    missing: list[int]
+    target_length: int | None = None
+
+
+@dataclass
+class GenerateSummary:
+    """What a generation run did."""
+
+    output: Path
+    tasks: int = 0
+    generated: int = 0
+    resumed: int = 0
+    duplicates: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    verify_stats: dict[str, TypeStats] = field(default_factory=dict)
+
+
+def task_key(row: dict[str, Any]) -> str:
+    """A stable id of a task from what defines it: source, problem id, type, prompt, verification info."""
+    hasher = hashlib.blake2b(digest_size=10)
+    for name in ("source", "problem_id", "task_type", "prompt"):
+        value = row.get(name)
+        hasher.update(b"\x00" if value is None else str(value).encode("utf-8", "surrogatepass"))
+        hasher.update(b"\x1f")
+    hasher.update(orjson.dumps(row.get("verification_info") or {}, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
+    return hasher.hexdigest()
+
+
+def response_id(key: str, sample: int) -> str:
+    return f"{key}-{sample}"
+
+
+def request_seed(seed: int, key: str) -> int:
+    """A per-task sampling seed, so a task samples the same way whatever else is in the run."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=4).digest(), "big")
+
+
+def select_tasks(config: GenerateConfig) -> list[tuple[str, int, dict[str, Any]]]:
+    """The run's tasks in order: every `--tasks` source loaded and mixed."""
+    from genesys.tasks.mix import mix_tasks
+    from genesys.tasks.sources import load_source
+
+    sources = [load_source(spec) for spec in config.tasks]
+    return mix_tasks(sources, ratios=config.mix, max_tasks=config.max_tasks, seed=config.sampling.seed)
+
+
+def plan_tasks(
+    selected: Sequence[tuple[str, int, dict[str, Any]]], config: GenerateConfig, done: set[str]
+) -> tuple[list[PlannedTask], int, int]:
+    """The planned tasks (validated, deduplicated), the samples already done, and the duplicates dropped."""
+    plans, seen, resumed, duplicates = [], set(), 0, 0
+    for spec, index, row in selected:
+        try:
+            Task.from_row(row)
+            row["verification_info"] = parse_json_field(row.get("verification_info"), "verification_info")
+            row["metadata"] = parse_json_field(row.get("metadata"), "metadata")
+        except SchemaError as exc:
+            raise InputError(f"task {index} of {spec!r}: {exc}") from None
+        key = task_key(row)
+        if key in seen:
+            duplicates += 1
+            continue
+        seen.add(key)
+        missing = [i for i in range(config.sampling.n) if response_id(key, i) not in done]
+        resumed += config.sampling.n - len(missing)
+        target = pick_target_length(config.target_lengths, key, config.sampling.seed) if config.target_lengths else None
+        plans.append(PlannedTask(key, row, missing, target))
+    return plans, resumed, duplicates
+
+
+def check_verifiable(plans: Sequence[PlannedTask], verify: VerifyConfig) -> None:
+    """Refuse, before generating, task types no installed verifier serves (unless skip_unknown)."""
+    from genesys.plugins import verifier_entries
+
+    if verify.skip_unknown:
+        return
+    known = set(verifier_entries())
+    unknown = sorted({p.row["task_type"] for p in plans} - known)
+    if unknown:
+        raise InputError(
+            f"--verify: no verifier for task_type {', '.join(map(repr, unknown))} (installed: {', '.join(sorted(known)) or 'none'}); "
+            "install the plugin that serves it, or pass --skip-unknown to record these rows as errors"
+        )
+
+
+def machine_info(backend: Backend) -> dict[str, Any]:
+    """Where the rollouts were made: host, platform, versions and devices."""
+    from genesys import __version__
+
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "genesys": __version__,
+        **backend.info(),
+    }
+
+
+class RowBuilder:
+    """Turns a generation result into rollout rows: every task column plus the response columns."""
+
+    def __init__(self, config: GenerateConfig, backend_name: str, machine: dict[str, Any]) -> None:
+        self.model_name = config.model
+        self.machine = machine
+        self.generation_config = {
+            "backend": backend_name,
+            **config.sampling.as_dict(),
+            "system_prompt": config.system_prompt,
+            "chat_template": config.style.chat_template,
+            "continuation_prefix": config.style.continuation_prefix,
+        }
+        if config.target_lengths:
+            self.generation_config["target_length_prompt"] = config.target_length_prompt
+
+    def rows(self, plan: PlannedTask, result: GenerationResult) -> list[dict[str, Any]]:
+        base = {k: v for k, v in plan.row.items() if k not in VERDICT_COLUMNS}
+        rows = []
+        for sample, completion in zip(result.request.sample_indices, result.completions):
+            row = dict(base)
+            row.update(
+                llm_response=completion.text,
+                response_id=response_id(plan.key, sample),
+                model_name=self.model_name,
+                generation_config=self.generation_config,
+                machine_info=self.machine,
+                prompt_ids=result.prompt_ids,
+                completion_ids=completion.completion_ids,
+                completion_logprobs=completion.logprobs,
+                finish_reason=completion.finish_reason,
+            )
+            if plan.target_length is not None:
+                row["target_length"] = plan.target_length
+            rows.append(row)
+        return rows
+
+
+def _requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[GenerationRequest]:
+    for plan in plans:
+        instruction = target_instruction(config.target_length_prompt, plan.target_length) if plan.target_length is not None else None
+        messages = build_messages(plan.row["prompt"], config.system_prompt, instruction)
+        yield GenerationRequest(plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key))
+
+
+class _BufferedWriter:
+    """Collects rows and writes them in units of FLUSH_ROWS rows or FLUSH_SECONDS seconds."""
+
+    def __init__(self, writer: RolloutWriter) -> None:
+        self.writer = writer
+        self.buffer: list[dict[str, Any]] = []
+        self.last_flush = time.monotonic()
+
+    def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.buffer.extend(rows)
+        if len(self.buffer) >= FLUSH_ROWS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        self.writer.write(self.buffer)
+        self.buffer = []
+        self.last_flush = time.monotonic()
+
+
+def run_generation(config: GenerateConfig, backend: Backend | None = None) -> GenerateSummary:
+    """Generate the missing rollouts of `config` into its output; `backend` overrides building one."""
+    if config.target_lengths is not None and (not config.target_lengths or min(config.target_lengths) < 1):
+        raise InputError(f"--target-lengths must be positive integers, got {list(config.target_lengths)}")
+    selected = select_tasks(config)
+    writer = RolloutWriter(config.output)
+    plans, resumed, duplicates = plan_tasks(selected, config, writer.existing_keys())
+    if config.verify is not None:
+        check_verifiable(plans, config.verify)
+    summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
+    todo = [p for p in plans if p.missing]
+    if todo:
+        backend_name = backend.name if backend is not None else resolve_backend_name(config.backend)
+        backend = backend or create_backend(backend_name, config.model, config.sampling, config.style, config.backend_options)
+        try:
+            builder = RowBuilder(config, backend_name, machine_info(backend))
+            with GenerationProgress(len(plans), enabled=config.progress) as progress:
+                progress.advance_done(len(plans) - len(todo))
+                _generate(todo, config, backend, builder, _BufferedWriter(writer), progress, summary)
+                summary.seconds = progress.seconds
+        finally:
+            backend.close()
+    writer.close()
+    if config.progress:
+        from genesys.generate.progress import print_generate_summary
+
+        print_generate_summary(summary)
+    return summary
+
+
+def _generate(
+    todo: Sequence[PlannedTask],
+    config: GenerateConfig,
+    backend: Backend,
+    builder: RowBuilder,
+    out: _BufferedWriter,
+    progress: GenerationProgress,
+    summary: GenerateSummary,
+) -> None:
+    plans = {p.key: p for p in todo}
+    with ExitStack() as stack:
+        engine = None
+        if config.verify is not None:
+            from genesys.engine import VerificationEngine
+
+            engine = stack.enter_context(VerificationEngine(config.verify))
+        for result in backend.generate(_requests(todo, config)):
+            rows = builder.rows(plans[result.request.key], result)
+            tokens = sum(len(c.completion_ids or ()) for c in result.completions)
+            summary.generated += len(rows)
+            summary.tokens += tokens
+            progress.task_done(len(rows), tokens)
+            if engine is None:
+                out.add(rows)
+                continue
+            for row in rows:
+                engine.submit(row["response_id"], row)
+            out.add([row for _, row in engine.poll()])
+        if engine is not None:
+            out.add([row for _, row in engine.drain()])
+            summary.verify_stats = engine.stats
+        out.flush()
