@@ -182,20 +182,22 @@ def verify_files(
             buffer.clear()
             last_flush = time.monotonic()
 
-    with RowProgress(total=scan.valid_rows, enabled=config.progress) as progress:
-        with VerificationEngine(config, verifiers) as engine:
-            for row in _keyed_rows(paths):
-                if row["response_id"] in done:
-                    summary.resumed += 1
-                    progress.advance(1)
-                    continue
-                engine.submit(row["response_id"], row)
-                if engine.outstanding >= 256:
-                    collect(engine.poll(), progress)
-            while engine.outstanding:
-                collect(engine.poll(timeout=0.05), progress)
-            summary.stats = engine.stats
-        writer.write(buffer)
+    try:
+        with RowProgress(total=scan.valid_rows, enabled=config.progress) as progress:
+            with VerificationEngine(config, verifiers) as engine:
+                for row in _keyed_rows(paths):
+                    if row["response_id"] in done:
+                        summary.resumed += 1
+                        progress.advance(1)
+                        continue
+                    engine.submit(row["response_id"], row)
+                    if engine.outstanding >= 256:
+                        collect(engine.poll(), progress)
+                while engine.outstanding:
+                    collect(engine.poll(timeout=0.05), progress)
+                summary.stats = engine.stats
+    finally:
+        writer.write(buffer)  # rows verified before an interruption are kept
     writer.close()
     summary.seconds = time.monotonic() - started
     if config.progress:
