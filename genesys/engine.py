@@ -10,6 +10,7 @@ the rest of its batches to other workers and starts a replacement. A worker that
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import multiprocessing as mp
 import os
@@ -345,6 +346,4 @@ class VerificationEngine:
 
 
 def _is_async(cls: type[Verifier]) -> bool:
-    import inspect
-
     return inspect.iscoroutinefunction(cls.verify)

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
+import orjson
+
 from genesys.schema import ERROR_EXCEPTION, ERROR_SCHEMA, ERROR_TIMEOUT, Rollout, SchemaError, Verdict
 from genesys.verifier import Verifier
 
@@ -36,10 +38,19 @@ def _mark(state: Any, seq: float) -> None:
     state[STATE_START] = time.monotonic()
 
 
+def _json_safe(details: dict[str, Any]) -> dict[str, Any]:
+    """`details` as plain JSON values; anything else (sympy objects, sets, ...) becomes its str()."""
+    try:
+        orjson.dumps(details, option=orjson.OPT_NON_STR_KEYS)
+        return details
+    except TypeError:
+        return orjson.loads(orjson.dumps(details, default=str, option=orjson.OPT_NON_STR_KEYS))
+
+
 def _verdict_to_result(seq: int, verdict: Any) -> Result:
     if not isinstance(verdict, Verdict):
         return (seq, None, {}, f"{ERROR_EXCEPTION}: verify() returned {type(verdict).__name__}, not a Verdict")
-    return (seq, verdict.score, verdict.details, verdict.error)
+    return (seq, verdict.score, _json_safe(verdict.details), verdict.error)
 
 
 def _exception_result(seq: int, exc: BaseException) -> Result:

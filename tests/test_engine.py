@@ -7,9 +7,9 @@ import time
 import genesys
 from conftest import rollout
 from genesys.engine import VerifyConfig
-from genesys_testplugins import AsyncEcho, Boom, Crash, Echo, Hang, SerialSlow, Slow
+from genesys_testplugins import AsyncEcho, Boom, Crash, Echo, Hang, Odd, SerialSlow, Slow
 
-VERIFIERS = {cls.task_type: cls for cls in (Echo, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
+VERIFIERS = {cls.task_type: cls for cls in (Echo, Odd, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
 
 
 def run(rows, **config):
@@ -96,3 +96,9 @@ def test_without_max_parallel_workers_do_overlap():
     out = run(rows, workers=2)
     intervals = sorted((r["verification_result_info"]["start"], r["verification_result_info"]["end"]) for r in out)
     assert any(later[0] < earlier[1] for earlier, later in zip(intervals, intervals[1:]))
+
+
+def test_details_that_are_not_json_become_strings():
+    (out,) = run([rollout("odd_details", "x")], workers=1)
+    assert out["score"] == 0.5
+    assert out["verification_result_info"] == {"values": "{3}", "obj": "1/3", "7": "int key"}

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import time
+from fractions import Fraction
 
 import genesys
 
@@ -19,6 +20,15 @@ class Echo(genesys.Verifier):
     def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
         expected = rollout.verification_info.get("expected")
         return genesys.Verdict(score=float(rollout.completion == expected), details={"pid": os.getpid()})
+
+
+class Odd(genesys.Verifier):
+    """Returns details that are not plain JSON (a set, a custom object)."""
+
+    task_type = "odd_details"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        return genesys.Verdict(score=0.5, details={"values": {3}, "obj": Fraction(1, 3), 7: "int key"})
 
 
 class Slow(genesys.Verifier):
@@ -84,4 +94,4 @@ class AsyncEcho(genesys.Verifier):
 
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
-    return [Echo, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
+    return [Echo, Odd, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
