@@ -1,0 +1,1 @@
+"""Built-in verifier plugins, registered through the `genesys` entry-point group."""

@@ -1,0 +1,332 @@
+"""Deciding whether a predicted answer is equivalent to the gold answer.
+
+Exact values compare exactly: decimals are read as the rationals they spell, rationals are equal
+only when identical, and other closed forms must simplify to the same value (never "equal after
+rounding"). A written decimal approximates an irrational or repeating gold only when it carries at
+least `MIN_APPROX_DIGITS` significant digits and is within one unit of its last digit.
+Tuples and intervals keep order and open/closed ends; sets ignore order; equations compare as
+equations (an assignment `x = 5` also matches `5`), never by collapsing both sides to `0 = 0`.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sympy
+from latex2sympy2_extended.logic import And
+from sympy import Basic, Eq, Float, FiniteSet, Interval, Rational, Tuple, Union
+from sympy.core.relational import Relational
+from sympy.matrices import MatrixBase
+
+from genesys.verifiers.math_parse import KIND_EXPR, ParsedAnswer
+
+MIN_APPROX_DIGITS = 6
+_INVERSE = {
+    sympy.StrictLessThan: sympy.StrictGreaterThan,
+    sympy.StrictGreaterThan: sympy.StrictLessThan,
+    sympy.LessThan: sympy.GreaterThan,
+    sympy.GreaterThan: sympy.LessThan,
+}
+_COLLECTIONS = (FiniteSet, Tuple, Interval, Union, MatrixBase)
+
+
+def answers_match(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
+    """Whether `pred` is an acceptable answer for `gold`."""
+    if gold.kind != KIND_EXPR or pred.kind != KIND_EXPR:
+        return gold.kind == pred.kind and gold.text.lower() == pred.text.lower()
+    if gold.too_costly or pred.too_costly:
+        return gold.value == pred.value and gold.percent == pred.percent  # as written, never evaluated
+    if gold.percent or pred.percent:
+        return any(
+            equivalent(g, p) for g in _percent_readings(gold) for p in _percent_readings(pred)
+        )
+    if gold.decimal or pred.decimal:
+        if _approximates(gold, pred) or _approximates(pred, gold):
+            return True
+    return equivalent(gold.value, pred.value)
+
+
+def is_multi_valued(value: object) -> bool:
+    """Whether a parsed gold holds several values (a set, tuple, interval, matrix or list)."""
+    if isinstance(value, _COLLECTIONS):
+        return True
+    return isinstance(value, And) and not _is_assignment(value)
+
+
+def candidate_count(value: object) -> int:
+    """How many separate candidate answers a parsed prediction lists (1 for a single value)."""
+    if isinstance(value, (FiniteSet, Tuple)):
+        return len(value.args)
+    return 1
+
+
+def _percent_readings(answer: ParsedAnswer) -> list[Basic]:
+    if not answer.percent:
+        return [answer.value]
+    return [answer.value, sympy.Mul(answer.value, Rational(1, 100))]
+
+
+def _approximates(decimal_side: ParsedAnswer, exact_side: ParsedAnswer) -> bool:
+    """A decimal with enough significant digits, within one unit of its last digit of an exact number."""
+    if decimal_side.decimal is None or exact_side.decimal is not None:
+        return False
+    digits, places = decimal_side.decimal
+    value = exact_side.value
+    if digits < MIN_APPROX_DIGITS or not isinstance(value, Basic) or value.free_symbols or not value.is_number:
+        return False
+    try:
+        exact = sympy.N(value.doit(), places + 20)
+        written = Rational(Fraction(decimal_side.text.replace("{,}", "")))
+        return bool(exact.is_real) and abs(exact - written) < Rational(1, 10**places)
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+
+
+def equivalent(gold: object, pred: object) -> bool:
+    """Whether two parsed values are mathematically the same answer."""
+    gold, pred = _unwrap_single(gold), _unwrap_single(pred)
+    if _is_equation_like(gold) or _is_equation_like(pred):
+        return _equations_match(gold, pred)
+    if isinstance(gold, Relational) or isinstance(pred, Relational) or isinstance(gold, And) or isinstance(pred, And):
+        return _relations_match(gold, pred)
+    if isinstance(gold, MatrixBase) or isinstance(pred, MatrixBase):
+        return _matrices_match(gold, pred)
+    if isinstance(gold, _COLLECTIONS) or isinstance(pred, _COLLECTIONS):
+        return _collections_match(gold, pred)
+    if isinstance(gold, Basic) and isinstance(pred, Basic):
+        return _expressions_match(gold, pred)
+    return False
+
+
+def _unwrap_single(value: object) -> object:
+    """A one-element set or tuple stands for its element."""
+    if isinstance(value, (FiniteSet, Tuple)) and len(value.args) == 1:
+        return value.args[0]
+    return value
+
+
+# --- equations -----------------------------------------------------------------------------------
+
+
+def _relations_of(value: object) -> list[Relational]:
+    if isinstance(value, And):
+        return [arg for arg in value._unsorted_args if isinstance(arg, Relational)]
+    return [value] if isinstance(value, Relational) else []
+
+
+def _is_equation_like(value: object) -> bool:
+    relations = _relations_of(value)
+    return bool(relations) and all(isinstance(r, Eq) for r in relations)
+
+
+def _is_assignment(value: object) -> bool:
+    """`x = 5`, `a = b = 5`: an equation chain whose left side is a lone symbol."""
+    relations = _relations_of(value)
+    return bool(relations) and all(isinstance(r, Eq) for r in relations) and isinstance(relations[0].lhs, sympy.Symbol)
+
+
+def _equation_value(value: object) -> Basic | None:
+    """The value an equation states as an answer: the right side of an assignment or of a numeric
+    chain whose sides all agree (`7 - 2 = 5`); None for anything else."""
+    relations = _relations_of(value)
+    if _is_assignment(value):
+        return relations[-1].rhs
+    sides = [relations[0].lhs] + [r.rhs for r in relations]
+    if all(not side.free_symbols for side in sides) and all(
+        _expressions_match(sides[0], side) for side in sides[1:]
+    ):
+        return sides[-1]
+    return None
+
+
+def _equations_match(gold: object, pred: object) -> bool:
+    gold_is_eq, pred_is_eq = _is_equation_like(gold), _is_equation_like(pred)
+    if gold_is_eq and pred_is_eq:
+        if _is_assignment(gold) and _is_assignment(pred):
+            g, p = _relations_of(gold), _relations_of(pred)
+            return g[0].lhs == p[0].lhs and equivalent(g[-1].rhs, p[-1].rhs)
+        if _same_equation(gold, pred):
+            return True
+    # An equation that states a value (`x = 5`, `7 - 2 = 5`) matches that value, in either direction.
+    gold_value = _equation_value(gold) if gold_is_eq else gold
+    pred_value = _equation_value(pred) if pred_is_eq else pred
+    return gold_value is not None and pred_value is not None and equivalent(gold_value, pred_value)
+
+
+def _same_equation(gold: object, pred: object) -> bool:
+    """Two single equations with the same solutions: lhs - rhs agree up to a nonzero constant factor.
+    A trivial side (`0 = 0`, `5 = 5`) matches nothing but another trivial one."""
+    g_rel, p_rel = _relations_of(gold), _relations_of(pred)
+    if len(g_rel) != 1 or len(p_rel) != 1:
+        return False
+    g = g_rel[0].lhs - g_rel[0].rhs
+    p = p_rel[0].lhs - p_rel[0].rhs
+    if not g.free_symbols or not p.free_symbols:
+        return False
+    if _is_zero(g - p):
+        return True
+    try:
+        ratio = sympy.simplify(g / p)
+    except Exception:  # sympy may fail on exotic forms; then the equations are not shown equal
+        return False
+    return not ratio.free_symbols and ratio.is_number and not _is_zero(ratio)
+
+
+# --- inequalities and sets -----------------------------------------------------------------------
+
+
+def _as_set(value: object) -> object:
+    """An inequality in one variable as the set it describes; other values unchanged."""
+    relations = _relations_of(value)
+    if relations:
+        symbols = set().union(*(r.free_symbols for r in relations))
+        if len(symbols) == 1:
+            try:
+                return value.as_set() if not isinstance(value, And) else sympy.And(*relations).as_set()
+            except Exception:  # not solvable as a set; compare as relations
+                return value
+    return value
+
+
+def _relations_match(gold: object, pred: object) -> bool:
+    gold_set, pred_set = _as_set(gold), _as_set(pred)
+    if isinstance(gold_set, sympy.Set) and isinstance(pred_set, sympy.Set):
+        return _collections_match(gold_set, pred_set)
+    g_rel, p_rel = _relations_of(gold), _relations_of(pred)
+    if len(g_rel) != 1 or len(p_rel) != 1:
+        return False
+    g, p = g_rel[0], p_rel[0]
+    if type(g) is type(p):
+        return _is_zero((g.lhs - g.rhs) - (p.lhs - p.rhs))
+    if _INVERSE.get(type(g)) is type(p):
+        return _is_zero((g.lhs - g.rhs) + (p.lhs - p.rhs))
+    return False
+
+
+def _matrices_match(gold: object, pred: object) -> bool:
+    g_items = _vector_items(gold)
+    p_items = _vector_items(pred)
+    if isinstance(gold, MatrixBase) and isinstance(pred, MatrixBase):
+        if gold.shape != pred.shape:
+            return False
+        g_items, p_items = list(gold), list(pred)
+    if g_items is None or p_items is None or len(g_items) != len(p_items):
+        return False
+    return all(equivalent(g, p) for g, p in zip(g_items, p_items))
+
+
+def _vector_items(value: object) -> list | None:
+    """The entries of a row/column vector or a tuple, in order; None for other values."""
+    if isinstance(value, MatrixBase):
+        return list(value) if 1 in value.shape else None
+    if isinstance(value, Tuple):
+        return list(value.args)
+    return None
+
+
+def _ordered_items(value: object) -> list | None:
+    """Entries of an ordered pair or tuple; an open interval `(a, b)` may be a point."""
+    if isinstance(value, Tuple):
+        return list(value.args)
+    if isinstance(value, Interval) and value.left_open and value.right_open:
+        return [value.start, value.end]
+    if isinstance(value, FiniteSet):
+        return list(getattr(value, "_unsorted_args", value.args))
+    return None
+
+
+def _collections_match(gold: object, pred: object) -> bool:
+    if isinstance(gold, Interval) and isinstance(pred, Interval):
+        return (
+            gold.left_open == pred.left_open
+            and gold.right_open == pred.right_open
+            and equivalent(gold.start, pred.start)
+            and equivalent(gold.end, pred.end)
+        )
+    if isinstance(gold, FiniteSet) and isinstance(pred, FiniteSet):
+        return _same_elements(list(gold.args), list(pred.args))
+    if isinstance(gold, FiniteSet) and isinstance(pred, (Tuple, Interval)):
+        items = _ordered_items(pred)
+        return items is not None and _same_elements(list(gold.args), items)
+    if isinstance(gold, (Tuple, Interval)) and isinstance(pred, (Tuple, Interval, FiniteSet)):
+        g_items, p_items = _ordered_items(gold), _ordered_items(pred)
+        if g_items is None or p_items is None or len(g_items) != len(p_items):
+            return False
+        return all(equivalent(g, p) for g, p in zip(g_items, p_items))
+    if isinstance(gold, sympy.Set) and isinstance(pred, sympy.Set):
+        return _sets_equal(gold, pred)
+    return False
+
+
+def _same_elements(gold: list, pred: list) -> bool:
+    """Whether two lists hold equivalent elements, in any order (a perfect matching)."""
+    if len(gold) != len(pred):
+        return False
+    unused = list(pred)
+    for item in gold:
+        match = next((i for i, candidate in enumerate(unused) if equivalent(item, candidate)), None)
+        if match is None:
+            return False
+        unused.pop(match)
+    return True
+
+
+def _sets_equal(gold: sympy.Set, pred: sympy.Set) -> bool:
+    if gold == pred:
+        return True
+    try:
+        return bool(gold.symmetric_difference(pred).is_empty)
+    except Exception:  # sympy cannot always decide set identities; undecided is not equal
+        return False
+
+
+# --- numbers and expressions ---------------------------------------------------------------------
+
+
+def exact_form(value: Basic) -> Basic:
+    """`value` with every decimal replaced by the rational it spells and unevaluated wrappers opened."""
+    replacements = {f: Rational(str(f)) for f in value.atoms(Float)}
+    replacements.update({u: u.args[0] for u in value.atoms(sympy.UnevaluatedExpr)})
+    return value.xreplace(replacements) if replacements else value
+
+
+def _expressions_match(gold: Basic, pred: Basic) -> bool:
+    if gold == pred:
+        return True
+    gold, pred = exact_form(gold), exact_form(pred)
+    if gold == pred:
+        return True
+    gold, pred = _align_imaginary_unit(gold, pred)
+    if gold.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or pred.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+        return gold == pred
+    if gold.free_symbols != pred.free_symbols:
+        return False
+    if gold.is_Rational and pred.is_Rational:
+        return False  # already compared exactly above
+    return _is_zero(gold - pred)
+
+
+def _align_imaginary_unit(gold: Basic, pred: Basic) -> tuple[Basic, Basic]:
+    """Read a symbol `i` as the imaginary unit when the other side uses the imaginary unit."""
+    i = sympy.Symbol("i")
+    if gold.has(sympy.I) and i in pred.free_symbols:
+        pred = pred.subs(i, sympy.I)
+    elif pred.has(sympy.I) and i in gold.free_symbols:
+        gold = gold.subs(i, sympy.I)
+    return gold, pred
+
+
+def _is_zero(difference: Basic) -> bool:
+    """Whether an expression is provably zero: exact arithmetic, then simplification, then sympy's
+    numeric-and-algebraic zero test. Undecided counts as not zero."""
+    try:
+        difference = difference.doit()
+        if difference == 0:
+            return True
+        if difference.is_Rational:
+            return False
+        if sympy.expand(difference) == 0 or sympy.simplify(difference) == 0:
+            return True
+        return difference.equals(0) is True
+    except Exception:  # sympy raises on some exotic forms; undecided is not equal
+        return False

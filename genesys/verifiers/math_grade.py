@@ -1,0 +1,117 @@
+"""Grading one completion against a gold answer: extraction, hedging checks, parsing, comparison.
+
+Every verdict carries `details` with the `reason` (`matched`, `mismatch`, `no_answer`,
+`empty_answer`, `hedging`, `placeholder`, `unparseable`, `too_complex`), the `extracted` answer and
+how it was found, and the parsed forms of answer and gold.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import sympy
+
+from genesys.schema import Verdict
+from genesys.verifiers.math_compare import answers_match, candidate_count, is_multi_valued
+from genesys.verifiers.math_extract import extract_answer
+from genesys.verifiers.math_parse import (
+    KIND_EXPR,
+    AnswerTooComplex,
+    ParsedAnswer,
+    is_placeholder,
+    parse_answer,
+    split_alternatives,
+)
+
+
+class GoldError(ValueError):
+    """A ground truth that cannot be used; the verdict is an error, not a wrong answer."""
+
+
+@lru_cache(maxsize=8192)
+def parse_gold(gold: str) -> ParsedAnswer:
+    """The parsed ground truth, cached per gold string (each task's gold is parsed once per worker)."""
+    if not gold.strip():
+        raise GoldError("ground_truth is empty")
+    try:
+        return parse_answer(gold)
+    except AnswerTooComplex as exc:
+        raise GoldError(f"ground_truth is too complex to check: {exc}") from None
+    except ValueError:
+        raise GoldError(f"ground_truth {gold!r} cannot be parsed as math or text") from None
+
+
+def grade(gold_text: str, completion: str) -> Verdict:
+    """Score `completion` against `gold_text`: 1.0 for an equivalent final answer, else 0.0."""
+    try:
+        gold = parse_gold(gold_text)
+    except GoldError as exc:
+        return Verdict.failed(f"invalid_ground_truth: {exc}", gold=gold_text)
+    extraction = extract_answer(completion)
+    details: dict[str, Any] = {
+        "extracted": extraction.answer,
+        "extracted_by": extraction.method,
+        "gold": gold_text,
+        "gold_parsed": gold.describe(),
+    }
+
+    def verdict(reason: str, score: float = 0.0, **extra: Any) -> Verdict:
+        return Verdict(score=score, details={"reason": reason, **details, **extra})
+
+    if extraction.answer is None:
+        return verdict("no_answer")
+    answer = extraction.answer.strip()
+    if not answer:
+        return verdict("empty_answer")
+    if _boxes_disagree(extraction.boxed):
+        return verdict("hedging", candidates=list(extraction.boxed))
+    gold_multi = gold.kind == KIND_EXPR and is_multi_valued(gold.value)
+    alternatives = split_alternatives(answer) if gold.kind == KIND_EXPR else [answer]
+    if len(alternatives) > 1 and not gold_multi:
+        return verdict("hedging", candidates=alternatives)
+    try:
+        pred = _parse_prediction(answer, alternatives)
+    except AnswerTooComplex as exc:
+        return verdict("too_complex", why=str(exc))
+    except ValueError:
+        return verdict("placeholder" if is_placeholder(answer) else "unparseable")
+    details["answer_parsed"] = pred.describe()
+    if pred.kind == KIND_EXPR and not gold_multi and candidate_count(pred.value) > 1:
+        return verdict("hedging", candidates=[str(v) for v in pred.value.args])
+    if answers_match(gold, pred):
+        return verdict("matched", score=1.0)
+    if pred.too_costly:
+        return verdict("too_complex", why=pred.too_costly)
+    if is_placeholder(answer) or _is_stray_symbol(gold, pred):
+        return verdict("placeholder")
+    return verdict("mismatch")
+
+
+def _parse_prediction(answer: str, alternatives: list[str]) -> ParsedAnswer:
+    """The prediction; "x = 1 or x = 2" becomes the set of its parts."""
+    if len(alternatives) == 1:
+        return parse_answer(answer)
+    values = [parse_answer(part).value for part in alternatives]
+    return ParsedAnswer(answer, KIND_EXPR, value=sympy.FiniteSet(*values), text=answer)
+
+
+def _boxes_disagree(boxed: tuple[str, ...]) -> bool:
+    """Several boxed answers that are not all the same answer (hedging across boxes)."""
+    distinct = list(dict.fromkeys(" ".join(b.split()) for b in boxed))
+    if len(distinct) < 2:
+        return False
+    try:
+        final = parse_answer(distinct[-1])
+        return not all(answers_match(parse_answer(other), final) for other in distinct[:-1])
+    except ValueError:  # an unparseable or too complex extra box: the boxes cannot be shown to agree
+        return True
+
+
+def _is_stray_symbol(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
+    """A lone letter such as `x` or `n` given for a gold that does not involve that letter."""
+    if pred.kind != KIND_EXPR or not isinstance(pred.value, sympy.Symbol):
+        return False
+    gold_symbols = getattr(gold.value, "free_symbols", set()) if gold.kind == KIND_EXPR else set()
+    return pred.value not in gold_symbols
+

@@ -1,0 +1,247 @@
+"""Turning an answer string (LaTeX or plain text) into a value that can be compared.
+
+Numbers, expressions, equations, sets, intervals and matrices are parsed with math-verify's LaTeX
+parser (latex2sympy), with its own timeouts switched off: the engine's killable worker is the
+deadline. Before sympy sees an answer, cheap guards refuse inputs whose parsing or evaluation would
+blow up (deep nesting, huge power towers, giant factorials). Words and multiple-choice letters are
+kept as text.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import mpmath
+import sympy
+from math_verify import LatexExtractionConfig
+from math_verify import parse as mv_parse
+
+from genesys.verifiers.math_extract import find_boxed
+
+MAX_ANSWER_CHARS = 1000
+MAX_NESTING = 10  # the LaTeX grammar gets exponentially slow on deeply nested groups
+MAX_RESULT_DIGITS = 100_000
+MAX_FACTORIAL_ARG = 20_000
+MAX_TREE_NODES = 5_000
+
+KIND_EXPR = "expr"
+KIND_TEXT = "text"
+KIND_CHOICE = "choice"
+
+_LATEX_CONFIG = LatexExtractionConfig()
+_DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_SPACING = re.compile(r"\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b")
+_PERCENT = re.compile(r"^(.*?)\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\?\s*percent)$", re.IGNORECASE | re.DOTALL)
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
+_SCIENTIFIC = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)\b")
+_THOUSANDS_BRACED = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
+_CHOICE = re.compile(r"^\(?([A-E])\)?$")
+_TEXT_WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|textit|mbox)\s*\{([^{}]*)\}$")
+_WORDS = re.compile(r"^[A-Za-z][A-Za-z '\-]*[A-Za-z]$")
+_LONE_DECIMAL = re.compile(r"^-?(\d*)\.(\d+)$")
+_ALTERNATIVE_WORD = re.compile(r"\\(?:text|mathrm|textbf)\s*\{\s*(or|and)\s*\}")
+_ALTERNATIVE_SPLIT = re.compile(r"\s+(?:or|and)\s+|\\lor\b|\\vee\b", re.IGNORECASE)
+_PLACEHOLDERS = frozenset({"?", "...", "\\ldots", "\\cdots", "\\dots", "_", "\\_", "answer", "blank", "n/a", "none"})
+
+
+class AnswerTooComplex(ValueError):
+    """An answer too long or too deeply nested to parse in reasonable time."""
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """An answer ready to compare.
+
+    `kind` is `expr` (a sympy `value`), `text` (words, compared case-insensitively) or `choice` (a
+    multiple-choice letter). `too_costly` says why the value may only be compared as written (a power
+    tower is never evaluated). `percent` marks a trailing percent sign (the value is the number before
+    it). `decimal` holds (significant digits, decimal places) when the answer is one written-out
+    decimal number, so approximations can be judged by the precision actually given.
+    """
+
+    source: str
+    kind: str
+    value: object = None
+    text: str = ""
+    percent: bool = False
+    decimal: tuple[int, int] | None = None
+    too_costly: str | None = None
+
+    def describe(self) -> str:
+        """The parsed form, as a short string for verdict details."""
+        if self.kind != KIND_EXPR:
+            return f"{self.kind}:{self.text}"
+        rendered = _safe_str(self.value)
+        return f"{rendered}%" if self.percent else rendered
+
+
+def _safe_str(value: object) -> str:
+    try:
+        text = str(value)
+    except Exception:  # printing a pathological sympy tree may fail; the details are only informative
+        return "<unprintable>"
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def quiet_math_verify() -> None:
+    """Silence math-verify's warning that its own timeouts are off (the engine enforces deadlines)."""
+    for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def strip_delimiters(text: str) -> str:
+    """`text` without surrounding math delimiters or a wrapping `\\boxed{}`."""
+    text = text.strip()
+    changed = True
+    while changed:
+        changed = False
+        for left, right in _DELIMITERS:
+            if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
+                text = text[len(left) : len(text) - len(right)].strip()
+                changed = True
+        boxed = find_boxed(text)
+        if len(boxed) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", text, re.DOTALL):
+            text = boxed[0]
+            changed = True
+    return text
+
+
+def normalize(text: str) -> str:
+    """Light LaTeX clean-up that math-verify's own normalization does not cover."""
+    text = strip_delimiters(text)
+    text = _SPACING.sub(" ", text)
+    text = _THOUSANDS_BRACED.sub("", text)
+    text = _DEGREES.sub("", text)
+    text = _SCIENTIFIC.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", text)
+    text = re.sub(r"\s+", " ", text).strip()
+    return re.sub(r"(?<!\\)[.;]$", "", text).strip()
+
+
+def split_alternatives(text: str) -> list[str]:
+    """The parts of an answer joined by "or"/"and" ("5 or 6" -> ["5", "6"]); one part when none."""
+    text = _ALTERNATIVE_WORD.sub(lambda m: f" {m.group(1)} ", strip_delimiters(text))
+    parts = [part.strip() for part in _ALTERNATIVE_SPLIT.split(text)]
+    return [part for part in parts if part] or [text]
+
+
+def is_placeholder(text: str) -> bool:
+    """Whether an answer is a placeholder rather than a value (`?`, `\\ldots`, `\\text{answer}`)."""
+    inner = _TEXT_WRAPPED.match(text.strip())
+    core = (inner.group(1) if inner else text).strip().lower()
+    return core in _PLACEHOLDERS
+
+
+def _text_form(text: str) -> str | None:
+    """The words of a text answer (`\\text{yes}`, `Monday`), or None when it looks like math."""
+    inner = _TEXT_WRAPPED.match(text)
+    candidate = inner.group(1).strip() if inner else text
+    if _WORDS.match(candidate) and sum(c.isalpha() for c in candidate) >= (2 if inner else 3):
+        return " ".join(candidate.lower().split())
+    return None
+
+
+def _choice_form(text: str) -> str | None:
+    inner = _TEXT_WRAPPED.match(text)
+    match = _CHOICE.match((inner.group(1) if inner else text).strip())
+    return match.group(1) if match else None
+
+
+def check_nesting(text: str) -> None:
+    """Raise AnswerTooComplex for answers too long or too deeply nested to parse quickly."""
+    if len(text) > MAX_ANSWER_CHARS:
+        raise AnswerTooComplex(f"answer has {len(text)} characters (limit {MAX_ANSWER_CHARS})")
+    depth = deepest = 0
+    for char in text:
+        if char in "({[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")}]":
+            depth = max(0, depth - 1)
+    if deepest > MAX_NESTING:
+        raise AnswerTooComplex(f"answer nests {deepest} levels deep (limit {MAX_NESTING})")
+
+
+def evaluation_cost_problem(value: object) -> str | None:
+    """Why evaluating `value` exactly would be too costly (a power tower, a giant factorial, an
+    enormous tree), or None when it is cheap enough."""
+    if not isinstance(value, sympy.Basic):
+        return None
+    nodes = 0
+    for node in sympy.preorder_traversal(value):
+        nodes += 1
+        if nodes > MAX_TREE_NODES:
+            return f"expression has more than {MAX_TREE_NODES} nodes"
+        if isinstance(node, sympy.Pow) and node.base.is_number and node.exp.is_number:
+            log_digits = _log10_power_digits(node)
+            if log_digits > math.log10(MAX_RESULT_DIGITS):
+                return f"power with about 10^{log_digits:.3g} digits (limit {MAX_RESULT_DIGITS})"
+        elif isinstance(node, (sympy.factorial, sympy.factorial2, sympy.subfactorial)) and node.args[0].is_number:
+            if _log10_abs(node.args[0]) > math.log10(MAX_FACTORIAL_ARG):
+                return f"factorial of a number above {MAX_FACTORIAL_ARG}"
+    return None
+
+
+def _log10_abs(value: sympy.Basic) -> float:
+    """log10 of |value| without overflowing floats (-inf for zero, inf when it cannot be evaluated)."""
+    try:
+        magnitude = abs(sympy.N(value, 15)._to_mpmath(60))
+        return -math.inf if magnitude == 0 else float(mpmath.log10(magnitude))
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return math.inf
+
+
+def _log10_power_digits(power: sympy.Pow) -> float:
+    """log10 of the number of digits of an integer-like power base**exp."""
+    log_base = _log10_abs(power.base)
+    if log_base == -math.inf or abs(log_base) < 1e-12:
+        return -math.inf
+    return _log10_abs(power.exp) + math.log10(abs(log_base))
+
+
+@lru_cache(maxsize=4096)
+def parse_answer(text: str) -> ParsedAnswer:
+    """Parse one answer. Raises AnswerTooComplex for pathological inputs and ValueError when the
+    answer is neither math nor text."""
+    source = text
+    text = normalize(text)
+    if not text:
+        raise ValueError("empty answer")
+    choice = _choice_form(text)
+    if choice is not None:
+        return ParsedAnswer(source, KIND_CHOICE, text=choice)
+    words = _text_form(text)
+    if words is not None:
+        return ParsedAnswer(source, KIND_TEXT, text=words)
+    percent = _PERCENT.match(text)
+    if percent and percent.group(1).strip():
+        text = percent.group(1).strip()
+    decimal = _LONE_DECIMAL.match(text.replace("{,}", ""))
+    check_nesting(text)
+    parsed = mv_parse(
+        "\\boxed{" + text + "}",
+        extraction_config=[_LATEX_CONFIG],
+        fallback_mode="no_fallback",
+        parsing_timeout=None,
+    )
+    if not parsed:
+        raise ValueError(f"cannot parse {text!r}")
+    value = parsed[0]
+    return ParsedAnswer(
+        source,
+        KIND_EXPR,
+        value=value,
+        text=text,
+        percent=bool(percent and percent.group(1).strip()),
+        decimal=_decimal_precision(decimal) if decimal else None,
+        too_costly=evaluation_cost_problem(value),
+    )
+
+
+def _decimal_precision(match: re.Match[str]) -> tuple[int, int]:
+    integer, fraction = match.group(1), match.group(2)
+    digits = (integer + fraction).lstrip("0")
+    return len(digits), len(fraction)
