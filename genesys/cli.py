@@ -86,6 +86,8 @@ def _add_reward_flags(p: argparse.ArgumentParser) -> None:
 def _reward_config(args: argparse.Namespace) -> Any:
     from genesys.rewards import RewardConfig
 
+    if args.length_penalty == "overlong" and (args.max_length is None or args.overlong_buffer is None):
+        raise UsageError("--length-penalty overlong needs --max-length and --overlong-buffer")
     try:
         return RewardConfig(
             length_penalty=args.length_penalty,

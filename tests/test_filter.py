@@ -1,0 +1,184 @@
+"""Offline pass-rate filtering: the kept set on rollouts with known pass rates, formats, errors, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import GENESYS, read_jsonl, write_jsonl
+from genesys.errors import InputError
+from genesys.filtering import PassRateFilter, filter_tasks
+
+# problem_id -> scores of its rollouts (None: verification failed)
+KNOWN = {
+    "t0": [0.0] * 10,  # pass rate 0.0
+    "t1": [1.0] + [0.0] * 9,  # 0.1, on the lower bound
+    "t2": [1.0] * 3 + [0.0] * 7,  # 0.3
+    "t3": [1.0] * 5 + [0.0] * 5 + [None, None],  # 0.5 over 10 scored, 2 errors
+    "t4": [1.0] * 9 + [0.0],  # 0.9, on the upper bound
+    "t5": [1.0] * 10,  # 1.0
+    "t6": [None] * 4,  # never scored
+}
+
+
+def rollouts(scores_by_task: dict[str, list[float | None]] = KNOWN) -> list[dict]:
+    rows = []
+    for index, (problem_id, scores) in enumerate(scores_by_task.items()):
+        for k, score in enumerate(scores):
+            rows.append(
+                {
+                    "problem_id": problem_id,
+                    "source": "math" if index % 2 else "code",
+                    "task_type": "verifiable_math",
+                    "in_source_id": f"src-{problem_id}",
+                    "prompt": f"prompt of {problem_id}",
+                    "gold_standard_solution": None,
+                    "verification_info": {"ground_truth": problem_id, "tests": [{"input": [1, "a"], "output": index}]},
+                    "metadata": {"difficulty": index},
+                    "llm_response": f"answer {k}",
+                    "response_id": f"{problem_id}-{k}",
+                    "completion_ids": [k, k + 1],
+                    "score": score,
+                    "reward": score,
+                    "verification_result_info": {"k": k},
+                    "error": None if score is not None else "timeout: 10s",
+                }
+            )
+    return rows
+
+
+def run_filter(tmp_path: Path, rows: list[dict], output: str = "kept.jsonl", **bounds) -> tuple[list[dict], object]:
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    summary = filter_tasks([str(inputs)], tmp_path / output, PassRateFilter(**bounds))
+    return read_jsonl(tmp_path / output) if output.endswith(".jsonl") else pl.read_parquet(tmp_path / output).to_dicts(), summary
+
+
+def test_keeps_exactly_the_tasks_within_inclusive_bounds(tmp_path: Path):
+    kept, summary = run_filter(tmp_path, rollouts(), min_pass_rate=0.1, max_pass_rate=0.9)
+    assert [(t["problem_id"], t["pass_rate"], t["n_samples"], t["n_errors"]) for t in kept] == [
+        ("t1", pytest.approx(0.1), 10, 0),
+        ("t2", pytest.approx(0.3), 10, 0),
+        ("t3", pytest.approx(0.5), 10, 2),
+        ("t4", pytest.approx(0.9), 10, 0),
+    ]
+    assert (summary.tasks, summary.kept, summary.too_hard, summary.too_easy, summary.unscored) == (7, 4, 1, 1, 1)
+    assert (summary.rollouts, summary.errors) == (66, 6)
+
+
+def test_output_rows_are_tasks_without_completion_columns(tmp_path: Path):
+    kept, _ = run_filter(tmp_path, rollouts(), min_pass_rate=0.3, max_pass_rate=0.3)
+    assert len(kept) == 1
+    assert kept[0] == {
+        "problem_id": "t2",
+        "source": "code",
+        "task_type": "verifiable_math",
+        "in_source_id": "src-t2",
+        "prompt": "prompt of t2",
+        "gold_standard_solution": None,
+        "verification_info": {"ground_truth": "t2", "tests": [{"input": [1, "a"], "output": 2}]},
+        "metadata": {"difficulty": 2},
+        "pass_rate": pytest.approx(0.3),
+        "n_samples": 10,
+        "n_errors": 0,
+    }
+
+
+def test_parquet_output_holds_dict_columns_as_json_strings(tmp_path: Path):
+    kept, _ = run_filter(tmp_path, rollouts(), output="kept.parquet", min_pass_rate=0.9, max_pass_rate=1.0)
+    assert [t["problem_id"] for t in kept] == ["t4", "t5"]
+    assert json.loads(kept[0]["verification_info"]) == {"ground_truth": "t4", "tests": [{"input": [1, "a"], "output": 4}]}
+
+
+def test_parquet_shards_and_jsonl_inputs_combine(tmp_path: Path):
+    rows = rollouts()
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    as_strings = [{**r, "verification_info": json.dumps(r["verification_info"]), "metadata": json.dumps(r["metadata"]), "verification_result_info": json.dumps(r["verification_result_info"])} for r in rows]
+    pl.DataFrame(as_strings[:20]).write_parquet(shards / "part-0.parquet")
+    pl.DataFrame(as_strings[20:40]).write_parquet(shards / "part-1.parquet")
+    tail = write_jsonl(tmp_path / "tail.jsonl", rows[40:])
+    filter_tasks([str(shards), str(tail)], tmp_path / "kept.jsonl", PassRateFilter(0.1, 0.9))
+    kept = read_jsonl(tmp_path / "kept.jsonl")
+    assert [(t["problem_id"], t["n_samples"], t["n_errors"]) for t in kept] == [("t1", 10, 0), ("t2", 10, 0), ("t3", 10, 2), ("t4", 10, 0)]
+    assert kept[2]["verification_info"] == rows[30]["verification_info"]  # t3, read from a parquet shard
+
+
+def test_correct_metric_counts_only_full_scores(tmp_path: Path):
+    partial = {"half": [0.5] * 4, "mixed": [1.0, 0.5, 0.5, 0.0]}
+    by_score, _ = run_filter(tmp_path, rollouts(partial), min_pass_rate=0.0, max_pass_rate=1.0)
+    by_correct, _ = run_filter(tmp_path, rollouts(partial), min_pass_rate=0.0, max_pass_rate=1.0, metric="correct")
+    assert [t["pass_rate"] for t in by_score] == [0.5, 0.5]
+    assert [t["pass_rate"] for t in by_correct] == [0.0, 0.25]
+
+
+def test_prompt_identifies_tasks_without_problem_id(tmp_path: Path):
+    rows = rollouts({"a": [1.0, 0.0], "b": [1.0, 1.0, 1.0, 0.0]})
+    for r in rows:
+        r["problem_id"] = None
+    kept, summary = run_filter(tmp_path, rows, min_pass_rate=0.0, max_pass_rate=1.0)
+    assert [(t["prompt"], t["pass_rate"], t["n_samples"]) for t in kept] == [("prompt of a", 0.5, 2), ("prompt of b", 0.75, 4)]
+    no_column = [{k: v for k, v in r.items() if k != "problem_id"} for r in rows]
+    kept, _ = run_filter(tmp_path, no_column, min_pass_rate=0.6, max_pass_rate=1.0)
+    assert [t["prompt"] for t in kept] == ["prompt of b"]
+
+
+def test_pass_rate_column_filters_a_task_set(tmp_path: Path):
+    tasks = [{"problem_id": f"p{i}", "prompt": "q", "solve_rate": rate} for i, rate in enumerate([0.0, 0.25, 0.5, None, 1.0])]
+    inputs = write_jsonl(tmp_path / "tasks.jsonl", tasks)
+    summary = filter_tasks([str(inputs)], tmp_path / "kept.jsonl", PassRateFilter(0.25, 0.5, pass_rate_column="solve_rate"))
+    assert read_jsonl(tmp_path / "kept.jsonl") == tasks[1:3]
+    assert (summary.tasks, summary.kept, summary.too_hard, summary.too_easy, summary.unscored, summary.rollouts) == (5, 2, 1, 1, 1, None)
+
+
+@pytest.mark.parametrize(
+    ("rows", "config", "message"),
+    [
+        ([{"problem_id": "a", "prompt": "x"}], PassRateFilter(), "no 'score' column"),
+        ([{"score": 1.0}], PassRateFilter(), "neither 'problem_id' nor 'prompt'"),
+        ([{"problem_id": "a", "rate": 0.5}], PassRateFilter(pass_rate_column="solve"), "'solve' is not a column"),
+        ([{"problem_id": "a", "rate": "high"}], PassRateFilter(pass_rate_column="rate"), "must be numeric"),
+    ],
+)
+def test_unusable_input_is_an_input_error(tmp_path: Path, rows, config, message):
+    inputs = write_jsonl(tmp_path / "in.jsonl", rows)
+    with pytest.raises(InputError, match=message):
+        filter_tasks([str(inputs)], tmp_path / "out.jsonl", config)
+
+
+def test_bad_bounds_and_metric_are_refused():
+    with pytest.raises(ValueError, match="0 <= min <= max <= 1"):
+        PassRateFilter(0.8, 0.2)
+    with pytest.raises(ValueError, match="metric"):
+        PassRateFilter(metric="reward")
+
+
+def test_cli_filters_and_reports_counts(tmp_path: Path):
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
+    output = tmp_path / "kept.parquet"
+    done = subprocess.run(
+        [GENESYS, "filter", str(inputs), "-o", str(output), "--min-pass-rate", "0.2", "--max-pass-rate", "0.6"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert pl.read_parquet(output)["problem_id"].to_list() == ["t2", "t3"]
+    assert "kept 2" in done.stderr and "6 with verification errors" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--min-pass-rate", "0.9", "--max-pass-rate", "0.1"], "0 <= min <= max <= 1"),
+        (["--max-pass-rate", "1.5"], "0 <= min <= max <= 1"),
+        (["-o", "kept.csv"], "expected a .jsonl or .parquet file"),
+    ],
+)
+def test_cli_usage_errors_exit_2_with_one_line(tmp_path: Path, args, message):
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
+    command = [GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl"), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -1,0 +1,151 @@
+"""Length-shaped rewards: exact values for every mode, errors, targets, token counting, engine and CLI wiring."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import genesys
+from conftest import GENESYS, read_jsonl, rollout, write_jsonl
+from genesys.engine import VerifyConfig
+from genesys.errors import InputError
+from genesys.rewards import RewardConfig, completion_length, compute_reward
+from genesys_testplugins import Echo
+
+
+def row(length: int, **extra) -> dict:
+    return {"response_id": "r1", "problem_id": "p1", "completion_ids": list(range(length)), **extra}
+
+
+def reward(score, length, **config) -> float | None:
+    return compute_reward(score, row(length), RewardConfig(**config))
+
+
+@pytest.mark.parametrize(
+    ("score", "length", "expected"),
+    [(1.0, 1000, 1.0), (1.0, 1200, 0.94), (1.0, 700, 0.91), (0.0, 1500, -0.15), (0.5, 0, 0.2)],
+)
+def test_exact_subtracts_coef_times_distance_from_target(score, length, expected):
+    assert reward(score, length, length_penalty="exact", target_length=1000) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("score", "length", "target", "expected"),
+    [
+        (1.0, 1000, 1000, 0.5),  # at the target: half the score
+        (1.0, 1200, 1000, 0.44),  # 0.0003 * -200 + 0.5
+        (1.0, 500, 1000, 0.65),  # 0.0003 * 500 + 0.5
+        (0.5, 500, 1000, 0.325),
+        (1.0, 3000, 1000, 0.0),  # clipped below at 0
+        (1.0, 0, 1000, 0.8),
+        (1.0, 0, 3000, 1.0),  # 0.0003 * 3000 + 0.5 = 1.4, clipped at 1
+        (0.0, 100, 1000, 0.0),
+    ],
+)
+def test_max_scales_score_by_clipped_linear_term(score, length, target, expected):
+    assert reward(score, length, length_penalty="max", target_length=target) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("length", "expected"), [(999, 0.75), (1000, 0.75), (1001, 0.0)])
+def test_clip_zeroes_completions_longer_than_target(length, expected):
+    assert reward(0.75, length, length_penalty="clip", target_length=1000) == expected
+
+
+@pytest.mark.parametrize(
+    ("length", "penalty", "expected"),
+    [(700, 1.0, 1.0), (800, 1.0, 1.0), (850, 1.0, 0.75), (900, 1.0, 0.5), (1000, 1.0, 0.0), (1500, 1.0, 0.0), (900, 0.5, 0.75)],
+)
+def test_overlong_ramps_down_over_the_buffer(length, penalty, expected):
+    config = {"length_penalty": "overlong", "max_length": 1000, "overlong_buffer": 200, "overlong_penalty": penalty}
+    assert reward(1.0, length, **config) == pytest.approx(expected)
+
+
+def test_overlong_penalty_is_added_to_a_wrong_answer_too():
+    assert reward(0.0, 950, length_penalty="overlong", max_length=1000, overlong_buffer=200) == pytest.approx(-0.75)
+
+
+def test_custom_coefficient():
+    assert reward(1.0, 1100, length_penalty="exact", target_length=1000, coef=0.001) == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("mode", ["none", "exact", "max", "clip", "overlong"])
+def test_an_error_verdict_has_no_reward_in_every_mode(mode):
+    config = RewardConfig(mode, target_length=10, max_length=100, overlong_buffer=10)
+    assert compute_reward(None, {}, config) is None
+
+
+def test_none_mode_returns_the_score_without_needing_a_length():
+    assert compute_reward(0.25, {}, RewardConfig()) == 0.25
+
+
+def test_row_target_length_column_wins_over_the_default():
+    shaped = compute_reward(1.0, row(1200, target_length=1200), RewardConfig("exact", target_length=1000))
+    assert shaped == 1.0
+
+
+def test_missing_target_is_an_error_naming_the_row_and_flag():
+    with pytest.raises(InputError, match=r"response_id='r1'.*--target-length"):
+        compute_reward(1.0, row(10), RewardConfig("exact"))
+
+
+def test_missing_ids_without_tokenizer_is_an_error_naming_the_row():
+    with pytest.raises(InputError, match=r"response_id='r9'.*--tokenizer"):
+        compute_reward(1.0, {"response_id": "r9", "llm_response": "a b c"}, RewardConfig("clip", target_length=2))
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"length_penalty": "linear"}, "length_penalty must be one of"),
+        ({"length_penalty": "overlong", "max_length": 100}, "needs max_length and overlong_buffer"),
+        ({"length_penalty": "overlong", "max_length": 100, "overlong_buffer": 200}, "overlong buffer"),
+        ({"coef": -1.0}, "coefficient"),
+    ],
+)
+def test_bad_configs_are_refused(config, message):
+    with pytest.raises(ValueError, match=message):
+        RewardConfig(**config)
+
+
+def test_tokenizer_counts_tokens_when_ids_are_missing(tmp_path: Path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, "the": 1, "answer": 2, "is": 3, "four": 4}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    text_row = {"response_id": "r2", "llm_response": "the answer is four , surely"}
+    assert completion_length(text_row, str(tmp_path / "tok")) == 6
+    assert compute_reward(1.0, text_row, RewardConfig("clip", target_length=5, tokenizer=str(tmp_path / "tok"))) == 0.0
+
+
+def test_engine_writes_the_shaped_reward_and_keeps_the_score():
+    rows = [
+        {**rollout("echo", "yes", expected="yes", response_id="a"), "completion_ids": [0] * 1200},
+        {**rollout("echo", "no", expected="yes", response_id="b"), "completion_ids": [0] * 800},
+    ]
+    config = VerifyConfig(progress=False, workers=1, reward=RewardConfig("exact", target_length=1000))
+    out = genesys.verify_rollouts(rows, config=config, verifiers={"echo": Echo})
+    assert [r["score"] for r in out] == [1.0, 0.0]
+    assert [r["reward"] for r in out] == pytest.approx([0.94, -0.06])
+
+
+def test_verify_cli_length_flags(tmp_path: Path, plugin_env):
+    rows = [{**rollout("echo", "yes", expected="yes", response_id=f"r{n}"), "completion_ids": [0] * n} for n in (900, 1100)]
+    inputs = write_jsonl(tmp_path / "in.jsonl", rows)
+    output = tmp_path / "out.jsonl"
+    command = [GENESYS, "verify", str(inputs), "-o", str(output), "--workers", "1", "--no-progress"]
+    done = subprocess.run([*command, "--length-penalty", "clip", "--target-length", "1000"], env=plugin_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [(r["score"], r["reward"]) for r in read_jsonl(output)] == [(1.0, 1.0), (1.0, 0.0)]
+
+
+def test_verify_cli_refuses_overlong_without_max_length(tmp_path: Path, plugin_env):
+    inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("echo", "yes", expected="yes")])
+    command = [GENESYS, "verify", str(inputs), "-o", str(tmp_path / "o.jsonl"), "--length-penalty", "overlong"]
+    done = subprocess.run(command, env=plugin_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--length-penalty overlong needs --max-length and --overlong-buffer" in done.stderr
