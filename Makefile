@@ -22,12 +22,16 @@ demo: install
 	$(VENV)/bin/genesys plugins
 	$(VENV)/bin/genesys verify genesys/tasks/data/sample_rollouts.jsonl -o demo-out/verified.jsonl
 	@echo "verified rollouts: demo-out/verified.jsonl"
+	$(VENV)/bin/genesys filter demo-out/verified.jsonl -o demo-out/tasks.jsonl --min-pass-rate 0.1 --max-pass-rate 0.9
+	$(VENV)/bin/genesys report demo-out/verified.jsonl -o demo-out/report
+	@echo "tasks of useful difficulty: demo-out/tasks.jsonl; report: demo-out/report/summary.md"
 
 test: install
 	$(VENV)/bin/pytest -q -ra
 
 bench: install
 	$(PY) benchmarks/verify_engine.py
+	$(PY) benchmarks/filter_speed.py
 
 clean:
 	rm -rf $(VENV) demo-out
