@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -182,3 +183,15 @@ def test_cli_usage_errors_exit_2_with_one_line(tmp_path: Path, args, message):
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_filter_command_does_not_import_torch(tmp_path: Path):
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
+    argv = ["filter", str(inputs), "-o", str(tmp_path / "kept.jsonl")]
+    code = (
+        f"import sys; from genesys.cli import main; assert main({argv!r}) == 0; "
+        "heavy = sorted(m for m in ('torch', 'transformers', 'datasets', 'matplotlib') if m in sys.modules); "
+        "assert not heavy, heavy"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
