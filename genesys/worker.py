@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import queue
 import threading
 import time
@@ -28,6 +29,7 @@ SEQ_ASYNC_BATCH = -1.0  # the whole batch runs concurrently; its deadline covers
 SEQ_SETUP = -2.0  # a verifier's setup() is running
 IDLE = 0.0
 PARTIAL_RESULTS_EVERY_S = 0.25
+ORPHAN_GRACE_S = 5.0  # teardown time a worker gets after its engine died
 
 Result = tuple[int, float | None, dict[str, Any], str | None]
 
@@ -128,7 +130,11 @@ def _run_async_batch(loop: asyncio.AbstractEventLoop, state: Any, verifier: Veri
 
 
 def _receive_forever(conn: Connection, inbox: queue.SimpleQueue) -> None:
-    """Read engine messages as they come, so the engine's sends never wait on a busy worker."""
+    """Read engine messages as they come, so the engine's sends never wait on a busy worker.
+
+    When the engine goes away without saying stop (it was killed), the worker gets a short grace
+    to tear down and then ends itself, even if its verifier is stuck: no orphan outlives the run.
+    """
     try:
         while True:
             message = conn.recv()
@@ -137,6 +143,8 @@ def _receive_forever(conn: Connection, inbox: queue.SimpleQueue) -> None:
                 return
     except (EOFError, OSError):
         inbox.put(("stop",))
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(1)
 
 
 def worker_main(conn: Connection, state: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any]) -> None:

@@ -133,3 +133,34 @@ def test_missing_input_and_bad_option_exit_2_with_one_line(tmp_path: Path, plugi
     inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("echo", "a", expected="a")])
     bad = genesys("verify", str(inputs), "-o", str(tmp_path / "o.jsonl"), "-O", "novalue", env=plugin_env)
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+
+
+def _processes_with_marker(marker: str) -> list[int]:
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in environ.read_bytes():
+                pids.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_no_worker_outlives_a_killed_run_even_when_stuck(tmp_path: Path, plugin_env):
+    import uuid
+
+    marker = f"GENESYS_TEST_MARKER={uuid.uuid4().hex}"
+    env = {**plugin_env, "GENESYS_TEST_MARKER": marker.split("=", 1)[1]}
+    inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("hang", "x", response_id=str(i)) for i in range(4)])
+    run = subprocess.Popen([GENESYS, "verify", str(inputs), "-o", str(tmp_path / "o.jsonl"), "--timeout", "100", "--workers", "2"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while len(_processes_with_marker(marker)) < 3 and time.monotonic() < deadline:  # the run and its workers are up
+        time.sleep(0.2)
+    time.sleep(1.0)  # the workers are now spinning in Hang.verify
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 20
+    while _processes_with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_with_marker(marker) == []
