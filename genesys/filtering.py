@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from genesys.errors import InputError
+from genesys.rewards import TARGET_LENGTH_COLUMN
 from genesys.schema import JSON_COLUMNS, RESPONSE_COLUMNS, VERDICT_COLUMNS
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ METRICS = ("score", "correct")
 # Bounds are inclusive; the tolerance keeps a rate like 3/10 inside a bound written as 0.3.
 _BOUND_TOLERANCE = 1e-9
 _ADDED_COLUMNS = ("pass_rate", "n_samples", "n_errors")
-_ROLLOUT_ONLY_COLUMNS = frozenset(RESPONSE_COLUMNS + VERDICT_COLUMNS + ("completion",) + _ADDED_COLUMNS)
+# Per-rollout columns a task row does not keep (`target_length` is a generation setting, not the task's).
+_ROLLOUT_ONLY_COLUMNS = frozenset(RESPONSE_COLUMNS + VERDICT_COLUMNS + ("completion", TARGET_LENGTH_COLUMN) + _ADDED_COLUMNS)
 _ROW_INDEX = "__genesys_row"
 _PROMPT_KEY = "__genesys_prompt_key"
 

@@ -43,6 +43,7 @@ def rollouts(scores_by_task: dict[str, list[float | None]] = KNOWN) -> list[dict
                     "llm_response": f"answer {k}",
                     "response_id": f"{problem_id}-{k}",
                     "completion_ids": [k, k + 1],
+                    "target_length": 1000 + k,
                     "score": score,
                     "reward": score,
                     "verification_result_info": {"k": k},
