@@ -39,7 +39,7 @@ def test_a_hanging_verifier_costs_only_its_timeout():
     assert hung["error"].startswith("timeout:")
     assert all(r["score"] == 1.0 for i, r in enumerate(out) if i != 7)
     # Hang.timeout is 1 s: the run pays that once (plus worker start-up), never forever.
-    assert elapsed < 6.0
+    assert elapsed < 8.0
 
 
 def test_timeout_flag_overrides_the_verifier_timeout():
