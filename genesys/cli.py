@@ -147,11 +147,13 @@ def _run_filter(args: argparse.Namespace) -> int:
         config = PassRateFilter(args.min_pass_rate, args.max_pass_rate, args.metric, args.pass_rate_column)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    summary = filter_tasks(args.inputs, args.output, config)
+    console = Console(stderr=True)
+    with console.status("computing pass rates"):
+        summary = filter_tasks(args.inputs, args.output, config)
     read = f"{summary.tasks} tasks"
     if summary.rollouts is not None:
         read += f" from {summary.rollouts} rollouts ({summary.errors} with verification errors, not counted)"
-    Console(stderr=True).print(
+    console.print(
         f"{read}; kept {summary.kept}, dropped {summary.too_hard} below {config.min_pass_rate}, "
         f"{summary.too_easy} above {config.max_pass_rate}, {summary.unscored} unscored -> {args.output}"
     )
@@ -178,8 +180,10 @@ def _run_report(args: argparse.Namespace) -> int:
 
     from genesys.report import write_report
 
-    report = write_report(args.inputs, args.output)
-    Console(stderr=True).print(f"report: {report.summary} ({len(report.plots)} plots)")
+    console = Console(stderr=True)
+    with console.status("reading rollouts and drawing plots"):
+        report = write_report(args.inputs, args.output)
+    console.print(f"report: {report.summary} ({len(report.plots)} plots)")
     return 0
 
 
