@@ -13,6 +13,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import mpmath
@@ -34,7 +35,7 @@ KIND_CHOICE = "choice"
 
 _LATEX_CONFIG = LatexExtractionConfig()
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
-_SPACING = re.compile(r"\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b")
+_SPACING = re.compile(r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b")
 _PERCENT = re.compile(r"^(.*?)\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\?\s*percent)$", re.IGNORECASE | re.DOTALL)
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
 _SCIENTIFIC = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)\b")
@@ -45,6 +46,14 @@ _WORDS = re.compile(r"^[A-Za-z][A-Za-z '\-]*[A-Za-z]$")
 _LONE_DECIMAL = re.compile(r"^-?(\d*)\.(\d+)$")
 _ALTERNATIVE_WORD = re.compile(r"\\(?:text|mathrm|textbf)\s*\{\s*(or|and)\s*\}")
 _ALTERNATIVE_SPLIT = re.compile(r"\s+(?:or|and)\s+|\\lor\b|\\vee\b", re.IGNORECASE)
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+_NUMBER_WORDS = {
+    word: str(value)
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
 _PLACEHOLDERS = frozenset({"?", "...", "\\ldots", "\\cdots", "\\dots", "_", "\\_", "answer", "blank", "n/a", "none"})
 
 
@@ -117,8 +126,17 @@ def normalize(text: str) -> str:
     text = _THOUSANDS_BRACED.sub("", text)
     text = _DEGREES.sub("", text)
     text = _SCIENTIFIC.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", text)
+    text = _REPEATING.sub(_repeating_as_fraction, text)
     text = re.sub(r"\s+", " ", text).strip()
     return re.sub(r"(?<!\\)[.;]$", "", text).strip()
+
+
+def _repeating_as_fraction(match: re.Match[str]) -> str:
+    """`0.1\\overline{6}` -> `\\frac{1}{6}` (a repeating decimal is an exact rational)."""
+    integer, fixed, period = match.group(1) or "0", match.group(2), match.group(3)
+    scale = 10 ** len(fixed)
+    value = Fraction(int(integer + fixed), scale) + Fraction(int(period), scale * (10 ** len(period) - 1))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
 def split_alternatives(text: str) -> list[str]:
@@ -210,6 +228,7 @@ def parse_answer(text: str) -> ParsedAnswer:
     text = normalize(text)
     if not text:
         raise ValueError("empty answer")
+    text = _NUMBER_WORDS.get(text.lower(), text)
     choice = _choice_form(text)
     if choice is not None:
         return ParsedAnswer(source, KIND_CHOICE, text=choice)
