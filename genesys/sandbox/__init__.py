@@ -1,0 +1,1 @@
+"""Code sandboxes: one interface (`Sandbox`), three backends (docker, bwrap, subprocess)."""

@@ -1,0 +1,85 @@
+"""The sandbox interface every backend implements, and what goes in and out of it."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from genesys.sandbox.limits import COMPILE_LIMITS, Limits
+
+LANGUAGES = ("python", "cpp", "rust", "javascript")
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the program in it): the verdict is an error, not a score."""
+
+
+class SandboxUnavailable(SandboxError):
+    """A backend that cannot run on this machine; the message says why and what to do."""
+
+
+@dataclass
+class Submission:
+    """One program and the inputs of its tests. Expected outputs stay on the host.
+
+    `tests` holds dicts `{"type": "stdin_stdout", "input": str}` or
+    `{"type": "function_call", "fn_name": str, "input": [args]}`. `budget_s` bounds compile
+    plus all tests together; tests left when it runs out are reported as `time_limit`.
+    """
+
+    language: str
+    source: str
+    tests: list[dict[str, Any]]
+    limits: Limits = field(default_factory=Limits)
+    compile_limits: Limits = COMPILE_LIMITS
+    budget_s: float = 60.0
+
+    def to_job(self) -> dict[str, Any]:
+        """The request frame the in-sandbox runner reads."""
+        return {
+            "language": self.language,
+            "source": self.source,
+            "tests": self.tests,
+            "limits": self.limits.to_runner(),
+            "compile_limits": self.compile_limits.to_runner(),
+            "budget_s": self.budget_s,
+        }
+
+
+@dataclass
+class RunResult:
+    """What the runner reported: the compile step, then one dict per test in order.
+
+    Each test dict has `status` (ok, time_limit, memory_limit, runtime_error, output_limit), `stdout`,
+    `stderr` (tail), `exit_code`, `signal`, `time_s` (CPU), `wall_s`, `memory_kb`, and for
+    function_call tests `result` (the return value as JSON text).
+    """
+
+    compiled: bool
+    compile_message: str | None = None
+    compile_time_s: float = 0.0
+    tests: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Sandbox(abc.ABC):
+    """Runs submissions in isolation. Use as a context manager or call `close()`."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def run(self, submission: Submission) -> RunResult:
+        """Compile and run every test of `submission`; raises SandboxError when the sandbox fails."""
+
+    @abc.abstractmethod
+    def languages(self) -> list[str]:
+        """The languages this sandbox can run."""
+
+    def close(self) -> None:
+        """Release containers and processes."""
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

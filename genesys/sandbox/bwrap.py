@@ -1,0 +1,115 @@
+"""The `bwrap` backend: the runner inside a bubblewrap sandbox.
+
+Every namespace is unshared (no network: a fresh, empty network namespace), the file system is a
+fresh tmpfs root holding read-only binds of the toolchains only (see `toolchains.file_set`) and a
+private size-capped /tmp, all capabilities are dropped and the runner and its tests run as a
+non-root uid. Run as root, bwrap needs no user namespace: the runner keeps CAP_SETUID/SETGID/CHOWN
+just long enough to drop to its own uid. A cgroup caps the session's memory and processes where
+this machine allows one; rlimits cap each test regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from genesys.sandbox.base import SandboxUnavailable
+from genesys.sandbox.cgroups import Cgroup
+from genesys.sandbox.limits import COMPILE_LIMITS, Limits
+from genesys.sandbox.process import RUNNER_PATH, LocalSandbox
+from genesys.sandbox.protocol import RunnerSession
+from genesys.sandbox.toolchains import FileSet, Toolchain, file_set, runner_commands
+
+SANDBOX_RUNNER = "/opt/genesys/runner.py"
+SCRATCH = "/tmp/genesys"
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+
+
+def find_bwrap() -> str:
+    """The bwrap executable, or SandboxUnavailable saying why it cannot be used."""
+    path = shutil.which("bwrap")
+    if not path:
+        raise SandboxUnavailable("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    probe = subprocess.run(
+        [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise SandboxUnavailable(f"bubblewrap cannot create namespaces here: {probe.stderr.strip()}")
+    return path
+
+
+class BwrapSandbox(LocalSandbox):
+    """Runs submissions in a bubblewrap sandbox that shows the toolchains and nothing else."""
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        toolchains: dict[str, Toolchain],
+        *,
+        limits: Limits | None = None,
+        scratch_mb: int = 256,
+        files: FileSet | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(runner_commands(toolchains), **kwargs)  # type: ignore[arg-type]
+        self.bwrap = find_bwrap()
+        self.files = files or file_set(toolchains)
+        self.scratch_mb = scratch_mb
+        limits = limits or Limits()
+        self._cgroup_memory = (max(limits.memory_mb, COMPILE_LIMITS.memory_mb) + scratch_mb + 256) << 20
+        self._cgroup_pids = max(limits.processes, COMPILE_LIMITS.processes) + 16
+        self._cgroup: Cgroup | None = None
+        self.cgroup_note = ""
+
+    def command(self) -> list[str]:
+        argv = [self.bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
+        for key, value in ENV.items():
+            argv += ["--setenv", key, value]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(self.scratch_mb << 20), "--tmpfs", "/tmp"]
+        for directory in _parents([*self.files.roots, *self.files.links, SANDBOX_RUNNER]):
+            argv += ["--perms", "0755", "--dir", directory]  # bwrap would make them 0700
+        for link, target in sorted(self.files.links.items()):
+            argv += ["--symlink", target, link]
+        for root in self.files.roots:
+            argv += ["--ro-bind", root, root]
+        for hidden in self.files.skipped_dirs():
+            argv += ["--tmpfs", hidden]
+        argv += ["--ro-bind", RUNNER_PATH, SANDBOX_RUNNER, "--remount-ro", "/", "--cap-drop", "ALL"]
+        if self._uid is not None:
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
+        else:
+            argv += ["--unshare-user", "--disable-userns"]
+        argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]
+        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH)
+
+    def _start(self) -> RunnerSession:
+        self._cgroup, self.cgroup_note = Cgroup.create(self._cgroup_memory, self._cgroup_pids)
+        return super()._start()
+
+    def prepare_child(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.join()
+
+    def session_finished(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
+
+
+
+def _parents(paths: list[str]) -> list[str]:
+    """Every ancestor directory of `paths`, parents first."""
+    found: set[str] = set()
+    for path in paths:
+        parent = os.path.dirname(path)
+        while parent not in ("/", "") and parent not in found:
+            found.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(found)

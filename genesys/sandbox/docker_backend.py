@@ -1,0 +1,320 @@
+"""The `docker` backend: a warm pool of hardened long-lived containers, driven through the docker SDK.
+
+Each container starts with no network, a read-only root, a size-capped tmpfs for scratch,
+memory (swap included), process and CPU caps, every capability dropped, no-new-privileges and a
+non-root uid of its own. Its init is the runner's `keep` mode, which exits when the stdin this
+process holds attached closes, so containers die with their owner even when it is SIGKILLed;
+`auto_remove` then deletes them. Submissions go over one long-lived `docker exec` of the runner per
+container (the runner serves one submission at a time, so one exec is shared by many submissions
+and none pays for a new exec). A runner that breaks takes its container with it: the container is
+removed and a fresh one takes its place. Containers left by dead owners are reaped on start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from genesys.sandbox.base import RunResult, Sandbox, SandboxError, SandboxUnavailable, Submission
+from genesys.sandbox.limits import COMPILE_LIMITS, Limits
+from genesys.sandbox.protocol import RunnerSession, Transport
+
+DEFAULT_IMAGE = "genesys-sandbox:latest"
+LABEL = "genesys.sandbox"
+RUNNER_IN_IMAGE = "/opt/genesys/runner.py"
+SCRATCH = "/tmp/genesys"
+CONTAINER_UID_BASE = 20000
+# A container lives at most this long even if its owner never lets go of it.
+DEFAULT_LIFETIME_S = 6 * 3600
+DEFAULT_RECYCLE = 500
+
+
+def docker_client(timeout: float = 30.0) -> Any:
+    """A docker SDK client for a daemon that answers, or SandboxUnavailable saying why not."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise SandboxUnavailable(f"the docker SDK is not installed: {exc}") from None
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure here means "no daemon"
+        raise SandboxUnavailable(f"no Docker daemon answers ({exc}); start dockerd or use --sandbox bwrap") from None
+    return client
+
+
+def _process_start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()[19].decode()
+
+
+def owner_label() -> str:
+    """Who owns a container: host, pid and the pid's start time (so a reused pid does not count)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_time(os.getpid())}"
+
+
+def _owner_alive(label: str) -> bool:
+    host, _, rest = label.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname():
+        return True  # not ours to judge
+    return pid.isdigit() and _process_start_time(int(pid)) == started
+
+
+def reap_stale(client: Any) -> int:
+    """Remove genesys containers whose owner process is gone or whose lifetime is over."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = container.labels or {}
+        expired = float(labels.get("genesys.expires", "inf")) < time.time()
+        if expired or not _owner_alive(labels.get("genesys.owner", "")):
+            try:
+                container.remove(force=True)
+                removed += 1
+            except Exception:  # noqa: BLE001 - it may be going away on its own
+                pass
+    return removed
+
+
+class ExecTransport(Transport):
+    """The hijacked socket of a `docker exec` with stdin attached; demultiplexes stdout from stderr."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._sock: socket.socket = getattr(raw, "_sock", raw)
+        self._sock.setblocking(True)
+        self._pending = bytearray()
+        self._stderr = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def read(self, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        while True:
+            payload = self._next_stdout()
+            if payload:
+                return payload
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self._sock], [], [], remaining)[0]:
+                raise TimeoutError(f"no answer within {timeout:.0f}s")
+            chunk = self._sock.recv(1 << 20)
+            if not chunk:
+                return b""
+            self._pending += chunk
+
+    def _next_stdout(self) -> bytes:
+        """Pop complete stream frames; return stdout payload bytes (stderr is kept for diagnostics)."""
+        out = bytearray()
+        while len(self._pending) >= 8:
+            stream, size = self._pending[0], struct.unpack(">I", self._pending[4:8])[0]
+            if len(self._pending) < 8 + size:
+                break
+            payload = self._pending[8 : 8 + size]
+            del self._pending[: 8 + size]
+            if stream == 1:
+                out += payload
+            else:
+                self._stderr = (self._stderr + payload)[-4000:]
+        return bytes(out)
+
+    def diagnostics(self) -> str:
+        return self._stderr.decode("utf-8", "replace").strip()
+
+    def close(self) -> None:
+        for closable in (self._sock, self._raw):
+            try:
+                closable.close()
+            except OSError:
+                pass
+
+
+class _Slot:
+    """One pool container, the stdin keeping it alive, and its runner session."""
+
+    def __init__(self, container: Any, keepalive: Any) -> None:
+        self.container = container
+        self.keepalive = keepalive
+        self.session: RunnerSession | None = None
+
+
+class DockerSandbox(Sandbox):
+    """Runs submissions in a pool of warm hardened containers of the genesys sandbox image."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        image: str = DEFAULT_IMAGE,
+        *,
+        pool_size: int = 1,
+        limits: Limits | None = None,
+        scratch_mb: int = 256,
+        cpus: float = 1.0,
+        lifetime_s: float = DEFAULT_LIFETIME_S,
+        recycle: int = DEFAULT_RECYCLE,
+    ) -> None:
+        self.client = docker_client()
+        self.image_name = image
+        try:
+            image_obj = self.client.images.get(image)
+        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound and friends
+            raise SandboxUnavailable(f"the sandbox image {image!r} is missing; build it with `genesys sandbox build`") from None
+        labels = image_obj.labels or {}
+        if "genesys.toolchains" not in labels:
+            raise SandboxUnavailable(f"image {image!r} is not a genesys sandbox image (no genesys.toolchains label)")
+        self.toolchains: dict[str, dict[str, str]] = json.loads(labels["genesys.toolchains"])
+        self.limits = limits or Limits()
+        self.scratch_mb = scratch_mb
+        self.cpus = cpus
+        self.lifetime_s = lifetime_s
+        self.recycle = recycle
+        self._owner = owner_label()
+        self._idle: queue.Queue[_Slot] = queue.Queue()
+        self._all: list[_Slot] = []
+        self._lock = threading.Lock()
+        self._pool_size = pool_size
+        self._serial = 0
+        reap_stale(self.client)
+
+    def languages(self) -> list[str]:
+        return sorted(self.toolchains)
+
+    # --- containers -------------------------------------------------------------------------------
+
+    def _container_kwargs(self, uid: int) -> dict[str, Any]:
+        memory = (max(self.limits.memory_mb, COMPILE_LIMITS.memory_mb) + self.scratch_mb + 256) << 20
+        api = self.client.api
+        host_config = api.create_host_config(
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={self.scratch_mb}m,mode=1777"},
+            mem_limit=memory,
+            memswap_limit=memory,
+            pids_limit=max(self.limits.processes, COMPILE_LIMITS.processes) + 16,
+            nano_cpus=int(self.cpus * 1e9),
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            ipc_mode="private",
+            auto_remove=True,
+        )
+        python = self.toolchains["python"]["run"]
+        return {
+            "image": self.image_name,
+            "command": [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, "keep", str(int(self.lifetime_s))],
+            "user": f"{uid}:{uid}",
+            "stdin_open": True,
+            "detach": False,  # makes docker close the container's stdin when our attachment ends
+            "network_disabled": True,
+            "working_dir": "/tmp",
+            "hostname": "sandbox",
+            "environment": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"},
+            "labels": {
+                LABEL: "1",
+                "genesys.owner": self._owner,
+                "genesys.expires": str(time.time() + self.lifetime_s + 60),
+            },
+            "host_config": host_config,
+        }
+
+    def _new_slot(self) -> _Slot:
+        with self._lock:
+            self._serial += 1
+            uid = CONTAINER_UID_BASE + (os.getpid() * 7 + self._serial) % 30000
+        api = self.client.api
+        try:
+            created = api.create_container(**self._container_kwargs(uid))
+            keepalive = api.attach_socket(created["Id"], params={"stdin": 1, "stream": 1})
+            api.start(created["Id"])
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError and connection errors
+            raise SandboxError(f"cannot start a sandbox container: {exc}") from None
+        slot = _Slot(self.client.containers.get(created["Id"]), keepalive)
+        with self._lock:
+            self._all.append(slot)
+        return slot
+
+    def _start_session(self, slot: _Slot) -> RunnerSession:
+        api = self.client.api
+        python = self.toolchains["python"]["run"]
+        command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH]
+        try:
+            exec_id = api.exec_create(slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp")
+            raw = api.exec_start(exec_id["Id"], socket=True)
+        except Exception as exc:  # noqa: BLE001
+            raise SandboxError(f"cannot start the runner in its container: {exc}") from None
+        return RunnerSession(ExecTransport(raw))
+
+    def _discard(self, slot: _Slot) -> None:
+        if slot.session is not None:
+            slot.session.close()
+        for closable in (getattr(slot.keepalive, "_sock", None), slot.keepalive):
+            try:
+                closable.close()  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            slot.container.remove(force=True)
+        except Exception:  # noqa: BLE001 - auto_remove may have beaten us to it
+            pass
+        with self._lock:
+            if slot in self._all:
+                self._all.remove(slot)
+
+    def _acquire(self) -> _Slot:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            can_grow = len(self._all) < self._pool_size
+        return self._new_slot() if can_grow else self._idle.get()
+
+    # --- running ----------------------------------------------------------------------------------
+
+    def run(self, submission: Submission) -> RunResult:
+        slot = self._acquire()
+        healthy = False
+        try:
+            if slot.session is None or slot.session.served >= self.recycle:
+                if slot.session is not None:
+                    slot.session.close()
+                slot.session = self._start_session(slot)
+            result = slot.session.run(submission)
+            healthy = not slot.session.broken
+            return result
+        finally:
+            if healthy:
+                self._idle.put(slot)
+            else:
+                self._discard(slot)  # misbehaved or broke: kill it; a fresh one is made on demand
+
+    def warm_up(self) -> None:
+        """Start the whole pool now instead of on first use."""
+        slots = []
+        while len(self._all) < self._pool_size:
+            slot = self._new_slot()
+            slot.session = self._start_session(slot)
+            slots.append(slot)
+        for slot in slots:
+            self._idle.put(slot)
+
+    def close(self) -> None:
+        with self._lock:
+            slots = list(self._all)
+        for slot in slots:
+            self._discard(slot)
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,132 @@
+"""Sandboxes whose runner is a local child process (bubblewrap, plain subprocess)."""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import select
+import signal
+import subprocess
+import tempfile
+from typing import Any
+
+from genesys.sandbox.base import RunResult, Sandbox, SandboxError, Submission
+from genesys.sandbox.protocol import RunnerSession, Transport
+
+RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+# A runner serves this many submissions, then a fresh one takes over.
+DEFAULT_RECYCLE = 200
+# Unprivileged uids the runner drops to when genesys runs as root, one per live session.
+SANDBOX_UID_BASE = 62000
+
+
+class PipeTransport(Transport):
+    """The stdin/stdout pipes of a local runner process."""
+
+    def __init__(self, process: subprocess.Popen[bytes], stderr_file: Any) -> None:
+        self.process = process
+        self._stderr = stderr_file
+        assert process.stdin is not None and process.stdout is not None
+        self._in = process.stdin.fileno()
+        self._out = process.stdout.fileno()
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self._in, view)
+            view = view[written:]
+
+    def read(self, timeout: float) -> bytes:
+        if not select.select([self._out], [], [], timeout)[0]:
+            raise TimeoutError(f"no answer within {timeout:.0f}s")
+        return os.read(self._out, 1 << 20)
+
+    def diagnostics(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()[-2000:].decode("utf-8", "replace").strip()
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            _kill_process_group(self.process.pid)
+            self.process.wait()
+        self._stderr.close()
+
+
+def _kill_process_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class LocalSandbox(Sandbox):
+    """A sandbox whose runner is a child process; the runner is restarted when it misbehaves."""
+
+    def __init__(self, toolchains: dict[str, dict[str, str]], recycle: int = DEFAULT_RECYCLE) -> None:
+        self.toolchains = toolchains
+        self.recycle = recycle
+        self._session: RunnerSession | None = None
+        self._uid = SANDBOX_UID_BASE + os.getpid() % 3000 if os.geteuid() == 0 else None
+
+    @abc.abstractmethod
+    def command(self) -> list[str]:
+        """The argv that starts a runner."""
+
+    def runner_args(self, runner: str, scratch: str) -> list[str]:
+        """The runner's own arguments, after the interpreter."""
+        args = [runner, json.dumps(self.toolchains), scratch]
+        return args + (["--uid", str(self._uid)] if self._uid is not None else [])
+
+    def prepare_child(self) -> None:
+        """Runs in the child between fork and exec (joins cgroups and the like)."""
+
+    def session_finished(self) -> None:
+        """Called after a runner process has exited."""
+
+    def languages(self) -> list[str]:
+        return sorted(self.toolchains)
+
+    def _start(self) -> RunnerSession:
+        stderr = tempfile.TemporaryFile()
+        try:
+            process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=self.prepare_child,  # noqa: PLW1509 - needs to run in the child
+                env={"PATH": "/usr/bin:/bin"},
+            )
+        except OSError as exc:
+            stderr.close()
+            raise SandboxError(f"cannot start the {self.name} sandbox: {exc}") from None
+        return RunnerSession(PipeTransport(process, stderr))
+
+    def run(self, submission: Submission) -> RunResult:
+        if self._session is None or self._session.broken or self._session.served >= self.recycle:
+            self._stop()
+            self._session = self._start()
+        try:
+            return self._session.run(submission)
+        finally:
+            if self._session is not None and self._session.broken:
+                self._stop()
+
+    def _stop(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
+            self.session_finished()
+
+    def close(self) -> None:
+        self._stop()
+

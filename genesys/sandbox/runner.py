@@ -1,0 +1,678 @@
+"""The in-sandbox runner: compiles a submission once and runs each of its tests under its own limits.
+
+This file runs inside the sandbox with the sandbox's own interpreter (`python3 -I -S runner.py`), so
+it uses the standard library only. It serves submissions one after another over stdin/stdout:
+
+    request:  one frame  {"language", "source", "tests", "limits", "compile_limits", "budget_s"}
+    replies:  {"event": "compiled", ...}, one {"event": "test", ...} per test, then {"event": "done"}
+
+A frame is a 4-byte big-endian length and a UTF-8 JSON document. Each test runs in a forked child:
+its own process group, rlimits (CPU, address space, processes, file size, open files), a wall-clock
+deadline, capped output. Python tests fork from this process after the source is compiled once and
+common modules are imported (a fork server), so a test costs a fork instead of an interpreter start.
+When a test ends, every process it left behind is killed: the runner is a child subreaper, so
+detached descendants are re-parented to it and found. Expected outputs never enter the sandbox;
+the host compares what the runner reports.
+"""
+
+import atexit
+import ctypes
+import gc
+import io
+import json
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+
+# Imported here so that forked Python tests find them already loaded.
+import bisect  # noqa: F401
+import collections  # noqa: F401
+import functools  # noqa: F401
+import heapq  # noqa: F401
+import itertools  # noqa: F401
+import math  # noqa: F401
+import re  # noqa: F401
+import string  # noqa: F401
+import threading
+import traceback
+import types
+import typing  # noqa: F401
+
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
+STDERR_TAIL = 4096
+READ_CHUNK = 1 << 16
+MEMORY_ERROR_EXIT = 3
+MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+# --- framing --------------------------------------------------------------------------------------
+
+
+def read_exact(fd, size):
+    chunks = []
+    while size:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd):
+    header = read_exact(fd, 4)
+    if header is None:
+        return None
+    body = read_exact(fd, struct.unpack(">I", header)[0])
+    return None if body is None else json.loads(body.decode("utf-8"))
+
+
+def write_frame(fd, message):
+    body = json.dumps(message).encode("utf-8")
+    data = struct.pack(">I", len(body)) + body
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+# --- process hygiene ------------------------------------------------------------------------------
+
+
+def children_of(pid):
+    """Pids whose parent is `pid`, from /proc/PID/task/*/children (or a scan of /proc without it)."""
+    found = []
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as handle:
+                found.extend(int(child) for child in handle.read().split())
+        except FileNotFoundError:
+            return _scan_children(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _scan_children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def kill_leftovers():
+    """Kill every descendant of this runner and reap them; orphans come to us as the subreaper."""
+    me = os.getpid()
+    for _ in range(100):
+        stack, seen = children_of(me), []
+        while stack:
+            pid = stack.pop()
+            seen.append(pid)
+            stack.extend(children_of(pid))
+        if not seen:
+            return
+        for pid in seen:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap_all()
+
+
+def reap_all():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.001)
+
+
+def wipe(path):
+    """Remove everything under `path` (the submission's scratch space)."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            try:
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            full = os.path.join(root, name)
+            try:
+                os.chmod(full, 0o700)
+                if os.path.islink(full):
+                    os.unlink(full)
+                else:
+                    os.rmdir(full)
+            except OSError:
+                pass
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+
+def apply_limits(limits, language):
+    """Set this (child) process's rlimits; called between fork and running the test."""
+    seconds = max(1, int(limits["time_s"] + 0.999))
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+    memory = int(limits["memory_mb"]) << 20
+    if language in ("javascript", "compile"):
+        # V8 and compilers reserve large address ranges up front and run helper threads:
+        # cap writable data (with room for thread stacks) instead of the address space.
+        resource.setrlimit(resource.RLIMIT_DATA, (memory + (256 << 20),) * 2)
+        resource.setrlimit(resource.RLIMIT_STACK, (8 << 20,) * 2)
+    else:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_STACK, (min(memory // 4, 64 << 20),) * 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits["disk_mb"]) << 20,) * 2)
+    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+# --- running one process --------------------------------------------------------------------------
+
+
+class Outcome:
+    """What one run of a child process produced."""
+
+    def __init__(self):
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self.result = bytearray()
+        self.killed_for = None  # "time_limit" | "output_limit" when the runner killed it
+        self.exit_code = None
+        self.signal = None
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+        self.memory_kb = 0
+
+
+def run_child(child_main, stdin_data, limits, with_result_pipe=False, output_limit=None):
+    """Fork, run `child_main()` in the child with fds 0/1/2 (and 3 for a result) wired, and wait.
+
+    Enforces the wall deadline and the output cap; kills whatever the child left behind.
+    """
+    output_limit = int(limits["output_bytes"]) if output_limit is None else output_limit
+    stdin_fd = os.memfd_create("stdin", 0)
+    os.write(stdin_fd, stdin_data)
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    res_r, res_w = os.pipe() if with_result_pipe else (None, None)
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        code = 127
+        try:
+            os.setpgid(0, 0)
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            if res_w is not None:
+                os.dup2(res_w, 3)
+            os.closerange(4 if res_w is not None else 3, 65536)
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            code = child_main()
+        except BaseException as exc:  # noqa: BLE001 - the child must never return into the runner
+            try:
+                os.write(2, ("runner: %r\n" % (exc,)).encode())
+            except OSError:
+                pass
+        os._exit(code)
+    for fd in (stdin_fd, out_w, err_w, res_w):
+        if fd is not None:
+            os.close(fd)
+    outcome = Outcome()
+    _supervise(pid, outcome, out_r, err_r, res_r, limits, output_limit, started)
+    return outcome
+
+
+def _supervise(pid, outcome, out_r, err_r, res_r, limits, output_limit, started):
+    wall_limit = float(limits["wall_s"])
+    caps = {out_r: output_limit, err_r: None}
+    sinks = {out_r: outcome.stdout, err_r: outcome.stderr}
+    if res_r is not None:
+        caps[res_r], sinks[res_r] = output_limit, outcome.result
+    poller = select.poll()
+    for fd in sinks:
+        poller.register(fd, select.POLLIN)
+    poller.register(_WAKE_R, select.POLLIN)
+    status = rusage = None
+    while status is None and outcome.killed_for is None:
+        remaining = wall_limit - (time.monotonic() - started)
+        if remaining <= 0:
+            outcome.killed_for = "time_limit"
+            break
+        for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+            if fd == _WAKE_R:
+                _drain_wakeups()
+            elif _pump(fd, sinks, caps, poller) == "over":
+                outcome.killed_for = "output_limit"
+        waited, wstatus, rusage = os.wait4(pid, os.WNOHANG)
+        if waited:
+            status = wstatus
+    _kill_group(pid)
+    outcome.wall_s = time.monotonic() - started
+    if status is None:
+        _, status, rusage = os.wait4(pid, 0)
+    kill_leftovers()
+    for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
+        while fd in sinks and select.select([fd], [], [], 0)[0]:
+            if _pump(fd, sinks, caps, poller) == "over" and outcome.killed_for is None:
+                outcome.killed_for = "output_limit"
+        if fd in sinks:
+            _close_sink(fd, sinks, poller)
+    del outcome.stdout[output_limit:]
+    outcome.cpu_s = rusage.ru_utime + rusage.ru_stime
+    outcome.memory_kb = rusage.ru_maxrss
+    if os.WIFSIGNALED(status):
+        outcome.signal = os.WTERMSIG(status)
+    else:
+        outcome.exit_code = os.WEXITSTATUS(status)
+
+
+def _pump(fd, sinks, caps, poller):
+    """Move one chunk from a pipe into its buffer: 'more', 'eof', or 'over' (past its cap)."""
+    if fd not in sinks:
+        return "eof"
+    chunk = os.read(fd, READ_CHUNK)
+    if not chunk:
+        _close_sink(fd, sinks, poller)
+        return "eof"
+    sink = sinks[fd]
+    sink += chunk
+    cap = caps[fd]
+    if cap is None:  # stderr: keep only its tail
+        if len(sink) > 2 * STDERR_TAIL:
+            del sink[: len(sink) - STDERR_TAIL]
+        return "more"
+    if len(sink) > cap:
+        _close_sink(fd, sinks, poller)
+        return "over"
+    return "more"
+
+
+def _close_sink(fd, sinks, poller):
+    poller.unregister(fd)
+    os.close(fd)
+    del sinks[fd]
+
+
+def _kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+_WAKE_R, _WAKE_W = os.pipe()
+
+
+def _drain_wakeups():
+    try:
+        while os.read(_WAKE_R, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def classify(outcome, limits):
+    """The runner-side status of a finished run: ok (exited 0) or the limit or error it hit."""
+    if outcome.killed_for:
+        return outcome.killed_for
+    if outcome.cpu_s > float(limits["time_s"]) or outcome.signal == signal.SIGXCPU:
+        return "time_limit"
+    if outcome.signal == signal.SIGXFSZ:
+        return "output_limit"
+    if outcome.exit_code == 0 and outcome.signal is None:
+        return "ok"
+    memory_kb = int(limits["memory_mb"]) * 1024
+    if (
+        outcome.exit_code == MEMORY_ERROR_EXIT
+        and b"MemoryError" in outcome.stderr
+        or any(marker in outcome.stderr for marker in MEMORY_MARKERS)
+        or outcome.signal == signal.SIGKILL  # the kernel's OOM killer: we did not send it
+        or outcome.memory_kb >= memory_kb * 0.95
+    ):
+        return "memory_limit"
+    return "runtime_error"
+
+
+# --- languages ------------------------------------------------------------------------------------
+
+
+def python_child(code, test, workdir):
+    """Child body for a Python test: run the compiled module as __main__ in this forked interpreter."""
+
+    def main():
+        os.chdir(workdir)
+        os.environ.clear()
+        os.environ.update(CLEAN_ENV)
+        sys.argv = ["main.py"]
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True)
+        module = types.ModuleType("__main__")
+        module.__file__ = os.path.join(workdir, "main.py")
+        module.__builtins__ = __builtins__
+        sys.modules["__main__"] = module
+        exit_code = 0
+        try:
+            exec(code, module.__dict__)
+            if test["type"] == "function_call":
+                value = call_function(module, test["fn_name"], test["input"])
+                os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
+            _finish_threads()
+        except SystemExit as exc:
+            exit_code = _system_exit_code(exc)
+        except MemoryError:
+            sys.stderr.write("MemoryError\n")
+            exit_code = MEMORY_ERROR_EXIT
+        except BaseException:  # noqa: BLE001 - report the program's own error like python would
+            traceback.print_exc()
+            exit_code = 1
+        try:
+            sys.stdout.flush()
+        except BaseException:  # noqa: BLE001
+            exit_code = exit_code or 1
+        return exit_code
+
+    return main
+
+
+def _system_exit_code(exc):
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    sys.stderr.write("%s\n" % (exc.code,))
+    return 1
+
+
+def _finish_threads():
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+
+
+def call_function(module, fn_name, args):
+    """Call a top-level function, or a method of a top-level class (LeetCode's `Solution`)."""
+    target = getattr(module, fn_name, None)
+    if not callable(target):
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == "__main__" and callable(getattr(value, fn_name, None)):
+                target = getattr(value(), fn_name)
+                break
+    if not callable(target):
+        raise NameError("no function or method named %r" % (fn_name,))
+    if not isinstance(args, list):
+        args = [args]
+    return target(*args)
+
+
+def json_default(value):
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError("result of type %s is not JSON-serialisable" % type(value).__name__)
+
+
+JS_CALL_HARNESS = r"""
+const fs = require('fs');
+const mod = require('./main.js');
+const spec = JSON.parse(fs.readFileSync(0, 'utf8'));
+let target = (mod && typeof mod[spec.fn_name] === 'function') ? mod[spec.fn_name] : globalThis[spec.fn_name];
+if (typeof target !== 'function') {
+  for (const value of Object.values(mod || {})) {
+    if (typeof value === 'function' && value.prototype && typeof value.prototype[spec.fn_name] === 'function') {
+      const obj = new value(); target = obj[spec.fn_name].bind(obj); break;
+    }
+  }
+}
+if (typeof target !== 'function') { throw new Error('no function or method named ' + spec.fn_name); }
+Promise.resolve(target(...spec.args)).then((value) => {
+  fs.writeSync(3, JSON.stringify(value === undefined ? null : value));
+});
+"""
+
+JS_EXPORTS = (
+    "\n;try { if (typeof module !== 'undefined') { for (const __n of %s) {"
+    " try { if (!(__n in module.exports)) module.exports[__n] = eval(__n); } catch (e) {} } } } catch (e) {}\n"
+)
+
+
+def compile_submission(language, source, workdir, toolchains, compile_limits, limits):
+    """Compile once. Returns (argv or compiled code, error message or None, seconds)."""
+    started = time.monotonic()
+    if language == "python":
+        try:
+            return compile(source, os.path.join(workdir, "main.py"), "exec", dont_inherit=True), None, 0.0
+        except (SyntaxError, ValueError) as exc:
+            return None, "%s: %s" % (type(exc).__name__, exc), time.monotonic() - started
+    tool = toolchains.get(language)
+    if not tool:
+        return None, "language %r is not available in this sandbox" % (language,), 0.0
+    if language == "javascript":
+        src = binary = os.path.join(workdir, "main.js")
+        with open(os.path.join(workdir, "call.js"), "w", encoding="utf-8") as handle:
+            handle.write(JS_CALL_HARNESS)
+        source += JS_EXPORTS % json.dumps(_js_top_level_names(source))
+        heap = "--max-old-space-size=%d" % int(limits["memory_mb"])
+        argv, program = [tool["run"], "--check", src], [tool["run"], heap, src]
+    elif language == "cpp":
+        src, binary = os.path.join(workdir, "main.cpp"), os.path.join(workdir, "main")
+        argv = [tool["compile"], "-O2", "-std=c++17", "-pipe", "-o", binary, src]
+        program = [binary]
+    elif language == "rust":
+        src, binary = os.path.join(workdir, "main.rs"), os.path.join(workdir, "main")
+        argv = [tool["compile"], "-O", "--edition", "2021", "-o", binary, src]
+        if tool.get("linker"):
+            argv[1:1] = ["-C", "linker=" + tool["linker"]]
+        program = [binary]
+    else:
+        return None, "unknown language %r" % (language,), 0.0
+    with open(src, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    outcome = run_child(_exec_child(argv, workdir, compile_limits, "compile"), b"", compile_limits)
+    elapsed = time.monotonic() - started
+    status = classify(outcome, compile_limits)
+    if status != "ok" or not os.path.exists(binary):
+        message = (bytes(outcome.stderr) + bytes(outcome.stdout)).decode("utf-8", "replace")[-STDERR_TAIL:]
+        if status not in ("ok", "runtime_error"):
+            message = "the compiler hit its %s\n%s" % (status.replace("_", " "), message)
+        return None, message.strip() or "compilation failed", elapsed
+    return program, None, elapsed
+
+
+def _js_top_level_names(source):
+    pattern = r"^(?:async\s+)?(?:function\s*\*?\s*([A-Za-z_$][\w$]*)|class\s+([A-Za-z_$][\w$]*)|(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=)"
+    names = []
+    for match in re.finditer(pattern, source, re.M):
+        name = next(group for group in match.groups() if group)
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _exec_child(argv, workdir, limits=None, language=None):
+    def main():
+        os.chdir(workdir)
+        if limits is not None:
+            apply_limits(limits, language)
+        os.execve(argv[0], argv, CLEAN_ENV)
+
+    return main
+
+
+def run_test(language, program, test, workdir, limits):
+    """Run one test; returns the reply frame for it."""
+    is_call = test["type"] == "function_call"
+    if language == "python":
+        body = python_child(program, test, workdir)
+
+        def child():
+            apply_limits(limits, language)
+            return body()
+
+        stdin = b"" if is_call else _stdin_of(test)
+        outcome = run_child(child, stdin, limits, with_result_pipe=is_call)
+    elif language == "javascript" and is_call:
+        argv = program[:-1] + [os.path.join(workdir, "call.js")]
+        spec = json.dumps({"fn_name": test["fn_name"], "args": _call_args(test["input"])}).encode("utf-8")
+        outcome = run_child(_exec_child(argv, workdir, limits, language), spec, limits, with_result_pipe=True)
+    elif is_call:
+        return {"event": "test", "status": "runtime_error", "message": "function_call tests run only in python or javascript"}
+    else:
+        outcome = run_child(_exec_child(program, workdir, limits, language), _stdin_of(test), limits)
+    status = classify(outcome, limits)
+    reply = {
+        "event": "test",
+        "status": status,
+        "stdout": bytes(outcome.stdout).decode("utf-8", "replace"),
+        "stderr": bytes(outcome.stderr[-STDERR_TAIL:]).decode("utf-8", "replace"),
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "time_s": round(outcome.cpu_s, 4),
+        "wall_s": round(outcome.wall_s, 4),
+        "memory_kb": outcome.memory_kb,
+    }
+    if is_call:
+        reply["stdout"] = reply["stdout"][-STDERR_TAIL:]
+        reply["result"] = bytes(outcome.result).decode("utf-8", "replace") if status == "ok" else None
+        if status == "ok" and not outcome.result:
+            reply["status"] = "runtime_error"
+            reply["message"] = "the function returned no result"
+    return reply
+
+
+def _stdin_of(test):
+    value = test.get("input", "")
+    if not isinstance(value, str):
+        value = json.dumps(value)
+    return value.encode("utf-8")
+
+
+def _call_args(value):
+    return value if isinstance(value, list) else [value]
+
+
+# --- serving --------------------------------------------------------------------------------------
+
+
+def serve_one(job, toolchains, scratch, out_fd):
+    deadline = time.monotonic() + float(job.get("budget_s", 1e9))
+    workdir = os.path.join(scratch, "work")
+    wipe(scratch)
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        program, error, seconds = compile_submission(
+            job["language"], job["source"], workdir, toolchains, job["compile_limits"], job["limits"]
+        )
+        write_frame(out_fd, {"event": "compiled", "ok": error is None, "message": error, "time_s": round(seconds, 4)})
+        if error is None:
+            for index, test in enumerate(job["tests"]):
+                limits = dict(job["limits"])
+                left = deadline - time.monotonic()
+                if left <= 0.05:
+                    reply = {"event": "test", "status": "time_limit", "message": "the submission's time budget ran out"}
+                else:
+                    limits["wall_s"] = min(float(limits["wall_s"]), left)
+                    reply = run_test(job["language"], program, test, workdir, limits)
+                reply["index"] = index
+                write_frame(out_fd, reply)
+    finally:
+        kill_leftovers()
+        wipe(scratch)
+    write_frame(out_fd, {"event": "done"})
+
+
+def drop_privileges(uid):
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+def main(argv):
+    """`runner.py TOOLCHAINS_JSON SCRATCH_DIR [--uid N]`: serve submissions until stdin closes."""
+    toolchains = json.loads(argv[1])
+    scratch = argv[2]
+    os.makedirs(scratch, exist_ok=True)
+    if "--uid" in argv:
+        uid = int(argv[argv.index("--uid") + 1])
+        os.chmod(scratch, 0o700)
+        os.chown(scratch, uid, uid)
+        drop_privileges(uid)
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    os.set_blocking(_WAKE_R, False)
+    os.set_blocking(_WAKE_W, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(_WAKE_W, warn_on_full_buffer=False)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    gc.freeze()  # forked tests then share the runner's memory instead of copying it on the next collection
+    write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
+    while True:
+        job = read_frame(in_fd)
+        if job is None:
+            return 0
+        serve_one(job, toolchains, scratch, out_fd)
+
+
+def keep(argv):
+    """`runner.py keep SECONDS`: a container's init; it lives until stdin closes or SECONDS pass."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    deadline = time.monotonic() + float(argv[2])
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return 0
+        ready = select.select([0], [], [], min(left, 60))[0]
+        if ready and not os.read(0, 4096):
+            return 0
+        reap_all_quiet()
+
+
+def reap_all_quiet():
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(keep(sys.argv) if sys.argv[1:2] == ["keep"] else main(sys.argv))
