@@ -196,3 +196,16 @@ def test_filter_command_does_not_import_torch(tmp_path: Path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_saved_hf_dataset_input(tmp_path: Path):
+    from datasets import Dataset
+
+    rows = [{**r, "verification_info": json.dumps(r["verification_info"]), "metadata": json.dumps(r["metadata"])} for r in rollouts()]
+    for r in rows:
+        r.pop("verification_result_info")
+    Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+    summary = filter_tasks([str(tmp_path / "saved")], tmp_path / "kept.jsonl", PassRateFilter(0.1, 0.9))
+    kept = read_jsonl(tmp_path / "kept.jsonl")
+    assert [t["problem_id"] for t in kept] == ["t1", "t2", "t3", "t4"] and summary.errors == 6
+    assert kept[0]["metadata"] == {"difficulty": 1}
