@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import warnings
 
 from genesys.sandbox.process import RUNNER_PATH, LocalSandbox
 
@@ -22,7 +21,6 @@ class SubprocessSandbox(LocalSandbox):
 
     def __init__(self, toolchains: dict[str, dict[str, str]], **kwargs: object) -> None:
         super().__init__(toolchains, **kwargs)  # type: ignore[arg-type]
-        warnings.warn(WARNING, stacklevel=2)
         print(f"WARNING: {WARNING}", file=sys.stderr)
         self._scratch = tempfile.mkdtemp(prefix="genesys-unsandboxed-")
 

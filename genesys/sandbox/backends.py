@@ -1,0 +1,110 @@
+"""Choosing and opening a sandbox backend by name, and checking which ones work here."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from genesys.sandbox.base import Sandbox, SandboxError, SandboxUnavailable, Submission
+from genesys.sandbox.limits import Limits
+
+BACKENDS = ("auto", "docker", "bwrap", "subprocess")
+
+# A tiny program per language: read two numbers, print their sum.
+PROBES = {
+    "python": "a, b = map(int, input().split())\nprint(a + b)\n",
+    "cpp": "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }\n",
+    "rust": (
+        "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap();\n"
+        "  let n: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).sum(); println!(\"{}\", n); }\n"
+    ),
+    "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);\n",
+}
+
+
+@lru_cache(maxsize=4)
+def host_toolchains(python: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The host's toolchains (found once per process)."""
+    from genesys.sandbox.toolchains import ToolchainError, discover
+
+    try:
+        return discover(python=python)
+    except ToolchainError as exc:
+        raise SandboxUnavailable(str(exc)) from None
+
+
+def open_sandbox(
+    kind: str = "auto",
+    *,
+    limits: Limits | None = None,
+    image: str | None = None,
+    pool_size: int = 1,
+    scratch_mb: int = 256,
+) -> Sandbox:
+    """Open the backend named `kind`; `auto` is docker when a daemon answers, else bwrap."""
+    if kind not in BACKENDS:
+        raise ValueError(f"unknown sandbox backend {kind!r}; choose one of {', '.join(BACKENDS)}")
+    if kind == "docker":
+        from genesys.sandbox.docker_backend import DEFAULT_IMAGE, DockerSandbox
+
+        return DockerSandbox(image or DEFAULT_IMAGE, pool_size=pool_size, limits=limits, scratch_mb=scratch_mb)
+    if kind == "bwrap":
+        from genesys.sandbox.bwrap import BwrapSandbox
+
+        return BwrapSandbox(host_toolchains()[0], limits=limits, scratch_mb=scratch_mb)
+    if kind == "subprocess":
+        from genesys.sandbox.toolchains import runner_commands
+        from genesys.sandbox.unsandboxed import SubprocessSandbox
+
+        return SubprocessSandbox(runner_commands(host_toolchains()[0]))
+    reasons = []
+    for candidate in ("docker", "bwrap"):
+        try:
+            return open_sandbox(candidate, limits=limits, image=image, pool_size=pool_size, scratch_mb=scratch_mb)
+        except SandboxUnavailable as exc:
+            reasons.append(f"{candidate}: {exc}")
+    raise SandboxUnavailable(
+        "no sandbox is available (" + "; ".join(reasons) + "). Install Docker or bubblewrap, or pass "
+        "--sandbox subprocess to run code unsandboxed (development only)."
+    )
+
+
+@dataclass
+class BackendCheck:
+    """Whether one backend works here, and which languages ran a probe program correctly."""
+
+    backend: str
+    available: bool
+    note: str = ""
+    languages: dict[str, str] = field(default_factory=dict)  # language -> "ok" or what went wrong
+    seconds: float = 0.0
+
+
+def check_backend(kind: str, image: str | None = None) -> BackendCheck:
+    """Open `kind` and run the probe program of every language it offers."""
+    started = time.monotonic()
+    try:
+        sandbox = open_sandbox(kind, image=image)
+    except (SandboxError, OSError) as exc:
+        return BackendCheck(kind, False, str(exc), seconds=time.monotonic() - started)
+    report = BackendCheck(kind, True)
+    with sandbox:
+        for language in sandbox.languages():
+            try:
+                result = sandbox.run(Submission(language, PROBES[language], [{"type": "stdin_stdout", "input": "2 40\n"}]))
+            except SandboxError as exc:
+                report.languages[language] = f"sandbox error: {exc}"
+                continue
+            if not result.compiled:
+                report.languages[language] = f"compile error: {(result.compile_message or '')[:200]}"
+            elif result.tests[0]["status"] != "ok" or result.tests[0].get("stdout", "").strip() != "42":
+                test = result.tests[0]
+                report.languages[language] = f"{test['status']}: {(test.get('stderr') or test.get('message') or '')[:200]}"
+            else:
+                report.languages[language] = "ok"
+        if getattr(sandbox, "cgroup_note", ""):
+            report.note = f"rlimits only, no cgroup: {sandbox.cgroup_note}"
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,145 @@
+"""The `verifiable_code` verifier: run the completion's program against the task's tests in a sandbox.
+
+`verification_info = {"language": "python"|"cpp"|"rust"|"javascript", "test_cases": [...]}` with
+`stdin_stdout` tests (`input` text in, `output` text expected) and `function_call` tests (`fn_name`,
+`input` a list of arguments, `output` the expected return value). The program is the completion's
+last fenced code block, preferring blocks tagged with the task's language. `score` is the fraction
+of tests passed; `details["tests"]` gives each test's status and timings.
+
+Options (`genesys verify -O key=value` or the dedicated flags): `sandbox` (auto, docker, bwrap,
+subprocess), `sandbox_image`, and the per-test limits `time_limit` (CPU seconds), `memory_limit`
+(MB), `process_limit`, `output_limit` (bytes), `disk_limit` (MB). The sandbox is imported and opened
+in `setup()`, once per worker, so loading this plugin stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import genesys
+from genesys.schema import Rollout, Verdict
+from genesys.verifiers.code_compare import compare_output, values_match
+from genesys.verifiers.code_extract import extract_code
+from genesys.verifiers.code_tests import CodeTest, TaskDataError, parse_tests
+
+STATUSES = ("passed", "wrong_answer", "time_limit", "memory_limit", "runtime_error", "compile_error", "output_limit")
+# Seconds kept between the submission's own budget and the engine's hard deadline.
+BUDGET_MARGIN_S = 10.0
+TEXT_LIMIT = 500  # characters of stderr / compiler output kept in details
+
+
+class CodeVerifier(genesys.Verifier):
+    """Scores `verifiable_code` rollouts by the fraction of tests their program passes."""
+
+    task_type = "verifiable_code"
+    timeout = 180.0  # compile plus every test; the sandbox stops the submission before this
+
+    def setup(self) -> None:
+        from genesys.sandbox.backends import open_sandbox
+        from genesys.sandbox.limits import Limits
+
+        self.limits = Limits.from_options(self.options)
+        self.sandbox = open_sandbox(
+            str(self.options.get("sandbox") or "auto"),
+            limits=self.limits,
+            image=self.options.get("sandbox_image"),
+        )
+
+    def teardown(self) -> None:
+        sandbox = getattr(self, "sandbox", None)
+        if sandbox is not None:
+            sandbox.close()
+
+    def verify(self, rollout: Rollout) -> Verdict:
+        from genesys.sandbox.base import SandboxError, Submission
+
+        try:
+            language, tests = parse_tests(rollout.verification_info)
+        except TaskDataError as exc:
+            return Verdict.failed(f"invalid_verification_info: {exc}")
+        code = extract_code(rollout.completion, language)
+        if code is None or not code.strip():
+            return Verdict(0.0, {"language": language, "status": "no_code", "passed": 0, "total": len(tests)})
+        if language not in self.sandbox.languages():
+            return Verdict.failed(f"unsupported_language: the {self.sandbox.name} sandbox cannot run {language}")
+        submission = Submission(
+            language=language,
+            source=code,
+            tests=[test.to_sandbox() for test in tests],
+            limits=self.limits,
+            budget_s=max(1.0, float(self.options.get("budget", self.timeout - BUDGET_MARGIN_S))),
+        )
+        try:
+            result = self.sandbox.run(submission)
+        except SandboxError as exc:
+            return Verdict.failed(f"sandbox_error: {exc}", language=language)
+        if result.compiled:
+            missing = [{"status": "runtime_error", "message": "the runner reported no result"}] * (len(tests) - len(result.tests))
+            judged = [judge(test, report) for test, report in zip(tests, result.tests + missing)]
+        else:
+            judged = [{"status": "compile_error"} for _ in tests]
+        passed = sum(item["status"] == "passed" for item in judged)
+        details: dict[str, Any] = {
+            "language": language,
+            "status": _overall(judged),
+            "passed": passed,
+            "total": len(tests),
+            "compile_time_s": round(result.compile_time_s, 4),
+            "tests": judged,
+        }
+        if result.compile_message:
+            details["compile_message"] = result.compile_message[-TEXT_LIMIT:]
+        return Verdict(passed / len(tests), details)
+
+
+def judge(test: CodeTest, report: dict[str, Any]) -> dict[str, Any]:
+    """The verdict on one test from what the runner reported."""
+    status = report.get("status", "runtime_error")
+    item: dict[str, Any] = {
+        "status": status,
+        "time_s": report.get("time_s"),
+        "wall_s": report.get("wall_s"),
+        "memory_kb": report.get("memory_kb"),
+    }
+    if status == "ok":
+        difference = _difference(test, report)
+        item["status"] = "passed" if difference is None else "wrong_answer"
+        if difference:
+            item["message"] = difference
+    else:
+        message = report.get("message") or (report.get("stderr") or "")[-TEXT_LIMIT:]
+        if message:
+            item["message"] = message
+        if report.get("exit_code") not in (None, 0):
+            item["exit_code"] = report["exit_code"]
+        if report.get("signal"):
+            item["signal"] = report["signal"]
+    return item
+
+
+def _difference(test: CodeTest, report: dict[str, Any]) -> str | None:
+    if test.type == "stdin_stdout":
+        return compare_output(report.get("stdout", ""), test.expected)
+    try:
+        value = json.loads(report.get("result") or "null")
+    except json.JSONDecodeError:
+        return "the function's result is not valid JSON"
+    if values_match(value, test.expected):
+        return None
+    return f"expected {_clip(test.expected)}, got {_clip(value)}"
+
+
+def _clip(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _overall(judged: list[dict[str, Any]]) -> str:
+    """'passed' when every test passed, else the first failing test's status."""
+    return next((item["status"] for item in judged if item["status"] != "passed"), "passed")
+
+
+@genesys.hookimpl
+def genesys_verifiers() -> list[type[genesys.Verifier]]:
+    return [CodeVerifier]
