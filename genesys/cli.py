@@ -67,7 +67,27 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE", help="an option passed to every verifier")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_reward_flags(p)
+    _add_sandbox_flags(p)
     p.set_defaults(handler=_run_verify)
+
+
+def _add_sandbox_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("code sandbox", "where and under which per-test limits code verifiers run programs")
+    g.add_argument("--sandbox", choices=("auto", "docker", "bwrap", "subprocess"), help="backend (default auto: docker if a daemon answers, else bwrap)")
+    g.add_argument("--sandbox-image", help="docker image (default genesys-sandbox:latest, made by `genesys sandbox build`)")
+    g.add_argument("--time-limit", type=_positive_float, help="CPU seconds per test (default 2)")
+    g.add_argument("--memory-limit", type=_positive_int, help="MB of memory per test (default 512)")
+    g.add_argument("--process-limit", type=_positive_int, help="processes and threads per test (default 64)")
+    g.add_argument("--output-limit", type=_positive_int, help="bytes of stdout per test (default 8 MiB)")
+    g.add_argument("--disk-limit", type=_positive_int, help="MB per file a test writes (default 64)")
+
+
+def _sandbox_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The sandbox flags that were given, as verifier options."""
+    from genesys.sandbox.limits import OPTION_NAMES
+
+    names = ("sandbox", "sandbox_image", *OPTION_NAMES)
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 
 def _add_reward_flags(p: argparse.ArgumentParser) -> None:
@@ -109,7 +129,7 @@ def _run_verify(args: argparse.Namespace) -> int:
         workers=args.workers,
         timeout=args.timeout,
         skip_unknown=args.skip_unknown,
-        options=_parse_options(args.option),
+        options={**_parse_options(args.option), **_sandbox_options(args)},
         progress=not args.no_progress,
         reward=_reward_config(args),
     )
@@ -341,7 +361,42 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
 # --- entry point ----------------------------------------------------------------------------------
 
-_SUBCOMMANDS = (_add_generate, _add_verify, _add_filter, _add_report, _add_plugins)
+# --- genesys sandbox ------------------------------------------------------------------------------
+
+
+def _add_sandbox(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sandbox", help="build the code sandbox image; check which sandboxes and languages work here")
+    actions = p.add_subparsers(dest="sandbox_command", required=True, metavar="ACTION")
+    build = actions.add_parser(
+        "build",
+        help="build the Docker sandbox image",
+        description="Build the sandbox image: from the shipped Dockerfile when a registry is reachable, otherwise "
+        "offline, FROM scratch, out of this machine's own python3, g++, rustc and node.",
+    )
+    mode = build.add_mutually_exclusive_group()
+    mode.add_argument("--offline", action="store_true", help="build from the host's toolchains without trying a registry")
+    mode.add_argument("--online", action="store_true", help="build from the shipped Dockerfile (needs a registry)")
+    build.add_argument("--tag", help="image tag (default genesys-sandbox:latest)")
+    build.add_argument("--languages", help="comma-separated languages for an offline build (default: all found)")
+    build.add_argument("--python", help="the interpreter to put in an offline image (default /usr/bin/python3)")
+    build.add_argument("--force", action="store_true", help="rebuild even when an identical image exists")
+    build.set_defaults(handler=_run_sandbox)
+    check = actions.add_parser("check", help="show which sandbox backends and languages work on this machine")
+    check.add_argument("--sandbox-image", help="docker image to check (default genesys-sandbox:latest)")
+    check.set_defaults(handler=_run_sandbox)
+
+
+def _run_sandbox(args: argparse.Namespace) -> int:
+    from genesys.sandbox import commands
+
+    if args.sandbox_command == "build":
+        languages = [part.strip() for part in args.languages.split(",")] if args.languages else None
+        mode = "offline" if args.offline else "online" if args.online else "auto"
+        return commands.build(mode=mode, tag=args.tag, languages=languages, python=args.python, force=args.force)
+    return commands.check(image=args.sandbox_image)
+
+
+_SUBCOMMANDS = (_add_generate, _add_verify, _add_filter, _add_report, _add_plugins, _add_sandbox)
 
 
 def build_parser() -> argparse.ArgumentParser:
