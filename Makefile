@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # The CPU build of torch; a version range would pull the CUDA build and its packages.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install demo test bench clean
+.PHONY: install sandbox demo test bench clean
 
 $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,12 @@ $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 
 install: $(STAMP)
 
-demo: install
+# Code sandboxes: bubblewrap, a Docker daemon and the offline image. Never fails the build; the
+# tests that need what could not be set up skip and say why.
+sandbox: install
+	@bash genesys/sandbox/ci_setup.sh $(PY)
+
+demo: install sandbox
 	$(VENV)/bin/genesys plugins
 	$(VENV)/bin/genesys verify genesys/tasks/data/sample_rollouts.jsonl -o demo-out/verified.jsonl
 	@echo "verified rollouts: demo-out/verified.jsonl"
@@ -26,7 +31,7 @@ demo: install
 	$(VENV)/bin/genesys report demo-out/verified.jsonl -o demo-out/report
 	@echo "tasks of useful difficulty: demo-out/tasks.jsonl; report: demo-out/report/summary.md"
 
-test: install
+test: install sandbox
 	$(VENV)/bin/pytest -q -ra
 
 bench: install
