@@ -68,7 +68,7 @@ def load_source(spec: str) -> TaskSource:
         )
     try:
         rows = list(known[name].load(**options))
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise InputError(f"--tasks {spec!r}: bad options for task set {name!r}: {exc}") from None
     return TaskSource(spec, rows)
 

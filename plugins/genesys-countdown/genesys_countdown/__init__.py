@@ -17,7 +17,9 @@ from fractions import Fraction
 
 import genesys
 
-__all__ = ["Countdown", "evaluate_expression", "genesys_verifiers"]
+from genesys_countdown.tasks import genesys_tasks  # the Countdown task generator, registered with this module
+
+__all__ = ["Countdown", "evaluate_expression", "genesys_tasks", "genesys_verifiers"]
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
