@@ -152,9 +152,11 @@ def _plot_pass_rate_by_source(data: _Data) -> Figure | None:
     columns = min(3, len(sources))
     rows = -(-len(sources) // columns)
     figure, axes = _figure(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharex=True)
-    # With k samples a task's rate is a multiple of 1/k: one bar per possible value when k is small.
+    # Binary scores over k samples give rates on a 1/k grid: then one bar per possible value.
     k = int(tasks["n_samples"].max() or 1)
-    bins = (np.arange(k + 2) - 0.5) / k if k <= 20 else np.linspace(0.0, 1.0, 21)
+    all_rates = tasks["pass_rate"].to_numpy()
+    on_grid = k <= 20 and np.allclose(all_rates * k, np.round(all_rates * k))
+    bins = (np.arange(k + 2) - 0.5) / k if on_grid else np.linspace(0.0, 1.0, 21)
     for ax, source in zip(axes.flat, sources):
         rates = tasks.filter(tasks["source"] == source)["pass_rate"].to_numpy()
         ax.hist(rates, bins=bins, color="#457b9d", edgecolor="white")
