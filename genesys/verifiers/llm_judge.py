@@ -6,6 +6,7 @@ environment variables choose it:
 - `judge_base_url` / $GENESYS_JUDGE_BASE_URL (else $OPENAI_BASE_URL)
 - `judge_model` / $GENESYS_JUDGE_MODEL (required)
 - `judge_api_key` / $GENESYS_JUDGE_API_KEY (else $OPENAI_API_KEY)
+- `judge_max_retries`: retries of a failed request (default 8, with exponential backoff)
 
 The reference is `verification_info["ground_truth"]`, else `gold_standard_solution`. The judge
 rates the match from 0 to 10; the score is that rating / 10. A judge that cannot be reached or
@@ -59,7 +60,7 @@ class LLMJudge(genesys.Verifier):
 
     task_type = TASK_TYPE
     timeout = 300.0
-    max_parallel = 4
+    max_parallel = 32
 
     def _setting(self, option: str, *env_vars: str) -> str | None:
         value = self.options.get(option)
@@ -88,7 +89,8 @@ class LLMJudge(genesys.Verifier):
         if prompt is None:
             return genesys.Verdict.failed("invalid_row: no reference answer in verification_info.ground_truth or gold_standard_solution")
         if self._client is None:  # created inside the worker's event loop, kept for its lifetime
-            self._client = OpenAIClient(self.base_url, self.api_key, concurrency=self.max_parallel or 4)
+            retries = int(self.options.get("judge_max_retries", 8))
+            self._client = OpenAIClient(self.base_url, self.api_key, concurrency=self.max_parallel or 32, max_retries=retries)
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0, "max_tokens": 1024}
         try:
             reply = await self._client.chat(body)

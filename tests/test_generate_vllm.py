@@ -1,0 +1,98 @@
+"""The vLLM backend's mapping of recorded engine outputs, and backend selection (vLLM itself needs a GPU)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from genesys.errors import InputError
+from genesys.generate import backend as backend_module
+from genesys.generate.backend import GenerationRequest, resolve_backend_name
+from genesys.generate.vllm import result_from_request_output, sampled_logprobs
+
+
+# Shaped like vllm.logprobs.Logprob, vllm.outputs.CompletionOutput and vllm.outputs.RequestOutput.
+@dataclass
+class Logprob:
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    prompt_logprobs: None
+    outputs: list[CompletionOutput] = field(default_factory=list)
+    finished: bool = True
+
+
+def _position(sampled: int, logprob: float, others: dict[int, float]) -> dict[int, Logprob]:
+    """One position as vLLM records it: the sampled token first, then the top-k alternatives."""
+    return {sampled: Logprob(logprob, rank=3), **{t: Logprob(lp, rank=i + 1) for i, (t, lp) in enumerate(others.items())}}
+
+
+def test_request_output_maps_to_completions_in_index_order():
+    recorded = RequestOutput(
+        request_id="7",
+        prompt=None,
+        prompt_token_ids=[101, 102, 103],
+        prompt_logprobs=None,
+        outputs=[
+            CompletionOutput(1, " no", [9, 2], -3.5, [_position(9, -3.0, {5: -0.1}), _position(2, -0.5, {})], "stop", None),
+            CompletionOutput(0, " yes", [7, 8, 4], -1.0, [_position(7, -0.2, {}), _position(8, -0.3, {1: -0.05}), _position(4, -0.5, {})], "length"),
+        ],
+    )
+    request = GenerationRequest("task", [{"role": "user", "content": "?"}], [2, 3], seed=1)
+    result = result_from_request_output(request, recorded)
+    assert result.request is request and result.prompt_ids == [101, 102, 103]
+    first, second = result.completions
+    assert (first.text, first.completion_ids, first.finish_reason) == (" yes", [7, 8, 4], "length")
+    assert first.logprobs == [-0.2, -0.3, -0.5]  # the sampled token's, not the top alternative's
+    assert (second.completion_ids, second.logprobs, second.finish_reason) == ([9, 2], [-3.0, -0.5], "stop")
+
+
+def test_missing_logprobs_stay_missing():
+    assert sampled_logprobs([1, 2], None) is None
+
+
+def test_auto_picks_transformers_without_vllm_and_a_gpu(monkeypatch):
+    monkeypatch.setattr(backend_module, "vllm_usable", lambda: False)
+    assert resolve_backend_name("auto") == "transformers"
+    monkeypatch.setattr(backend_module, "vllm_usable", lambda: True)
+    assert resolve_backend_name("auto") == "vllm"
+    assert resolve_backend_name("openai") == "openai"
+    with pytest.raises(InputError, match="--backend"):
+        resolve_backend_name("tgi")
+
+
+def test_vllm_backend_on_a_gpu(tmp_path):
+    pytest.importorskip("vllm", reason="vLLM is not installed (GPU-only)")
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("vLLM needs a CUDA GPU")
+    from genesys.generate.backend import PromptStyle, SamplingConfig
+    from genesys.generate.prompts import build_messages
+    from genesys.generate.tiny_model import build_tiny_model
+    from genesys.generate.vllm import VLLMBackend
+
+    model = build_tiny_model(tmp_path / "model", hidden_size=256, heads=4)  # head size 64 suits every attention kernel
+    backend = VLLMBackend(str(model), SamplingConfig(n=2, max_tokens=8), PromptStyle(), engine_args={"gpu_memory_utilization": 0.3})
+    [result] = backend.generate([GenerationRequest("a", build_messages("hi"), [0, 1], seed=0)])
+    assert len(result.completions) == 2
+    assert all(len(c.logprobs) == len(c.completion_ids) for c in result.completions)
