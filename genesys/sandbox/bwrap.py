@@ -87,7 +87,7 @@ class BwrapSandbox(LocalSandbox):
         else:
             argv += ["--unshare-user", "--disable-userns"]
         argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]
-        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH)
+        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH) + ["--wipe", "/tmp", "--wipe", "/dev/shm"]
 
     def _start(self) -> RunnerSession:
         self._cgroup, self.cgroup_note = Cgroup.create(self._cgroup_memory, self._cgroup_pids)

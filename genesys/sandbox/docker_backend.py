@@ -174,6 +174,10 @@ class DockerSandbox(Sandbox):
         labels = image_obj.labels or {}
         if "genesys.toolchains" not in labels:
             raise SandboxUnavailable(f"image {image!r} is not a genesys sandbox image (no genesys.toolchains label)")
+        from genesys.sandbox.image import runner_digest
+
+        if labels.get("genesys.runner") != runner_digest():
+            raise SandboxUnavailable(f"image {image!r} holds another version of the sandbox runner; rebuild it with `genesys sandbox build`")
         self.toolchains: dict[str, dict[str, str]] = json.loads(labels["genesys.toolchains"])
         self.limits = limits or Limits()
         self.scratch_mb = scratch_mb
@@ -247,7 +251,7 @@ class DockerSandbox(Sandbox):
     def _start_session(self, slot: _Slot) -> RunnerSession:
         api = self.client.api
         python = self.toolchains["python"]["run"]
-        command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH]
+        command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH, "--wipe", "/tmp", "--wipe", "/dev/shm"]
         try:
             exec_id = api.exec_create(slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp")
             raw = api.exec_start(exec_id["Id"], socket=True)

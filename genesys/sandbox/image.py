@@ -58,6 +58,12 @@ def _digest(files: FileSet, toolchains: dict[str, dict[str, str]]) -> str:
     return hasher.hexdigest()[:16]
 
 
+def runner_digest() -> str:
+    """A fingerprint of the in-sandbox runner; an image with another runner must be rebuilt."""
+    with open(RUNNER_PATH, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()[:16]
+
+
 def _dockerfile(labels: dict[str, str]) -> str:
     lines = [
         "FROM scratch",
@@ -144,7 +150,12 @@ def build_offline(
     digest = _digest(files, commands)
     if not force and existing_digest(client, tag) == digest:
         return BuildReport(tag, "cached", sorted(found), missing, _size_mb(client, tag))
-    labels = {"genesys.toolchains": json.dumps(commands), "genesys.digest": digest, "genesys.sandbox.image": "offline"}
+    labels = {
+        "genesys.toolchains": json.dumps(commands),
+        "genesys.digest": digest,
+        "genesys.runner": runner_digest(),
+        "genesys.sandbox.image": "offline",
+    }
     with tempfile.TemporaryFile() as context:
         _write_context(context, files, _dockerfile(labels), lambda n: progress(f"packing files ({n} so far)"))
         context.seek(0)
@@ -165,7 +176,7 @@ def build_online(tag: str = DEFAULT_IMAGE, progress: Callable[[str], None] = lam
             tar.add(RUNNER_PATH, arcname="runner.py")
         context.seek(0)
         progress(f"building {tag} from {DOCKERFILE}")
-        _docker_build(client, tag, fileobj=context, custom_context=True)
+        _docker_build(client, tag, fileobj=context, custom_context=True, buildargs={"RUNNER_DIGEST": runner_digest()})
     return BuildReport(tag, "online", sorted(ONLINE_TOOLCHAINS), {}, _size_mb(client, tag))
 
 

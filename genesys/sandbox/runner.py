@@ -150,23 +150,21 @@ def reap_all():
 
 
 def wipe(path):
-    """Remove everything under `path` (the submission's scratch space)."""
-    for root, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            try:
-                os.unlink(os.path.join(root, name))
-            except OSError:
-                pass
-        for name in dirs:
-            full = os.path.join(root, name)
-            try:
-                os.chmod(full, 0o700)
-                if os.path.islink(full):
-                    os.unlink(full)
-                else:
-                    os.rmdir(full)
-            except OSError:
-                pass
+    """Remove everything under `path` that we may remove, unreadable directories included."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                wipe(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
 
 
 # --- limits ---------------------------------------------------------------------------------------
@@ -588,10 +586,12 @@ def _call_args(value):
 # --- serving --------------------------------------------------------------------------------------
 
 
-def serve_one(job, toolchains, scratch, out_fd):
+def serve_one(job, toolchains, scratch, wipe_dirs, out_fd):
+    """Compile and run one submission, replying frame by frame; leave nothing of it behind."""
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
     workdir = os.path.join(scratch, "work")
-    wipe(scratch)
+    for directory in (scratch, *wipe_dirs):
+        wipe(directory)
     os.makedirs(workdir, exist_ok=True)
     try:
         program, error, seconds = compile_submission(
@@ -611,7 +611,8 @@ def serve_one(job, toolchains, scratch, out_fd):
                 write_frame(out_fd, reply)
     finally:
         kill_leftovers()
-        wipe(scratch)
+        for directory in (scratch, *wipe_dirs):
+            wipe(directory)
     write_frame(out_fd, {"event": "done"})
 
 
@@ -622,9 +623,14 @@ def drop_privileges(uid):
 
 
 def main(argv):
-    """`runner.py TOOLCHAINS_JSON SCRATCH_DIR [--uid N]`: serve submissions until stdin closes."""
+    """`runner.py TOOLCHAINS_JSON SCRATCH_DIR [--uid N] [--wipe DIR]...`: serve submissions until stdin closes.
+
+    --uid: drop to this uid first (when started as root). --wipe: more directories the programs can
+    write to (a private /tmp, /dev/shm), emptied before and after every submission.
+    """
     toolchains = json.loads(argv[1])
     scratch = argv[2]
+    wipe_dirs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--wipe"]
     os.makedirs(scratch, exist_ok=True)
     if "--uid" in argv:
         uid = int(argv[argv.index("--uid") + 1])
@@ -648,7 +654,7 @@ def main(argv):
         job = read_frame(in_fd)
         if job is None:
             return 0
-        serve_one(job, toolchains, scratch, out_fd)
+        serve_one(job, toolchains, scratch, wipe_dirs, out_fd)
 
 
 def keep(argv):

@@ -1,0 +1,290 @@
+"""The code verifier on the real sandboxes (docker and bwrap): right programs pass, wrong ones fail,
+and hostile programs are contained while the sandbox keeps scoring what comes next."""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from genesys.schema import Rollout
+from genesys.verifiers.code import CodeVerifier
+
+SECRET = "genesys-test-secret-9d1c"
+FENCE = "```"
+BACKENDS = ("docker", "bwrap")
+
+
+def backend_skip_reason(kind: str) -> str | None:
+    """Why `kind` cannot run here (None when it can); builds the docker image offline if it is not current."""
+    from genesys.sandbox.base import SandboxUnavailable
+
+    try:
+        if kind == "docker":
+            from genesys.sandbox.docker_backend import DEFAULT_IMAGE, docker_client
+            from genesys.sandbox.image import build_offline
+
+            docker_client()
+            build_offline(DEFAULT_IMAGE)  # a no-op when an identical image exists
+        else:
+            from genesys.sandbox.bwrap import find_bwrap
+
+            find_bwrap()
+    except SandboxUnavailable as exc:
+        return f"{kind} sandbox unavailable: {exc}"
+    return None
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def verifier(request: pytest.FixtureRequest) -> Iterator[CodeVerifier]:
+    reason = backend_skip_reason(request.param)
+    if reason:
+        pytest.skip(reason)
+    os.environ["GENESYS_TEST_SECRET"] = SECRET  # must not reach the sandbox
+    instance = CodeVerifier({"sandbox": request.param, "time_limit": 1})
+    instance.setup()
+    yield instance
+    instance.teardown()
+    os.environ.pop("GENESYS_TEST_SECRET", None)
+
+
+def code_rollout(language: str, source: str, tests: list[dict]) -> Rollout:
+    return Rollout(
+        task_type="verifiable_code",
+        verification_info={"language": language, "test_cases": tests},
+        completion=f"Here it is.\n{FENCE}{language}\n{source}\n{FENCE}\n",
+    )
+
+
+SUM_TESTS = [
+    {"type": "stdin_stdout", "input": "2 3\n", "output": "5\n"},
+    {"type": "stdin_stdout", "input": "-7 7\n", "output": "0\n"},
+]
+
+PROGRAMS = {
+    "python": {
+        "correct": "a, b = map(int, input().split())\nprint(a + b)",
+        "wrong": "a, b = map(int, input().split())\nprint(a - b)",
+        "slow": "while True:\n    pass",
+        "crash": "raise SystemExit(3)",
+        "broken": "def f(:\n    pass",
+    },
+    "cpp": {
+        "correct": "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }",
+        "wrong": "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a * b << std::endl; }",
+        "slow": "int main() { volatile unsigned long x = 0; for (;;) x++; }",
+        "crash": "#include <cstdlib>\nint main() { int* p = nullptr; return *p + std::rand(); }",
+        "broken": "int main() { return undefined_name; }",
+    },
+    "rust": {
+        "correct": (
+            "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap();\n"
+            "let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect(); println!(\"{}\", v[0] + v[1]); }"
+        ),
+        "wrong": "fn main() { println!(\"5\"); }",
+        "slow": "fn main() { let mut x: u64 = 0; loop { x = x.wrapping_add(std::hint::black_box(1)); } }",
+        "crash": "fn main() { let v: Vec<i32> = Vec::new(); println!(\"{}\", v[3]); }",
+        "broken": "fn main() { let x: i32 = \"text\"; }",
+    },
+    "javascript": {
+        "correct": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);",
+        "wrong": "console.log('5');",
+        "slow": "for (;;) {}",
+        "crash": "throw new Error('boom');",
+        "broken": "function (",
+    },
+}
+EXPECTED = {
+    "correct": ("passed", 1.0),
+    "wrong": ("wrong_answer", None),
+    "slow": ("time_limit", 0.0),
+    "crash": ("runtime_error", 0.0),
+    "broken": ("compile_error", 0.0),
+}
+
+
+@pytest.mark.parametrize("language", sorted(PROGRAMS))
+def test_programs_are_judged_right(verifier: CodeVerifier, language: str) -> None:
+    if language not in verifier.sandbox.languages():
+        pytest.skip(f"{language} is not available in the {verifier.sandbox.name} sandbox here")
+    for kind, source in PROGRAMS[language].items():
+        verdict = verifier.verify(code_rollout(language, source, SUM_TESTS))
+        status, score = EXPECTED[kind]
+        assert verdict.error is None, (kind, verdict.error)
+        assert verdict.details["status"] == status, (language, kind, verdict.details)
+        if score is not None:
+            assert verdict.score == score, (language, kind, verdict.details)
+    wrong = verifier.verify(code_rollout(language, PROGRAMS[language]["wrong"], SUM_TESTS))
+    assert wrong.score == 0.5 if language in ("rust", "javascript") else wrong.score == 0.0
+
+
+def test_function_call_tests(verifier: CodeVerifier) -> None:
+    tests = [
+        {"type": "function_call", "fn_name": "twoSum", "input": [[2, 7, 11, 15], 9], "output": [0, 1]},
+        {"type": "function_call", "fn_name": "twoSum", "input": [[3, 3], 6], "output": [0, 1]},
+    ]
+    python = "class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n                return (seen[target - x], i)\n            seen[x] = i"
+    verdict = verifier.verify(code_rollout("python", python, tests))
+    assert verdict.score == 1.0, verdict.details
+    javascript = "function twoSum(nums, target) { const seen = new Map();\n  for (let i = 0; i < nums.length; i++) { if (seen.has(target - nums[i])) return [seen.get(target - nums[i]), i]; seen.set(nums[i], i); } }"
+    if "javascript" in verifier.sandbox.languages():
+        assert verifier.verify(code_rollout("javascript", javascript, tests)).score == 1.0
+    off_by_one = python.replace("return (seen[target - x], i)", "return (seen[target - x], i + 1)")
+    verdict = verifier.verify(code_rollout("python", off_by_one, tests))
+    assert verdict.score == 0.0 and verdict.details["tests"][0]["status"] == "wrong_answer"
+
+
+# --- hostile programs -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def host_listener() -> Iterator[tuple[str, int]]:
+    """A TCP server on the host, on every interface: sandboxed programs must not reach it."""
+    server = socket.socket()
+    server.bind(("0.0.0.0", 0))
+    server.listen(16)
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))  # no packet is sent; this picks the outward interface
+        address = probe.getsockname()[0]
+    except OSError:
+        address = "127.0.0.1"
+    finally:
+        probe.close()
+    yield address, server.getsockname()[1]
+    server.close()
+
+
+def hostile_programs(host: str, port: int, secret_file: Path, marker: str) -> dict[str, tuple[str, str | None, set[str]]]:
+    """name -> (python source, expected stdout when contained, acceptable statuses)."""
+    return {
+        "network": (
+            f"""
+            import socket
+            reached = []
+            for host, port in [({host!r}, {port}), ("127.0.0.1", {port}), ("1.1.1.1", 53), ("8.8.8.8", 443)]:
+                try:
+                    socket.create_connection((host, port), timeout=2).close()
+                    reached.append(host)
+                except OSError:
+                    pass
+            try:
+                socket.getaddrinfo("example.com", 80)
+                reached.append("dns")
+            except OSError:
+                pass
+            print("reached " + " ".join(reached) if reached else "blocked")
+            """,
+            "blocked",
+            {"passed"},
+        ),
+        "host_files": (
+            f"""
+            import os
+            seen = []
+            for path in [{str(secret_file)!r}, "/etc/shadow", "/etc/passwd", "/root/.bash_history", "/proc/1/root/etc/shadow"]:
+                try:
+                    with open(path) as handle:
+                        seen.append(path + ":" + handle.read(20))
+                except OSError:
+                    pass
+            for path in [{str(secret_file.parent / "written-from-sandbox")!r}, "/usr/bin/pwned", "/etc/pwned"]:
+                try:
+                    with open(path, "w") as handle:
+                        handle.write("x")
+                    seen.append("wrote " + path)
+                except OSError:
+                    pass
+            print(" | ".join(seen) if seen else "denied")
+            """,
+            "denied",
+            {"passed"},
+        ),
+        "environment": (
+            f"""
+            import os
+            found = [k for k, v in os.environ.items() if {SECRET!r} in v or k == "GENESYS_TEST_SECRET"]
+            for pid in os.listdir("/proc"):
+                try:
+                    with open("/proc/%s/environ" % pid, "rb") as handle:
+                        if {SECRET!r}.encode() in handle.read():
+                            found.append(pid)
+                except OSError:
+                    pass
+            print(found or "none")
+            """,
+            "none",
+            {"passed"},
+        ),
+        "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('alive')", None, {"runtime_error", "passed", "wrong_answer"}),
+        "kill_everything": (
+            "import os, signal\nfor pid in (1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nprint('alive')",
+            None,
+            {"runtime_error", "passed", "wrong_answer"},
+        ),
+        "detached_child": (
+            f"""
+            import os, sys
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", {marker!r}])
+                os._exit(0)
+            os.waitpid(pid, 0)
+            print("detached")
+            """,
+            "detached",
+            {"passed"},
+        ),
+        "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", None, {"time_limit", "runtime_error", "memory_limit"}),
+        "memory_bomb": ("hog = []\nwhile True:\n    hog.append(bytearray(64 << 20))", None, {"memory_limit"}),
+        "cpu_spin": ("while True:\n    pass", None, {"time_limit"}),
+        "output_flood": ("import sys\nwhile True:\n    sys.stdout.write('y' * 65536)", None, {"output_limit"}),
+        "disk_fill": ("with open('fill.bin', 'wb') as f:\n    while True:\n        f.write(b'0' * (1 << 20))", None, {"output_limit", "runtime_error"}),
+        "disk_fill_many": (
+            "i = 0\nwhile True:\n    with open('f%d' % i, 'wb') as f:\n        f.write(b'0' * (32 << 20))\n    i += 1",
+            None,
+            {"runtime_error", "output_limit"},
+        ),
+    }
+
+
+def host_processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(pid))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def test_hostile_programs_are_contained(verifier: CodeVerifier, host_listener: tuple[str, int], tmp_path: Path) -> None:
+    secret_file = tmp_path / "host-secret.txt"
+    secret_file.write_text(SECRET)
+    marker = f"genesys-detached-{os.getpid()}-{verifier.sandbox.name}"
+    good = code_rollout("python", PROGRAMS["python"]["correct"], SUM_TESTS)
+    for name, (source, expected, statuses) in hostile_programs(*host_listener, secret_file, marker).items():
+        tests = [{"type": "stdin_stdout", "input": "", "output": expected or "never printed"}]
+        verdict = verifier.verify(code_rollout("python", textwrap.dedent(source).strip(), tests))
+        assert verdict.error is None, (name, verdict.error)
+        test = verdict.details["tests"][0]
+        assert test["status"] in statuses, (name, test)
+        # The sandbox is fine afterwards: the next rollout is scored right.
+        assert verifier.verify(good).score == 1.0, name
+    assert not (tmp_path / "written-from-sandbox").exists()
+    assert host_processes_with(marker) == [], "a detached child outlived its submission"
+
+
+def test_submissions_do_not_see_each_other(verifier: CodeVerifier) -> None:
+    writer = "import os\nopen('left-behind', 'w').write('x')\nopen('/tmp/left-behind', 'w').write('x') if os.access('/tmp', os.W_OK) else None\nprint('ok')"
+    reader = "import os\nprint('clean' if not os.path.exists('left-behind') and not os.path.exists('/tmp/left-behind') else 'dirty')"
+    assert verifier.verify(code_rollout("python", writer, [{"input": "", "output": "ok"}])).score == 1.0
+    assert verifier.verify(code_rollout("python", reader, [{"input": "", "output": "clean"}])).score == 1.0
