@@ -1,0 +1,119 @@
+"""Nothing outlives its owner: containers and sandboxed processes go away when the process that
+opened them is SIGKILLed mid-submission (as the engine does at a deadline); backend selection."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from genesys.sandbox.backends import open_sandbox
+from genesys.sandbox.base import SandboxUnavailable, Submission
+from test_sandbox_backends import backend_skip_reason, host_processes_with
+
+# Opens a sandbox, reports its containers, then runs a program that sleeps under a marker name.
+OWNER = """
+import sys
+from genesys.sandbox.backends import open_sandbox
+from genesys.sandbox.base import Submission
+from genesys.sandbox.limits import Limits
+sandbox = open_sandbox(sys.argv[1])
+sandbox.run(Submission("python", "print(1)", [{"type": "stdin_stdout", "input": ""}]))
+print("containers", *(slot.container.id for slot in getattr(sandbox, "_all", [])), flush=True)
+sleeper = f"import os, sys\\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', {sys.argv[2]!r}])"
+# Its own limits would end it only after two minutes: only the owner's death can end it sooner.
+sandbox.run(Submission("python", sleeper, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=60), budget_s=200))
+"""
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+@pytest.mark.parametrize("kind", ["docker", "bwrap"])
+def test_sigkilled_owner_leaves_nothing_behind(kind: str) -> None:
+    reason = backend_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    marker = f"genesys-orphan-check-{os.getpid()}-{kind}"
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, kind, marker], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    containers = owner.stdout.readline().split()[1:]
+    assert wait_until(lambda: host_processes_with(marker), 60), "the sleeping program never started"
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    assert wait_until(lambda: not host_processes_with(marker), 30), "sandboxed processes outlived their owner"
+    if kind == "docker":
+        import docker
+
+        client = docker.from_env()
+
+        def gone() -> bool:
+            return not [c for c in client.containers.list(all=True) if c.id in containers]
+
+        assert containers and wait_until(gone, 30), "the owner's containers outlived it"
+
+
+def test_stale_containers_are_reaped() -> None:
+    reason = backend_skip_reason("docker")
+    if reason:
+        pytest.skip(reason)
+    import docker
+
+    from genesys.sandbox.docker_backend import DEFAULT_IMAGE, LABEL, reap_stale
+
+    client = docker.from_env()
+    python = json.loads(client.images.get(DEFAULT_IMAGE).labels["genesys.toolchains"])["python"]["run"]
+    stale = client.containers.run(
+        DEFAULT_IMAGE,
+        [python, "-c", "import time; time.sleep(600)"],
+        detach=True,
+        network_mode="none",
+        labels={LABEL: "1", "genesys.owner": f"{os.uname().nodename}:999999999:0"},
+    )
+    try:
+        assert reap_stale(client) >= 1
+        assert stale.id not in [c.id for c in client.containers.list(all=True)]
+    finally:
+        try:
+            stale.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+def test_auto_refuses_clearly_without_docker_or_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SandboxUnavailable) as caught:
+        open_sandbox("auto")
+    message = str(caught.value)
+    assert "docker:" in message and "bwrap:" in message and "--sandbox subprocess" in message
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown sandbox backend 'firejail'"):
+        open_sandbox("firejail")
+
+
+def test_subprocess_backend_warns_loudly_and_runs(capfd: pytest.CaptureFixture[str]) -> None:
+    program = textwrap.dedent(
+        """
+        import sys
+        print(sum(int(x) for x in sys.stdin.read().split()))
+        """
+    )
+    with open_sandbox("subprocess") as sandbox:
+        result = sandbox.run(Submission("python", program, [{"type": "stdin_stdout", "input": "1 2 3"}]))
+    assert "NOT a sandbox" in capfd.readouterr().err
+    assert result.compiled and result.tests[0]["status"] == "ok" and result.tests[0]["stdout"] == "6\n"
