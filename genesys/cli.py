@@ -141,6 +141,8 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 
 def _add_filter(sub: argparse._SubParsersAction) -> None:
+    from genesys.filtering import METRICS
+
     p = sub.add_parser(
         "filter",
         help="keep tasks whose pass rate over their rollouts lies in a range",
@@ -153,7 +155,7 @@ def _add_filter(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="output tasks: .jsonl or .parquet")
     p.add_argument("--min-pass-rate", type=float, default=0.0, help="lowest pass rate kept (default 0.0)")
     p.add_argument("--max-pass-rate", type=float, default=1.0, help="highest pass rate kept (default 1.0)")
-    p.add_argument("--metric", choices=("score", "correct"), default="score", help="pass rate as mean score, or as the fraction with score == 1")
+    p.add_argument("--metric", choices=METRICS, default="score", help="pass rate as mean score, or as the fraction with score == 1")
     p.add_argument("--pass-rate-column", metavar="COLUMN", help="the input is a task set with a solve rate in COLUMN: filter on it")
     p.set_defaults(handler=_run_filter)
 
