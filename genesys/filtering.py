@@ -95,9 +95,9 @@ def task_pass_rates(rollouts: pl.LazyFrame, metric: str = "score") -> pl.LazyFra
     if "prompt" in names:
         prompt_key = pl.col("prompt") if not keys else pl.when(pl.col("problem_id").is_null()).then(pl.col("prompt"))
         keys.append(prompt_key.alias(_PROMPT_KEY))
-    carried = [name for name in names if name not in _ROLLOUT_ONLY_COLUMNS and name != "problem_id"]
-    value = pl.col("score") if metric == "score" else (pl.col("score") == 1.0).cast(pl.Float64)
     task_columns = [name for name in names if name not in _ROLLOUT_ONLY_COLUMNS]
+    carried = [name for name in task_columns if name != "problem_id"]  # problem_id is a key already
+    value = pl.col("score") if metric == "score" else (pl.col("score") == 1.0).cast(pl.Float64)
     return (
         rollouts.with_row_index(_ROW_INDEX)
         .group_by(keys)
