@@ -6,6 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The CPU build of torch; a version range would pull the CUDA build and its packages.
 TORCH_PIN ?= torch==2.13.0
+# `make demo MODEL=Qwen/Qwen2.5-0.5B-Instruct` generates with a real model; unset, a random-weight
+# stand-in built offline in demo-out/stand-in-model is used.
+MODEL ?=
+STAND_IN := demo-out/stand-in-model
+DEMO_MODEL := $(if $(MODEL),$(MODEL),$(STAND_IN))
+# One output per model: a rerun resumes, another model does not mix into it.
+DEMO_ROLLOUTS := demo-out/rollouts$(if $(MODEL),-$(subst /,--,$(MODEL)))
 
 .PHONY: install sandbox demo test bench clean
 
@@ -25,6 +32,14 @@ sandbox: install
 
 demo: install sandbox
 	$(VENV)/bin/genesys plugins
+	@if [ -z "$(MODEL)" ]; then \
+	  test -f $(STAND_IN)/config.json || $(PY) -m genesys.generate.tiny_model $(STAND_IN); \
+	  echo "MODEL is not set: generating with a random-weight STAND-IN model (gibberish answers, scores near 0)."; \
+	  echo "For real rollouts: make demo MODEL=<hub name or local path>"; \
+	fi
+	$(VENV)/bin/genesys generate --tasks math-samples code-samples countdown:count=16 --model $(DEMO_MODEL) \
+	  -o $(DEMO_ROLLOUTS) -n 4 --max-tokens 128 --temperature 1.0 --continuation-prefix '<think>\n' --verify
+	@echo "generated and verified rollouts (parquet shards): $(DEMO_ROLLOUTS)"
 	$(VENV)/bin/genesys verify genesys/tasks/data/sample_rollouts.jsonl -o demo-out/verified.jsonl
 	@echo "verified rollouts: demo-out/verified.jsonl"
 	$(VENV)/bin/genesys filter demo-out/verified.jsonl -o demo-out/tasks.jsonl --min-pass-rate 0.1 --max-pass-rate 0.9
@@ -37,6 +52,7 @@ test: install sandbox
 bench: install
 	$(PY) benchmarks/verify_engine.py
 	$(PY) benchmarks/filter_speed.py
+	$(PY) benchmarks/generate_throughput.py
 
 clean:
 	rm -rf $(VENV) demo-out

@@ -196,3 +196,9 @@ def test_cli_rejects_flags_of_another_backend(tmp_path):
     result = subprocess.run([GENESYS, "generate", "--tasks", "math-samples", "--model", "m", "-o", str(tmp_path / "o"),
                              "--backend", "transformers", "--base-url", "http://x"], capture_output=True, text=True)
     assert result.returncode == 2 and "--base-url applies to the openai backend" in result.stderr
+
+
+def test_resuming_with_another_model_is_refused(tiny_model, tmp_path):
+    run_generation(_config(tiny_model, tmp_path / "out.jsonl", max_tasks=1, sampling=SamplingConfig(n=1, max_tokens=2)))
+    with pytest.raises(InputError, match="holds rollouts of model"):
+        run_generation(_config("another-model", tmp_path / "out.jsonl", max_tasks=1))

@@ -146,6 +146,17 @@ def check_verifiable(plans: Sequence[PlannedTask], verify: VerifyConfig) -> None
         )
 
 
+def check_same_model(writer: RolloutWriter, model: str) -> None:
+    """Refuse to resume an output that holds another model's rollouts."""
+    from genesys.io import expand_inputs, iter_rows
+
+    existing = writer.path if writer.kind == "jsonl" else writer.shard_dir
+    first = next(iter_rows(expand_inputs([str(existing)])), None)
+    found = first.row.get("model_name") if first is not None and first.row is not None else None
+    if found is not None and found != model:
+        raise InputError(f"output {str(writer.path)!r} holds rollouts of model {found!r}, not {model!r}; write to another output")
+
+
 def machine_info(backend: Backend) -> dict[str, Any]:
     """Where the rollouts were made: host, platform, versions and devices."""
     from genesys import __version__
@@ -230,7 +241,10 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
         raise InputError(f"--target-lengths must be positive integers, got {list(config.target_lengths)}")
     selected = select_tasks(config)
     writer = RolloutWriter(config.output)
-    plans, resumed, duplicates = plan_tasks(selected, config, writer.existing_keys())
+    done = writer.existing_keys()
+    if done:
+        check_same_model(writer, config.model)
+    plans, resumed, duplicates = plan_tasks(selected, config, done)
     if config.verify is not None:
         check_verifiable(plans, config.verify)
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
