@@ -57,15 +57,19 @@ def _scan_path(path: Path) -> pl.LazyFrame:
 
 
 def _scan_jsonl(path: Path) -> pl.LazyFrame:
-    """A jsonl file with every object-valued column read as its JSON text."""
+    """A jsonl file with every object-valued column read as its JSON text.
+
+    Types are inferred from the first rows; a column that is null there is read as text, so values
+    appearing later (objects included) still fit.
+    """
     try:
         inferred = pl.scan_ndjson(path).collect_schema()
     except pl.exceptions.PolarsError as exc:
         raise InputError(f"input {str(path)!r} is not readable as jsonl: {exc}") from None
     overrides = {
-        name: pl.String() if isinstance(dtype, pl.Struct) else _FIXED_TYPES[name]
+        name: _FIXED_TYPES.get(name, pl.String())
         for name, dtype in inferred.items()
-        if isinstance(dtype, pl.Struct) or name in _FIXED_TYPES
+        if name in _FIXED_TYPES or isinstance(dtype, (pl.Struct, pl.Null))
     }
     return pl.scan_ndjson(path, schema_overrides=overrides)
 

@@ -209,3 +209,11 @@ def test_saved_hf_dataset_input(tmp_path: Path):
     kept = read_jsonl(tmp_path / "kept.jsonl")
     assert [t["problem_id"] for t in kept] == ["t1", "t2", "t3", "t4"] and summary.errors == 6
     assert kept[0]["metadata"] == {"difficulty": 1}
+
+
+def test_jsonl_column_null_in_the_first_rows_still_reads(tmp_path: Path):
+    rows = [{"problem_id": f"p{i}", "score": 1, "extra": None} for i in range(150)]
+    rows.append({"problem_id": "late", "score": 0.5, "extra": {"nested": [1, "b"]}})
+    kept, summary = run_filter(tmp_path, rows, min_pass_rate=0.5, max_pass_rate=0.5)
+    assert summary.tasks == 151
+    assert [(t["problem_id"], json.loads(t["extra"])) for t in kept] == [("late", {"nested": [1, "b"]})]
