@@ -271,6 +271,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE", help="an option passed to every verifier")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_reward_flags(p)
+    _add_sandbox_flags(p)
     p.set_defaults(handler=_run_generate)
 
 
@@ -310,7 +311,7 @@ def _run_generate(args: argparse.Namespace) -> int:
             workers=args.workers,
             timeout=args.timeout,
             skip_unknown=args.skip_unknown,
-            options=_parse_options(args.option),
+            options={**_parse_options(args.option), **_sandbox_options(args)},
             progress=False,
             reward=_reward_config(args),
         )

@@ -80,13 +80,10 @@ class GenerateSummary:
 
 def task_key(row: dict[str, Any]) -> str:
     """A stable id of a task from what defines it: source, problem id, type, prompt, verification info."""
-    hasher = hashlib.blake2b(digest_size=10)
-    for name in ("source", "problem_id", "task_type", "prompt"):
-        value = row.get(name)
-        hasher.update(b"\x00" if value is None else str(value).encode("utf-8", "surrogatepass"))
-        hasher.update(b"\x1f")
-    hasher.update(orjson.dumps(row.get("verification_info") or {}, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
-    return hasher.hexdigest()
+    identity = [None if row.get(name) is None else str(row[name]) for name in ("source", "problem_id", "task_type", "prompt")]
+    identity.append(row.get("verification_info") or {})
+    encoded = orjson.dumps(identity, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.blake2b(encoded, digest_size=10).hexdigest()
 
 
 def response_id(key: str, sample: int) -> str:
