@@ -25,9 +25,10 @@ class MathVerifier(genesys.Verifier):
     timeout = 10.0
 
     def setup(self) -> None:
-        from genesys.verifiers.math_parse import quiet_math_verify
+        """Import sympy and the LaTeX grammar and warm them up, outside any rollout's deadline."""
+        from genesys.verifiers.math_grade import grade
 
-        quiet_math_verify()
+        grade("x^2+1", "\\boxed{1 + x^2}")
 
     def verify(self, rollout: Rollout) -> Verdict:
         from genesys.verifiers.math_grade import grade
@@ -52,9 +53,7 @@ def math_verify_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwa
     Runs in the calling process with no deadline of its own; `genesys verify` adds hard deadlines.
     """
     from genesys.verifiers.math_grade import grade
-    from genesys.verifiers.math_parse import quiet_math_verify
 
-    quiet_math_verify()
     golds = _gold_column(kwargs, len(completions))
     return [grade(gold, _completion_text(c)).score for gold, c in zip(golds, completions)]
 

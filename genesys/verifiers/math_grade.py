@@ -2,14 +2,14 @@
 
 Every verdict carries `details` with the `reason` (`matched`, `mismatch`, `no_answer`,
 `empty_answer`, `hedging`, `placeholder`, `unparseable`, `too_complex`), the `extracted` answer and
-how it was found, and the parsed forms of answer and gold.
+how it was found, and the parsed forms of answer and gold. math-verify runs without its own
+(signal-based) timeouts, so importing this module silences its warning about that: the engine's
+killable workers enforce the deadline.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
-
 import sympy
 
 from genesys.schema import Verdict
@@ -21,8 +21,11 @@ from genesys.verifiers.math_parse import (
     ParsedAnswer,
     is_placeholder,
     parse_answer,
+    quiet_math_verify,
     split_alternatives,
 )
+
+quiet_math_verify()
 
 
 class GoldError(ValueError):
@@ -49,43 +52,50 @@ def grade(gold_text: str, completion: str) -> Verdict:
     except GoldError as exc:
         return Verdict.failed(f"invalid_ground_truth: {exc}", gold=gold_text)
     extraction = extract_answer(completion)
-    details: dict[str, Any] = {
+    score, reason, extra = judge(gold_text, extraction.answer, _distinct_boxes(extraction.boxed))
+    details = {
+        "reason": reason,
         "extracted": extraction.answer,
         "extracted_by": extraction.method,
         "gold": gold_text,
         "gold_parsed": gold.describe(),
+        **dict(extra),
     }
+    return Verdict(score=score, details=details)
 
-    def verdict(reason: str, score: float = 0.0, **extra: Any) -> Verdict:
-        return Verdict(score=score, details={"reason": reason, **details, **extra})
 
-    if extraction.answer is None:
-        return verdict("no_answer")
-    answer = extraction.answer.strip()
+@lru_cache(maxsize=16384)
+def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tuple[float, str, tuple]:
+    """(score, reason, extra details) for an extracted answer; cached, since samples of one task
+    often end in the same answer. `boxed` lists the distinct boxed answers of the completion."""
+    gold = parse_gold(gold_text)
+    if answer is None:
+        return 0.0, "no_answer", ()
+    answer = answer.strip()
     if not answer:
-        return verdict("empty_answer")
-    if _boxes_disagree(extraction.boxed):
-        return verdict("hedging", candidates=list(extraction.boxed))
+        return 0.0, "empty_answer", ()
+    if _boxes_disagree(boxed):
+        return 0.0, "hedging", (("candidates", list(boxed)),)
     gold_multi = gold.kind == KIND_EXPR and is_multi_valued(gold.value)
     alternatives = split_alternatives(answer) if gold.kind == KIND_EXPR else [answer]
     if len(alternatives) > 1 and not gold_multi:
-        return verdict("hedging", candidates=alternatives)
+        return 0.0, "hedging", (("candidates", alternatives),)
     try:
         pred = _parse_prediction(answer, alternatives)
     except AnswerTooComplex as exc:
-        return verdict("too_complex", why=str(exc))
+        return 0.0, "too_complex", (("why", str(exc)),)
     except ValueError:
-        return verdict("placeholder" if is_placeholder(answer) else "unparseable")
-    details["answer_parsed"] = pred.describe()
+        return 0.0, "placeholder" if is_placeholder(answer) else "unparseable", ()
+    parsed = ("answer_parsed", pred.describe())
     if pred.kind == KIND_EXPR and not gold_multi and candidate_count(pred.value) > 1:
-        return verdict("hedging", candidates=[str(v) for v in pred.value.args])
+        return 0.0, "hedging", (parsed, ("candidates", [str(v) for v in pred.value.args]))
     if answers_match(gold, pred):
-        return verdict("matched", score=1.0)
+        return 1.0, "matched", (parsed,)
     if pred.too_costly:
-        return verdict("too_complex", why=pred.too_costly)
+        return 0.0, "too_complex", (parsed, ("why", pred.too_costly))
     if is_placeholder(answer) or _is_stray_symbol(gold, pred):
-        return verdict("placeholder")
-    return verdict("mismatch")
+        return 0.0, "placeholder", (parsed,)
+    return 0.0, "mismatch", (parsed,)
 
 
 def _parse_prediction(answer: str, alternatives: list[str]) -> ParsedAnswer:
@@ -96,9 +106,16 @@ def _parse_prediction(answer: str, alternatives: list[str]) -> ParsedAnswer:
     return ParsedAnswer(answer, KIND_EXPR, value=sympy.FiniteSet(*values), text=answer)
 
 
-def _boxes_disagree(boxed: tuple[str, ...]) -> bool:
-    """Several boxed answers that are not all the same answer (hedging across boxes)."""
-    distinct = list(dict.fromkeys(" ".join(b.split()) for b in boxed))
+def _distinct_boxes(boxed: tuple[str, ...]) -> tuple[str, ...]:
+    """The boxed answers with repeats (up to whitespace) removed, last one last."""
+    if len(boxed) < 2:
+        return ()
+    distinct = list(dict.fromkeys(" ".join(b.split()) for b in reversed(boxed)))
+    return tuple(reversed(distinct)) if len(distinct) > 1 else ()
+
+
+def _boxes_disagree(distinct: tuple[str, ...]) -> bool:
+    """Several different boxed answers that are not all the same answer (hedging across boxes)."""
     if len(distinct) < 2:
         return False
     try:

@@ -43,6 +43,8 @@ _THOUSANDS_BRACED = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _CHOICE = re.compile(r"^\(?([A-E])\)?$")
 _TEXT_WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|textit|mbox)\s*\{([^{}]*)\}$")
 _WORDS = re.compile(r"^[A-Za-z][A-Za-z '\-]*[A-Za-z]$")
+_INTEGER = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)$")
+_SIMPLE_FRACTION = re.compile(r"^(-)?\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}$")
 _LONE_DECIMAL = re.compile(r"^-?(\d*)\.(\d+)$")
 _ALTERNATIVE_WORD = re.compile(r"\\(?:text|mathrm|textbf)\s*\{\s*(or|and)\s*\}")
 _ALTERNATIVE_SPLIT = re.compile(r"\s+(?:or|and)\s+|\\lor\b|\\vee\b", re.IGNORECASE)
@@ -228,7 +230,8 @@ def parse_answer(text: str) -> ParsedAnswer:
     text = normalize(text)
     if not text:
         raise ValueError("empty answer")
-    text = _NUMBER_WORDS.get(text.lower(), text)
+    wrapped = _TEXT_WRAPPED.match(text)
+    text = _NUMBER_WORDS.get((wrapped.group(1) if wrapped else text).strip().lower(), text)
     choice = _choice_form(text)
     if choice is not None:
         return ParsedAnswer(source, KIND_CHOICE, text=choice)
@@ -236,10 +239,17 @@ def parse_answer(text: str) -> ParsedAnswer:
     if words is not None:
         return ParsedAnswer(source, KIND_TEXT, text=words)
     percent = _PERCENT.match(text)
-    if percent and percent.group(1).strip():
+    is_percent = bool(percent and percent.group(1).strip())
+    if is_percent:
         text = percent.group(1).strip()
     decimal = _LONE_DECIMAL.match(text.replace("{,}", ""))
     check_nesting(text)
+    simple = _simple_number(text)
+    if simple is not None:
+        return ParsedAnswer(
+            source, KIND_EXPR, value=simple, text=text, percent=is_percent,
+            decimal=_decimal_precision(decimal) if decimal else None,
+        )
     parsed = mv_parse(
         "\\boxed{" + text + "}",
         extraction_config=[_LATEX_CONFIG],
@@ -254,10 +264,25 @@ def parse_answer(text: str) -> ParsedAnswer:
         KIND_EXPR,
         value=value,
         text=text,
-        percent=bool(percent and percent.group(1).strip()),
+        percent=is_percent,
         decimal=_decimal_precision(decimal) if decimal else None,
         too_costly=evaluation_cost_problem(value),
     )
+
+
+def _simple_number(text: str) -> sympy.Basic | None:
+    """Plain integers, decimals and `\\frac{a}{b}` without the LaTeX grammar (the common case, and
+    the grammar is slow); None for anything else."""
+    text = text.replace("{,}", "")
+    if _INTEGER.match(text):
+        return sympy.Integer(text.replace(",", ""))
+    if _LONE_DECIMAL.match(text):
+        return sympy.Float(text, max(15, len(text)))
+    fraction = _SIMPLE_FRACTION.match(text)
+    if fraction and int(fraction.group(3)) != 0:
+        sign = -1 if fraction.group(1) else 1
+        return sympy.Rational(sign * int(fraction.group(2)), int(fraction.group(3)))
+    return None
 
 
 def _decimal_precision(match: re.Match[str]) -> tuple[int, int]:

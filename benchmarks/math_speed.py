@@ -1,0 +1,118 @@
+"""Speed of `genesys verify` on math rollouts against plain math-verify in a loop, same run.
+
+The labeled pairs of benchmarks/data/math_labeled.jsonl become `verifiable_math` rollouts, each
+task sampled `--samples` times as a generation run would (the completions differ in their text, not
+in their final answer). Both
+sides are timed end to end as separate processes, interpreter start and imports included:
+- genesys: `genesys verify in.jsonl -o out.jsonl` (worker processes, hard deadlines, gold parsed
+  once per task per worker);
+- math-verify: one process calling `verify(parse(gold), parse(completion))` in a loop with the
+  library's defaults (gold wrapped in `$...$`).
+The set holds a few deliberately pathological answers (power towers, deep nesting); math-verify
+spends its 5 s alarm on each, so figures are printed with and without them.
+
+    .venv/bin/python benchmarks/math_speed.py [--samples 4] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "math_labeled.jsonl"
+GENESYS = Path(sys.executable).parent / "genesys"
+PATHOLOGICAL = {"hack_huge"}
+
+MATH_VERIFY_LOOP = """
+import json, logging, sys, time
+logging.disable(logging.WARNING)
+start = time.perf_counter()
+from math_verify import parse, verify
+rows = [json.loads(line) for line in open(sys.argv[1])]
+accepted = 0
+for row in rows:
+    gold = row["verification_info"]["ground_truth"]
+    gold = gold if "$" in gold else "$" + gold + "$"
+    accepted += bool(verify(parse(gold), parse(row["llm_response"])))
+print(json.dumps({"accepted": accepted, "seconds_in_process": time.perf_counter() - start}))
+"""
+
+
+def rollouts(samples: int, skip: set[str]) -> list[dict]:
+    """The labeled pairs as rollout rows, each task sampled `samples` times."""
+    rows = []
+    for line in DATA.read_text().splitlines():
+        item = json.loads(line)
+        if item["category"] in skip:
+            continue
+        for sample in range(samples):
+            rows.append(
+                {
+                    "problem_id": item["id"],
+                    "source": "math_labeled",
+                    "task_type": "verifiable_math",
+                    "prompt": f"Problem {item['id']}",
+                    "verification_info": {"ground_truth": item["gold"]},
+                    "metadata": {"category": item["category"]},
+                    "llm_response": f"Attempt {sample + 1}. {item['completion']}",
+                    "response_id": f"{item['id']}-{sample}",
+                }
+            )
+    return rows
+
+
+def time_genesys(path: Path, workers: int | None) -> tuple[float, int]:
+    out = path.with_name(path.stem + ".verified.jsonl")
+    command = [str(GENESYS), "verify", str(path), "-o", str(out), "--no-progress"]
+    if workers:
+        command += ["--workers", str(workers)]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    accepted = sum(json.loads(line).get("score") == 1.0 for line in out.read_text().splitlines() if line.strip())
+    return seconds, accepted
+
+
+def time_math_verify(path: Path) -> tuple[float, float, int]:
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", MATH_VERIFY_LOOP, str(path)], check=True, capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - start
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return seconds, result["seconds_in_process"], result["accepted"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=4, help="completions per task (default 4)")
+    parser.add_argument("--workers", type=int, help="genesys worker processes (default: all cores)")
+    args = parser.parse_args()
+
+    table = Table(title=f"verifiable_math speed, {args.samples} samples per task, {os.cpu_count()} cores")
+    for column in ("rows", "genesys verify (s)", "math-verify loop (s)", "math-verify in-loop only (s)", "genesys speed-up"):
+        table.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, skip in (("all", set()), ("without pathological", PATHOLOGICAL)):
+            rows = rollouts(args.samples, skip)
+            path = Path(tmp) / f"math-{len(skip)}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            ours, _ = time_genesys(path, args.workers)
+            theirs, theirs_loop, _ = time_math_verify(path)
+            table.add_row(f"{len(rows)} ({label})", f"{ours:.2f}", f"{theirs:.2f}", f"{theirs_loop:.2f}", f"{theirs / ours:.2f}x")
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

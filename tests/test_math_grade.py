@@ -1,0 +1,198 @@
+"""Grading math answers: equivalence classes, math-verify's known weaknesses, hedging, guards."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from genesys.verifiers.math_grade import grade
+
+
+def score(gold: str, completion: str) -> float | None:
+    return grade(gold, completion).score
+
+
+def reason(gold: str, completion: str) -> str:
+    return grade(gold, completion).details["reason"]
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("1,000", "1000"),
+        ("1000", "1{,}000"),
+        (r"\frac{1}{2}", "0.5"),
+        ("0.25", r"\frac14"),
+        (r"1.5 \times 10^{3}", "1500"),
+        ("2.5e-4", "0.00025"),
+        (r"25\%", "0.25"),
+        (r"25\%", "25"),
+        (r"60^\circ", "60"),
+        (r"12 \text{ cm}", "12"),
+        ("12", r"12 \text{ cm}"),
+        (r"\frac{2}{3}", r"0.\overline{6}"),
+        ("3", r"\text{three}"),
+    ],
+)
+def test_equal_numbers_in_different_notations(gold: str, answer: str) -> None:
+    assert score(gold, rf"\boxed{{{answer}}}") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("x^2 - 1", "(x-1)(x+1)"),
+        (r"2\sqrt{2}", r"\sqrt{8}"),
+        (r"\frac{\sqrt{3}}{2}", r"\sin\left(\frac{\pi}{3}\right)"),
+        ("0.5x + 1", r"\frac{x}{2}+1"),
+        ("3+4i", "4i+3"),
+        (r"\frac{1+\sqrt{5}}{2}", r"\frac{\sqrt{5}+1}{2}"),
+    ],
+)
+def test_equivalent_expressions(gold: str, answer: str) -> None:
+    assert score(gold, rf"\boxed{{{answer}}}") == 1.0
+
+
+def test_different_expressions_and_variables() -> None:
+    assert score("2x + 3", r"\boxed{2y+3}") == 0.0
+    assert score("3 + 2\\sqrt{2}", r"\boxed{3+\sqrt{2}}") == 0.0
+
+
+def test_exact_rationals_compare_exactly() -> None:
+    # math-verify's numeric path rounds both to zero and accepts these.
+    assert score(r"\frac{1}{2004!}", r"\boxed{\frac{1}{2006!}}") == 0.0
+    assert score(r"\frac{1}{2^{99}}", r"\boxed{\frac{1}{2^{98}}}") == 0.0
+    assert score(r"\frac{1}{2004!}", r"\boxed{\frac{2005 \cdot 2006}{2006!}}") == 1.0
+    assert score(r"\frac{1}{2^{99}}", r"\boxed{2^{-99}}") == 1.0
+    assert score("2^{100}", r"\boxed{2^{100}+1}") == 0.0
+
+
+def test_decimals_approximate_only_with_enough_digits() -> None:
+    assert score(r"\pi", r"\boxed{3.14159}") == 1.0
+    assert score(r"\pi", r"\boxed{3.14}") == 0.0
+    assert score(r"\frac{1}{3}", r"\boxed{0.333333}") == 1.0
+    assert score(r"\frac{1}{3}", r"\boxed{0.33}") == 0.0
+    assert score(r"\frac{1}{10^{9}}", r"\boxed{0.000000}") == 0.0  # zero to six places is not 1e-9
+    assert score(r"\frac{3}{8}", r"\boxed{0.38}") == 0.0
+
+
+def test_bare_gold_equation_is_not_reduced_to_its_right_side() -> None:
+    assert score("x^2+y^2=1", r"\boxed{(x-1)^2+(y-1)^2=1}") == 0.0
+    assert score("x^2+y^2=1", r"\boxed{y^2 + x^2 = 1}") == 1.0
+    assert score("x+y=6", r"\boxed{y = 6}") == 0.0
+
+
+def test_equations_are_not_collapsed_to_zero_equals_zero() -> None:
+    assert score("y = 2x + 1", r"\boxed{0 = 0}") == 0.0
+    assert score("2+3=5", r"\boxed{1+1=2}") == 0.0
+    assert score("5", r"\boxed{6 = 5}") == 0.0
+    assert score("5", r"\boxed{7 - 2 = 5}") == 1.0
+
+
+def test_equations_and_assignments() -> None:
+    assert score("x = 5", r"\boxed{5}") == 1.0
+    assert score("5", r"\boxed{x = 5}") == 1.0
+    assert score("y = 2x + 1", r"\boxed{2x - y + 1 = 0}") == 1.0
+    assert score("y = 2x + 1", r"\boxed{y = 3x + 1}") == 0.0
+
+
+def test_tuples_keep_order_and_sets_do_not() -> None:
+    assert score("(2, 3)", r"\boxed{(2,3)}") == 1.0
+    assert score("(2, 3)", r"\boxed{(3,2)}") == 0.0
+    assert score(r"\{1, 2, 3\}", r"\boxed{\{3, 1, 2\}}") == 1.0
+    assert score(r"\{1, 2, 3\}", r"\boxed{\{1, 2\}}") == 0.0
+    assert score("1, 2", r"\boxed{x = 2 \text{ or } x = 1}") == 1.0
+
+
+def test_intervals_keep_open_and_closed_ends() -> None:
+    assert score("[1, 2)", r"\boxed{[1,2)}") == 1.0
+    assert score("[1, 2)", r"\boxed{(1,2]}") == 0.0
+    assert score(r"(3, \infty)", r"\boxed{x > 3}") == 1.0
+    assert score(r"(3, \infty)", r"\boxed{x \ge 3}") == 0.0
+    assert score(r"(-\infty, -1) \cup (1, \infty)", r"\boxed{(1,\infty)\cup(-\infty,-1)}") == 1.0
+
+
+def test_matrices_infinity_and_constants() -> None:
+    matrix = r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"
+    assert score(matrix, rf"\boxed{{{matrix}}}") == 1.0
+    assert score(matrix, r"\boxed{\begin{pmatrix} 1 & 3 \\ 2 & 4 \end{pmatrix}}") == 0.0
+    assert score(r"\infty", r"\boxed{\infty}") == 1.0
+    assert score(r"-\infty", r"\boxed{\infty}") == 0.0
+    assert score("e^2", r"\boxed{e^{2}}") == 1.0
+    assert score(r"\pi", r"\boxed{\frac{22}{7}}") == 0.0
+
+
+def test_text_and_multiple_choice() -> None:
+    assert score(r"\text{yes}", r"\boxed{\text{Yes}}") == 1.0
+    assert score(r"\text{yes}", r"\boxed{\text{No}}") == 0.0
+    assert score("(B)", r"\boxed{B}") == 1.0
+    assert score("(B)", r"\boxed{D}") == 0.0
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        r"It is $\boxed{5}$ or $\boxed{6}$.",
+        r"$\boxed{4, 5, 6}$",
+        r"$\boxed{\{5, 6\}}$",
+        "The answer is 5 or 6.",
+        r"$\boxed{5 \text{ or } 6}$",
+        "**Answer:** $5$ or $6$",
+    ],
+)
+def test_hedging_is_never_rewarded(completion: str) -> None:
+    verdict = grade("5", completion)
+    assert verdict.score == 0.0
+    assert verdict.details["reason"] == "hedging"
+
+
+def test_repeated_or_equivalent_boxes_are_one_answer() -> None:
+    assert score("5", r"First $\boxed{5}$, checked again: $\boxed{5}$.") == 1.0
+    assert score(r"\frac{1}{2}", r"$\boxed{\frac{1}{2}}$, i.e. $\boxed{0.5}$") == 1.0
+
+
+def test_empty_box_and_placeholders() -> None:
+    assert (score("5", r"\boxed{}"), reason("5", r"\boxed{}")) == (0.0, "empty_answer")
+    for completion in (r"\boxed{x}", r"\boxed{N}", r"\boxed{\text{answer}}", r"\boxed{?}"):
+        assert (score("5", completion), reason("5", completion)) == (0.0, "placeholder")
+    assert score("x", r"\boxed{x}") == 1.0  # a letter is fine when the gold is that letter
+
+
+def test_think_content_never_counts() -> None:
+    assert reason("36", r"<think>6 * 6 = 36, so \boxed{36}</think>") == "no_answer"
+    assert score("24", r"<think>\boxed{24}</think> Dividing by 2: $\boxed{12}$.") == 0.0
+    assert score("24", r"<think>try \boxed{12}</think> So $\boxed{24}$.") == 1.0
+
+
+def test_pathological_answers_are_refused_quickly() -> None:
+    started = time.perf_counter()
+    assert reason("5", r"\boxed{2^{2^{2^{2^{2^{2}}}}}}") == "too_complex"
+    assert reason("5", r"\boxed{10^{10^{10}}}") == "too_complex"
+    assert reason("5", r"\boxed{" + "(" * 30 + "5" + ")" * 30 + "}") == "too_complex"
+    assert reason("5", r"\boxed{" + "1+" * 600 + "1}") == "too_complex"
+    assert time.perf_counter() - started < 5
+    # A tower is still compared as written, never evaluated.
+    assert score("2^{2^{2^{2^{2^{2}}}}}", r"\boxed{2^{2^{2^{2^{2^{2}}}}}}") == 1.0
+
+
+def test_details_say_what_was_extracted_parsed_and_why() -> None:
+    details = grade(r"\frac{1}{2}", r"So $\boxed{0.5}$.").details
+    assert details["reason"] == "matched"
+    assert details["extracted"] == "0.5"
+    assert details["extracted_by"] == "boxed"
+    assert details["gold_parsed"] == "1/2"
+    assert details["answer_parsed"].startswith("0.5")
+    assert grade("5", "no idea").details["reason"] == "no_answer"
+    assert grade("5", r"\boxed{6}").details["reason"] == "mismatch"
+
+
+def test_unusable_gold_is_an_error_not_a_wrong_answer() -> None:
+    verdict = grade("  ", r"\boxed{5}")
+    assert verdict.score is None
+    assert verdict.error is not None and verdict.error.startswith("invalid_ground_truth")
+
+
+@pytest.mark.parametrize("gold", ["$5$", r"\boxed{5}", r"\(5\)", r"$\boxed{5}$"])
+def test_gold_delimiters_are_optional(gold: str) -> None:
+    assert score(gold, r"\boxed{5}") == 1.0

@@ -1,0 +1,120 @@
+"""The verifiable_math plugin: registration, the engine, the CLI, the TRL adapter, the labeled set."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import GENESYS, REPO, write_jsonl
+
+from genesys.engine import VerifyConfig
+from genesys.plugins import verifier_entries
+from genesys.verifiers.math import MathVerifier, math_verify_reward
+from genesys.verifiers.math_grade import grade
+from genesys.verify import verify_rollouts
+
+LABELED = REPO / "benchmarks" / "data" / "math_labeled.jsonl"
+
+
+def math_row(gold: str, completion: str, response_id: str) -> dict:
+    return {
+        "problem_id": f"p-{gold}",
+        "source": "tests",
+        "task_type": "verifiable_math",
+        "prompt": "Compute.",
+        "verification_info": json.dumps({"ground_truth": gold}),
+        "metadata": "{}",
+        "llm_response": completion,
+        "response_id": response_id,
+    }
+
+
+def test_registered_through_the_entry_point() -> None:
+    assert verifier_entries()["verifiable_math"].cls is MathVerifier
+
+
+def test_loading_the_plugin_does_not_import_sympy() -> None:
+    code = "import sys, genesys.verifiers.math; print('sympy' in sys.modules, 'math_verify' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_missing_ground_truth_is_an_error() -> None:
+    from genesys.schema import Rollout
+
+    verifier = MathVerifier()
+    verifier.setup()
+    verdict = verifier.verify(Rollout.from_row({**math_row("5", r"\boxed{5}", "r"), "verification_info": "{}"}))
+    assert verdict.score is None and verdict.error.startswith("invalid_ground_truth")
+
+
+def test_a_pathological_row_costs_at_most_the_timeout_and_the_run_goes_on() -> None:
+    # Within the parse guards, yet slow for the LaTeX grammar (seconds): many differently nested groups.
+    slow = r"\boxed{" + "+".join(_nested(random.Random(seed)) for seed in range(12)) + "}"
+    rows = [
+        math_row("5", r"So $\boxed{5}$.", "a"),
+        math_row("5", slow, "slow"),
+        math_row(r"\frac{1}{2}", r"$\boxed{0.5}$", "b"),
+    ]
+    started = time.perf_counter()
+    out = verify_rollouts(rows, config=VerifyConfig(workers=1, timeout=0.5, progress=False))
+    elapsed = time.perf_counter() - started
+    assert [r["score"] for r in out] == [1.0, None, 1.0]
+    assert out[1]["error"].startswith("timeout")
+    assert elapsed < 30  # one timeout and a worker restart, not the slow parse itself
+
+
+def _nested(rnd: random.Random, depth: int = 10) -> str:
+    text = "x"
+    for _ in range(depth):
+        text = rnd.choice(["({}+1)", "[{}-1]", "{{{}}}"]).format(text)
+    return text
+
+
+def test_genesys_verify_cli_scores_math_rollouts(tmp_path: Path) -> None:
+    rows = [
+        math_row("42", "We count 42 pairs.\n\n$\\boxed{42}$", "r1"),
+        math_row("42", "I think \\boxed{41} or \\boxed{42}", "r2"),
+        math_row("(1, 2]", "$x \\in \\boxed{(1,2]}$", "r3"),
+    ]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    subprocess.run([GENESYS, "verify", str(source), "-o", str(out), "--no-progress", "--workers", "1"], check=True, cwd=REPO)
+    verified = {r["response_id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert verified["r1"]["score"] == 1.0
+    assert verified["r2"]["score"] == 0.0
+    info = verified["r2"]["verification_result_info"]
+    info = json.loads(info) if isinstance(info, str) else info
+    assert info["reason"] == "hedging"
+    assert verified["r3"]["score"] == 1.0
+
+
+def test_trl_reward_adapter_takes_strings_and_chat_messages() -> None:
+    completions = [r"\boxed{5}", [{"role": "assistant", "content": r"\boxed{6}"}], "no answer here"]
+    assert math_verify_reward(["p"] * 3, completions, ground_truth=["5", "6", "7"]) == [1.0, 1.0, 0.0]
+    assert math_verify_reward(["p"], [r"\boxed{5}"], solution=["$5$"]) == [1.0]
+    info = [json.dumps({"ground_truth": "5"})]
+    assert math_verify_reward(["p"], [r"\boxed{5}"], verification_info=info) == [1.0]
+
+
+def test_trl_reward_adapter_reports_unusable_golds_and_bad_calls() -> None:
+    assert math_verify_reward(["p"], [r"\boxed{5}"], ground_truth=[""]) == [None]
+    with pytest.raises(TypeError, match="gold column"):
+        math_verify_reward(["p"], [r"\boxed{5}"])
+    with pytest.raises(ValueError, match="2 completions but 1 golds"):
+        math_verify_reward(["p", "q"], ["a", "b"], ground_truth=["5"])
+
+
+def test_labeled_set_has_no_false_positives() -> None:
+    rows = [json.loads(line) for line in LABELED.read_text().splitlines() if line.strip()]
+    assert len(rows) >= 150 and sum(not r["expected"] for r in rows) >= 40
+    accepted = {r["id"]: grade(r["gold"], r["completion"]).score == 1.0 for r in rows}
+    false_positives = [r["id"] for r in rows if accepted[r["id"]] and not r["expected"]]
+    false_negatives = [r["id"] for r in rows if r["expected"] and not accepted[r["id"]]]
+    assert false_positives == []
+    assert len(false_negatives) <= 2, false_negatives
