@@ -300,11 +300,10 @@ def test_judge_unreachable_or_unconfigured_is_an_error_not_a_zero(monkeypatch):
     assert down.score is None and down.error.startswith("judge_unavailable")
 
 
-def test_judge_in_the_verification_engine(server, monkeypatch):
-    monkeypatch.setenv("GENESYS_JUDGE_BASE_URL", server.base_url)
-    monkeypatch.setenv("GENESYS_JUDGE_MODEL", "judge")
+def test_judge_in_the_verification_engine(server):
+    options = {"judge_base_url": server.base_url, "judge_model": "judge"}
     rows = [{"task_type": "llm_judgeable_groundtruth_similarity", "prompt": "6*7?", "verification_info": {"ground_truth": "42"},
              "llm_response": answer} for answer in ("42", "41", "the answer is 42")]
-    out = genesys.verify_rollouts(rows, config=VerifyConfig(workers=1, progress=False),
+    out = genesys.verify_rollouts(rows, config=VerifyConfig(workers=1, options=options, progress=False),
                                   verifiers={"llm_judgeable_groundtruth_similarity": LLMJudge})
-    assert [r["score"] for r in out] == [0.8, 0.1, 0.8] and all(r["error"] is None for r in out)
+    assert [(r["score"], r["error"]) for r in out] == [(0.8, None), (0.1, None), (0.8, None)]
