@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from genesys.sandbox.base import Sandbox, SandboxError, SandboxUnavailable, Submission
@@ -24,13 +23,12 @@ PROBES = {
 }
 
 
-@lru_cache(maxsize=4)
-def host_toolchains(python: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """The host's toolchains (found once per process)."""
-    from genesys.sandbox.toolchains import ToolchainError, discover
+def _host() -> Any:
+    from genesys.sandbox.host import host_toolchains
+    from genesys.sandbox.toolchains import ToolchainError
 
     try:
-        return discover(python=python)
+        return host_toolchains()
     except ToolchainError as exc:
         raise SandboxUnavailable(str(exc)) from None
 
@@ -53,12 +51,13 @@ def open_sandbox(
     if kind == "bwrap":
         from genesys.sandbox.bwrap import BwrapSandbox
 
-        return BwrapSandbox(host_toolchains()[0], limits=limits, scratch_mb=scratch_mb)
+        host = _host()
+        return BwrapSandbox(host.toolchains, files=host.files, limits=limits, scratch_mb=scratch_mb)
     if kind == "subprocess":
         from genesys.sandbox.toolchains import runner_commands
         from genesys.sandbox.unsandboxed import SubprocessSandbox
 
-        return SubprocessSandbox(runner_commands(host_toolchains()[0]))
+        return SubprocessSandbox(runner_commands(_host().toolchains))
     reasons = []
     for candidate in ("docker", "bwrap"):
         try:
