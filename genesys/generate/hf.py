@@ -114,7 +114,7 @@ class TransformersBackend:
                 do_sample=sample,
                 temperature=self.sampling.temperature if sample else None,
                 top_p=self.sampling.top_p if sample else None,
-                top_k=0,
+                top_k=0 if sample else None,  # 0: no top-k cut, whatever the model's generation_config says
                 repetition_penalty=1.0,
                 max_new_tokens=self.sampling.max_tokens,
                 eos_token_id=sorted(self.stop_ids),

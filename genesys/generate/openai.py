@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import platform
 import random
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
@@ -187,7 +186,7 @@ class OpenAIBackend:
         self.request_fields = dict(request_fields or {})
 
     def info(self) -> dict[str, Any]:
-        return {"backend": self.name, "endpoint": resolve_base_url(self.client_options["base_url"]), "python": platform.python_version()}
+        return {"backend": self.name, "endpoint": resolve_base_url(self.client_options["base_url"])}
 
     def close(self) -> None:
         pass

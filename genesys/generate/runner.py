@@ -25,7 +25,7 @@ import orjson
 from genesys.engine import TypeStats, VerifyConfig
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, create_backend, resolve_backend_name
-from genesys.generate.progress import GenerationProgress
+from genesys.generate.progress import GenerationProgress, print_generate_summary
 from genesys.generate.prompts import DEFAULT_TARGET_LENGTH_PROMPT, build_messages, pick_target_length, target_instruction
 from genesys.io import RolloutWriter
 from genesys.schema import SchemaError, Task, VERDICT_COLUMNS, parse_json_field
@@ -259,8 +259,6 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             backend.close()
     writer.close()
     if config.progress:
-        from genesys.generate.progress import print_generate_summary
-
         print_generate_summary(summary)
     return summary
 
@@ -283,7 +281,7 @@ def _generate(
             engine = stack.enter_context(VerificationEngine(config.verify))
         for result in backend.generate(_requests(todo, config)):
             rows = builder.rows(plans[result.request.key], result)
-            tokens = sum(len(c.completion_ids or ()) for c in result.completions)
+            tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)
             summary.generated += len(rows)
             summary.tokens += tokens
             progress.task_done(len(rows), tokens)
