@@ -25,6 +25,7 @@ class Cgroup:
     def create(cls, memory_bytes: int, max_pids: int) -> tuple[Cgroup | None, str]:
         """A fresh cgroup with the caps set, or None and the reason none could be made."""
         name = f"genesys-{os.getpid()}-{next(_counter)}"
+        _remove_orphans()
         reasons = []
         for attempt in (_create_v2, _create_v1):
             try:
@@ -46,6 +47,26 @@ class Cgroup:
                 os.rmdir(directory)
             except OSError:
                 pass
+
+
+def _remove_orphans() -> None:
+    """Delete the (empty) cgroups left by genesys processes that were killed before cleaning up."""
+    for controller in ("", "memory", "pids"):
+        own = _own_paths().get(controller)
+        if own is None:
+            continue
+        parent = os.path.join(CGROUP_ROOT, controller, own.lstrip("/"))
+        try:
+            names = [name for name in os.listdir(parent) if name.startswith("genesys-")]
+        except OSError:
+            continue
+        for name in names:
+            pid = name.split("-")[1]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                try:
+                    os.rmdir(os.path.join(parent, name))
+                except OSError:
+                    pass
 
 
 def _own_paths() -> dict[str, str]:

@@ -1,0 +1,41 @@
+"""`genesys sandbox build` and `genesys sandbox check` as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import GENESYS
+from test_sandbox_backends import backend_skip_reason
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GENESYS, "sandbox", *args], capture_output=True, text=True, timeout=900)
+
+
+def test_check_reports_each_backend() -> None:
+    done = run("check")
+    for backend in ("docker", "bwrap", "subprocess"):
+        assert backend in done.stdout
+    usable = [kind for kind in ("docker", "bwrap") if backend_skip_reason(kind) is None]
+    assert done.returncode == (0 if usable else 1), done.stdout + done.stderr
+    if usable:
+        assert "python" in done.stdout and "yes" in done.stdout
+
+
+def test_build_without_a_registry_builds_offline_and_reuses_the_image() -> None:
+    reason = backend_skip_reason("docker")  # builds the image if it is not current
+    if reason:
+        pytest.skip(reason)
+    done = run("build")  # no registry reachable: falls back to the offline build, which is cached
+    assert done.returncode == 0, done.stderr
+    assert "genesys-sandbox:latest is up to date" in done.stderr or "built (online)" in done.stderr
+
+
+def test_build_with_an_unknown_python_says_so() -> None:
+    if backend_skip_reason("docker"):
+        pytest.skip("needs a Docker daemon")
+    done = run("build", "--offline", "--tag", "genesys-sandbox:never", "--python", "/nonexistent/python3")
+    assert done.returncode == 1
+    assert "/nonexistent/python3" in done.stderr
