@@ -257,7 +257,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--batch-size", type=_positive_int, help="transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024)")
     g.add_argument("--tensor-parallel-size", type=_positive_int, help="vllm: GPUs per model replica")
     g.add_argument("--device", help="transformers: torch device (default: cuda when available, else cpu)")
-    g.add_argument("--dtype", help="transformers: torch dtype of the weights (default: auto)")
+    g.add_argument("--dtype", help="transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)")
     g.add_argument("--base-url", help="openai: server URL ending in /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)")
     g.add_argument("--api-key", help="openai: API key (default: $OPENAI_API_KEY)")
     g.add_argument("--concurrency", type=_positive_int, help="openai: requests in flight at most (default 64)")

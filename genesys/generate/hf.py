@@ -47,7 +47,10 @@ class SampledTokenLogprobs(LogitsProcessor):
 
 
 class TransformersBackend:
-    """Generation with a transformers causal LM; `batch_size` counts sequences (prompt x sample)."""
+    """Generation with a transformers causal LM; `batch_size` counts sequences (prompt x sample).
+
+    `dtype` defaults to the checkpoint's own on GPU and float32 on CPU.
+    """
 
     name = "transformers"
 
@@ -59,7 +62,7 @@ class TransformersBackend:
         *,
         batch_size: int = 32,
         device: str | None = None,
-        dtype: str = "auto",
+        dtype: str | None = None,
         model_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.sampling = sampling
@@ -71,6 +74,8 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        # On CPU, bfloat16 weights would run far slower than float32 on most processors.
+        dtype = dtype or ("float32" if self.device == "cpu" else "auto")
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(self.device).eval()
         self.stop_ids = _stop_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
 
