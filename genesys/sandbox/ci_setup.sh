@@ -7,6 +7,9 @@
 # data in a fresh temporary directory.
 set -u
 PY=${1:-.venv/bin/python}
+# The daemon listens where DOCKER_HOST points (a unix socket), else at the usual place.
+SOCKET=/var/run/docker.sock
+case "${DOCKER_HOST:-}" in unix://*) SOCKET=${DOCKER_HOST#unix://} ;; esac
 say() { echo "sandbox setup: $*" >&2; }
 is_root() { [ "$(id -u)" = 0 ]; }
 daemon_answers() { "$PY" -c "import docker; docker.from_env(timeout=5).ping()" >/dev/null 2>&1; }
@@ -29,7 +32,7 @@ if ! daemon_answers; then
   if is_root && command -v dockerd >/dev/null 2>&1; then
     dir=$(mktemp -d /tmp/genesys-dockerd.XXXXXX)
     nohup dockerd --iptables=false --bridge=none --data-root "$dir/data" --exec-root "$dir/exec" \
-      --pidfile "$dir/dockerd.pid" -H unix:///var/run/docker.sock >"$dir/dockerd.log" 2>&1 &
+      --pidfile "$dir/dockerd.pid" -H "unix://$SOCKET" >"$dir/dockerd.log" 2>&1 &
     for _ in $(seq 60); do daemon_answers && break; sleep 0.5; done
     daemon_answers || say "dockerd did not start; see $dir/dockerd.log (docker tests will skip)"
   else
