@@ -8,10 +8,11 @@ sides are timed end to end as separate processes, interpreter start and imports 
   once per task per worker);
 - math-verify: one process calling `verify(parse(gold), parse(completion))` in a loop with the
   library's defaults (gold wrapped in `$...$`).
-The set holds a few deliberately pathological answers (power towers, deep nesting); math-verify
-spends its 5 s alarm on each, so figures are printed with and without them.
+Rows are timed at 1, 4 and 16 samples per task (16 is a usual GRPO group size) without the few
+deliberately pathological answers (power towers, deep nesting), and once more at 1 sample with
+them: math-verify spends its 5 s alarm on each of those.
 
-    .venv/bin/python benchmarks/math_speed.py [--samples 4] [--workers N]
+    .venv/bin/python benchmarks/math_speed.py [--samples 1 4 16] [--workers N]
 """
 
 from __future__ import annotations
@@ -95,21 +96,23 @@ def time_math_verify(path: Path) -> tuple[float, float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--samples", type=int, default=4, help="completions per task (default 4)")
+    parser.add_argument("--samples", type=int, nargs="+", default=[1, 4, 16], help="completions per task")
     parser.add_argument("--workers", type=int, help="genesys worker processes (default: all cores)")
     args = parser.parse_args()
 
-    table = Table(title=f"verifiable_math speed, {args.samples} samples per task, {os.cpu_count()} cores")
-    for column in ("rows", "genesys verify (s)", "math-verify loop (s)", "math-verify in-loop only (s)", "genesys speed-up"):
+    table = Table(title=f"verifiable_math speed on {os.cpu_count()} cores, end to end")
+    for column in ("samples", "rows", "genesys (s)", "math-verify (s)", "mv loop only (s)", "speed-up"):
         table.add_column(column, justify="right")
+    runs = [(samples, PATHOLOGICAL) for samples in args.samples] + [(1, set())]
     with tempfile.TemporaryDirectory() as tmp:
-        for label, skip in (("all", set()), ("without pathological", PATHOLOGICAL)):
-            rows = rollouts(args.samples, skip)
-            path = Path(tmp) / f"math-{len(skip)}.jsonl"
+        for samples, skip in runs:
+            rows = rollouts(samples, skip)
+            path = Path(tmp) / f"math-{samples}-{len(skip)}.jsonl"
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
             ours, _ = time_genesys(path, args.workers)
             theirs, theirs_loop, _ = time_math_verify(path)
-            table.add_row(f"{len(rows)} ({label})", f"{ours:.2f}", f"{theirs:.2f}", f"{theirs_loop:.2f}", f"{theirs / ours:.2f}x")
+            label = f"{len(rows)}" + ("" if skip else " (with pathological)")
+            table.add_row(str(samples), label, f"{ours:.2f}", f"{theirs:.2f}", f"{theirs_loop:.2f}", f"{theirs / ours:.2f}x")
     Console().print(table)
     return 0
 

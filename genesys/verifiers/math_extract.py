@@ -24,6 +24,7 @@ _MATH_SPAN = re.compile(
     r"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|\\\((?P<c>.+?)\\\)|(?<![\\$])\$(?P<d>[^$\n]+?)(?<!\\)\$",
     re.DOTALL,
 )
+_DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _CONNECTOR_ONLY = re.compile(r"^(?:[\s,;.]|\bor\b|\band\b)*$", re.IGNORECASE)
 
 
@@ -134,14 +135,25 @@ def clean_answer_text(text: str) -> str:
         contents = [m.group(m.lastgroup).strip() for m in spans if m.lastgroup]
         if _CONNECTOR_ONLY.match(residue):
             # "$x = 1$ or $x = 2$": keep the connectors so alternatives stay visible.
-            pieces = re.split(r"(\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|\$[^$\n]+?\$)", text)
-            return " ".join(_strip_delimiters(p).strip() for p in pieces if p.strip()).strip()
+            return " ".join(_MATH_SPAN.sub(lambda m: f" {m.group(m.lastgroup)} ", text).split())
         return contents[-1]
     return text
 
 
-def _strip_delimiters(text: str) -> str:
-    for left, right in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
-        if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
-            return text[len(left) : len(text) - len(right)]
+def strip_delimiters(text: str) -> str:
+    """`text` without surrounding math delimiters (`$`, `$$`, `\\(`, `\\[`) or a wrapping `\\boxed{}`."""
+    text = text.strip()
+    changed = True
+    while changed:
+        changed = False
+        for left, right in _DELIMITERS:
+            if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
+                text = text[len(left) : len(text) - len(right)].strip()
+                changed = True
+        box = _BOX_COMMAND.match(text)
+        if box and text[box.end() : box.end() + 1] == "{":
+            content = _balanced_group(text, box.end())
+            if content is not None and box.end() + len(content) + 2 == len(text):
+                text = content.strip()
+                changed = True
     return text

@@ -21,7 +21,7 @@ import sympy
 from math_verify import LatexExtractionConfig
 from math_verify import parse as mv_parse
 
-from genesys.verifiers.math_extract import find_boxed
+from genesys.verifiers.math_extract import strip_delimiters
 
 MAX_ANSWER_CHARS = 1000
 MAX_NESTING = 10  # the LaTeX grammar gets exponentially slow on deeply nested groups
@@ -34,7 +34,6 @@ KIND_TEXT = "text"
 KIND_CHOICE = "choice"
 
 _LATEX_CONFIG = LatexExtractionConfig()
-_DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _SPACING = re.compile(r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b")
 _PERCENT = re.compile(r"^(.*?)\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\?\s*percent)$", re.IGNORECASE | re.DOTALL)
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
@@ -102,23 +101,6 @@ def quiet_math_verify() -> None:
     """Silence math-verify's warning that its own timeouts are off (the engine enforces deadlines)."""
     for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def strip_delimiters(text: str) -> str:
-    """`text` without surrounding math delimiters or a wrapping `\\boxed{}`."""
-    text = text.strip()
-    changed = True
-    while changed:
-        changed = False
-        for left, right in _DELIMITERS:
-            if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
-                text = text[len(left) : len(text) - len(right)].strip()
-                changed = True
-        boxed = find_boxed(text)
-        if len(boxed) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", text, re.DOTALL):
-            text = boxed[0]
-            changed = True
-    return text
 
 
 def normalize(text: str) -> str:
