@@ -7,8 +7,10 @@ last fenced code block, preferring blocks tagged with the task's language. `scor
 of tests passed; `details["tests"]` gives each test's status and timings.
 
 Options (`genesys verify -O key=value` or the dedicated flags): `sandbox` (auto, docker, bwrap,
-subprocess), `sandbox_image`, and the per-test limits `time_limit` (CPU seconds), `memory_limit`
-(MB), `process_limit`, `output_limit` (bytes), `disk_limit` (MB). The sandbox is imported and opened
+subprocess), `sandbox_image`, the per-test limits `time_limit` (CPU seconds), `memory_limit` (MB),
+`process_limit`, `output_limit` (bytes), `disk_limit` (MB), and `budget`: seconds for compiling
+plus all tests of one rollout (default: the verifier's deadline minus a margin; tests left when it
+runs out count as `time_limit`). The sandbox is imported and opened
 in `setup()`, once per worker, so loading this plugin stays cheap.
 """
 
