@@ -33,6 +33,10 @@ def reason(gold: str, completion: str) -> str:
         ("12", r"12 \text{ cm}"),
         (r"\frac{2}{3}", r"0.\overline{6}"),
         ("3", r"\text{three}"),
+        ("-3", "−3"),
+        ("4", r"\mathbf{4}"),
+        (r"\frac{5}{2}", r"2\frac{1}{2}"),
+        (r"\emptyset", r"\varnothing"),
     ],
 )
 def test_equal_numbers_in_different_notations(gold: str, answer: str) -> None:
@@ -91,6 +95,8 @@ def test_equations_are_not_collapsed_to_zero_equals_zero() -> None:
 
 
 def test_equations_and_assignments() -> None:
+    assert score("2x", r"\boxed{f(x) = 2x}") == 1.0
+    assert score("[1, 2)", r"\boxed{x \in [1,2)}") == 1.0
     assert score("x = 5", r"\boxed{5}") == 1.0
     assert score("5", r"\boxed{x = 5}") == 1.0
     assert score("y = 2x + 1", r"\boxed{2x - y + 1 = 0}") == 1.0

@@ -15,6 +15,7 @@ from fractions import Fraction
 import sympy
 from latex2sympy2_extended.logic import And
 from sympy import Basic, Eq, Float, FiniteSet, Interval, Rational, Tuple, Union
+from sympy.core.function import AppliedUndef
 from sympy.core.relational import Relational
 from sympy.matrices import MatrixBase
 
@@ -120,9 +121,13 @@ def _is_equation_like(value: object) -> bool:
 
 
 def _is_assignment(value: object) -> bool:
-    """`x = 5`, `a = b = 5`: an equation chain whose left side is a lone symbol."""
+    """`x = 5`, `a = b = 5`, `f(x) = 2x`: an equation chain whose left side is a lone symbol or an
+    unknown function applied to symbols."""
     relations = _relations_of(value)
-    return bool(relations) and all(isinstance(r, Eq) for r in relations) and isinstance(relations[0].lhs, sympy.Symbol)
+    if not relations or not all(isinstance(r, Eq) for r in relations):
+        return False
+    lhs = relations[0].lhs
+    return isinstance(lhs, sympy.Symbol) or (isinstance(lhs, AppliedUndef) and all(a.is_Symbol for a in lhs.args))
 
 
 def _equation_value(value: object) -> Basic | None:

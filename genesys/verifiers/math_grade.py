@@ -2,9 +2,7 @@
 
 Every verdict carries `details` with the `reason` (`matched`, `mismatch`, `no_answer`,
 `empty_answer`, `hedging`, `placeholder`, `unparseable`, `too_complex`), the `extracted` answer and
-how it was found, and the parsed forms of answer and gold. math-verify runs without its own
-(signal-based) timeouts, so importing this module silences its warning about that: the engine's
-killable workers enforce the deadline.
+how it was found, and the parsed forms of answer and gold.
 """
 
 from __future__ import annotations
@@ -21,11 +19,8 @@ from genesys.verifiers.math_parse import (
     ParsedAnswer,
     is_placeholder,
     parse_answer,
-    quiet_math_verify,
     split_alternatives,
 )
-
-quiet_math_verify()
 
 
 class GoldError(ValueError):

@@ -35,6 +35,11 @@ KIND_CHOICE = "choice"
 
 _LATEX_CONFIG = LatexExtractionConfig()
 _SPACING = re.compile(r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b")
+_STYLED_MATH = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|mathrm|textrm|text|mathit|textit)\s*\{([^{}a-zA-Z]*)\}")
+_SYMBOLS = {
+    "−": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ",
+    "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "∅": "\\emptyset ", "\\varnothing": "\\emptyset ",
+}
 _PERCENT = re.compile(r"^(.*?)\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\?\s*percent)$", re.IGNORECASE | re.DOTALL)
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
 _SCIENTIFIC = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)\b")
@@ -97,16 +102,22 @@ def _safe_str(value: object) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def quiet_math_verify() -> None:
+def _quiet_math_verify() -> None:
     """Silence math-verify's warning that its own timeouts are off (the engine enforces deadlines)."""
     for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+_quiet_math_verify()  # deadlines come from the engine, so math-verify runs with its timeouts off
+
+
 def normalize(text: str) -> str:
     """Light LaTeX clean-up that math-verify's own normalization does not cover."""
     text = strip_delimiters(text)
+    for symbol, latex in _SYMBOLS.items():
+        text = text.replace(symbol, latex)
     text = _SPACING.sub(" ", text)
+    text = _STYLED_MATH.sub(r"\1", text)
     text = _THOUSANDS_BRACED.sub("", text)
     text = _DEGREES.sub("", text)
     text = _SCIENTIFIC.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", text)
