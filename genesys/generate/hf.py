@@ -22,27 +22,32 @@ from genesys.generate.prompts import render_ids
 class SampledTokenLogprobs(LogitsProcessor):
     """A logits processor that records, step by step, the logprob of the token sampled at each step.
 
-    At step t it keeps the log-softmax of the raw logits; at step t+1 the token sampled at t is
-    the last of `input_ids`, so its logprob is read off then. Memory stays at one (batch, vocab)
-    matrix instead of the logits of every step.
+    At step t it keeps the raw logits and their log-sum-exp; at step t+1 the token sampled at t is
+    the last of `input_ids`, so its logprob (logit - log-sum-exp) is read off then. Memory stays at
+    one (batch, vocab) matrix instead of the logits of every step.
     """
 
     def __init__(self) -> None:
         self.steps: list[torch.Tensor] = []
-        self._last: torch.Tensor | None = None
+        self._logits: torch.Tensor | None = None
+        self._lse: torch.Tensor | None = None
+
+    def _record(self, tokens: torch.Tensor) -> None:
+        self.steps.append(self._logits.gather(1, tokens).squeeze(1).float() - self._lse)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self._last is not None:
-            self.steps.append(self._last.gather(1, input_ids[:, -1:]).squeeze(1))
-        self._last = torch.log_softmax(scores.float(), dim=-1)
+        if self._logits is not None:
+            self._record(input_ids[:, -1:])
+        self._logits = scores
+        self._lse = torch.logsumexp(scores.float(), dim=-1)
         return scores
 
     def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """The (batch, steps) logprobs of `new_tokens`, the generated part of the sequences."""
         steps = len(self.steps)
-        if self._last is not None and steps < new_tokens.shape[1]:
-            self.steps.append(self._last.gather(1, new_tokens[:, steps : steps + 1]).squeeze(1))
-        self._last = None
+        if self._logits is not None and steps < new_tokens.shape[1]:
+            self._record(new_tokens[:, steps : steps + 1])
+        self._logits = self._lse = None
         return torch.stack(self.steps, dim=1) if self.steps else new_tokens.new_zeros((new_tokens.shape[0], 0), dtype=torch.float32)
 
 
