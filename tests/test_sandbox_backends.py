@@ -244,6 +244,12 @@ def hostile_programs(host: str, port: int, secret_file: Path, marker: str) -> di
         "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", None, {"time_limit", "runtime_error", "memory_limit"}),
         "memory_bomb": ("hog = []\nwhile True:\n    hog.append(bytearray(64 << 20))", None, {"memory_limit"}),
         "cpu_spin": ("while True:\n    pass", None, {"time_limit"}),
+        "sleep_forever": ("import time\ntime.sleep(3600)", None, {"time_limit"}),
+        "leave_process_group": (
+            "import os\ntry:\n    os.setpgid(0, os.getpgid(os.getppid()))\nexcept OSError:\n    pass\nwhile True:\n    pass",
+            None,
+            {"time_limit"},
+        ),
         "output_flood": ("import sys\nwhile True:\n    sys.stdout.write('y' * 65536)", None, {"output_limit"}),
         "disk_fill": ("with open('fill.bin', 'wb') as f:\n    while True:\n        f.write(b'0' * (1 << 20))", None, {"output_limit", "runtime_error"}),
         "disk_fill_many": (
@@ -281,6 +287,36 @@ def test_hostile_programs_are_contained(verifier: CodeVerifier, host_listener: t
         assert verifier.verify(good).score == 1.0, name
     assert not (tmp_path / "written-from-sandbox").exists()
     assert host_processes_with(marker) == [], "a detached child outlived its submission"
+
+
+PRIVILEGES_PROBE = """
+import os
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+interfaces = sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:])
+try:
+    open("/usr/genesys-probe", "w")
+    root = "writable"
+except OSError:
+    root = "read-only"
+print("root-user" if os.getuid() == 0 or os.geteuid() == 0 else "non-root")
+print("caps", status["CapEff"].strip(), status["CapBnd"].strip() == "0000000000000000")
+print("no_new_privs", status["NoNewPrivs"].strip())
+print("interfaces", *interfaces)
+print("root", root)
+print("env", sorted(os.environ))
+"""
+
+
+def test_programs_run_unprivileged_offline_and_read_only(verifier: CodeVerifier) -> None:
+    expected = "non-root\ncaps 0000000000000000 True\nno_new_privs 1\ninterfaces lo\nroot read-only\nenv ['HOME', 'LANG', 'LC_ALL', 'PATH']\n"
+    verdict = verifier.verify(code_rollout("python", PRIVILEGES_PROBE, [{"input": "", "output": expected}]))
+    assert verdict.score == 1.0, verdict.details
+
+
+def test_native_memory_bomb_is_a_memory_limit(verifier: CodeVerifier) -> None:
+    bomb = "#include <vector>\nint main() { std::vector<std::vector<char>> hog; for (;;) hog.emplace_back(64 << 20, 1); }"
+    verdict = verifier.verify(code_rollout("cpp", bomb, [{"input": "", "output": ""}]))
+    assert verdict.details["tests"][0]["status"] == "memory_limit", verdict.details
 
 
 def test_submissions_do_not_see_each_other(verifier: CodeVerifier) -> None:

@@ -3,9 +3,10 @@
 Every namespace is unshared (no network: a fresh, empty network namespace), the file system is a
 fresh tmpfs root holding read-only binds of the toolchains only (see `toolchains.file_set`) and a
 private size-capped /tmp, all capabilities are dropped and the runner and its tests run as a
-non-root uid. Run as root, bwrap needs no user namespace: the runner keeps CAP_SETUID/SETGID/CHOWN
-just long enough to drop to its own uid. A cgroup caps the session's memory and processes where
-this machine allows one; rlimits cap each test regardless.
+non-root uid. Run as root, bwrap needs no user namespace: the runner keeps CAP_SETUID, SETGID,
+CHOWN and SETPCAP just long enough to empty its bounding set and drop to its own uid. A cgroup
+caps the session's memory and processes where this machine allows one; rlimits cap each test
+regardless.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class BwrapSandbox(LocalSandbox):
             argv += ["--tmpfs", hidden]
         argv += ["--ro-bind", RUNNER_PATH, SANDBOX_RUNNER, "--remount-ro", "/", "--cap-drop", "ALL"]
         if self._uid is not None:
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]
         else:
             argv += ["--unshare-user", "--disable-userns"]
         argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]

@@ -44,6 +44,7 @@ import typing  # noqa: F401
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
 MEMORY_ERROR_EXIT = 3
@@ -321,10 +322,12 @@ def _close_sink(fd, sinks, poller):
 
 
 def _kill_group(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    """Kill a test's process group, and its leader even if it left the group."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 _WAKE_R, _WAKE_W = os.pipe()
@@ -617,6 +620,9 @@ def serve_one(job, toolchains, scratch, wipe_dirs, out_fd):
 
 
 def drop_privileges(uid):
+    """Become `uid` for good: empty the capability bounding set, then change every id."""
+    for capability in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
