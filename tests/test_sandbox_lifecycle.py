@@ -18,6 +18,7 @@ from genesys.sandbox.base import SandboxUnavailable, Submission
 from test_sandbox_backends import backend_skip_reason, host_processes_with
 
 # Opens a sandbox, reports its containers, then runs a program that sleeps under a marker name.
+SECRET_NAME = "GENESYS_TEST_SECRET"
 OWNER = """
 import sys
 from genesys.sandbox.backends import open_sandbox
@@ -25,7 +26,7 @@ from genesys.sandbox.base import Submission
 from genesys.sandbox.limits import Limits
 sandbox = open_sandbox(sys.argv[1])
 sandbox.run(Submission("python", "print(1)", [{"type": "stdin_stdout", "input": ""}]))
-print("containers", *(slot.container.id for slot in getattr(sandbox, "_all", [])), flush=True)
+print("containers", *(c.id for c in getattr(sandbox, "containers", list)()), flush=True)
 sleeper = f"import os, sys\\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', {sys.argv[2]!r}])"
 # Its own limits would end it only after two minutes: only the owner's death can end it sooner.
 sandbox.run(Submission("python", sleeper, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=60), budget_s=200))
@@ -63,6 +64,26 @@ def test_sigkilled_owner_leaves_nothing_behind(kind: str) -> None:
             return not [c for c in client.containers.list(all=True) if c.id in containers]
 
         assert containers and wait_until(gone, 30), "the owner's containers outlived it"
+
+
+def test_pool_containers_are_hardened() -> None:
+    reason = backend_skip_reason("docker")
+    if reason:
+        pytest.skip(reason)
+    from genesys.sandbox.docker_backend import DockerSandbox
+
+    with DockerSandbox() as sandbox:
+        sandbox.warm_up()
+        (container,) = sandbox.containers()
+        container.reload()
+        host, config = container.attrs["HostConfig"], container.attrs["Config"]
+    assert host["NetworkMode"] == "none" and config["NetworkDisabled"]
+    assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert host["Memory"] > 0 and host["MemorySwap"] == host["Memory"]
+    assert host["PidsLimit"] > 0 and host["NanoCpus"] > 0
+    assert "size=" in host["Tmpfs"]["/tmp"]
+    assert int(config["User"].split(":")[0]) >= 1000
+    assert not config["Env"] or not any(SECRET_NAME in item for item in config["Env"])
 
 
 def test_stale_containers_are_reaped() -> None:

@@ -29,8 +29,8 @@ def _host() -> Any:
 
     try:
         return host_toolchains()
-    except ToolchainError as exc:
-        raise SandboxUnavailable(str(exc)) from None
+    except (ToolchainError, OSError) as exc:
+        raise SandboxUnavailable(f"cannot find the toolchains to sandbox: {exc}") from None
 
 
 def open_sandbox(
@@ -49,8 +49,9 @@ def open_sandbox(
 
         return DockerSandbox(image or DEFAULT_IMAGE, pool_size=pool_size, limits=limits, scratch_mb=scratch_mb)
     if kind == "bwrap":
-        from genesys.sandbox.bwrap import BwrapSandbox
+        from genesys.sandbox.bwrap import BwrapSandbox, find_bwrap
 
+        find_bwrap()  # before looking for toolchains: says plainly when bubblewrap is missing
         host = _host()
         return BwrapSandbox(host.toolchains, files=host.files, limits=limits, scratch_mb=scratch_mb)
     if kind == "subprocess":

@@ -303,6 +303,11 @@ class DockerSandbox(Sandbox):
             else:
                 self._discard(slot)  # misbehaved or broke: kill it; a fresh one is made on demand
 
+    def containers(self) -> list[Any]:
+        """The pool's containers (docker SDK objects)."""
+        with self._lock:
+            return [slot.container for slot in self._all]
+
     def warm_up(self) -> None:
         """Start the whole pool now instead of on first use."""
         slots = []
