@@ -261,6 +261,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--base-url", help="openai: server URL ending in /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)")
     g.add_argument("--api-key", help="openai: API key (default: $OPENAI_API_KEY)")
     g.add_argument("--concurrency", type=_positive_int, help="openai: requests in flight at most (default 64)")
+    g.add_argument("--max-retries", type=int, help="openai: retries of a request on 429, 5xx or connection errors, with exponential backoff (default 8)")
     g.add_argument("-B", "--backend-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, or openai request fields")
     g = p.add_argument_group("verification")
@@ -282,6 +283,7 @@ _BACKEND_FLAGS = {
     "base_url": ("openai",),
     "api_key": ("openai",),
     "concurrency": ("openai",),
+    "max_retries": ("openai",),
     "batch_size": ("vllm", "transformers"),
 }
 
@@ -301,6 +303,7 @@ def _backend_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
 
 def _run_generate(args: argparse.Namespace) -> int:
     from genesys.generate.backend import PromptStyle, SamplingConfig, resolve_backend_name
+    from genesys.generate.openai import APIError
     from genesys.generate.runner import GenerateConfig, run_generation
     from genesys.verify import VerifyConfig
 
@@ -335,7 +338,11 @@ def _run_generate(args: argparse.Namespace) -> int:
     )
     if args.target_length_prompt is not None:
         config.target_length_prompt = args.target_length_prompt
-    run_generation(config)
+    try:
+        run_generation(config)
+    except APIError as exc:
+        print(f"genesys generate: error: {exc}; rerun the same command to continue", file=sys.stderr)
+        return 1
     return 0
 
 

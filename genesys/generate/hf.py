@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
 from transformers.utils import logging as transformers_logging
 
+from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig
 from genesys.generate.prompts import render_ids
 
@@ -75,7 +76,10 @@ class TransformersBackend:
         self.batch_size = batch_size
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         transformers_logging.disable_progress_bar()
-        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model)
+        except OSError as exc:
+            raise InputError(f"--model {model!r} cannot be loaded: {exc}") from None
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
