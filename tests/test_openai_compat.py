@@ -307,3 +307,15 @@ def test_judge_in_the_verification_engine(server):
     out = genesys.verify_rollouts(rows, config=VerifyConfig(workers=1, options=options, progress=False),
                                   verifiers={"llm_judgeable_groundtruth_similarity": LLMJudge})
     assert [(r["score"], r["error"]) for r in out] == [(0.8, None), (0.1, None), (0.8, None)]
+
+
+def test_generate_command_stops_with_one_line_when_the_server_keeps_failing(tmp_path):
+    with FakeServer() as gone:
+        url = gone.base_url
+    result = subprocess.run(
+        [GENESYS, "generate", "--tasks", "math-samples", "--max-tasks", "1", "--model", "m", "-o", str(tmp_path / "o.jsonl"),
+         "--backend", "openai", "--base-url", url, "--max-retries", "1", "--no-progress"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert "failed after 2 attempts" in result.stderr and "rerun the same command" in result.stderr and "Traceback" not in result.stderr
