@@ -61,7 +61,9 @@ def build_tiny_model(
     """Write a random-weight Qwen2-architecture model and its tokenizer to `path`; returns `path`."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.disable_progress_bar()
     path = Path(path)
     tokenizer = train_tokenizer(default_corpus() if corpus is None else corpus, vocab_size)
     config = Qwen2Config(
