@@ -96,3 +96,18 @@ def test_vllm_backend_on_a_gpu(tmp_path):
     [result] = backend.generate([GenerationRequest("a", build_messages("hi"), [0, 1], seed=0)])
     assert len(result.completions) == 2
     assert all(len(c.logprobs) == len(c.completion_ids) for c in result.completions)
+
+
+def test_missing_vllm_is_a_clear_input_error():
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vLLM is installed here")
+    from genesys.generate.backend import PromptStyle, SamplingConfig
+    from genesys.generate.vllm import VLLMBackend
+
+    with pytest.raises(InputError, match="needs vLLM"):
+        VLLMBackend("some-model", SamplingConfig(), PromptStyle())

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig
 from genesys.generate.prompts import render_ids
 
@@ -56,7 +57,10 @@ class VLLMBackend:
         batch_size: int = 1024,
         engine_args: dict[str, Any] | None = None,
     ) -> None:
-        from vllm import LLM
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise InputError(f"--backend vllm needs vLLM on a CUDA machine (pip install 'genesys[vllm]'): {exc}") from None
 
         self.sampling = sampling
         self.style = style
