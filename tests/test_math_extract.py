@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from genesys.verifiers.math_extract import clean_answer_text, extract_answer, find_boxed, strip_reasoning
@@ -70,3 +72,14 @@ def test_text_before_an_orphan_closing_tag_is_reasoning() -> None:
     # Chat templates often put <think> into the prompt, so the completion starts inside the block.
     assert strip_reasoning("draft \\boxed{1}</think>final \\boxed{2}") == "final \\boxed{2}"
     assert extract_answer("draft \\boxed{1}</think>final \\boxed{2}").boxed == ("2",)
+
+
+def test_degenerate_completions_are_scanned_in_linear_time() -> None:
+    # Repetitive RL output must not make extraction quadratic: with per-match rescans these inputs
+    # take tens of seconds; scanned linearly, all of them together take well under a second.
+    junk = ["the answer is " * 100_000, "$$ " * 300_000, "\\boxed{" * 200_000, "<think>" * 200_000,
+            "final answer is " * 80_000, "\\[" * 300_000, "\\boxed " * 200_000]
+    started = time.perf_counter()
+    for text in junk:
+        extract_answer(text)
+    assert time.perf_counter() - started < 5.0

@@ -2,7 +2,8 @@
 
 Reasoning inside `<think>...</think>` never counts. Outside it the answer is, in order of preference:
 the last `\\boxed{}` / `\\fbox{}`, the Minerva sentence "The final answer is X. I hope it is correct.",
-an "Answer: X" line (or "the answer is X"), and the last `$...$` math span as a fallback.
+an "Answer: X" line (or "the answer is X"), and the last `$...$` math span as a fallback; all but
+the boxes are looked for near the end of the completion.
 """
 
 from __future__ import annotations
@@ -10,18 +11,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
-_THINK_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+# Answer phrases and math spans are looked for in the last TAIL_CHARS characters only, and boxes
+# are matched in one pass, so degenerate completions (megabytes of repeated "the answer is", "$$"
+# or "\\boxed{") cost linear time.
+TAIL_CHARS = 4000
+_THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*")
-_MINERVA = re.compile(r"final answer is\s*:?\s*(.+?)\.?\s*I hope it is correct", re.IGNORECASE | re.DOTALL)
+_BOX_TOKEN = re.compile(r"[^\s$]+")
+_MINERVA = re.compile(r"final answer is\s*:?\s*(.{1,500}?)\.?\s*I hope it is correct", re.IGNORECASE | re.DOTALL)
 _ANSWER_LINE = re.compile(
-    r"\b(?:final\s+)?answer\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?(.+?)\s*$",
+    r"\b(?:final\s+)?answer\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?(.{1,500}?)\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
-_ANSWER_PHRASE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?\s*(.+?)(?:\.(?=\s|$)|\n|$)", re.IGNORECASE)
+_ANSWER_PHRASE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?\s*(.{1,500}?)(?:\.(?=\s|$)|\n|$)", re.IGNORECASE)
 _MATH_SPAN = re.compile(
-    r"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|\\\((?P<c>.+?)\\\)|(?<![\\$])\$(?P<d>[^$\n]+?)(?<!\\)\$",
+    r"\$\$(?P<a>.{1,2000}?)\$\$|\\\[(?P<b>.{1,2000}?)\\\]|\\\((?P<c>.{1,2000}?)\\\)"
+    r"|(?<![\\$])\$(?P<d>[^$\n]{1,2000}?)(?<!\\)\$",
     re.DOTALL,
 )
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
@@ -45,14 +50,22 @@ class Extraction:
 def strip_reasoning(text: str) -> str:
     """The completion without its reasoning: closed think blocks are removed, text before an orphan
     `</think>` is dropped, and everything after an unclosed `<think>` is dropped."""
-    text = _THINK_BLOCK.sub(" ", text)
-    closes = list(_THINK_CLOSE.finditer(text))
-    if closes:
-        text = text[closes[-1].end() :]
-    opened = _THINK_OPEN.search(text)
-    if opened:
-        text = text[: opened.start()]
-    return text
+    kept: list[str] = []
+    inside = False
+    start = 0
+    for tag in _THINK_TAG.finditer(text):
+        closing = tag.group(1) == "/"
+        if not closing and not inside:
+            kept.append(text[start : tag.start()])
+            inside = True
+        elif closing:
+            if not inside:  # an orphan close: everything so far was reasoning
+                kept.clear()
+            inside = False
+            start = tag.end()
+    if not inside:
+        kept.append(text[start:])
+    return " ".join(kept)
 
 
 def find_boxed(text: str) -> list[str]:
@@ -61,36 +74,37 @@ def find_boxed(text: str) -> list[str]:
     Braces are matched with escaped braces (`\\{`, `\\}`) skipped; a box cut off by the end of the
     text is ignored. `\\boxed 5` (no braces) yields its single token.
     """
+    closes = _closing_braces(text)
     found = []
     for match in _BOX_COMMAND.finditer(text):
         start = match.end()
         if start < len(text) and text[start] == "{":
-            content = _balanced_group(text, start)
-            if content is not None:
-                found.append(content.strip())
-        elif match.group(0).endswith(" ") or match.group(0).endswith("\t"):
-            token = re.match(r"[^\s$]+", text[start:])
+            if start in closes:
+                found.append(text[start + 1 : closes[start]].strip())
+        elif match.group(0)[-1:].isspace():
+            token = _BOX_TOKEN.match(text, start)
             if token:
                 found.append(token.group(0).rstrip(".,"))
     return found
 
 
-def _balanced_group(text: str, open_index: int) -> str | None:
-    depth = 0
-    i = open_index
+def _closing_braces(text: str) -> dict[int, int]:
+    """For each `{` in `text` that is closed, the index of its `}` (one linear pass; `\\{` and
+    `\\}` are escaped braces, not groups)."""
+    closes: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
     while i < len(text):
         char = text[i]
         if char == "\\":
             i += 2
             continue
         if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_index + 1 : i]
+            stack.append(i)
+        elif char == "}" and stack:
+            closes[stack.pop()] = i
         i += 1
-    return None
+    return closes
 
 
 def extract_answer(completion: str) -> Extraction:
@@ -99,13 +113,14 @@ def extract_answer(completion: str) -> Extraction:
     boxed = tuple(find_boxed(text))
     if boxed:
         return Extraction(boxed[-1], "boxed", boxed)
-    minerva = _last_match(_MINERVA, text)
+    tail = text[-TAIL_CHARS:]
+    minerva = _last_match(_MINERVA, tail)
     if minerva is not None:
         return Extraction(clean_answer_text(minerva), "final_answer")
-    phrase = _last_answer_phrase(text)
+    phrase = _last_answer_phrase(tail)
     if phrase is not None:
         return Extraction(clean_answer_text(phrase), "answer_line")
-    spans = [m.group(m.lastgroup) for m in _MATH_SPAN.finditer(text) if m.lastgroup]
+    spans = [m.group(m.lastgroup) for m in _MATH_SPAN.finditer(tail) if m.lastgroup]
     if spans:
         return Extraction(spans[-1].strip(), "math_span")
     return Extraction(None, "none")
@@ -151,9 +166,7 @@ def strip_delimiters(text: str) -> str:
                 text = text[len(left) : len(text) - len(right)].strip()
                 changed = True
         box = _BOX_COMMAND.match(text)
-        if box and text[box.end() : box.end() + 1] == "{":
-            content = _balanced_group(text, box.end())
-            if content is not None and box.end() + len(content) + 2 == len(text):
-                text = content.strip()
-                changed = True
+        if box and text[box.end() : box.end() + 1] == "{" and _closing_braces(text).get(box.end()) == len(text) - 1:
+            text = text[box.end() + 1 : -1].strip()
+            changed = True
     return text
