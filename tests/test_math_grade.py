@@ -94,6 +94,18 @@ def test_equations_are_not_collapsed_to_zero_equals_zero() -> None:
     assert score("5", r"\boxed{7 - 2 = 5}") == 1.0
 
 
+def test_equation_chains_must_agree() -> None:
+    assert score("x = 5", r"\boxed{x = 7 - 2 = 5}") == 1.0
+    assert score("x = 2", r"\boxed{x = 1 = 2}") == 0.0
+    assert score("2", r"\boxed{x = 1 = 2}") == 0.0
+
+
+def test_sets_of_numbers_are_not_numbers() -> None:
+    assert reason("5", r"\boxed{\mathbb{Z}}") == "mismatch"
+    assert score("5", r"\boxed{[4, 6]}") == 0.0
+    assert score("5", r"\boxed{4 \le x \le 6}") == 0.0
+
+
 def test_equations_and_assignments() -> None:
     assert score("2x", r"\boxed{f(x) = 2x}") == 1.0
     assert score("[1, 2)", r"\boxed{x \in [1,2)}") == 1.0

@@ -92,11 +92,11 @@ def equivalent(gold: object, pred: object) -> bool:
         return _relations_match(gold, pred)
     if isinstance(gold, MatrixBase) or isinstance(pred, MatrixBase):
         return _matrices_match(gold, pred)
-    if isinstance(gold, _COLLECTIONS) or isinstance(pred, _COLLECTIONS):
+    if isinstance(gold, (*_COLLECTIONS, sympy.Set)) or isinstance(pred, (*_COLLECTIONS, sympy.Set)):
         return _collections_match(gold, pred)
-    if isinstance(gold, Basic) and isinstance(pred, Basic):
+    if isinstance(gold, sympy.Expr) and isinstance(pred, sympy.Expr):
         return _expressions_match(gold, pred)
-    return False
+    return isinstance(gold, Basic) and gold == pred
 
 
 def _unwrap_single(value: object) -> object:
@@ -131,15 +131,17 @@ def _is_assignment(value: object) -> bool:
 
 
 def _equation_value(value: object) -> Basic | None:
-    """The value an equation states as an answer: the right side of an assignment or of a numeric
-    chain whose sides all agree (`7 - 2 = 5`); None for anything else."""
+    """The value an equation states as an answer: the right side of an assignment (`x = 5`,
+    `x = 7 - 2 = 5`) or of a numeric chain (`7 - 2 = 5`), provided the stated sides all agree;
+    None for anything else (`6 = 5`, `x = 1 = 2`, `x + y = 6`)."""
     relations = _relations_of(value)
     if _is_assignment(value):
-        return relations[-1].rhs
-    sides = [relations[0].lhs] + [r.rhs for r in relations]
-    if all(not side.free_symbols for side in sides) and all(
-        _expressions_match(sides[0], side) for side in sides[1:]
-    ):
+        sides = [r.rhs for r in relations]
+    else:
+        sides = [relations[0].lhs] + [r.rhs for r in relations]
+        if any(side.free_symbols for side in sides):
+            return None
+    if all(equivalent(sides[0], side) for side in sides[1:]):
         return sides[-1]
     return None
 
@@ -148,8 +150,10 @@ def _equations_match(gold: object, pred: object) -> bool:
     gold_is_eq, pred_is_eq = _is_equation_like(gold), _is_equation_like(pred)
     if gold_is_eq and pred_is_eq:
         if _is_assignment(gold) and _is_assignment(pred):
-            g, p = _relations_of(gold), _relations_of(pred)
-            return g[0].lhs == p[0].lhs and equivalent(g[-1].rhs, p[-1].rhs)
+            if _relations_of(gold)[0].lhs != _relations_of(pred)[0].lhs:
+                return False
+            gold_value, pred_value = _equation_value(gold), _equation_value(pred)
+            return gold_value is not None and pred_value is not None and equivalent(gold_value, pred_value)
         if _same_equation(gold, pred):
             return True
     # An equation that states a value (`x = 5`, `7 - 2 = 5`) matches that value, in either direction.
@@ -304,8 +308,6 @@ def _expressions_match(gold: Basic, pred: Basic) -> bool:
     gold, pred = _align_imaginary_unit(gold, pred)
     if gold.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or pred.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
         return gold == pred
-    if gold.free_symbols != pred.free_symbols:
-        return False
     if gold.is_Rational and pred.is_Rational:
         return False  # already compared exactly above
     if _clearly_different(gold, pred):
