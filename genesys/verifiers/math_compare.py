@@ -49,7 +49,7 @@ def answers_match(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
 
 def is_multi_valued(value: object) -> bool:
     """Whether a parsed gold holds several values (a set, tuple, interval, matrix or list)."""
-    if isinstance(value, _COLLECTIONS):
+    if isinstance(value, (*_COLLECTIONS, sympy.Set)):
         return True
     return isinstance(value, And) and not _is_assignment(value)
 
@@ -77,7 +77,7 @@ def _approximates(decimal_side: ParsedAnswer, exact_side: ParsedAnswer) -> bool:
         return False
     try:
         exact = sympy.N(value.doit(), places + 20)
-        written = Rational(Fraction(decimal_side.text.replace("{,}", "")))
+        written = Rational(Fraction(decimal_side.text))
         return bool(exact.is_real) and abs(exact - written) < Rational(1, 10**places)
     except (TypeError, ValueError, ArithmeticError):
         return False
@@ -213,12 +213,13 @@ def _relations_match(gold: object, pred: object) -> bool:
 
 
 def _matrices_match(gold: object, pred: object) -> bool:
-    g_items = _vector_items(gold)
-    p_items = _vector_items(pred)
+    """Matrices entry by entry (same shape); a vector also matches a tuple of its entries."""
     if isinstance(gold, MatrixBase) and isinstance(pred, MatrixBase):
         if gold.shape != pred.shape:
             return False
         g_items, p_items = list(gold), list(pred)
+    else:
+        g_items, p_items = _vector_items(gold), _vector_items(pred)
     if g_items is None or p_items is None or len(g_items) != len(p_items):
         return False
     return all(equivalent(g, p) for g, p in zip(g_items, p_items))
@@ -318,7 +319,8 @@ def _expressions_match(gold: Basic, pred: Basic) -> bool:
 def _clearly_different(gold: Basic, pred: Basic) -> bool:
     """A cheap refutation before symbolic simplification: the two values, evaluated at one generic
     point to 30 digits, differ by far more than rounding could explain. Inconclusive is False."""
-    point = {s: Rational(3 + 2 * i, 7 + 3 * i) for i, s in enumerate(sorted(gold.free_symbols, key=str))}
+    symbols = sorted(gold.free_symbols | pred.free_symbols, key=str)
+    point = {s: Rational(3 + 2 * i, 7 + 3 * i) for i, s in enumerate(symbols)}
     try:
         g = sympy.N(gold.xreplace(point), 30)
         p = sympy.N(pred.xreplace(point), 30)

@@ -2,9 +2,9 @@
 
 Numbers, expressions, equations, sets, intervals and matrices are parsed with math-verify's LaTeX
 parser (latex2sympy), with its own timeouts switched off: the engine's killable worker is the
-deadline. Before sympy sees an answer, cheap guards refuse inputs whose parsing or evaluation would
-blow up (deep nesting, huge power towers, giant factorials). Words and multiple-choice letters are
-kept as text.
+deadline. Cheap guards refuse answers whose parsing would blow up (too long, too deeply nested),
+and values whose exact evaluation would (power towers, giant factorials) are marked `too_costly`
+so they are only ever compared as written. Words and multiple-choice letters are kept as text.
 """
 
 from __future__ import annotations
@@ -235,23 +235,11 @@ def parse_answer(text: str) -> ParsedAnswer:
     is_percent = bool(percent and percent.group(1).strip())
     if is_percent:
         text = percent.group(1).strip()
-    decimal = _LONE_DECIMAL.match(text.replace("{,}", ""))
+    decimal = _LONE_DECIMAL.match(text)
     check_nesting(text)
-    simple = _simple_number(text)
-    if simple is not None:
-        return ParsedAnswer(
-            source, KIND_EXPR, value=simple, text=text, percent=is_percent,
-            decimal=_decimal_precision(decimal) if decimal else None,
-        )
-    parsed = mv_parse(
-        "\\boxed{" + text + "}",
-        extraction_config=[_LATEX_CONFIG],
-        fallback_mode="no_fallback",
-        parsing_timeout=None,
-    )
-    if not parsed:
-        raise ValueError(f"cannot parse {text!r}")
-    value = parsed[0]
+    value = _simple_number(text)
+    if value is None:
+        value = _parse_latex(text)
     return ParsedAnswer(
         source,
         KIND_EXPR,
@@ -263,10 +251,17 @@ def parse_answer(text: str) -> ParsedAnswer:
     )
 
 
+def _parse_latex(text: str) -> sympy.Basic:
+    """Parse with math-verify (its LaTeX normalization, then latex2sympy), its timeouts off."""
+    parsed = mv_parse("\\boxed{" + text + "}", extraction_config=[_LATEX_CONFIG], fallback_mode="no_fallback", parsing_timeout=None)
+    if not parsed:
+        raise ValueError(f"cannot parse {text!r}")
+    return parsed[0]
+
+
 def _simple_number(text: str) -> sympy.Basic | None:
     """Plain integers, decimals and `\\frac{a}{b}` without the LaTeX grammar (the common case, and
     the grammar is slow); None for anything else."""
-    text = text.replace("{,}", "")
     if _INTEGER.match(text):
         return sympy.Integer(text.replace(",", ""))
     if _LONE_DECIMAL.match(text):
