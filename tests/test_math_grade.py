@@ -214,3 +214,17 @@ def test_unusable_gold_is_an_error_not_a_wrong_answer() -> None:
 @pytest.mark.parametrize("gold", ["$5$", r"\boxed{5}", r"\(5\)", r"$\boxed{5}$"])
 def test_gold_delimiters_are_optional(gold: str) -> None:
     assert score(gold, r"\boxed{5}") == 1.0
+
+
+def test_grading_uses_no_alarm_signals_and_works_off_the_main_thread() -> None:
+    # math-verify's own timeouts call signal.alarm, which fails outside the main thread.
+    import signal
+    import threading
+
+    before = signal.getsignal(signal.SIGALRM)
+    results: list[float | None] = []
+    worker = threading.Thread(target=lambda: results.append(score(r"\frac{\sqrt{3}}{2}", r"\boxed{\sin(\pi/3)}")))
+    worker.start()
+    worker.join()
+    assert results == [1.0]
+    assert signal.getsignal(signal.SIGALRM) is before
