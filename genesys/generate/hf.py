@@ -23,24 +23,23 @@ from genesys.generate.prompts import render_ids
 class SampledTokenLogprobs(LogitsProcessor):
     """A logits processor that records, step by step, the logprob of the token sampled at each step.
 
-    At step t it keeps the raw logits and their log-sum-exp; at step t+1 the token sampled at t is
-    the last of `input_ids`, so its logprob (logit - log-sum-exp) is read off then. Memory stays at
+    At step t it keeps the raw logits; at step t+1 the token sampled at t is the last of
+    `input_ids`, so its logprob (its logit minus the log-sum-exp) is read off then. Memory stays at
     one (batch, vocab) matrix instead of the logits of every step.
     """
 
     def __init__(self) -> None:
         self.steps: list[torch.Tensor] = []
         self._logits: torch.Tensor | None = None
-        self._lse: torch.Tensor | None = None
 
     def _record(self, tokens: torch.Tensor) -> None:
-        self.steps.append(self._logits.gather(1, tokens).squeeze(1).float() - self._lse)
+        logits = self._logits
+        self.steps.append(logits.gather(1, tokens) - logits.logsumexp(dim=1, keepdim=True))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._logits is not None:
             self._record(input_ids[:, -1:])
-        self._logits = scores
-        self._lse = torch.logsumexp(scores.float(), dim=-1)
+        self._logits = scores if scores.dtype == torch.float32 else scores.float()
         return scores
 
     def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
@@ -48,8 +47,8 @@ class SampledTokenLogprobs(LogitsProcessor):
         steps = len(self.steps)
         if self._logits is not None and steps < new_tokens.shape[1]:
             self._record(new_tokens[:, steps : steps + 1])
-        self._logits = self._lse = None
-        return torch.stack(self.steps, dim=1) if self.steps else new_tokens.new_zeros((new_tokens.shape[0], 0), dtype=torch.float32)
+        self._logits = None
+        return torch.cat(self.steps, dim=1) if self.steps else new_tokens.new_zeros((new_tokens.shape[0], 0), dtype=torch.float32)
 
 
 class TransformersBackend:
