@@ -6,7 +6,8 @@ The backend also sorts by length, records per-token logprobs and builds completi
 rates and their ratio (goal: >= 1.0x, the pipeline adds nothing).
 
     python benchmarks/generate_throughput.py                      # stand-in tiny model, CPU
-    python benchmarks/generate_throughput.py --hidden 2048 --layers 16 --device cuda   # real-size config, random weights
+    python benchmarks/generate_throughput.py --hidden 1536 --layers 28 --heads 12 --vocab 151936 \
+        --device cuda --dtype bfloat16 --batch-size 64 --prompts 256 --max-tokens 256   # Qwen2.5-1.5B-sized, random weights
     python benchmarks/generate_throughput.py --model PATH        # an existing model
 """
 
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, help="pad the model's vocabulary to this size (e.g. 151936, as Qwen2.5)")
     parser.add_argument("--prompts", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -54,7 +56,9 @@ def main() -> None:
     from genesys.generate.tiny_model import build_tiny_model
     from genesys.tasks.samples import load_sample_file
 
-    model_path = args.model or build_tiny_model(tempfile.mkdtemp() + "/model", hidden_size=args.hidden, layers=args.layers, heads=args.heads)
+    model_path = args.model or build_tiny_model(
+        tempfile.mkdtemp() + "/model", hidden_size=args.hidden, layers=args.layers, heads=args.heads, model_vocab_size=args.vocab
+    )
     sampling = SamplingConfig(n=1, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, seed=0)
     style = PromptStyle()
     backend = TransformersBackend(str(model_path), sampling, style, batch_size=args.batch_size, device=args.device, dtype=args.dtype)

@@ -55,10 +55,15 @@ def build_tiny_model(
     layers: int = 2,
     heads: int = 4,
     vocab_size: int = 512,
+    model_vocab_size: int | None = None,
     seed: int = 0,
     corpus: Iterable[str] | None = None,
 ) -> Path:
-    """Write a random-weight Qwen2-architecture model and its tokenizer to `path`; returns `path`."""
+    """Write a random-weight Qwen2-architecture model and its tokenizer to `path`; returns `path`.
+
+    `vocab_size` is the tokenizer's; `model_vocab_size` pads the embedding and output layers to a
+    realistic size (e.g. 151936) for speed measurements.
+    """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
     from transformers.utils import logging as transformers_logging
@@ -67,7 +72,7 @@ def build_tiny_model(
     path = Path(path)
     tokenizer = train_tokenizer(default_corpus() if corpus is None else corpus, vocab_size)
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=max(len(tokenizer), model_vocab_size or 0),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=layers,
