@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
 from transformers.utils import logging as transformers_logging
 
@@ -88,8 +89,6 @@ class TransformersBackend:
         self.stop_ids = _stop_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
 
     def info(self) -> dict[str, Any]:
-        import transformers
-
         info = {"backend": self.name, "transformers": transformers.__version__, "torch": torch.__version__, "device": self.device}
         if self.device.startswith("cuda"):
             info["gpu"] = torch.cuda.get_device_name(self.device)
