@@ -276,13 +276,20 @@ class DockerSandbox(Sandbox):
                 self._all.remove(slot)
 
     def _acquire(self) -> _Slot:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            can_grow = len(self._all) < self._pool_size
-        return self._new_slot() if can_grow else self._idle.get()
+        """An idle container, a new one while the pool is below its size, else wait for one."""
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                can_grow = len(self._all) < self._pool_size
+            if can_grow:
+                return self._new_slot()
+            try:
+                return self._idle.get(timeout=0.5)
+            except queue.Empty:
+                continue  # a container may have been discarded meanwhile: look again
 
     # --- running ----------------------------------------------------------------------------------
 

@@ -137,10 +137,11 @@ def kill_leftovers():
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        reap_all()
+        reap_children()
 
 
-def reap_all():
+def reap_children():
+    """Wait until every child of this process is gone (they have been sent SIGKILL)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -208,12 +209,12 @@ class Outcome:
         self.memory_kb = 0
 
 
-def run_child(child_main, stdin_data, limits, with_result_pipe=False, output_limit=None):
+def run_child(child_main, stdin_data, limits, with_result_pipe=False):
     """Fork, run `child_main()` in the child with fds 0/1/2 (and 3 for a result) wired, and wait.
 
     Enforces the wall deadline and the output cap; kills whatever the child left behind.
     """
-    output_limit = int(limits["output_bytes"]) if output_limit is None else output_limit
+    output_limit = int(limits["output_bytes"])
     stdin_fd = os.memfd_create("stdin", 0)
     os.write(stdin_fd, stdin_data)
     os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -672,13 +673,14 @@ def keep(argv):
         left = deadline - time.monotonic()
         if left <= 0:
             return 0
-        ready = select.select([0], [], [], min(left, 60))[0]
+        ready = select.select([0], [], [], min(left, 1.0))[0]
         if ready and not os.read(0, 4096):
             return 0
-        reap_all_quiet()
+        reap_exited()
 
 
-def reap_all_quiet():
+def reap_exited():
+    """Collect children that have exited, without waiting."""
     try:
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
