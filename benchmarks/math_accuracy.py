@@ -9,9 +9,10 @@ expected verdict. Both graders see the same rows in the same run:
 
 Prints accuracy, false positives (wrong answers accepted) and false negatives (right answers
 rejected) side by side, then every row where the two disagree or either is wrong (`--all` lists
-every row). Exit code 1 when genesys has a false positive.
+every row); `--plot FILE.png` also draws accuracy per category for each grader. Exit code 1 when
+genesys has a false positive.
 
-    .venv/bin/python benchmarks/math_accuracy.py
+    .venv/bin/python benchmarks/math_accuracy.py [--plot math_accuracy.png]
 """
 
 from __future__ import annotations
@@ -57,10 +58,38 @@ def tally(rows: list[dict], verdicts: list[bool]) -> Counter:
     return counts
 
 
+def plot_by_category(rows: list[dict], graders: tuple, path: Path) -> None:
+    """Horizontal bars: the share of rows each grader gets right, per category."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    categories = sorted({r["category"] for r in rows})
+    height = 0.8 / len(graders)
+    fig, ax = plt.subplots(figsize=(8, 0.12 * len(categories) * len(graders) + 1.5))
+    for k, (name, verdicts) in enumerate(graders):
+        shares = []
+        for category in categories:
+            hits = [v == r["expected"] for r, v in zip(rows, verdicts) if r["category"] == category]
+            shares.append(sum(hits) / len(hits))
+        ax.barh([i + k * height for i in range(len(categories))], shares, height=height, label=name.replace("$", r"\$"))
+    ax.set_yticks([i + height * (len(graders) - 1) / 2 for i in range(len(categories))], categories)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of rows graded as labeled")
+    ax.set_xlim(0, 1)
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(graders), fontsize=8, frameon=False)
+    ax.set_title(f"verifiable_math accuracy by category ({len(rows)} labeled rows)", pad=24)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--all", action="store_true", help="list every row, not only the interesting ones")
+    parser.add_argument("--plot", type=Path, help="write a bar chart of accuracy per category to this PNG")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # math-verify logs every timeout and parse failure
 
@@ -88,6 +117,9 @@ def main() -> int:
             marks = [("[green]" if v == row["expected"] else "[red]") + ("accept" if v else "reject") for v in verdicts]
             detail.add_row(row["id"], row["category"], str(row["expected"]), *marks, row.get("note", ""))
     console.print(detail)
+    if args.plot:
+        plot_by_category(rows, graders, args.plot)
+        console.print(f"plot: {args.plot}")
     return 1 if tally(rows, ours)["fp"] else 0
 
 
