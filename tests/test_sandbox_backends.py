@@ -320,7 +320,8 @@ def test_native_memory_bomb_is_a_memory_limit(verifier: CodeVerifier) -> None:
 
 
 def test_submissions_do_not_see_each_other(verifier: CodeVerifier) -> None:
-    writer = "import os\nopen('left-behind', 'w').write('x')\nopen('/tmp/left-behind', 'w').write('x') if os.access('/tmp', os.W_OK) else None\nprint('ok')"
-    reader = "import os\nprint('clean' if not os.path.exists('left-behind') and not os.path.exists('/tmp/left-behind') else 'dirty')"
+    places = "['left-behind', '/tmp/left-behind', '/dev/shm/left-behind']"
+    writer = f"import os\nfor path in {places}:\n    try:\n        open(path, 'w').write('x')\n    except OSError:\n        pass\nos.chmod('.', 0)\nprint('ok')"
+    reader = f"import os\nprint('dirty' if any(os.path.exists(p) for p in {places}) else 'clean')"
     assert verifier.verify(code_rollout("python", writer, [{"input": "", "output": "ok"}])).score == 1.0
     assert verifier.verify(code_rollout("python", reader, [{"input": "", "output": "clean"}])).score == 1.0

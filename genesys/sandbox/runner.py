@@ -151,18 +151,24 @@ def reap_children():
             time.sleep(0.001)
 
 
-def wipe(path):
-    """Remove everything under `path` that we may remove, unreadable directories included."""
+def wipe(path, keep=""):
+    """Remove everything under `path` that we may remove, unreadable directories included.
+
+    `keep` (a directory) and the directories leading to it stay, emptied.
+    """
     try:
+        if os.stat(path).st_uid == os.getuid():
+            os.chmod(path, 0o700)  # a program may have locked its own directory
         entries = list(os.scandir(path))
     except OSError:
         return
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, 0o700)
-                wipe(entry.path)
-                os.rmdir(entry.path)
+                kept = keep == entry.path or keep.startswith(entry.path + "/")
+                wipe(entry.path, keep)
+                if not kept:
+                    os.rmdir(entry.path)
             else:
                 os.unlink(entry.path)
         except OSError:
@@ -594,8 +600,6 @@ def serve_one(job, toolchains, scratch, wipe_dirs, out_fd):
     """Compile and run one submission, replying frame by frame; leave nothing of it behind."""
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
     workdir = os.path.join(scratch, "work")
-    for directory in (scratch, *wipe_dirs):
-        wipe(directory)
     os.makedirs(workdir, exist_ok=True)
     try:
         program, error, seconds = compile_submission(
@@ -616,7 +620,7 @@ def serve_one(job, toolchains, scratch, wipe_dirs, out_fd):
     finally:
         kill_leftovers()
         for directory in (scratch, *wipe_dirs):
-            wipe(directory)
+            wipe(directory, keep=workdir)
     write_frame(out_fd, {"event": "done"})
 
 
@@ -655,6 +659,8 @@ def main(argv):
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(devnull, fd)
+    for directory in (scratch, *wipe_dirs):  # what an earlier runner may have left
+        wipe(directory)
     gc.freeze()  # forked tests then share the runner's memory instead of copying it on the next collection
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
     while True:
