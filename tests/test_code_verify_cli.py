@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import GENESYS, REPO, read_jsonl, write_jsonl
-from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason
+from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, host_processes_with
+from test_sandbox_lifecycle import wait_until
 
 SAMPLES = REPO / "genesys" / "tasks" / "data" / "sample_rollouts.jsonl"
 EXPECTED_SAMPLES = {
@@ -62,22 +63,23 @@ def test_sample_code_rollouts(kind: str, tmp_path: Path) -> None:
     assert {test["status"] for test in info(slow)["tests"]} == {"time_limit"}
 
 
+def row(name: str, source: str) -> dict:
+    fence = "```"
+    return {
+        "problem_id": name,
+        "task_type": "verifiable_code",
+        "prompt": "add two numbers",
+        "verification_info": json.dumps({"language": "python", "test_cases": SUM_TESTS}),
+        "llm_response": f"{fence}python\n{source}\n{fence}",
+        "response_id": name,
+    }
+
+
 @pytest.mark.parametrize("kind", ["docker", "bwrap"])
 def test_hostile_rollouts_do_not_disturb_the_run(kind: str, tmp_path: Path) -> None:
     reason = backend_skip_reason(kind)
     if reason:
         pytest.skip(reason)
-    fence = "```"
-
-    def row(name: str, source: str) -> dict:
-        return {
-            "problem_id": name,
-            "task_type": "verifiable_code",
-            "prompt": "add two numbers",
-            "verification_info": json.dumps({"language": "python", "test_cases": SUM_TESTS}),
-            "llm_response": f"{fence}python\n{source}\n{fence}",
-            "response_id": name,
-        }
 
     rows = []
     for index, (name, source) in enumerate(HOSTILE.items()):
@@ -90,3 +92,28 @@ def test_hostile_rollouts_do_not_disturb_the_run(kind: str, tmp_path: Path) -> N
         assert by_id[name]["error"] is None and by_id[name]["score"] == 0.0, (name, info(by_id[name]))
     for index in range(len(HOSTILE)):
         assert by_id[f"good-{index}"]["score"] == 1.0, info(by_id[f"good-{index}"])
+
+
+@pytest.mark.parametrize("kind", ["docker", "bwrap"])
+def test_engine_deadline_kills_the_sandbox_with_the_worker(kind: str, tmp_path: Path) -> None:
+    reason = backend_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    marker = f"genesys-deadline-check-{kind}-{tmp_path.name}"
+    sleeper = f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])"
+    rows = [row("sleeper", sleeper), row("good", PROGRAMS["python"]["correct"])]
+    out = verify(write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl", kind, "--workers", "1", "--timeout", "4", "--time-limit", "30")
+    by_id = {row["problem_id"]: row for row in out}
+    assert by_id["sleeper"]["score"] is None and by_id["sleeper"]["error"].startswith("timeout")
+    assert by_id["good"]["score"] == 1.0
+    assert wait_until(lambda: not host_processes_with(marker), 20), "the sleeping program outlived its killed worker"
+    if kind == "docker":
+        import docker
+
+        from genesys.sandbox.docker_backend import LABEL, _owner_alive
+
+        def orphans() -> list:
+            containers = docker.from_env().containers.list(all=True, filters={"label": LABEL})
+            return [c for c in containers if not _owner_alive(c.labels.get("genesys.owner", ""))]
+
+        assert wait_until(lambda: not orphans(), 20), "containers of the killed worker remain"
