@@ -110,10 +110,10 @@ def test_engine_deadline_kills_the_sandbox_with_the_worker(kind: str, tmp_path: 
     if kind == "docker":
         import docker
 
-        from genesys.sandbox.docker_backend import LABEL, _owner_alive
+        from genesys.sandbox.docker_backend import LABEL, owner_alive
 
         def orphans() -> list:
             containers = docker.from_env().containers.list(all=True, filters={"label": LABEL})
-            return [c for c in containers if not _owner_alive(c.labels.get("genesys.owner", ""))]
+            return [c for c in containers if not owner_alive(c.labels.get("genesys.owner", ""))]
 
         assert wait_until(lambda: not orphans(), 20), "containers of the killed worker remain"

@@ -64,7 +64,8 @@ def owner_label() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_process_start_time(os.getpid())}"
 
 
-def _owner_alive(label: str) -> bool:
+def owner_alive(label: str) -> bool:
+    """Whether the process named by an owner label still runs (owners on other hosts count as alive)."""
     host, _, rest = label.partition(":")
     pid, _, started = rest.partition(":")
     if host != socket.gethostname():
@@ -78,7 +79,7 @@ def reap_stale(client: Any) -> int:
     for container in client.containers.list(all=True, filters={"label": LABEL}):
         labels = container.labels or {}
         expired = float(labels.get("genesys.expires", "inf")) < time.time()
-        if expired or not _owner_alive(labels.get("genesys.owner", "")):
+        if expired or not owner_alive(labels.get("genesys.owner", "")):
             try:
                 container.remove(force=True)
                 removed += 1
