@@ -130,3 +130,15 @@ def test_code_output_prediction() -> None:
     bad = verifier.verify(Rollout(task_type="code_output_prediction", verification_info={}, completion='{"output": 1}'))
     assert bad.score is None and "ground_truth" in (bad.error or "")
     assert extract_prediction('{"a": {"output": 1}}') == 1
+
+
+def test_function_call_tests_in_a_compiled_language_are_a_task_error() -> None:
+    from genesys.verifiers.code import CodeVerifier
+
+    rollout = Rollout(
+        task_type="verifiable_code",
+        verification_info={"language": "cpp", "test_cases": [{"fn_name": "f", "input": [1], "output": 1}]},
+        completion="```cpp\nint f(int x) { return x; }\n```",
+    )
+    verdict = CodeVerifier().verify(rollout)  # refused before any sandbox is needed
+    assert verdict.score is None and verdict.error.startswith("unsupported_test")

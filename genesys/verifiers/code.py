@@ -29,6 +29,7 @@ STATUSES = ("passed", "wrong_answer", "time_limit", "memory_limit", "runtime_err
 # Seconds kept between the submission's own budget and the engine's hard deadline.
 BUDGET_MARGIN_S = 10.0
 TEXT_LIMIT = 500  # characters of stderr / compiler output kept in details
+CALL_LANGUAGES = ("python", "javascript")  # languages whose function_call tests the runner can run
 
 
 class CodeVerifier(genesys.Verifier):
@@ -60,6 +61,8 @@ class CodeVerifier(genesys.Verifier):
             language, tests = parse_tests(rollout.verification_info)
         except TaskDataError as exc:
             return Verdict.failed(f"invalid_verification_info: {exc}")
+        if language not in CALL_LANGUAGES and any(test.type == "function_call" for test in tests):
+            return Verdict.failed(f"unsupported_test: function_call tests run in {' and '.join(CALL_LANGUAGES)} only, not {language}")
         code = extract_code(rollout.completion, language)
         if code is None or not code.strip():
             return Verdict(0.0, {"language": language, "status": "no_code", "passed": 0, "total": len(tests)})
