@@ -49,10 +49,11 @@ demo: install sandbox
 test: install sandbox
 	$(VENV)/bin/pytest -q -ra
 
-bench: install
+bench: install sandbox
 	$(PY) benchmarks/verify_engine.py
 	$(PY) benchmarks/filter_speed.py
 	$(PY) benchmarks/generate_throughput.py
+	$(PY) benchmarks/code_throughput.py
 
 clean:
 	rm -rf $(VENV) demo-out
