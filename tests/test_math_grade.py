@@ -141,6 +141,20 @@ def test_matrices_infinity_and_constants() -> None:
     assert score(r"\pi", r"\boxed{\frac{22}{7}}") == 0.0
 
 
+def test_choice_given_with_its_value() -> None:
+    assert score("C", r"\boxed{\text{(C)}\ 15}") == 1.0
+    assert score(r"\textbf{(C)}", r"\boxed{(D) 15}") == 0.0
+
+
+def test_vectors_tuples_and_the_imaginary_unit() -> None:
+    column = r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}"
+    assert score(column, r"\boxed{(1, 2)}") == 1.0
+    assert score(column, r"\boxed{(2, 1)}") == 0.0
+    assert score("(1, 2, 3)", r"\boxed{\langle 1, 2, 3 \rangle}") == 1.0
+    assert score("-1", r"\boxed{e^{i\pi}}") == 1.0
+    assert score("2", r"\boxed{2 \text{ and } 2}") == 1.0  # one answer stated twice is not hedging
+
+
 def test_text_and_multiple_choice() -> None:
     assert score(r"\text{yes}", r"\boxed{\text{Yes}}") == 1.0
     assert score(r"\text{yes}", r"\boxed{\text{No}}") == 0.0

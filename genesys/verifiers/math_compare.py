@@ -220,6 +220,8 @@ def _matrices_match(gold: object, pred: object) -> bool:
         g_items, p_items = list(gold), list(pred)
     else:
         g_items, p_items = _vector_items(gold), _vector_items(pred)
+        g_items = g_items if g_items is not None else _ordered_items(gold)
+        p_items = p_items if p_items is not None else _ordered_items(pred)
     if g_items is None or p_items is None or len(g_items) != len(p_items):
         return False
     return all(equivalent(g, p) for g, p in zip(g_items, p_items))
@@ -303,10 +305,9 @@ def exact_form(value: Basic) -> Basic:
 def _expressions_match(gold: Basic, pred: Basic) -> bool:
     if gold == pred:
         return True
-    gold, pred = exact_form(gold), exact_form(pred)
+    gold, pred = _align_imaginary_unit(exact_form(gold), exact_form(pred))
     if gold == pred:
         return True
-    gold, pred = _align_imaginary_unit(gold, pred)
     if gold.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or pred.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
         return gold == pred
     if gold.is_Rational and pred.is_Rational:
@@ -333,12 +334,14 @@ def _clearly_different(gold: Basic, pred: Basic) -> bool:
 
 
 def _align_imaginary_unit(gold: Basic, pred: Basic) -> tuple[Basic, Basic]:
-    """Read a symbol `i` as the imaginary unit when the other side uses the imaginary unit."""
-    i = sympy.Symbol("i")
-    if gold.has(sympy.I) and i in pred.free_symbols:
-        pred = pred.subs(i, sympy.I)
-    elif pred.has(sympy.I) and i in gold.free_symbols:
-        gold = gold.subs(i, sympy.I)
+    """Read a symbol `i` on one side as the imaginary unit when the other side has no symbol `i`
+    (`e^{i\\pi}` for `-1`, `4i + 3` for `3 + 4i` parsed as complex)."""
+    gold_i = [s for s in gold.free_symbols if s.name == "i"]
+    pred_i = [s for s in pred.free_symbols if s.name == "i"]
+    if pred_i and not gold_i:
+        pred = pred.subs(pred_i[0], sympy.I)
+    elif gold_i and not pred_i:
+        gold = gold.subs(gold_i[0], sympy.I)
     return gold, pred
 
 

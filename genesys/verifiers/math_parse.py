@@ -39,12 +39,14 @@ _STYLED_MATH = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|mathrm|textrm|text|
 _SYMBOLS = {
     "−": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ",
     "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "∅": "\\emptyset ", "\\varnothing": "\\emptyset ",
+    "\\langle": "(", "\\rangle": ")",
 }
 _PERCENT = re.compile(r"^(.*?)\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\?\s*percent)$", re.IGNORECASE | re.DOTALL)
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
 _SCIENTIFIC = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)\b")
 _THOUSANDS_BRACED = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _CHOICE = re.compile(r"^\(?([A-E])\)?$")
+_LABELED_CHOICE = re.compile(r"^\\(?:text|textbf|mathrm)\s*\{\s*\(([A-E])\)\s*\}|^\(([A-E])\)(?=\s)")
 _TEXT_WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|textit|mbox)\s*\{([^{}]*)\}$")
 _WORDS = re.compile(r"^[A-Za-z][A-Za-z '\-]*[A-Za-z]$")
 _INTEGER = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)$")
@@ -135,9 +137,10 @@ def _repeating_as_fraction(match: re.Match[str]) -> str:
 
 
 def split_alternatives(text: str) -> list[str]:
-    """The parts of an answer joined by "or"/"and" ("5 or 6" -> ["5", "6"]); one part when none."""
+    """The distinct parts of an answer joined by "or"/"and" ("5 or 6" -> ["5", "6"], "2 and 2" ->
+    ["2"]); one part when none."""
     text = _ALTERNATIVE_WORD.sub(lambda m: f" {m.group(1)} ", strip_delimiters(text))
-    parts = [part.strip() for part in _ALTERNATIVE_SPLIT.split(text)]
+    parts = dict.fromkeys(" ".join(part.split()) for part in _ALTERNATIVE_SPLIT.split(text))
     return [part for part in parts if part] or [text]
 
 
@@ -158,9 +161,13 @@ def _text_form(text: str) -> str | None:
 
 
 def _choice_form(text: str) -> str | None:
+    """The letter of a multiple-choice answer: `B`, `(B)`, `\\text{(B)}`, or `(B) 15` with the option's value."""
     inner = _TEXT_WRAPPED.match(text)
     match = _CHOICE.match((inner.group(1) if inner else text).strip())
-    return match.group(1) if match else None
+    if match:
+        return match.group(1)
+    labeled = _LABELED_CHOICE.match(text)
+    return (labeled.group(1) or labeled.group(2)) if labeled else None
 
 
 def check_nesting(text: str) -> None:
