@@ -52,13 +52,14 @@ def make_rollouts(path: Path, count: int, seed: int = 0) -> list[tuple[str, str]
     return pairs
 
 
-def time_genesys(inputs: Path, kind: str, workers: int) -> tuple[float, float]:
+def time_genesys(inputs: Path, kind: str, workers: int, reuse: int | None = None) -> tuple[float, float]:
     """Seconds for `genesys verify` on `inputs`, and the mean score it wrote."""
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "out.jsonl"
         started = time.perf_counter()
         done = subprocess.run(
-            [GENESYS, "verify", str(inputs), "-o", str(output), "--sandbox", kind, "--workers", str(workers), "--no-progress"],
+            [GENESYS, "verify", str(inputs), "-o", str(output), "--sandbox", kind, "--workers", str(workers), "--no-progress"]
+            + (["-O", f"runner_reuse={reuse}"] if reuse else []),
             capture_output=True,
             text=True,
         )
@@ -134,6 +135,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--baseline-tests", type=int, default=600, help="tests the per-test baseline runs (a sample)")
     parser.add_argument("--backends", default="docker,bwrap")
+    parser.add_argument("--runner-reuse", type=int, help="also time genesys with this many submissions per runner (1: a runner per submission)")
     args = parser.parse_args()
 
     from genesys.sandbox.backends import check_backend
@@ -156,6 +158,9 @@ def main() -> None:
                 f"{kind:>8}: genesys verify {ours:7.1f} tests/s ({seconds:.1f}s, mean score {mean_score:.3f}); "
                 f"one interpreter per test {baseline:6.1f} tests/s ({len(sample)} tests); speed-up {ours / baseline:.1f}x"
             )
+            if args.runner_reuse:
+                seconds, _ = time_genesys(inputs, kind, args.workers, args.runner_reuse)
+                print(f"{'':>8}  with runner_reuse={args.runner_reuse}: {tests / seconds:7.1f} tests/s ({tests / seconds / baseline:.1f}x)")
 
 
 if __name__ == "__main__":

@@ -325,3 +325,24 @@ def test_submissions_do_not_see_each_other(verifier: CodeVerifier) -> None:
     reader = f"import os\nprint('dirty' if any(os.path.exists(p) for p in {places}) else 'clean')"
     assert verifier.verify(code_rollout("python", writer, [{"input": "", "output": "ok"}])).score == 1.0
     assert verifier.verify(code_rollout("python", reader, [{"input": "", "output": "clean"}])).score == 1.0
+
+
+RUNNER_IDENTITY = "import os\nwith open('/proc/%d/stat' % os.getppid()) as f:\n    print(os.getppid(), f.read().rsplit(')', 1)[1].split()[19])"
+
+
+def runner_identities(verifier: CodeVerifier, count: int) -> set[str]:
+    seen = set()
+    for _ in range(count):
+        verdict = verifier.verify(code_rollout("python", RUNNER_IDENTITY, [{"input": "", "output": "?"}]))
+        seen.add(verdict.details["tests"][0]["message"])  # the wrong answer names the printed identity
+    return seen
+
+
+def test_runner_reuse(verifier: CodeVerifier) -> None:
+    assert len(runner_identities(verifier, 3)) == 1  # one runner serves many submissions
+    fresh = CodeVerifier({"sandbox": verifier.sandbox.name, "runner_reuse": 1})
+    fresh.setup()
+    try:
+        assert len(runner_identities(fresh, 3)) == 3  # a runner per submission
+    finally:
+        fresh.teardown()

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from genesys.sandbox.base import Sandbox, SandboxError, SandboxUnavailable, Submission
+from genesys.sandbox.base import DEFAULT_REUSE, Sandbox, SandboxError, SandboxUnavailable, Submission
 from genesys.sandbox.limits import Limits
 
 BACKENDS = ("auto", "docker", "bwrap", "subprocess")
@@ -40,29 +40,33 @@ def open_sandbox(
     image: str | None = None,
     pool_size: int = 1,
     scratch_mb: int = 256,
+    reuse: int = DEFAULT_REUSE,
 ) -> Sandbox:
-    """Open the backend named `kind`; `auto` is docker when a daemon answers, else bwrap."""
+    """Open the backend named `kind`; `auto` is docker when a daemon answers, else bwrap.
+
+    `reuse`: submissions one runner process serves before a fresh one is started.
+    """
     if kind not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {kind!r}; choose one of {', '.join(BACKENDS)}")
     if kind == "docker":
         from genesys.sandbox.docker_backend import DEFAULT_IMAGE, DockerSandbox
 
-        return DockerSandbox(image or DEFAULT_IMAGE, pool_size=pool_size, limits=limits, scratch_mb=scratch_mb)
+        return DockerSandbox(image or DEFAULT_IMAGE, pool_size=pool_size, limits=limits, scratch_mb=scratch_mb, reuse=reuse)
     if kind == "bwrap":
         from genesys.sandbox.bwrap import BwrapSandbox, find_bwrap
 
         find_bwrap()  # before looking for toolchains: says plainly when bubblewrap is missing
         host = _host()
-        return BwrapSandbox(host.toolchains, files=host.files, limits=limits, scratch_mb=scratch_mb)
+        return BwrapSandbox(host.toolchains, files=host.files, limits=limits, scratch_mb=scratch_mb, reuse=reuse)
     if kind == "subprocess":
         from genesys.sandbox.toolchains import runner_commands
         from genesys.sandbox.unsandboxed import SubprocessSandbox
 
-        return SubprocessSandbox(runner_commands(_host().toolchains))
+        return SubprocessSandbox(runner_commands(_host().toolchains), reuse=reuse)
     reasons = []
     for candidate in ("docker", "bwrap"):
         try:
-            return open_sandbox(candidate, limits=limits, image=image, pool_size=pool_size, scratch_mb=scratch_mb)
+            return open_sandbox(candidate, limits=limits, image=image, pool_size=pool_size, scratch_mb=scratch_mb, reuse=reuse)
         except SandboxUnavailable as exc:
             reasons.append(f"{candidate}: {exc}")
     raise SandboxUnavailable(

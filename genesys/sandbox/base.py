@@ -9,6 +9,8 @@ from typing import Any
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 
 LANGUAGES = ("python", "cpp", "rust", "javascript")
+# Submissions one runner process serves before a fresh one takes over (1: a runner per submission).
+DEFAULT_REUSE = 200
 
 
 class SandboxError(RuntimeError):

@@ -5,8 +5,8 @@ memory (swap included), process and CPU caps, every capability dropped, no-new-p
 non-root uid of its own. Its init is the runner's `keep` mode, which exits when the stdin this
 process holds attached closes, so containers die with their owner even when it is SIGKILLed;
 `auto_remove` then deletes them. Submissions go over one long-lived `docker exec` of the runner per
-container (the runner serves one submission at a time, so one exec is shared by many submissions
-and none pays for a new exec). A runner that breaks takes its container with it: the container is
+container, reused for `reuse` submissions (the runner serves one submission at a time; a fresh
+exec per submission costs more than the tests of a typical submission). A runner that breaks takes its container with it: the container is
 removed and a fresh one takes its place. Containers left by dead owners are reaped on start.
 """
 
@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from genesys.sandbox.base import RunResult, Sandbox, SandboxError, SandboxUnavailable, Submission
+from genesys.sandbox.base import DEFAULT_REUSE, RunResult, Sandbox, SandboxError, SandboxUnavailable, Submission
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.protocol import RunnerSession, Transport
 
@@ -33,7 +33,6 @@ SCRATCH = "/tmp/genesys"
 CONTAINER_UID_BASE = 20000
 # A container lives at most this long even if its owner never lets go of it.
 DEFAULT_LIFETIME_S = 6 * 3600
-DEFAULT_RECYCLE = 500
 
 
 def docker_client(timeout: float = 30.0) -> Any:
@@ -164,7 +163,7 @@ class DockerSandbox(Sandbox):
         scratch_mb: int = 256,
         cpus: float = 1.0,
         lifetime_s: float = DEFAULT_LIFETIME_S,
-        recycle: int = DEFAULT_RECYCLE,
+        reuse: int = DEFAULT_REUSE,
     ) -> None:
         self.client = docker_client()
         self.image_name = image
@@ -184,7 +183,7 @@ class DockerSandbox(Sandbox):
         self.scratch_mb = scratch_mb
         self.cpus = cpus
         self.lifetime_s = lifetime_s
-        self.recycle = recycle
+        self.reuse = reuse
         self._owner = owner_label()
         self._idle: queue.Queue[_Slot] = queue.Queue()
         self._all: list[_Slot] = []
@@ -298,7 +297,7 @@ class DockerSandbox(Sandbox):
         slot = self._acquire()
         healthy = False
         try:
-            if slot.session is None or slot.session.served >= self.recycle:
+            if slot.session is None or slot.session.served >= self.reuse:
                 if slot.session is not None:
                     slot.session.close()
                 slot.session = self._start_session(slot)

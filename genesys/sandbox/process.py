@@ -11,12 +11,10 @@ import subprocess
 import tempfile
 from typing import Any
 
-from genesys.sandbox.base import RunResult, Sandbox, SandboxError, Submission
+from genesys.sandbox.base import DEFAULT_REUSE, RunResult, Sandbox, SandboxError, Submission
 from genesys.sandbox.protocol import RunnerSession, Transport
 
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
-# A runner serves this many submissions, then a fresh one takes over.
-DEFAULT_RECYCLE = 200
 # Unprivileged uids the runner drops to when genesys runs as root, one per live session.
 SANDBOX_UID_BASE = 62000
 
@@ -70,9 +68,9 @@ def _kill_process_group(pid: int) -> None:
 class LocalSandbox(Sandbox):
     """A sandbox whose runner is a child process; the runner is restarted when it misbehaves."""
 
-    def __init__(self, toolchains: dict[str, dict[str, str]], recycle: int = DEFAULT_RECYCLE) -> None:
+    def __init__(self, toolchains: dict[str, dict[str, str]], reuse: int = DEFAULT_REUSE) -> None:
         self.toolchains = toolchains
-        self.recycle = recycle
+        self.reuse = reuse
         self._session: RunnerSession | None = None
         self._uid = SANDBOX_UID_BASE + os.getpid() % 3000 if os.geteuid() == 0 else None
 
@@ -112,7 +110,7 @@ class LocalSandbox(Sandbox):
         return RunnerSession(PipeTransport(process, stderr))
 
     def run(self, submission: Submission) -> RunResult:
-        if self._session is None or self._session.broken or self._session.served >= self.recycle:
+        if self._session is None or self._session.broken or self._session.served >= self.reuse:
             self._stop()
             self._session = self._start()
         try:

@@ -8,9 +8,10 @@ of tests passed; `details["tests"]` gives each test's status and timings.
 
 Options (`genesys verify -O key=value` or the dedicated flags): `sandbox` (auto, docker, bwrap,
 subprocess), `sandbox_image`, the per-test limits `time_limit` (CPU seconds), `memory_limit` (MB),
-`process_limit`, `output_limit` (bytes), `disk_limit` (MB), and `budget`: seconds for compiling
-plus all tests of one rollout (default: the verifier's deadline minus a margin; tests left when it
-runs out count as `time_limit`). The sandbox is imported and opened
+`process_limit`, `output_limit` (bytes), `disk_limit` (MB), `budget`: seconds for compiling plus
+all tests of one rollout (default: the verifier's deadline minus a margin; tests left when it runs
+out count as `time_limit`), and `runner_reuse`: submissions one in-sandbox runner serves before a
+fresh one starts (1: a fresh `docker exec` or bwrap per submission). The sandbox is imported and opened
 in `setup()`, once per worker, so loading this plugin stays cheap.
 """
 
@@ -40,6 +41,7 @@ class CodeVerifier(genesys.Verifier):
 
     def setup(self) -> None:
         from genesys.sandbox.backends import open_sandbox
+        from genesys.sandbox.base import DEFAULT_REUSE
         from genesys.sandbox.limits import Limits
 
         self.limits = Limits.from_options(self.options)
@@ -47,6 +49,7 @@ class CodeVerifier(genesys.Verifier):
             str(self.options.get("sandbox") or "auto"),
             limits=self.limits,
             image=self.options.get("sandbox_image"),
+            reuse=int(self.options.get("runner_reuse") or DEFAULT_REUSE),
         )
 
     def teardown(self) -> None:
