@@ -44,6 +44,11 @@ def test_answer_lines_and_phrases(completion: str) -> None:
     assert (found.answer, found.method) == ("15", "answer_line")
 
 
+def test_answer_word_inside_a_sentence_is_not_an_answer_line() -> None:
+    found = extract_answer("Let me check my answer: it seems right. So $x = 5$")
+    assert (found.answer, found.method) == ("x = 5", "math_span")
+
+
 def test_answer_phrase_with_several_math_spans_keeps_connectors() -> None:
     assert extract_answer("Answer: $x=1$ or $x=2$").answer == "x=1 or x=2"
     assert clean_answer_text("the value $5$, as computed above") == "5"

@@ -20,7 +20,7 @@ _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*")
 _BOX_TOKEN = re.compile(r"[^\s$]+")
 _MINERVA = re.compile(r"final answer is\s*:?\s*(.{1,500}?)\.?\s*I hope it is correct", re.IGNORECASE | re.DOTALL)
 _ANSWER_LINE = re.compile(
-    r"\b(?:final\s+)?answer\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?(.{1,500}?)\s*$",
+    r"(?:^|(?<=[.!?]\s))[\s>#*_-]*(?:final\s+)?answer\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?(.{1,500}?)\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
 _ANSWER_PHRASE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?\s*(.{1,500}?)(?:\.(?=\s|$)|\n|$)", re.IGNORECASE)
