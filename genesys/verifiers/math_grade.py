@@ -8,6 +8,7 @@ how it was found, and the parsed forms of answer and gold.
 from __future__ import annotations
 
 from functools import lru_cache
+
 import sympy
 
 from genesys.schema import Verdict
@@ -54,15 +55,16 @@ def grade(gold_text: str, completion: str) -> Verdict:
         "extracted_by": extraction.method,
         "gold": gold_text,
         "gold_parsed": gold.describe(),
-        **dict(extra),
+        **{key: list(value) if isinstance(value, tuple) else value for key, value in extra},
     }
     return Verdict(score=score, details=details)
 
 
 @lru_cache(maxsize=16384)
 def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tuple[float, str, tuple]:
-    """(score, reason, extra details) for an extracted answer; cached, since samples of one task
-    often end in the same answer. `boxed` lists the distinct boxed answers of the completion."""
+    """(score, reason, extra details as key-value pairs) for an extracted answer; cached, since
+    samples of one task often end in the same answer, so everything returned is immutable. `boxed`
+    lists the distinct boxed answers of the completion."""
     gold = parse_gold(gold_text)
     if answer is None:
         return 0.0, "no_answer", ()
@@ -70,11 +72,11 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
     if not answer:
         return 0.0, "empty_answer", ()
     if _boxes_disagree(boxed):
-        return 0.0, "hedging", (("candidates", list(boxed)),)
+        return 0.0, "hedging", (("candidates", boxed),)
     gold_multi = gold.kind == KIND_EXPR and is_multi_valued(gold.value)
     alternatives = split_alternatives(answer) if gold.kind == KIND_EXPR else [answer]
     if len(alternatives) > 1 and not gold_multi:
-        return 0.0, "hedging", (("candidates", alternatives),)
+        return 0.0, "hedging", (("candidates", tuple(alternatives)),)
     try:
         pred = _parse_prediction(answer, alternatives)
     except AnswerTooComplex as exc:
@@ -83,7 +85,7 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
         return 0.0, "placeholder" if is_placeholder(answer) else "unparseable", ()
     parsed = ("answer_parsed", pred.describe())
     if pred.kind == KIND_EXPR and not gold_multi and candidate_count(pred.value) > 1:
-        return 0.0, "hedging", (parsed, ("candidates", [str(v) for v in pred.value.args]))
+        return 0.0, "hedging", (parsed, ("candidates", tuple(str(v) for v in pred.value.args)))
     if answers_match(gold, pred):
         return 1.0, "matched", (parsed,)
     if pred.too_costly:
