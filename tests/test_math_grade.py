@@ -179,6 +179,12 @@ def test_hedging_is_never_rewarded(completion: str) -> None:
     assert verdict.details["reason"] == "hedging"
 
 
+def test_one_box_per_part_when_the_gold_has_several_values() -> None:
+    assert score("5, 7", r"(a) $\boxed{5}$ (b) $\boxed{7}$") == 1.0
+    assert score("5, 7", r"(a) $\boxed{5}$ (b) $\boxed{8}$") == 0.0
+    assert score("1, 2", r"$\boxed{1}$, $\boxed{2}$, $\boxed{3}$") == 0.0
+
+
 def test_repeated_or_equivalent_boxes_are_one_answer() -> None:
     assert score("5", r"First $\boxed{5}$, checked again: $\boxed{5}$.") == 1.0
     assert score(r"\frac{1}{2}", r"$\boxed{\frac{1}{2}}$, i.e. $\boxed{0.5}$") == 1.0
@@ -225,7 +231,7 @@ def test_unusable_gold_is_an_error_not_a_wrong_answer() -> None:
     assert verdict.error is not None and verdict.error.startswith("invalid_ground_truth")
 
 
-@pytest.mark.parametrize("gold", ["$5$", r"\boxed{5}", r"\(5\)", r"$\boxed{5}$"])
+@pytest.mark.parametrize("gold", ["$5$", r"\boxed{5}", r"\(5\)", r"$\boxed{5}$", r"The answer is $\boxed{5}$."])
 def test_gold_delimiters_are_optional(gold: str) -> None:
     assert score(gold, r"\boxed{5}") == 1.0
 

@@ -13,7 +13,7 @@ import sympy
 
 from genesys.schema import Verdict
 from genesys.verifiers.math_compare import answers_match, candidate_count, is_multi_valued
-from genesys.verifiers.math_extract import extract_answer
+from genesys.verifiers.math_extract import extract_answer, find_boxed
 from genesys.verifiers.math_parse import (
     KIND_EXPR,
     AnswerTooComplex,
@@ -33,8 +33,9 @@ def parse_gold(gold: str) -> ParsedAnswer:
     """The parsed ground truth, cached per gold string (each task's gold is parsed once per worker)."""
     if not gold.strip():
         raise GoldError("ground_truth is empty")
+    boxed = find_boxed(gold)  # a gold given as a sentence around a boxed answer
     try:
-        return parse_answer(gold)
+        return parse_answer(boxed[-1] if boxed else gold)
     except AnswerTooComplex as exc:
         raise GoldError(f"ground_truth is too complex to check: {exc}") from None
     except ValueError:
@@ -71,9 +72,11 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
     answer = answer.strip()
     if not answer:
         return 0.0, "empty_answer", ()
-    if _boxes_disagree(boxed):
-        return 0.0, "hedging", (("candidates", boxed),)
     gold_multi = gold.kind == KIND_EXPR and is_multi_valued(gold.value)
+    if gold_multi and boxed:
+        answer = ", ".join(boxed)  # several parts, one box each: "(a) \boxed{5} (b) \boxed{7}"
+    elif _boxes_disagree(boxed):
+        return 0.0, "hedging", (("candidates", boxed),)
     alternatives = split_alternatives(answer) if gold.kind == KIND_EXPR else [answer]
     if len(alternatives) > 1 and not gold_multi:
         return 0.0, "hedging", (("candidates", tuple(alternatives)),)
