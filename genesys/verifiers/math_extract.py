@@ -162,8 +162,9 @@ def strip_delimiters(text: str) -> str:
     while changed:
         changed = False
         for left, right in _DELIMITERS:
-            if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
-                text = text[len(left) : len(text) - len(right)].strip()
+            inner = text[len(left) : len(text) - len(right)]
+            if text.startswith(left) and text.endswith(right) and inner and left not in inner and right not in inner:
+                text = inner.strip()  # one span around everything, not "$5$ and $6$"
                 changed = True
         box = _BOX_COMMAND.match(text)
         if box and text[box.end() : box.end() + 1] == "{" and _closing_braces(text).get(box.end()) == len(text) - 1:
