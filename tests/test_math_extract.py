@@ -37,7 +37,13 @@ def test_minerva_final_answer_sentence() -> None:
 
 @pytest.mark.parametrize(
     "completion",
-    ["Reasoning.\n\n**Answer: 15**", "Reasoning.\n\n**Answer:** 15", "Reasoning.\nAnswer: $15$.", "Thus the answer is 15."],
+    [
+        "Reasoning.\n\n**Answer: 15**",
+        "Reasoning.\n\n**Answer:** 15",
+        "Reasoning.\nAnswer: $15$.",
+        "Thus the answer is 15.",
+        "Reasoning.\n\n**Final Answer**\n\n$15$",
+    ],
 )
 def test_answer_lines_and_phrases(completion: str) -> None:
     found = extract_answer(completion)

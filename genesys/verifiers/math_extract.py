@@ -23,6 +23,7 @@ _ANSWER_LINE = re.compile(
     r"(?:^|(?<=[.!?]\s))[\s>#*_-]*(?:final\s+)?answer\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?(.{1,500}?)\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
+_ANSWER_HEADING = re.compile(r"^[\s>#*_-]*final\s+answer[\s*_]*:?[\s*_]*\n\s*(.{1,500}?)\s*$", re.IGNORECASE | re.MULTILINE)
 _ANSWER_PHRASE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?\s*(.{1,500}?)(?:\.(?=\s|$)|\n|$)", re.IGNORECASE)
 _MATH_SPAN = re.compile(
     r"\$\$(?P<a>.{1,2000}?)\$\$|\\\[(?P<b>.{1,2000}?)\\\]|\\\((?P<c>.{1,2000}?)\\\)"
@@ -132,8 +133,8 @@ def _last_match(pattern: re.Pattern[str], text: str) -> str | None:
 
 
 def _last_answer_phrase(text: str) -> str | None:
-    """The last "Answer: X" line or "the answer is X" phrase, whichever comes later."""
-    matches = list(_ANSWER_LINE.finditer(text)) + list(_ANSWER_PHRASE.finditer(text))
+    """The last "Answer: X" line, "**Final Answer**" heading over X, or "the answer is X" phrase."""
+    matches = [m for pattern in (_ANSWER_LINE, _ANSWER_HEADING, _ANSWER_PHRASE) for m in pattern.finditer(text)]
     if not matches:
         return None
     return max(matches, key=lambda m: m.start()).group(1)
