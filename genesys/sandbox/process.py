@@ -112,7 +112,11 @@ class LocalSandbox(Sandbox):
     def run(self, submission: Submission) -> RunResult:
         if self._session is None or self._session.broken or self._session.served >= self.reuse:
             self._stop()
-            self._session = self._start()
+            try:
+                self._session = self._start()
+            except SandboxError:
+                self.session_finished()
+                raise
         try:
             return self._session.run(submission)
         finally:
