@@ -346,6 +346,29 @@ def _run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- genesys tasks --------------------------------------------------------------------------------
+
+
+def _add_tasks(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tasks", help="list the named task sets `genesys generate --tasks` accepts")
+    p.set_defaults(handler=_run_tasks)
+
+
+def _run_tasks(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from genesys.tasks import task_sets
+
+    table = Table(title="genesys task sets (--tasks NAME[:key=value,...])")
+    for column in ("name", "description"):
+        table.add_column(column)
+    for name, task_set in sorted(task_sets().items()):
+        table.add_row(name, task_set.description or "-")
+    Console().print(table)
+    return 0
+
+
 # --- genesys plugins ------------------------------------------------------------------------------
 
 
@@ -406,7 +429,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     return commands.check(image=args.sandbox_image)
 
 
-_SUBCOMMANDS = (_add_generate, _add_verify, _add_filter, _add_report, _add_plugins, _add_sandbox)
+_SUBCOMMANDS = (_add_generate, _add_tasks, _add_verify, _add_filter, _add_report, _add_plugins, _add_sandbox)
 
 
 def build_parser() -> argparse.ArgumentParser:

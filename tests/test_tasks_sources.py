@@ -145,3 +145,13 @@ def test_without_ratios_one_source_keeps_order_and_several_are_shuffled():
     assert [i for _, i, _ in single] == [0, 1, 2, 3, 4]
     both = mix_tasks(_sources(20, 20), seed=3)
     assert len(both) == 40 and [s for s, _, _ in both] != ["s0"] * 20 + ["s1"] * 20
+
+
+def test_tasks_command_lists_the_task_sets():
+    import subprocess
+    import sys
+
+    result = subprocess.run([str(Path(sys.executable).with_name("genesys")), "tasks"], capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""})
+    assert result.returncode == 0, result.stderr
+    for name in ("math-samples", "code-samples", "countdown"):
+        assert name in result.stdout
