@@ -90,3 +90,15 @@ def test_raw_prompts_without_chat_template(tiny_model):
     assert render_text(backend.tokenizer, messages, backend.style) == "Just this text."
     [result] = backend.generate([GenerationRequest("a", messages, [0], 0)])
     assert backend.tokenizer.decode(result.prompt_ids) == "Just this text."
+
+
+def test_a_template_without_system_role_gets_the_system_text_in_the_user_message(tiny_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+        "<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    text = render_text(tokenizer, build_messages("Solve it.", "Think for 100 tokens."), PromptStyle(continuation_prefix="<think>"))
+    assert text == "<user>Think for 100 tokens.\n\nSolve it.<assistant><think>"

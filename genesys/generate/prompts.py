@@ -7,6 +7,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from jinja2.exceptions import TemplateError
+
 from genesys.errors import InputError
 from genesys.generate.backend import PromptStyle
 
@@ -44,10 +46,22 @@ def render_text(tokenizer: Any, messages: list[dict[str, str]], style: PromptSty
                 f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'this model')!r} has no chat template; "
                 "pass --no-chat-template to use the task prompts as raw text"
             )
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except TemplateError:
+            if messages[0]["role"] != "system":
+                raise
+            # Templates without a system role (e.g. Gemma's): the system text leads the user message.
+            text = tokenizer.apply_chat_template(merge_system_into_user(messages), tokenize=False, add_generation_prompt=True)
     else:
         text = "\n\n".join(message["content"] for message in messages)
     return text + style.continuation_prefix
+
+
+def merge_system_into_user(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The messages with a leading system message folded into the first user message."""
+    system, user, *rest = messages
+    return [{"role": "user", "content": f"{system['content']}\n\n{user['content']}"}, *rest]
 
 
 def render_ids(tokenizer: Any, messages: list[dict[str, str]], style: PromptStyle) -> list[int]:
