@@ -261,6 +261,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--base-url", help="openai: server URL ending in /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)")
     g.add_argument("--api-key", help="openai: API key (default: $OPENAI_API_KEY)")
     g.add_argument("--concurrency", type=_positive_int, help="openai: requests in flight at most (default 64)")
+    g.add_argument("--no-logprobs", dest="logprobs", action="store_const", const=False,
+                   help="openai: do not ask for logprobs (for servers and models that refuse them)")
     g.add_argument("--max-retries", type=int, help="openai: retries of a request on 429, 5xx or connection errors, with exponential backoff (default 8)")
     g.add_argument("-B", "--backend-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, or openai request fields")
@@ -276,15 +278,17 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_run_generate)
 
 
+# Backend settings: option name -> (its flag, the backends it applies to).
 _BACKEND_FLAGS = {
-    "tensor_parallel_size": ("vllm",),
-    "device": ("transformers",),
-    "dtype": ("transformers",),
-    "base_url": ("openai",),
-    "api_key": ("openai",),
-    "concurrency": ("openai",),
-    "max_retries": ("openai",),
-    "batch_size": ("vllm", "transformers"),
+    "tensor_parallel_size": ("--tensor-parallel-size", ("vllm",)),
+    "device": ("--device", ("transformers",)),
+    "dtype": ("--dtype", ("transformers",)),
+    "base_url": ("--base-url", ("openai",)),
+    "api_key": ("--api-key", ("openai",)),
+    "concurrency": ("--concurrency", ("openai",)),
+    "max_retries": ("--max-retries", ("openai",)),
+    "logprobs": ("--no-logprobs", ("openai",)),
+    "batch_size": ("--batch-size", ("vllm", "transformers")),
 }
 
 
@@ -292,9 +296,9 @@ def _backend_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     """The backend's own settings from the flags; a flag another backend owns is a UsageError."""
     options = {name: getattr(args, name) for name in _BACKEND_FLAGS if getattr(args, name) is not None}
     for name in options:
-        if backend not in _BACKEND_FLAGS[name]:
-            flag = "--" + name.replace("_", "-")
-            raise UsageError(f"{flag} applies to the {' and '.join(_BACKEND_FLAGS[name])} backend, not to {backend}")
+        flag, backends = _BACKEND_FLAGS[name]
+        if backend not in backends:
+            raise UsageError(f"{flag} applies to the {' and '.join(backends)} backend, not to {backend}")
     extra = _parse_options(args.backend_arg)
     if extra:
         options[{"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}[backend]] = extra

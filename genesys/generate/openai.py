@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig
+from genesys.generate.prompts import raw_text
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -210,7 +211,7 @@ class OpenAIBackend:
             if self.logprobs:
                 body.update(logprobs=True, top_logprobs=0)
         else:
-            body["prompt"] = "\n\n".join(m["content"] for m in request.messages) + self.style.continuation_prefix
+            body["prompt"] = raw_text(request.messages) + self.style.continuation_prefix
             if self.logprobs:
                 body["logprobs"] = 0
         body.update(self.request_fields)

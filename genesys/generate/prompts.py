@@ -38,6 +38,11 @@ def target_instruction(template: str, target_length: int) -> str:
         raise InputError(f"--target-length-prompt must only use the field {{target_length}}: {exc}") from None
 
 
+def raw_text(messages: list[dict[str, str]]) -> str:
+    """The messages' contents as plain text, for models used without a chat template."""
+    return "\n\n".join(message["content"] for message in messages)
+
+
 def render_text(tokenizer: Any, messages: list[dict[str, str]], style: PromptStyle) -> str:
     """The prompt text: the chat template applied to `messages` (or their raw text), then the prefix."""
     if style.chat_template:
@@ -54,7 +59,7 @@ def render_text(tokenizer: Any, messages: list[dict[str, str]], style: PromptSty
             # Templates without a system role (e.g. Gemma's): the system text leads the user message.
             text = tokenizer.apply_chat_template(merge_system_into_user(messages), tokenize=False, add_generation_prompt=True)
     else:
-        text = "\n\n".join(message["content"] for message in messages)
+        text = raw_text(messages)
     return text + style.continuation_prefix
 
 
