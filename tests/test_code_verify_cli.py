@@ -54,13 +54,22 @@ def test_sample_code_rollouts(kind: str, tmp_path: Path) -> None:
     reason = backend_skip_reason(kind)
     if reason:
         pytest.skip(reason)
-    rows = [row for row in read_jsonl(SAMPLES) if row["problem_id"] in EXPECTED_SAMPLES]
+    from genesys.sandbox.backends import open_sandbox
+
+    with open_sandbox(kind) as sandbox:
+        languages = set(sandbox.languages())
+    rows = [
+        row
+        for row in read_jsonl(SAMPLES)
+        if row["problem_id"] in EXPECTED_SAMPLES and json.loads(row["verification_info"]).get("language", "python") in languages
+    ]
     out = verify(write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl", kind)
     scores = {row["problem_id"]: row["score"] for row in out}
-    assert scores == pytest.approx(EXPECTED_SAMPLES)
+    assert scores == pytest.approx({row["problem_id"]: EXPECTED_SAMPLES[row["problem_id"]] for row in rows})
+    assert {"code-sum-py", "code-two-sum-py", "cop-1", "cop-2"} <= set(scores)
     assert all(row["error"] is None for row in out)
-    slow = next(row for row in out if row["problem_id"] == "code-sum-js-slow")
-    assert {test["status"] for test in info(slow)["tests"]} == {"time_limit"}
+    slow = next((row for row in out if row["problem_id"] == "code-sum-js-slow"), None)
+    assert slow is None or {test["status"] for test in info(slow)["tests"]} == {"time_limit"}
 
 
 def row(name: str, source: str) -> dict:
