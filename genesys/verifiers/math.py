@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import genesys
-from genesys.schema import Rollout, Verdict
+from genesys.schema import Rollout, Verdict, parse_json_field
 
 GOLD_KEYS = ("ground_truth", "solution", "answer", "gold")
 
@@ -59,8 +59,6 @@ def math_verify_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwa
 
 
 def _gold_column(kwargs: dict[str, Any], count: int) -> list[str]:
-    from genesys.schema import parse_json_field
-
     for key in GOLD_KEYS:
         if key in kwargs and kwargs[key] is not None:
             column = list(kwargs[key])
