@@ -90,7 +90,7 @@ def _load_hub(spec: str, name: str, options: dict[str, Any]) -> Sequence[dict[st
     options.setdefault("split", "train")
     try:
         dataset = datasets.load_dataset(name, **options)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # missing dataset or split, hub unreachable
         raise InputError(f"--tasks {spec!r}: cannot load dataset {name!r}: {exc}") from None
     if not isinstance(dataset, datasets.Dataset):
         raise InputError(f"--tasks {spec!r}: expected one split, got {type(dataset).__name__}; name it with :split=NAME")
