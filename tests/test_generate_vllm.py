@@ -107,3 +107,53 @@ def test_missing_vllm_is_a_clear_input_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now fails, as on a machine without it
     with pytest.raises(InputError, match="needs vLLM"):
         VLLMBackend("some-model", SamplingConfig(), PromptStyle())
+
+
+def test_backend_drives_the_offline_engine_as_documented(monkeypatch):
+    """A stand-in `vllm` module records how the backend builds the engine and its requests."""
+    import sys
+    import types
+
+    from genesys.generate.backend import PromptStyle, SamplingConfig
+    from genesys.generate.prompts import build_messages
+    from genesys.generate.tiny_model import train_tokenizer
+    from genesys.generate.vllm import VLLMBackend
+
+    tokenizer = train_tokenizer(["a few words of text to learn from", "and a few more"], vocab_size=300)
+    calls: dict = {"generate": []}
+
+    class SamplingParams:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    class LLM:
+        def __init__(self, **kwargs):
+            calls["init"] = kwargs
+
+        def get_tokenizer(self):
+            return tokenizer
+
+        def generate(self, prompts, params, use_tqdm=True):
+            calls["generate"].append((prompts, params, use_tqdm))
+            return [
+                RequestOutput(str(i), None, p["prompt_token_ids"], None,
+                              [CompletionOutput(k, f"c{k}", [5, 6], -1.0, [_position(5, -0.5, {}), _position(6, -0.5, {})], "stop")
+                               for k in range(sp.kwargs["n"])])
+                for i, (p, sp) in enumerate(zip(prompts, params))
+            ]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams, __version__="test"))
+    backend = VLLMBackend("org/model", SamplingConfig(n=3, max_tokens=99, temperature=0.7, top_p=0.9, seed=4), PromptStyle(continuation_prefix="<think>\n"),
+                          tensor_parallel_size=2, batch_size=2, engine_args={"gpu_memory_utilization": 0.8})
+    assert calls["init"] == {"model": "org/model", "tensor_parallel_size": 2, "enable_prefix_caching": True, "seed": 4, "gpu_memory_utilization": 0.8}
+    requests = [GenerationRequest(f"t{i}", build_messages(f"question {i}"), [0, 1, 2] if i else [1], seed=10 + i) for i in range(3)]
+    results = list(backend.generate(requests))
+    assert [len(call[0]) for call in calls["generate"]] == [2, 1]  # batch_size tasks per engine call
+    prompts, params, use_tqdm = calls["generate"][0]
+    assert use_tqdm is False
+    assert tokenizer.decode(prompts[0]["prompt_token_ids"]).endswith("question 0<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert params[0].kwargs == {"n": 1, "temperature": 0.7, "top_p": 0.9, "max_tokens": 99, "seed": 10, "logprobs": 0}
+    assert params[1].kwargs["n"] == 3
+    assert [r.request.key for r in results] == ["t0", "t1", "t2"]
+    assert [len(r.completions) for r in results] == [1, 3, 3]
+    assert results[1].completions[0].logprobs == [-0.5, -0.5] and results[0].prompt_ids == prompts[0]["prompt_token_ids"]
