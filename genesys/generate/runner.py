@@ -28,7 +28,7 @@ from genesys.generate.backend import Backend, GenerationRequest, GenerationResul
 from genesys.generate.progress import GenerationProgress, print_generate_summary
 from genesys.generate.prompts import DEFAULT_TARGET_LENGTH_PROMPT, build_messages, pick_target_length, target_instruction
 from genesys.io import RolloutWriter
-from genesys.schema import SchemaError, Task, VERDICT_COLUMNS, parse_json_field
+from genesys.schema import VERDICT_COLUMNS, SchemaError, Task
 
 FLUSH_ROWS = 256
 FLUSH_SECONDS = 2.0
@@ -111,11 +111,10 @@ def plan_tasks(
     plans, seen, resumed, duplicates = [], set(), 0, 0
     for spec, index, row in selected:
         try:
-            Task.from_row(row)
-            row["verification_info"] = parse_json_field(row.get("verification_info"), "verification_info")
-            row["metadata"] = parse_json_field(row.get("metadata"), "metadata")
+            task = Task.from_row(row)
         except SchemaError as exc:
             raise InputError(f"task {index} of {spec!r}: {exc}") from None
+        row.update(verification_info=task.verification_info, metadata=task.metadata)  # dicts, whatever they arrived as
         key = task_key(row)
         if key in seen:
             duplicates += 1
