@@ -185,11 +185,14 @@ def test_verify_refuses_unserved_task_types_before_loading_a_model(tmp_path):
         run_generation(config)
 
 
-def test_a_task_without_task_type_is_named(tmp_path):
+def test_a_task_without_task_type_or_prompt_is_named(tmp_path):
     tasks = tmp_path / "t.jsonl"
     tasks.write_text(json.dumps({"task_type": "countdown", "prompt": "x"}) + "\n" + json.dumps({"prompt": "y"}) + "\n")
     config = GenerateConfig(tasks=[str(tasks)], model="/nonexistent", output=tmp_path / "o.jsonl", progress=False)
     with pytest.raises(InputError, match=r"task 1 of .*t\.jsonl.*task_type"):
+        run_generation(config)
+    tasks.write_text(json.dumps({"task_type": "countdown", "prompt": "x"}) + "\n" + json.dumps({"task_type": "countdown"}) + "\n")
+    with pytest.raises(InputError, match=r"task 1 of .*t\.jsonl.*'prompt' is missing"):
         run_generation(config)
 
 

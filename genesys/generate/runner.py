@@ -114,6 +114,8 @@ def plan_tasks(
             task = Task.from_row(row)
         except SchemaError as exc:
             raise InputError(f"task {index} of {spec!r}: {exc}") from None
+        if not task.prompt:
+            raise InputError(f"task {index} of {spec!r}: field 'prompt' is missing or empty")
         row.update(verification_info=task.verification_info, metadata=task.metadata)  # dicts, whatever they arrived as
         key = task_key(row)
         if key in seen:
