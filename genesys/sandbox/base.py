@@ -77,6 +77,9 @@ class Sandbox(abc.ABC):
     def languages(self) -> list[str]:
         """The languages this sandbox can run."""
 
+    def warm_up(self) -> None:
+        """Start what the first submission would otherwise wait for."""
+
     def close(self) -> None:
         """Release containers and processes."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from dataclasses import dataclass
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -41,12 +42,16 @@ class Cgroup:
                 handle.write("0")
 
     def remove(self) -> None:
-        """Delete the cgroup directories (their processes must be gone)."""
+        """Delete the cgroup directories, giving their last processes a moment to be reaped."""
         for directory in self.dirs:
-            try:
-                os.rmdir(directory)
-            except OSError:
-                pass
+            for _ in range(50):
+                try:
+                    os.rmdir(directory)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
 
 
 def _remove_orphans() -> None:

@@ -109,7 +109,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"cannot start the {self.name} sandbox: {exc}") from None
         return RunnerSession(PipeTransport(process, stderr))
 
-    def run(self, submission: Submission) -> RunResult:
+    def _ensure_session(self) -> RunnerSession:
         if self._session is None or self._session.broken or self._session.served >= self.reuse:
             self._stop()
             try:
@@ -117,11 +117,18 @@ class LocalSandbox(Sandbox):
             except SandboxError:
                 self.session_finished()
                 raise
+        return self._session
+
+    def run(self, submission: Submission) -> RunResult:
+        session = self._ensure_session()
         try:
-            return self._session.run(submission)
+            return session.run(submission)
         finally:
-            if self._session is not None and self._session.broken:
+            if session.broken:
                 self._stop()
+
+    def warm_up(self) -> None:
+        self._ensure_session()
 
     def _stop(self) -> None:
         if self._session is not None:

@@ -51,6 +51,7 @@ class CodeVerifier(genesys.Verifier):
             image=self.options.get("sandbox_image"),
             reuse=int(self.options.get("runner_reuse") or DEFAULT_REUSE),
         )
+        self.sandbox.warm_up()  # containers and runners start here, outside the per-rollout deadline
 
     def teardown(self) -> None:
         sandbox = getattr(self, "sandbox", None)
