@@ -263,6 +263,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--concurrency", type=_positive_int, help="openai: requests in flight at most (default 64)")
     g.add_argument("--no-logprobs", dest="logprobs", action="store_const", const=False,
                    help="openai: do not ask for logprobs (for servers and models that refuse them)")
+    g.add_argument("--split-samples", action="store_const", const=True,
+                   help="openai: one request per sample, for servers that do not support n > 1")
     g.add_argument("--max-retries", type=int, help="openai: retries of a request on 429, 5xx or connection errors, with exponential backoff (default 8)")
     g.add_argument("-B", "--backend-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, or openai request fields")
@@ -288,6 +290,7 @@ _BACKEND_FLAGS = {
     "concurrency": ("--concurrency", ("openai",)),
     "max_retries": ("--max-retries", ("openai",)),
     "logprobs": ("--no-logprobs", ("openai",)),
+    "split_samples": ("--split-samples", ("openai",)),
     "batch_size": ("--batch-size", ("vllm", "transformers")),
 }
 

@@ -192,7 +192,7 @@ def test_retries_429_and_5xx_then_succeeds(server):
 
     async def call():
         async with OpenAIClient(server.base_url, max_retries=4, backoff=0.01) as client:
-            return await client.chat(backend.request_body(_requests(1, 1)[0]))
+            return await client.chat(backend.request_body(_requests(1, 1)[0], [0]))
 
     reply = asyncio.run(call())
     assert reply["choices"][0]["message"]["content"].startswith("answer 0")
@@ -319,3 +319,13 @@ def test_generate_command_stops_with_one_line_when_the_server_keeps_failing(tmp_
     )
     assert result.returncode == 1
     assert "failed after 2 attempts" in result.stderr and "rerun the same command" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_split_samples_sends_one_request_per_sample(server):
+    backend = OpenAIBackend("m", SamplingConfig(), PromptStyle(), base_url=server.base_url, split_samples=True,
+                            request_fields={"return_token_ids": True})
+    request = GenerationRequest("t", build_messages("q"), [1, 3, 4], seed=100)
+    [result] = backend.generate([request])
+    bodies = sorted((body for _, body, _ in server.requests), key=lambda b: b["seed"])
+    assert [(b["n"], b["seed"]) for b in bodies] == [(1, 101), (1, 103), (1, 104)]
+    assert len(result.completions) == 3 and result.prompt_ids == [1, 2, 3, 4]

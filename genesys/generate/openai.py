@@ -159,8 +159,9 @@ class OpenAIBackend:
 
     With a chat template (the default) requests go to `chat/completions`; a continuation prefix
     is sent as a final assistant message with `continue_final_message` (a vLLM extension). With
-    `PromptStyle(chat_template=False)` the raw prompt text goes to `completions`. `request_fields`
-    are added to every request body (e.g. `top_k`, `return_token_ids`).
+    `PromptStyle(chat_template=False)` the raw prompt text goes to `completions`. A task's samples
+    go in one request (`n`), or one request each with `split_samples` (for servers without `n`).
+    `request_fields` are added to every request body (e.g. `top_k`, `return_token_ids`).
     """
 
     name = "openai"
@@ -176,6 +177,7 @@ class OpenAIBackend:
         concurrency: int = 64,
         max_retries: int = 8,
         logprobs: bool = True,
+        split_samples: bool = False,
         request_fields: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
@@ -184,6 +186,7 @@ class OpenAIBackend:
         self.client_options = {"base_url": base_url, "api_key": api_key, "concurrency": concurrency, "max_retries": max_retries}
         self.concurrency = concurrency
         self.logprobs = logprobs
+        self.split_samples = split_samples
         self.request_fields = dict(request_fields or {})
 
     def info(self) -> dict[str, Any]:
@@ -192,15 +195,15 @@ class OpenAIBackend:
     def close(self) -> None:
         pass
 
-    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
-        """The JSON body asking for the request's samples."""
+    def request_body(self, request: GenerationRequest, samples: list[int]) -> dict[str, Any]:
+        """The JSON body asking for `samples` (sample indices) of the request's task."""
         body: dict[str, Any] = {
             "model": self.model,
-            "n": request.n,
+            "n": len(samples),
             "max_tokens": self.sampling.max_tokens,
             "temperature": self.sampling.temperature,
             "top_p": self.sampling.top_p,
-            "seed": request.seed,
+            "seed": request.seed + samples[0],
         }
         if self.style.chat_template:
             messages = list(request.messages)
@@ -218,15 +221,23 @@ class OpenAIBackend:
         return body
 
     async def _one(self, client: OpenAIClient, request: GenerationRequest) -> GenerationResult:
-        body = self.request_body(request)
+        if self.split_samples:
+            parts = await asyncio.gather(*(self._ask(client, request, [sample]) for sample in request.sample_indices))
+            return GenerationResult(request, parts[0][0], [completion for _, completions in parts for completion in completions])
+        prompt_ids, completions = await self._ask(client, request, request.sample_indices)
+        return GenerationResult(request, prompt_ids, completions)
+
+    async def _ask(self, client: OpenAIClient, request: GenerationRequest, samples: list[int]) -> tuple[list[int] | None, list[Completion]]:
+        """One HTTP request for `samples` of the task: the prompt ids (when given) and the completions."""
+        body = self.request_body(request, samples)
         where = f"task {request.key}"
         if self.style.chat_template:
             reply = await client.chat(body)
-            completions = [completion_from_chat_choice(c) for c in _choices_in_order(reply, request.n, where)]
+            completions = [completion_from_chat_choice(c) for c in _choices_in_order(reply, len(samples), where)]
         else:
             reply = await client.complete(body)
-            completions = [completion_from_text_choice(c) for c in _choices_in_order(reply, request.n, where)]
-        return GenerationResult(request, reply.get("prompt_token_ids"), completions)
+            completions = [completion_from_text_choice(c) for c in _choices_in_order(reply, len(samples), where)]
+        return reply.get("prompt_token_ids"), completions
 
     async def stream(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         """Results as they finish; at most twice `concurrency` requests are started ahead."""
