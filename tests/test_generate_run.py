@@ -206,3 +206,12 @@ def test_resuming_with_another_model_is_refused(tiny_model, tmp_path):
     run_generation(_config(tiny_model, tmp_path / "out.jsonl", max_tasks=1, sampling=SamplingConfig(n=1, max_tokens=2)))
     with pytest.raises(InputError, match="holds rollouts of model"):
         run_generation(_config("another-model", tmp_path / "out.jsonl", max_tasks=1))
+
+
+def test_bad_target_length_settings_fail_before_any_work(tmp_path):
+    for lengths, template, message in (([0, 100], "Think for {target_length} tokens.", "positive integers"),
+                                       ([100], "Think for {length} tokens.", "target-length-prompt")):
+        config = GenerateConfig(tasks=["math-samples"], model="/nonexistent", output=tmp_path / "o.jsonl",
+                                target_lengths=lengths, target_length_prompt=template, progress=False)
+        with pytest.raises(InputError, match=message):
+            run_generation(config)

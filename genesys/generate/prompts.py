@@ -34,7 +34,7 @@ def target_instruction(template: str, target_length: int) -> str:
     """The instruction that asks for `target_length` thinking tokens."""
     try:
         return template.format(target_length=target_length)
-    except (KeyError, IndexError) as exc:
+    except (KeyError, IndexError, ValueError) as exc:
         raise InputError(f"--target-length-prompt must only use the field {{target_length}}: {exc}") from None
 
 

@@ -235,8 +235,10 @@ class _BufferedWriter:
 
 def run_generation(config: GenerateConfig, backend: Backend | None = None) -> GenerateSummary:
     """Generate the missing rollouts of `config` into its output; `backend` overrides building one."""
-    if config.target_lengths is not None and (not config.target_lengths or min(config.target_lengths) < 1):
-        raise InputError(f"--target-lengths must be positive integers, got {list(config.target_lengths)}")
+    if config.target_lengths is not None:
+        if not config.target_lengths or min(config.target_lengths) < 1:
+            raise InputError(f"--target-lengths must be positive integers, got {list(config.target_lengths)}")
+        target_instruction(config.target_length_prompt, config.target_lengths[0])  # a bad template fails before any work
     selected = select_tasks(config)
     writer = RolloutWriter(config.output)
     done = writer.existing_keys()
