@@ -202,10 +202,14 @@ def test_cli_rejects_flags_of_another_backend(tmp_path):
     assert result.returncode == 2 and "--base-url applies to the openai backend" in result.stderr
 
 
-def test_resuming_with_another_model_is_refused(tiny_model, tmp_path):
-    run_generation(_config(tiny_model, tmp_path / "out.jsonl", max_tasks=1, sampling=SamplingConfig(n=1, max_tokens=2)))
+def test_resuming_with_another_model_or_other_settings_is_refused(tiny_model, tmp_path):
+    output = tmp_path / "out"
+    run_generation(_config(tiny_model, output, max_tasks=1, sampling=SamplingConfig(n=1, max_tokens=2)))
     with pytest.raises(InputError, match="holds rollouts of model"):
-        run_generation(_config("another-model", tmp_path / "out.jsonl", max_tasks=1))
+        run_generation(_config("another-model", output, max_tasks=1))
+    with pytest.raises(InputError, match=r"other settings \(temperature 1.0 -> 0.5\)"):
+        run_generation(_config(tiny_model, output, max_tasks=1, sampling=SamplingConfig(n=1, max_tokens=2, temperature=0.5)))
+    assert run_generation(_config(tiny_model, output, max_tasks=1, sampling=SamplingConfig(n=2, max_tokens=2))).generated == 1
 
 
 def test_bad_target_length_settings_fail_before_any_work(tmp_path):

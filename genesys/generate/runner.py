@@ -28,7 +28,7 @@ from genesys.generate.backend import Backend, GenerationRequest, GenerationResul
 from genesys.generate.progress import GenerationProgress, print_generate_summary
 from genesys.generate.prompts import DEFAULT_TARGET_LENGTH_PROMPT, build_messages, pick_target_length, target_instruction
 from genesys.io import RolloutWriter
-from genesys.schema import VERDICT_COLUMNS, SchemaError, Task
+from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
 
 FLUSH_ROWS = 256
 FLUSH_SECONDS = 2.0
@@ -144,15 +144,40 @@ def check_verifiable(plans: Sequence[PlannedTask], verify: VerifyConfig) -> None
         )
 
 
-def check_same_model(writer: RolloutWriter, model: str) -> None:
-    """Refuse to resume an output that holds another model's rollouts."""
+# Settings a resumed run may change: more samples, or another engine for the same model.
+RESUMABLE_CHANGES = frozenset({"n", "backend"})
+
+
+def check_resumable(writer: RolloutWriter, model: str, settings: dict[str, Any]) -> None:
+    """Refuse to resume an output made by another model or with other generation settings."""
     from genesys.io import expand_inputs, iter_rows
 
     existing = writer.path if writer.kind == "jsonl" else writer.shard_dir
     first = next(iter_rows(expand_inputs([str(existing)])), None)
-    found = first.row.get("model_name") if first is not None and first.row is not None else None
-    if found is not None and found != model:
-        raise InputError(f"output {str(writer.path)!r} holds rollouts of model {found!r}, not {model!r}; write to another output")
+    if first is None or first.row is None:
+        return
+    found_model = first.row.get("model_name")
+    if found_model is not None and found_model != model:
+        raise InputError(f"output {str(writer.path)!r} holds rollouts of model {found_model!r}, not {model!r}; write to another output")
+    found = parse_json_field(first.row.get("generation_config"), "generation_config")
+    changed = sorted(k for k in found.keys() | settings.keys() if k not in RESUMABLE_CHANGES and found.get(k) != settings.get(k))
+    if found and changed:
+        described = ", ".join(f"{k} {found.get(k)!r} -> {settings.get(k)!r}" for k in changed)
+        raise InputError(f"output {str(writer.path)!r} was generated with other settings ({described}); use the same flags or another output")
+
+
+def generation_settings(config: GenerateConfig, backend_name: str) -> dict[str, Any]:
+    """The `generation_config` column: what produced the rollouts."""
+    settings = {
+        "backend": backend_name,
+        **config.sampling.as_dict(),
+        "system_prompt": config.system_prompt,
+        "chat_template": config.style.chat_template,
+        "continuation_prefix": config.style.continuation_prefix,
+    }
+    if config.target_lengths:
+        settings["target_length_prompt"] = config.target_length_prompt
+    return settings
 
 
 def machine_info(backend: Backend) -> dict[str, Any]:
@@ -172,18 +197,10 @@ def machine_info(backend: Backend) -> dict[str, Any]:
 class RowBuilder:
     """Turns a generation result into rollout rows: every task column plus the response columns."""
 
-    def __init__(self, config: GenerateConfig, backend_name: str, machine: dict[str, Any]) -> None:
-        self.model_name = config.model
+    def __init__(self, model_name: str, generation_config: dict[str, Any], machine: dict[str, Any]) -> None:
+        self.model_name = model_name
+        self.generation_config = generation_config
         self.machine = machine
-        self.generation_config = {
-            "backend": backend_name,
-            **config.sampling.as_dict(),
-            "system_prompt": config.system_prompt,
-            "chat_template": config.style.chat_template,
-            "continuation_prefix": config.style.continuation_prefix,
-        }
-        if config.target_lengths:
-            self.generation_config["target_length_prompt"] = config.target_length_prompt
 
     def rows(self, plan: PlannedTask, result: GenerationResult) -> list[dict[str, Any]]:
         base = {k: v for k, v in plan.row.items() if k not in VERDICT_COLUMNS}
@@ -240,20 +257,21 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             raise InputError(f"--target-lengths must be positive integers, got {list(config.target_lengths)}")
         target_instruction(config.target_length_prompt, config.target_lengths[0])  # a bad template fails before any work
     selected = select_tasks(config)
+    backend_name = backend.name if backend is not None else resolve_backend_name(config.backend)
+    settings = generation_settings(config, backend_name)
     writer = RolloutWriter(config.output)
     done = writer.existing_keys()
     if done:
-        check_same_model(writer, config.model)
+        check_resumable(writer, config.model, settings)
     plans, resumed, duplicates = plan_tasks(selected, config, done)
     if config.verify is not None:
         check_verifiable(plans, config.verify)
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
-        backend_name = backend.name if backend is not None else resolve_backend_name(config.backend)
         backend = backend or create_backend(backend_name, config.model, config.sampling, config.style, config.backend_options)
         try:
-            builder = RowBuilder(config, backend_name, machine_info(backend))
+            builder = RowBuilder(config.model, settings, machine_info(backend))
             with GenerationProgress(len(plans), enabled=config.progress) as progress:
                 progress.advance_done(len(plans) - len(todo))
                 _generate(todo, config, backend, builder, _BufferedWriter(writer), progress, summary)
