@@ -65,7 +65,8 @@ def test_sample_code_rollouts(kind: str, tmp_path: Path) -> None:
     ]
     out = verify(write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl", kind)
     scores = {row["problem_id"]: row["score"] for row in out}
-    assert scores == pytest.approx({row["problem_id"]: EXPECTED_SAMPLES[row["problem_id"]] for row in rows})
+    errors = {row["problem_id"]: row["error"] for row in out if row["error"]}
+    assert scores == pytest.approx({row["problem_id"]: EXPECTED_SAMPLES[row["problem_id"]] for row in rows}), errors
     assert {"code-sum-py", "code-two-sum-py", "cop-1", "cop-2"} <= set(scores)
     assert all(row["error"] is None for row in out)
     slow = next((row for row in out if row["problem_id"] == "code-sum-js-slow"), None)

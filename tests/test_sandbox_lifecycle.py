@@ -138,3 +138,25 @@ def test_subprocess_backend_warns_loudly_and_runs(capfd: pytest.CaptureFixture[s
         result = sandbox.run(Submission("python", program, [{"type": "stdin_stdout", "input": "1 2 3"}]))
     assert "NOT a sandbox" in capfd.readouterr().err
     assert result.compiled and result.tests[0]["status"] == "ok" and result.tests[0]["stdout"] == "6\n"
+
+
+def test_a_container_stopped_from_outside_is_a_sandbox_error() -> None:
+    reason = backend_skip_reason("docker")
+    if reason:
+        pytest.skip(reason)
+    import threading
+
+    from genesys.sandbox.base import SandboxError
+    from genesys.sandbox.docker_backend import DockerSandbox
+    from genesys.sandbox.limits import Limits
+
+    with DockerSandbox() as sandbox:
+        sandbox.warm_up()
+        (container,) = sandbox.containers()
+        threading.Timer(1.0, lambda: container.kill()).start()
+        sleeper = Submission("python", "import time\ntime.sleep(30)", [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=20))
+        with pytest.raises(SandboxError, match="container stopped"):
+            sandbox.run(sleeper)
+        # A fresh container takes its place.
+        result = sandbox.run(Submission("python", "print(7)", [{"type": "stdin_stdout", "input": ""}]))
+        assert result.tests[0]["stdout"] == "7\n"

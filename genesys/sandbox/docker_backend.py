@@ -303,12 +303,28 @@ class DockerSandbox(Sandbox):
                 slot.session = self._start_session(slot)
             result = slot.session.run(submission)
             healthy = not slot.session.broken
+            if not healthy and not self._still_running(slot):
+                # The runner's end came from outside the program: the container or the daemon went away.
+                raise SandboxError("the sandbox container stopped during the submission")
             return result
         finally:
             if healthy:
                 self._idle.put(slot)
             else:
                 self._discard(slot)  # misbehaved or broke: kill it; a fresh one is made on demand
+
+    def _still_running(self, slot: _Slot, grace_s: float = 1.0) -> bool:
+        """Whether the container outlives its runner (the runner may end a moment before it does)."""
+        try:
+            slot.container.wait(timeout=grace_s)
+            return False  # it stopped
+        except Exception:  # noqa: BLE001 - a read timeout (still running), or gone, or no daemon
+            pass
+        try:
+            slot.container.reload()
+        except Exception:  # noqa: BLE001
+            return False
+        return slot.container.status == "running"
 
     def containers(self) -> list[Any]:
         """The pool's containers (docker SDK objects)."""
