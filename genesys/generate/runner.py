@@ -3,8 +3,8 @@
 Every rollout's `response_id` is `<task key>-<sample index>`, where the task key hashes the task's
 identity. Rows are written in atomic units, so after a crash the same command generates exactly the
 (task, sample) pairs that are missing. With verification on, rows go to the streaming
-`VerificationEngine` as they are generated and are written once verified; generation never waits
-for it.
+`VerificationEngine` as they are generated and are written once verified; generation only waits for
+it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
 """
 
 from __future__ import annotations
