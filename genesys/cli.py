@@ -18,20 +18,11 @@ class UsageError(Exception):
     """Bad flags or input: reported as one line, exit code 2."""
 
 
-def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """Turn repeated `-O key=value` flags into a dict (values parsed as JSON when they are JSON)."""
-    import orjson
+def _parse_options(pairs: Sequence[str], flag: str = "-O/--option") -> dict[str, Any]:
+    """Turn repeated `KEY=VALUE` flags into a dict (values parsed as JSON when they are JSON)."""
+    from genesys.options import parse_key_values
 
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"-O/--option expects KEY=VALUE, got {pair!r}")
-        try:
-            options[key] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            options[key] = raw
-    return options
+    return parse_key_values(pairs, flag)
 
 
 def _positive_int(text: str) -> int:
@@ -302,7 +293,7 @@ def _backend_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
         flag, backends = _BACKEND_FLAGS[name]
         if backend not in backends:
             raise UsageError(f"{flag} applies to the {' and '.join(backends)} backend, not to {backend}")
-    extra = _parse_options(args.backend_arg)
+    extra = _parse_options(args.backend_arg, "-B/--backend-arg")
     if extra:
         options[{"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}[backend]] = extra
     return options

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from genesys.errors import InputError
+from genesys.options import parse_key_values
 
 HUB_PREFIX = "hf:"
 
@@ -36,18 +35,9 @@ class TaskSource:
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """Split `NAME:key=value,...` into the name and its options."""
     name, sep, tail = spec.partition(":")
-    options: dict[str, Any] = {}
     if not sep or not tail:
-        return name, options
-    for pair in tail.split(","):
-        key, eq, raw = pair.partition("=")
-        if not eq or not key:
-            raise InputError(f"--tasks {spec!r}: options after ':' must be key=value pairs separated by commas, got {pair!r}")
-        try:
-            options[key] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            options[key] = raw
-    return name, options
+        return name, {}
+    return name, parse_key_values(tail.split(","), f"--tasks {spec!r} (options after ':' are comma-separated)")
 
 
 def load_source(spec: str) -> TaskSource:
