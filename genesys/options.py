@@ -19,7 +19,7 @@ def parse_key_values(pairs: Iterable[str], where: str) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise InputError(f"{where}: expected KEY=VALUE, got {pair!r}")
+            raise InputError(f"{where}: expected key=value, got {pair!r}")
         try:
             options[key] = orjson.loads(raw)
         except orjson.JSONDecodeError:
