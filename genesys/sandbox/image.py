@@ -191,13 +191,23 @@ def registry_reachable(timeout: float = 20.0) -> bool:
 
 
 def _docker_build(client: Any, tag: str, **kwargs: Any) -> None:
-    from docker.errors import BuildError
+    """Build and tag the image; the image the tag named before is removed unless still in use."""
+    from docker.errors import BuildError, DockerException
 
     try:
-        client.images.build(tag=tag, rm=True, forcerm=True, **kwargs)
+        previous = client.images.get(tag).id
+    except DockerException:
+        previous = None
+    try:
+        image, _ = client.images.build(tag=tag, rm=True, forcerm=True, **kwargs)
     except BuildError as exc:
         log = "".join(str(item.get("stream") or item.get("error") or "") for item in exc.build_log)
         raise RuntimeError(f"docker build of {tag} failed: {exc.msg}\n{log[-2000:]}") from None
+    if previous and previous != image.id:
+        try:
+            client.images.remove(previous)
+        except DockerException:
+            pass  # a container still runs it; `docker image prune` will get it later
 
 
 def _size_mb(client: Any, tag: str) -> float:
