@@ -39,3 +39,16 @@ def test_build_with_an_unknown_python_says_so() -> None:
     done = run("build", "--offline", "--tag", "genesys-sandbox:never", "--python", "/nonexistent/python3")
     assert done.returncode == 1
     assert "/nonexistent/python3" in done.stderr
+
+
+def test_shipped_dockerfile_declares_the_toolchains_it_installs() -> None:
+    import json
+    import re
+
+    from genesys.sandbox.image import DOCKERFILE, ONLINE_TOOLCHAINS
+
+    text = open(DOCKERFILE).read()
+    label = re.search(r'LABEL genesys\.toolchains="((?:[^"\\]|\\.)*)"', text)
+    assert label is not None
+    assert json.loads(label.group(1).replace('\\"', '"')) == ONLINE_TOOLCHAINS
+    assert "COPY runner.py /opt/genesys/runner.py" in text and "USER 65534" in text
