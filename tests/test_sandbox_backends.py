@@ -313,9 +313,18 @@ def test_programs_run_unprivileged_offline_and_read_only(verifier: CodeVerifier)
     assert verdict.score == 1.0, verdict.details
 
 
-def test_native_memory_bomb_is_a_memory_limit(verifier: CodeVerifier) -> None:
-    bomb = "#include <vector>\nint main() { std::vector<std::vector<char>> hog; for (;;) hog.emplace_back(64 << 20, 1); }"
-    verdict = verifier.verify(code_rollout("cpp", bomb, [{"input": "", "output": ""}]))
+MEMORY_BOMBS = {
+    "cpp": "#include <vector>\nint main() { std::vector<std::vector<char>> hog; for (;;) hog.emplace_back(64 << 20, 1); }",
+    "rust": "fn main() { let mut hog: Vec<Vec<u8>> = Vec::new(); loop { hog.push(vec![1u8; 64 << 20]); } }",
+    "javascript": "const hog = []; for (;;) hog.push(Buffer.alloc(64 << 20, 1));",
+}
+
+
+@pytest.mark.parametrize("language", sorted(MEMORY_BOMBS))
+def test_memory_bombs_are_a_memory_limit(verifier: CodeVerifier, language: str) -> None:
+    if language not in verifier.sandbox.languages():
+        pytest.skip(f"{language} is not available in the {verifier.sandbox.name} sandbox here")
+    verdict = verifier.verify(code_rollout(language, MEMORY_BOMBS[language], [{"input": "", "output": ""}]))
     assert verdict.details["tests"][0]["status"] == "memory_limit", verdict.details
 
 
