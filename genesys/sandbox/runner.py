@@ -37,10 +37,10 @@ import itertools  # noqa: F401
 import math  # noqa: F401
 import re  # noqa: F401
 import string  # noqa: F401
-import threading
-import traceback
 import types
 import typing  # noqa: F401
+
+# Not imported here: `threading` (its fork hooks would run in every forked test) and `traceback`.
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -401,6 +401,8 @@ def python_child(code, test, workdir):
             sys.stderr.write("MemoryError\n")
             exit_code = MEMORY_ERROR_EXIT
         except BaseException:  # noqa: BLE001 - report the program's own error like python would
+            import traceback
+
             traceback.print_exc()
             exit_code = 1
         try:
@@ -422,9 +424,12 @@ def _system_exit_code(exc):
 
 
 def _finish_threads():
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    """What interpreter shutdown would do: wait for the program's own threads, run atexit hooks."""
+    threading = sys.modules.get("threading")  # only there when the program imported it
+    if threading is not None:
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
 
 
