@@ -106,6 +106,11 @@ def test_sets_of_numbers_are_not_numbers() -> None:
     assert score("5", r"\boxed{4 \le x \le 6}") == 0.0
 
 
+def test_assignments_joined_by_and_keep_their_order_for_a_tuple() -> None:
+    assert score("(2, 1)", r"\boxed{x = 2 \text{ and } y = 1}") == 1.0
+    assert score("(2, 1)", r"\boxed{x = 1 \text{ and } y = 2}") == 0.0
+
+
 def test_equations_and_assignments() -> None:
     assert score("2x", r"\boxed{f(x) = 2x}") == 1.0
     assert score("[1, 2)", r"\boxed{x \in [1,2)}") == 1.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import sympy
+from latex2sympy2_extended.sets import FiniteSet as WrittenOrderSet  # remembers the written order
 
 from genesys.schema import Verdict
 from genesys.verifiers.math_compare import answers_match, candidate_count, is_multi_valued
@@ -103,7 +104,7 @@ def _parse_prediction(answer: str, alternatives: list[str]) -> ParsedAnswer:
     if len(alternatives) == 1:
         return parse_answer(answer)
     values = [parse_answer(part).value for part in alternatives]
-    return ParsedAnswer(answer, KIND_EXPR, value=sympy.FiniteSet(*values), text=answer)
+    return ParsedAnswer(answer, KIND_EXPR, value=WrittenOrderSet(*values), text=answer)
 
 
 def _distinct_boxes(boxed: tuple[str, ...]) -> tuple[str, ...]:
