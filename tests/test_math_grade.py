@@ -106,9 +106,11 @@ def test_sets_of_numbers_are_not_numbers() -> None:
     assert score("5", r"\boxed{4 \le x \le 6}") == 0.0
 
 
-def test_assignments_joined_by_and_keep_their_order_for_a_tuple() -> None:
+def test_assignments_against_a_tuple_follow_their_variables() -> None:
     assert score("(2, 1)", r"\boxed{x = 2 \text{ and } y = 1}") == 1.0
     assert score("(2, 1)", r"\boxed{x = 1 \text{ and } y = 2}") == 0.0
+    assert score("(2, 1)", r"\boxed{y = 2 \text{ and } x = 1}") == 0.0  # that is (x, y) = (1, 2)
+    assert score("(2, 1)", r"\boxed{y = 1, x = 2}") == 1.0
 
 
 def test_equations_and_assignments() -> None:

@@ -237,14 +237,20 @@ def _vector_items(value: object) -> list | None:
 
 
 def _ordered_items(value: object) -> list | None:
-    """Entries of an ordered pair or tuple; an open interval `(a, b)` may be a point."""
+    """Entries of an ordered pair or tuple; an open interval `(a, b)` may be a point. Assignments
+    (`y = 1, x = 2`) are put in the order of their variables' names, as in (x, y)."""
     if isinstance(value, Tuple):
-        return list(value.args)
-    if isinstance(value, Interval) and value.left_open and value.right_open:
-        return [value.start, value.end]
-    if isinstance(value, FiniteSet):
-        return list(getattr(value, "_unsorted_args", value.args))
-    return None
+        items = list(value.args)
+    elif isinstance(value, Interval) and value.left_open and value.right_open:
+        items = [value.start, value.end]
+    elif isinstance(value, FiniteSet):
+        items = list(getattr(value, "_unsorted_args", value.args))
+    else:
+        return None
+    names = [str(item.lhs) if isinstance(item, Eq) and item.lhs.is_Symbol else None for item in items]
+    if all(names) and len(set(names)) == len(names):
+        items = [item for _, item in sorted(zip(names, items), key=lambda pair: pair[0])]
+    return items
 
 
 def _collections_match(gold: object, pred: object) -> bool:
