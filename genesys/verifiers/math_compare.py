@@ -301,7 +301,7 @@ def _sets_equal(gold: sympy.Set, pred: sympy.Set) -> bool:
 # --- numbers and expressions ---------------------------------------------------------------------
 
 
-def exact_form(value: Basic) -> Basic:
+def _exact_form(value: Basic) -> Basic:
     """`value` with every decimal replaced by the rational it spells and unevaluated wrappers opened."""
     replacements = {f: Rational(str(f)) for f in value.atoms(Float)}
     replacements.update({u: u.args[0] for u in value.atoms(sympy.UnevaluatedExpr)})
@@ -311,7 +311,7 @@ def exact_form(value: Basic) -> Basic:
 def _expressions_match(gold: Basic, pred: Basic) -> bool:
     if gold == pred:
         return True
-    gold, pred = _align_imaginary_unit(exact_form(gold), exact_form(pred))
+    gold, pred = _align_imaginary_unit(_exact_form(gold), _exact_form(pred))
     if gold == pred:
         return True
     if gold.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or pred.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
