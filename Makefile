@@ -42,8 +42,8 @@ demo: install sandbox
 	@echo "generated and verified rollouts (parquet shards): $(DEMO_ROLLOUTS)"
 	$(VENV)/bin/genesys verify genesys/tasks/data/sample_rollouts.jsonl -o demo-out/verified.jsonl
 	@echo "verified rollouts: demo-out/verified.jsonl"
-	$(VENV)/bin/genesys filter demo-out/verified.jsonl -o demo-out/tasks.jsonl --min-pass-rate 0.1 --max-pass-rate 0.9
-	$(VENV)/bin/genesys report demo-out/verified.jsonl -o demo-out/report
+	$(VENV)/bin/genesys filter $(DEMO_ROLLOUTS) demo-out/verified.jsonl -o demo-out/tasks.jsonl --min-pass-rate 0.1 --max-pass-rate 0.9
+	$(VENV)/bin/genesys report $(DEMO_ROLLOUTS) demo-out/verified.jsonl -o demo-out/report
 	@echo "tasks of useful difficulty: demo-out/tasks.jsonl; report: demo-out/report/summary.md"
 
 test: install sandbox
