@@ -122,7 +122,8 @@ class VerificationEngine:
         self.classes = dict(verifiers)
         self.stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["genesys.worker"])
+        preload = sorted({module for cls in self.classes.values() for module in cls.preload})
+        self._ctx.set_forkserver_preload(["genesys.worker", *preload])
         self._workers: list[_Worker] = []
         self._rows: dict[int, tuple[Hashable, dict[str, Any]]] = {}
         self._pending: dict[str, deque[int]] = {}

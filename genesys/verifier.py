@@ -22,6 +22,9 @@ class Verifier:
     task_type: ClassVar[str]
     timeout: ClassVar[float] = 30.0
     max_parallel: ClassVar[int | None] = None
+    # Modules imported once in the process workers are forked from, so every worker, and every
+    # replacement after a timeout or crash, starts with them already loaded.
+    preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

@@ -164,3 +164,12 @@ def test_no_worker_outlives_a_killed_run_even_when_stuck(tmp_path: Path, plugin_
     while _processes_with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _processes_with_marker(marker) == []
+
+
+def test_preloaded_modules_are_imported_once_before_workers_fork(tmp_path: Path, plugin_env):
+    inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("preloaded", "x", response_id=str(i)) for i in range(40)])
+    result = genesys("verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--workers", "2", env=plugin_env)
+    assert result.returncode == 0, result.stderr
+    details = [r["verification_result_info"] for r in read_jsonl(tmp_path / "out.jsonl")]
+    assert len({d["imported_in"] for d in details}) == 1  # one import, shared by every worker
+    assert all(d["imported_in"] != d["pid"] for d in details)  # and not in the worker itself

@@ -2,7 +2,7 @@
 
 The gold is `verification_info["ground_truth"]` (LaTeX or plain text, with or without `$...$` or
 `\\boxed{}`). Grading lives in `math_grade` and imports sympy, so this module stays light: the plugin
-loads in milliseconds and sympy is imported once per worker, in `setup()`.
+loads in milliseconds; the engine imports sympy once, before it forks its workers (`preload`).
 
 `math_verify_reward` exposes the same grading as a TRL-style reward function.
 """
@@ -23,6 +23,7 @@ class MathVerifier(genesys.Verifier):
 
     task_type = "verifiable_math"
     timeout = 10.0
+    preload = ("genesys.verifiers.math_grade",)  # sympy and math-verify, imported before workers fork
 
     def setup(self) -> None:
         """Import sympy and the LaTeX grammar and warm them up, outside any rollout's deadline."""

@@ -31,6 +31,18 @@ class Odd(genesys.Verifier):
         return genesys.Verdict(score=0.5, details={"values": {3}, "obj": Fraction(1, 3), 7: "int key"})
 
 
+class Preloaded(genesys.Verifier):
+    """Reports which process imported its preloaded module."""
+
+    task_type = "preloaded"
+    preload = ("genesys_preload_probe",)
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        import genesys_preload_probe
+
+        return genesys.Verdict(score=1.0, details={"imported_in": genesys_preload_probe.IMPORTED_IN_PID, "pid": os.getpid()})
+
+
 class Slow(genesys.Verifier):
     """Sleeps verification_info['sleep'] seconds, records its interval, then scores 1."""
 
@@ -94,4 +106,4 @@ class AsyncEcho(genesys.Verifier):
 
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
-    return [Echo, Odd, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
+    return [Echo, Odd, Preloaded, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
