@@ -353,17 +353,11 @@ def _add_tasks(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_tasks(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+    from genesys.progress import print_table
     from genesys.tasks import task_sets
 
-    table = Table(title="genesys task sets (--tasks NAME[:key=value,...])")
-    for column in ("name", "description"):
-        table.add_column(column)
-    for name, task_set in sorted(task_sets().items()):
-        table.add_row(name, task_set.description or "-")
-    Console().print(table)
+    rows = [(name, task_set.description or "-") for name, task_set in sorted(task_sets().items())]
+    print_table("genesys task sets (--tasks NAME[:key=value,...])", ("name", "description"), rows)
     return 0
 
 
@@ -376,17 +370,11 @@ def _add_plugins(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_plugins(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from genesys.plugins import plugin_infos
+    from genesys.progress import print_table
 
-    table = Table(title="genesys plugins")
-    for column in ("plugin", "version", "from", "task types"):
-        table.add_column(column, overflow="fold")
-    for info in plugin_infos():
-        table.add_row(info.name, info.version or "-", info.origin, ", ".join(info.task_types) or "-")
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    rows = [(i.name, i.version or "-", i.origin, ", ".join(i.task_types) or "-") for i in plugin_infos()]
+    print_table("genesys plugins", ("plugin", "version", "from", "task types"), rows)
     return 0
 
 

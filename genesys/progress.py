@@ -1,7 +1,9 @@
-"""Progress bars and closing summaries for long runs (rich, on stderr)."""
+"""Terminal output: progress bars and closing summaries on stderr, listings on stdout (rich)."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,3 +77,13 @@ def print_summary(summary: RunSummary, rejects: Path | None) -> None:
     if rejects is not None:
         console.print(f"[yellow]{summary.rejected:,} unreadable rows written to {rejects}")
     console.print(f"output: {summary.output}")
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A listing on stdout; cells fold rather than truncate, and pipes get a wide, stable layout."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
+from genesys.progress import print_table
 from genesys.sandbox.backends import check_backend
 from genesys.sandbox.base import SandboxUnavailable
 
@@ -38,12 +38,9 @@ def build(mode: str = "auto", tag: str | None = None, languages: list[str] | Non
 
 def check(image: str | None = None) -> int:
     """Print which backends and languages work here; exit 1 when no real sandbox works."""
-    console = Console()
-    table = Table(title="genesys sandboxes")
-    for column in ("backend", "works", "languages", "note"):
-        table.add_column(column)
     usable = False
-    with console.status("trying each backend"):
+    rows = []
+    with Console(stderr=True).status("trying each backend"):
         reports = [check_backend(kind, image=image) for kind in ("docker", "bwrap", "subprocess")]
     for report in reports:
         languages = ", ".join(
@@ -52,6 +49,6 @@ def check(image: str | None = None) -> int:
         works = report.available and any(outcome == "ok" for outcome in report.languages.values())
         usable = usable or (works and report.backend != "subprocess")
         note = report.note + (" (not a sandbox)" if report.backend == "subprocess" else "")
-        table.add_row(report.backend, "[green]yes[/green]" if works else "[red]no[/red]", languages or "-", note.strip())
-    console.print(table)
+        rows.append((report.backend, "[green]yes[/green]" if works else "[red]no[/red]", languages or "-", note.strip()))
+    print_table("genesys sandboxes", ("backend", "works", "languages", "note"), rows)
     return 0 if usable else 1
