@@ -56,6 +56,7 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-unknown", action="store_true", help="record rows of unknown task_type as errors instead of refusing the run")
     p.add_argument("--rejects", help="where unreadable rows go (default: OUTPUT.rejects.jsonl)")
     p.add_argument("-O", "--option", action="append", default=[], metavar="KEY=VALUE", help="an option passed to every verifier")
+    p.add_argument("--max-rows-per-worker", type=_positive_int, default=100_000, help="replace each worker after this many rows, bounding leaks in verifiers (default 100000)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_reward_flags(p)
     _add_sandbox_flags(p)
@@ -123,6 +124,7 @@ def _run_verify(args: argparse.Namespace) -> int:
         options={**_parse_options(args.option), **_sandbox_options(args)},
         progress=not args.no_progress,
         reward=_reward_config(args),
+        max_rows_per_worker=args.max_rows_per_worker,
     )
     verify_files(args.inputs, args.output, config=config, rejects=args.rejects)
     return 0

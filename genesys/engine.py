@@ -46,6 +46,7 @@ class VerifyConfig:
     progress: bool = True
     reward: RewardConfig = field(default_factory=RewardConfig)
     max_pending_rows: int = 20_000  # submit() waits for results beyond this many rows in flight
+    max_rows_per_worker: int | None = 100_000  # a worker is replaced after this many rows (bounds leaks)
 
 
 @dataclass
@@ -90,6 +91,14 @@ class _Worker:
         self.process.start()
         child_conn.close()
         self.inflight: deque[_Batch] = deque()
+        self.rows_done = 0
+
+    def stop(self) -> None:
+        """Ask the worker to tear down and exit once its queue is empty."""
+        try:
+            self.conn.send(("stop",))
+        except (BrokenPipeError, OSError):
+            pass
 
     def current_rollout(self) -> tuple[float, float] | None:
         """(seq, started) of what the worker is doing now, or None when idle."""
@@ -125,6 +134,7 @@ class VerificationEngine:
         preload = sorted({module for cls in self.classes.values() for module in cls.preload})
         self._ctx.set_forkserver_preload(["genesys.worker", *preload])
         self._workers: list[_Worker] = []
+        self._retired: list[_Worker] = []  # stopped after max_rows_per_worker, still tearing down
         self._rows: dict[int, tuple[Hashable, dict[str, Any]]] = {}
         self._pending: dict[str, deque[int]] = {}
         self._done: list[tuple[Hashable, dict[str, Any]]] = []
@@ -147,16 +157,13 @@ class VerificationEngine:
     def close(self) -> None:
         """Stop the workers (they tear their verifiers down)."""
         for worker in self._workers:
-            try:
-                worker.conn.send(("stop",))
-            except (BrokenPipeError, OSError):
-                pass
+            worker.stop()
         deadline = time.monotonic() + 10
-        for worker in self._workers:
+        for worker in self._workers + self._retired:
             worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
             if worker.process.is_alive():
                 worker.kill()
-        self._workers = []
+        self._workers, self._retired = [], []
 
     def _new_worker(self) -> _Worker:
         return _Worker(self._ctx, self.classes, self.config.options)
@@ -222,6 +229,7 @@ class VerificationEngine:
 
     def _handle_message(self, worker: _Worker, message: tuple) -> None:
         _, batch_id, results, final, elapsed = message
+        worker.rows_done += len(results)
         batch = next(b for b in worker.inflight if b.batch_id == batch_id)
         for seq, score, details, error in results:
             if seq in batch.remaining:
@@ -295,11 +303,23 @@ class VerificationEngine:
         if not self._type_cycle:
             return
         for worker in list(self._workers):
+            limit = self.config.max_rows_per_worker
+            if limit is not None and worker.rows_done >= limit:
+                if not worker.inflight:  # it takes no new batches; retired once the last one is back
+                    self._retire(worker)
+                continue
             while worker in self._workers and len(worker.inflight) < BATCHES_AHEAD:
                 task_type = self._next_type(worker)
                 if task_type is None:
                     break
                 self._send_batch(worker, task_type)
+
+    def _retire(self, worker: _Worker) -> None:
+        """Replace a worker that has served its share of rows; it tears down and exits on its own."""
+        worker.stop()
+        self._workers.remove(worker)
+        self._retired = [w for w in self._retired if w.process.is_alive()] + [worker]
+        self._workers.append(self._new_worker())
 
     def _next_type(self, worker: _Worker) -> str | None:
         """The next task_type with pending rows that this worker may take (round robin, max_parallel)."""

@@ -102,3 +102,13 @@ def test_details_that_are_not_json_become_strings():
     (out,) = run([rollout("odd_details", "x")], workers=1)
     assert out["score"] == 0.5
     assert out["verification_result_info"] == {"values": "{3}", "obj": "1/3", "7": "int key"}
+
+
+def test_workers_are_replaced_after_max_rows_per_worker():
+    rows = [rollout("echo", "yes", expected="yes") for _ in range(200)]
+    out = run(rows, workers=2, max_rows_per_worker=10)
+    assert all(r["score"] == 1.0 for r in out)
+    pids = {r["verification_result_info"]["pid"] for r in out}
+    assert len(pids) > 2  # two workers at a time, replaced as they wear out
+    unlimited = run(rows, workers=2, max_rows_per_worker=None)
+    assert len({r["verification_result_info"]["pid"] for r in unlimited}) == 2
