@@ -14,6 +14,8 @@ import inspect
 import itertools
 import multiprocessing as mp
 import os
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Hashable, Iterator, Mapping
@@ -33,6 +35,7 @@ TARGET_BATCH_S = 0.05  # batches sized to take about this long, from measured pe
 MAX_BATCH_ROWS = 512
 ASYNC_BATCH_ROWS = 64  # rows an async verifier runs at once per worker, unless max_parallel says
 BATCHES_AHEAD = 2  # batches queued per worker so it never waits for the engine
+MAX_REQUEUES = 3  # a row handed back by this many dead workers is recorded as a crash
 
 
 @dataclass
@@ -81,6 +84,7 @@ class _Batch:
     task_type: str
     timeout: float
     remaining: dict[int, None]  # seqs not yet confirmed, in order
+    size: int
 
 
 class _Worker:
@@ -92,13 +96,24 @@ class _Worker:
         child_conn.close()
         self.inflight: deque[_Batch] = deque()
         self.rows_done = 0
+        # Sends go through a thread, so the engine's loop (and its deadlines) never waits on a pipe.
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._send_forever, daemon=True).start()
+
+    def _send_forever(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError):  # the worker is gone; the engine notices its death
+                return
+
+    def send(self, message: tuple) -> None:
+        self._outbox.put(message)
 
     def stop(self) -> None:
         """Ask the worker to tear down and exit once its queue is empty."""
-        try:
-            self.conn.send(("stop",))
-        except (BrokenPipeError, OSError):
-            pass
+        self.send(("stop",))
+        self._outbox.put(None)
 
     def current_rollout(self) -> tuple[float, float] | None:
         """(seq, started) of what the worker is doing now, or None when idle."""
@@ -109,6 +124,7 @@ class _Worker:
         return seq, start
 
     def kill(self) -> None:
+        self._outbox.put(None)
         self.process.kill()
         self.process.join(timeout=5)
         self.conn.close()
@@ -141,6 +157,7 @@ class VerificationEngine:
         self._seq = itertools.count()
         self._batch_ids = itertools.count()
         self._row_cost: dict[str, float] = {}
+        self._requeues: dict[int, int] = {}
         self._type_cycle: deque[str] = deque()
 
     @property
@@ -235,11 +252,12 @@ class VerificationEngine:
             if seq in batch.remaining:
                 del batch.remaining[seq]
                 key, row = self._rows.pop(seq)
+                self._requeues.pop(seq, None)
                 self._finish(key, row, score, details, error)
         if final:
             worker.inflight.remove(batch)
-            if results and elapsed is not None:
-                cost = elapsed / len(results)
+            if elapsed is not None:
+                cost = elapsed / batch.size
                 previous = self._row_cost.get(batch.task_type)
                 self._row_cost[batch.task_type] = cost if previous is None else 0.7 * previous + 0.3 * cost
             for seq in batch.remaining:  # rows the worker did not answer for are tried again
@@ -266,17 +284,20 @@ class VerificationEngine:
             if current is None or not worker.inflight:
                 continue
             seq, started = current
-            limit = SETUP_TIMEOUT_S if seq == SEQ_SETUP else worker.inflight[0].timeout
+            in_setup = seq == SEQ_SETUP
+            limit = SETUP_TIMEOUT_S if in_setup else worker.inflight[0].timeout
             if now > started + limit + DEADLINE_GRACE_S:
                 self._receive(worker)  # results that raced with the deadline still count
                 if worker in self._workers and worker.current_rollout() == current:
-                    self._replace(worker, blame=current[0], error=f"{ERROR_TIMEOUT}: verification exceeded {limit:g}s")
+                    what = "verifier setup" if in_setup else "verification"
+                    self._replace(worker, blame=current[0], error=f"{ERROR_TIMEOUT}: {what} exceeded {limit:g}s")
 
     def _handle_death(self, worker: _Worker) -> None:
         current = worker.current_rollout()
         code = worker.process.exitcode
         blame = current[0] if current else None
-        self._replace(worker, blame=blame, error=f"{ERROR_CRASH}: worker process died (exit code {code}) during verification")
+        what = "verifier setup" if blame == SEQ_SETUP else "verification"
+        self._replace(worker, blame=blame, error=f"{ERROR_CRASH}: worker process died (exit code {code}) during {what}")
 
     def _replace(self, worker: _Worker, blame: float | None, error: str) -> None:
         """Kill `worker`, record `error` for the rollout(s) it was stuck on, requeue the rest, start a new one."""
@@ -293,11 +314,21 @@ class VerificationEngine:
             for seq in blamed:
                 del current.remaining[seq]
                 key, row = self._rows.pop(seq)
+                self._requeues.pop(seq, None)
                 self._finish(key, row, None, {}, error)
             for batch in reversed(worker.inflight):
                 for seq in reversed(batch.remaining):
-                    self._pending[batch.task_type].appendleft(seq)
+                    self._requeue_after_death(batch.task_type, seq)
         self._workers.append(self._new_worker())
+
+    def _requeue_after_death(self, task_type: str, seq: int) -> None:
+        count = self._requeues[seq] = self._requeues.get(seq, 0) + 1
+        if count > MAX_REQUEUES:
+            key, row = self._rows.pop(seq)
+            del self._requeues[seq]
+            self._finish(key, row, None, {}, f"{ERROR_CRASH}: {count} workers died while this row was queued on them")
+        else:
+            self._pending[task_type].appendleft(seq)
 
     def _dispatch(self) -> None:
         if not self._type_cycle:
@@ -357,13 +388,10 @@ class VerificationEngine:
     def _send_batch(self, worker: _Worker, task_type: str) -> None:
         queue = self._pending[task_type]
         seqs = [queue.popleft() for _ in range(min(len(queue), self._batch_size(task_type)))]
-        batch = _Batch(next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs))
+        batch = _Batch(next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs), len(seqs))
         items = [(seq, self._rows[seq][1]) for seq in seqs]
         worker.inflight.append(batch)
-        try:
-            worker.conn.send(("batch", batch.batch_id, task_type, batch.timeout, items))
-        except (BrokenPipeError, OSError):
-            self._handle_death(worker)
+        worker.send(("batch", batch.batch_id, task_type, batch.timeout, items))
 
 
 def _is_async(cls: type[Verifier]) -> bool:

@@ -136,17 +136,30 @@ def _iter_hf_dataset(path: Path) -> Iterator[RowRecord]:
 # --- writing --------------------------------------------------------------------------------------
 
 
-def rows_to_table(rows: Sequence[dict[str, Any]]) -> Any:
-    """A pyarrow Table of `rows`, with fixed types for known columns and dicts as JSON strings."""
+def rows_to_table(rows: Sequence[dict[str, Any]], seen_types: dict[str, Any] | None = None) -> Any:
+    """A pyarrow Table of `rows`, with fixed types for known columns and dicts as JSON strings.
+
+    `seen_types` (column -> arrow type) carries the types of earlier parts of the same output, so
+    a column that is all null here keeps the type it had before and every part reads alike.
+    """
     import pyarrow as pa
 
+    seen_types = {} if seen_types is None else seen_types
     columns: dict[str, None] = {}
     for row in rows:
         columns.update(dict.fromkeys(row))
     arrays = {}
     for name in columns:
-        values = [row.get(name) for row in rows]
-        arrays[name] = _column_array(pa, name, values)
+        array = _column_array(pa, name, [row.get(name) for row in rows])
+        earlier = seen_types.get(name)
+        if earlier is not None and array.type != earlier:
+            try:
+                array = array.cast(earlier)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                pass
+        if not pa.types.is_null(array.type):
+            seen_types.setdefault(name, array.type)
+        arrays[name] = array
     return pa.table(arrays)
 
 
@@ -168,12 +181,9 @@ def _column_array(pa: Any, name: str, values: list[Any]) -> Any:
         values = [v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values]
     known = _known_types(pa).get(name)
     try:
-        array = pa.array(values, type=known)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        array = pa.array([None if v is None else orjson.dumps(v).decode() for v in values], type=pa.string())
-    if pa.types.is_null(array.type):
-        array = array.cast(pa.string())  # an all-null column: string keeps shard schemas compatible
-    return array
+        return pa.array(values, type=known)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types: text, strings kept as they are
+        return pa.array([v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values], type=pa.string())
 
 
 class RolloutWriter:
@@ -200,9 +210,20 @@ class RolloutWriter:
             for stale in self.shard_dir.glob(".*.tmp"):
                 stale.unlink()
             if self.kind == "parquet_file" and self.path.exists():
+                # Parts beside a finished file were already merged into it (a crash hit the clean-up).
+                for merged in self.shard_dir.glob("*.parquet"):
+                    merged.unlink()
                 # A finished earlier output becomes the first part, so new rows extend it.
                 os.replace(self.path, self.shard_dir / "part-0-earlier.parquet")
         self._shard_seq = 0
+        self._types: dict[str, Any] = {}
+        if self.kind != "jsonl":
+            import pyarrow.parquet as pq
+
+            for part in sorted(self.shard_dir.glob("*.parquet")):
+                for field in pq.read_schema(part):
+                    if str(field.type) != "null":
+                        self._types.setdefault(field.name, field.type)
 
     def existing_keys(self) -> set[str]:
         """The keys of every row already written."""
@@ -218,7 +239,9 @@ class RolloutWriter:
             payload = b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS) for row in rows)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, payload)
+                view = memoryview(payload)
+                while view:  # one write() may take less than all of a large unit
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -228,7 +251,7 @@ class RolloutWriter:
         self._shard_seq += 1
         name = f"part-{time.time_ns()}-{self._shard_seq:05d}.parquet"
         tmp = self.shard_dir / f".{name}.tmp"
-        pq.write_table(rows_to_table(rows), tmp)
+        pq.write_table(rows_to_table(rows, self._types), tmp)
         os.replace(tmp, self.shard_dir / name)
 
     def close(self) -> None:
@@ -274,9 +297,12 @@ def _jsonl_keys(path: Path, key_column: str) -> set[str]:
     if not path.exists():
         return keys
     with open(path, "rb") as handle:
-        for line in handle:
+        for line_no, line in enumerate(handle, start=1):
             if line.strip():
-                key = orjson.loads(line).get(key_column)
+                try:
+                    key = orjson.loads(line).get(key_column)
+                except (orjson.JSONDecodeError, AttributeError):
+                    raise InputError(f"output {path}:{line_no} is not a JSON object; repair or remove that line to resume") from None
                 if key is not None:
                     keys.add(str(key))
     return keys

@@ -78,7 +78,7 @@ def new_plugin_manager(load_entry_points: bool = True, extra_plugins: Iterable[A
                 module = importlib.import_module(module_name)
             except ImportError as exc:
                 raise PluginError(f"${PLUGINS_ENV_VAR} names {module_name!r}, which cannot be imported: {exc}") from None
-            if pm.get_plugin(module_name) is None:
+            if pm.get_plugin(module_name) is None and not pm.is_registered(module):
                 pm.register(module, name=module_name)
     for plugin in extra_plugins:
         pm.register(plugin)

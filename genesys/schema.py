@@ -159,6 +159,8 @@ class Verdict:
     error: str | None = None
 
     def __post_init__(self) -> None:
+        if self.error is not None and not isinstance(self.error, str):
+            self.error = f"{type(self.error).__name__}: {self.error}" if isinstance(self.error, BaseException) else str(self.error)
         if self.score is not None:
             score = float(self.score)
             if math.isnan(score) or not 0.0 <= score <= 1.0:

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import os
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -29,6 +30,7 @@ SEQ_ASYNC_BATCH = -1.0  # the whole batch runs concurrently; its deadline covers
 SEQ_SETUP = -2.0  # a verifier's setup() is running
 IDLE = 0.0
 PARTIAL_RESULTS_EVERY_S = 0.25
+PR_SET_PDEATHSIG = 1
 ORPHAN_GRACE_S = 5.0  # teardown time a worker gets after its engine died
 
 Result = tuple[int, float | None, dict[str, Any], str | None]
@@ -81,7 +83,7 @@ class WorkerVerifiers:
             try:
                 instance = self.classes[task_type](self.options)
                 instance.setup()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 self.setup_errors[task_type] = f"setup of {task_type!r} verifier failed: {type(exc).__name__}: {exc}"
                 raise RuntimeError(self.setup_errors[task_type]) from exc
             finally:
@@ -104,7 +106,7 @@ def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch_id: 
         _mark(state, seq)
         try:
             results.append(_verdict_to_result(seq, verifier.verify(Rollout.from_row(row))))
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             results.append(_exception_result(seq, exc))
         if time.monotonic() - last_sent > PARTIAL_RESULTS_EVERY_S:
             conn.send(("results", batch_id, results, False, None))
@@ -112,21 +114,38 @@ def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch_id: 
     return results
 
 
-def _run_async_batch(loop: asyncio.AbstractEventLoop, state: Any, verifier: Verifier, timeout: float, items: list) -> list[Result]:
+def _run_async_batch(
+    loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch_id: int, timeout: float, items: list
+) -> list[Result]:
+    """Run the batch's rollouts concurrently, each under a soft `timeout`.
+
+    Each finished rollout is sent at once and renews the batch's mark, so the engine's hard
+    deadline only fires when no rollout has finished for a whole `timeout`; it then blames only
+    the rollouts that never reported.
+    """
+
     async def one(seq: int, row: dict[str, Any]) -> Result:
         try:
-            verdict = await asyncio.wait_for(verifier.verify(Rollout.from_row(row)), timeout)  # type: ignore[arg-type]
-            return _verdict_to_result(seq, verdict)
-        except asyncio.TimeoutError:
-            return (seq, None, {}, f"{ERROR_TIMEOUT}: verification exceeded {timeout:g}s")
-        except Exception as exc:
-            return _exception_result(seq, exc)
+            async with asyncio.timeout(timeout) as deadline:
+                verdict = await verifier.verify(Rollout.from_row(row))  # type: ignore[misc]
+            result = _verdict_to_result(seq, verdict)
+        except TimeoutError as exc:
+            if not deadline.expired():  # the verifier's own timeout (a socket, a client): its error
+                result = _exception_result(seq, exc)
+            else:
+                result = (seq, None, {}, f"{ERROR_TIMEOUT}: verification exceeded {timeout:g}s")
+        except (Exception, SystemExit) as exc:
+            result = _exception_result(seq, exc)
+        _mark(state, SEQ_ASYNC_BATCH)
+        conn.send(("results", batch_id, [result], False, None))
+        return result
 
-    async def run_all() -> list[Result]:
-        return list(await asyncio.gather(*(one(seq, row) for seq, row in items)))
+    async def run_all() -> None:
+        await asyncio.gather(*(one(seq, row) for seq, row in items))
 
     _mark(state, SEQ_ASYNC_BATCH)
-    return loop.run_until_complete(run_all())
+    loop.run_until_complete(run_all())
+    return []
 
 
 def _receive_forever(conn: Connection, inbox: queue.SimpleQueue) -> None:
@@ -147,8 +166,19 @@ def _receive_forever(conn: Connection, inbox: queue.SimpleQueue) -> None:
         os._exit(1)
 
 
+def _die_with_parent() -> None:
+    """Have the kernel kill this worker when the process it was forked from exits (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def worker_main(conn: Connection, state: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any]) -> None:
     """Serve batches from the engine until told to stop."""
+    _die_with_parent()
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_receive_forever, args=(conn, inbox), daemon=True).start()
     verifiers = WorkerVerifiers(classes, options, state)
@@ -159,16 +189,15 @@ def worker_main(conn: Connection, state: Any, classes: Mapping[str, type[Verifie
             if message[0] == "stop":
                 break
             _, batch_id, task_type, timeout, items = message
-            started = time.monotonic()
             try:
                 verifier = verifiers.get(task_type)
             except Exception as exc:
-                results = [_exception_result(seq, exc) for seq, _ in items]
-            else:
-                if inspect.iscoroutinefunction(verifier.verify):
-                    results = _run_async_batch(loop, state, verifier, timeout, items)
-                else:
-                    results = _run_sync_batch(conn, state, verifier, batch_id, items)
+                verifier, results = None, [_exception_result(seq, exc) for seq, _ in items]
+            started = time.monotonic()  # after setup: the engine sizes batches from this
+            if verifier is not None and inspect.iscoroutinefunction(verifier.verify):
+                results = _run_async_batch(loop, conn, state, verifier, batch_id, timeout, items)
+            elif verifier is not None:
+                results = _run_sync_batch(conn, state, verifier, batch_id, items)
             state[STATE_START] = IDLE
             conn.send(("results", batch_id, results, True, time.monotonic() - started))
     except (BrokenPipeError, KeyboardInterrupt):

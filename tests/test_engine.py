@@ -7,9 +7,9 @@ import time
 import genesys
 from conftest import rollout
 from genesys.engine import VerifyConfig
-from genesys_testplugins import AsyncEcho, Boom, Crash, Echo, Hang, Odd, SerialSlow, Slow
+from genesys_testplugins import AsyncBusy, AsyncEcho, Boom, Crash, Echo, ErrorObject, ExitInSetup, Hang, Odd, RegexHang, SerialSlow, Slow
 
-VERIFIERS = {cls.task_type: cls for cls in (Echo, Odd, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
+VERIFIERS = {cls.task_type: cls for cls in (Echo, Odd, Slow, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
 
 
 def run(rows, **config):
@@ -112,3 +112,29 @@ def test_workers_are_replaced_after_max_rows_per_worker():
     assert len(pids) > 2  # two workers at a time, replaced as they wear out
     unlimited = run(rows, workers=2, max_rows_per_worker=None)
     assert len({r["verification_result_info"]["pid"] for r in unlimited}) == 2
+
+
+def test_a_setup_that_exits_makes_error_rows_and_the_run_ends():
+    out = run([rollout("exit_in_setup", "x"), rollout("echo", "a", expected="a")], workers=1)
+    assert out[0]["score"] is None and "setup of 'exit_in_setup' verifier failed: SystemExit" in out[0]["error"]
+    assert out[1]["score"] == 1.0
+
+
+def test_a_verifier_holding_the_gil_cannot_stall_the_engine():
+    big = rollout("echo", "a", expected="a")
+    big["prompt"] = "x" * 4_000_000  # far more than a pipe buffer: the send waits on the stuck worker
+    started = time.monotonic()
+    out = run([rollout("regex_hang", "x"), big, rollout("echo", "b", expected="b")], workers=1)
+    assert out[0]["error"].startswith("timeout:")
+    assert out[1]["score"] == 1.0 and out[2]["score"] == 1.0
+    assert time.monotonic() - started < 20
+
+
+def test_async_batches_are_judged_on_progress_not_on_their_total_time():
+    out = run([rollout("async_busy", "x") for _ in range(60)], workers=1)  # 3 s of blocking work, 1 s timeout
+    assert [r["score"] for r in out] == [1.0] * 60
+
+
+def test_an_exception_object_as_error_becomes_text():
+    (out,) = run([rollout("error_object", "x")], workers=1)
+    assert out["score"] is None and out["error"] == "ValueError: bad gold"

@@ -100,3 +100,35 @@ def test_unsupported_and_missing_inputs_are_input_errors(tmp_path: Path):
         expand_inputs([str(tmp_path / "x.csv")])
     with pytest.raises(InputError, match="matches no file"):
         expand_inputs([str(tmp_path / "*.jsonl")])
+
+
+def test_a_crash_during_the_parquet_merge_clean_up_does_not_duplicate_rows(tmp_path: Path):
+    writer = RolloutWriter(tmp_path / "out.parquet")
+    writer.write([{"response_id": "a"}, {"response_id": "b"}])
+    parts = tmp_path / "out.parquet.parts"
+    kept_part = next(parts.glob("*.parquet")).read_bytes()
+    writer.close()
+    parts.mkdir()  # as if the process died after replacing the file, before removing its parts
+    (parts / "part-1.parquet").write_bytes(kept_part)
+    again = RolloutWriter(tmp_path / "out.parquet")
+    assert again.existing_keys() == {"a", "b"}
+    again.write([{"response_id": "c"}])
+    again.close()
+    assert sorted(pq.read_table(tmp_path / "out.parquet").column("response_id").to_pylist()) == ["a", "b", "c"]
+
+
+def test_mixed_and_null_columns_keep_values_and_merge(tmp_path: Path):
+    writer = RolloutWriter(tmp_path / "out.parquet")
+    writer.write([{"response_id": "a", "in_source_id": 17, "rating": 3}, {"response_id": "b", "in_source_id": "abc", "rating": 4}])
+    writer.write([{"response_id": "c", "in_source_id": None, "rating": None}])
+    writer.close()
+    rows = {r["response_id"]: r for r in pq.read_table(tmp_path / "out.parquet").to_pylist()}
+    assert rows["a"]["in_source_id"] == "17" and rows["b"]["in_source_id"] == "abc"  # strings stay unquoted
+    assert rows["a"]["rating"] == 3 and rows["c"]["rating"] is None
+
+
+def test_a_broken_line_in_a_jsonl_output_is_named_on_resume(tmp_path: Path):
+    path = tmp_path / "out.jsonl"
+    path.write_text('{"response_id": "a"}\nnot json\n{"response_id": "b"}\n')
+    with pytest.raises(InputError, match=r"out.jsonl:2"):
+        RolloutWriter(path).existing_keys()

@@ -43,6 +43,51 @@ class Preloaded(genesys.Verifier):
         return genesys.Verdict(score=1.0, details={"imported_in": genesys_preload_probe.IMPORTED_IN_PID, "pid": os.getpid()})
 
 
+class ExitInSetup(genesys.Verifier):
+    """setup() calls sys.exit, which is no Exception."""
+
+    task_type = "exit_in_setup"
+
+    def setup(self) -> None:
+        raise SystemExit(3)
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        return genesys.Verdict(score=1.0)
+
+
+class RegexHang(genesys.Verifier):
+    """A catastrophic regex: holds the GIL for far longer than its timeout."""
+
+    task_type = "regex_hang"
+    timeout = 1.0
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        import re
+
+        re.match(r"(a+)+$", "a" * 60 + "b")
+        return genesys.Verdict(score=1.0)
+
+
+class AsyncBusy(genesys.Verifier):
+    """An async verifier doing 50 ms of blocking work per rollout, under a 1 s timeout."""
+
+    task_type = "async_busy"
+    timeout = 1.0
+
+    async def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        time.sleep(0.05)
+        return genesys.Verdict(score=1.0)
+
+
+class ErrorObject(genesys.Verifier):
+    """Returns an exception object as the verdict's error."""
+
+    task_type = "error_object"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        return genesys.Verdict(score=None, error=ValueError("bad gold"))
+
+
 class Slow(genesys.Verifier):
     """Sleeps verification_info['sleep'] seconds, records its interval, then scores 1."""
 
@@ -106,4 +151,4 @@ class AsyncEcho(genesys.Verifier):
 
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
-    return [Echo, Odd, Preloaded, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
+    return [Echo, Odd, Preloaded, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
