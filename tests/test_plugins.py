@@ -144,3 +144,9 @@ def test_the_cli_does_not_import_torch_transformers_or_vllm(plugin_env):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=plugin_env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "none"
+
+
+def test_genesys_plugins_may_name_a_module_an_entry_point_already_loaded(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GENESYS_PLUGINS", "genesys.verifiers.math,genesys_testplugins")
+    entries = verifier_entries(new_plugin_manager())
+    assert entries["verifiable_math"].plugin == "math" and "echo" in entries
