@@ -42,6 +42,14 @@ def wait_until(condition, seconds: float) -> bool:
     return condition()
 
 
+@pytest.fixture
+def docker_backend() -> None:
+    """Skip, saying why, where the docker backend cannot run."""
+    reason = backend_skip_reason("docker")
+    if reason:
+        pytest.skip(reason)
+
+
 @pytest.mark.parametrize("kind", ["docker", "bwrap"])
 def test_sigkilled_owner_leaves_nothing_behind(kind: str) -> None:
     reason = backend_skip_reason(kind)
@@ -66,10 +74,7 @@ def test_sigkilled_owner_leaves_nothing_behind(kind: str) -> None:
         assert containers and wait_until(gone, 30), "the owner's containers outlived it"
 
 
-def test_pool_containers_are_hardened() -> None:
-    reason = backend_skip_reason("docker")
-    if reason:
-        pytest.skip(reason)
+def test_pool_containers_are_hardened(docker_backend: None) -> None:
     from genesys.sandbox.docker_backend import DockerSandbox
 
     with DockerSandbox() as sandbox:
@@ -86,10 +91,7 @@ def test_pool_containers_are_hardened() -> None:
     assert not config["Env"] or not any(SECRET_NAME in item for item in config["Env"])
 
 
-def test_stale_containers_are_reaped() -> None:
-    reason = backend_skip_reason("docker")
-    if reason:
-        pytest.skip(reason)
+def test_stale_containers_are_reaped(docker_backend: None) -> None:
     import docker
 
     from genesys.sandbox.docker_backend import DEFAULT_IMAGE, LABEL, reap_stale
@@ -140,10 +142,7 @@ def test_subprocess_backend_warns_loudly_and_runs(capfd: pytest.CaptureFixture[s
     assert result.compiled and result.tests[0]["status"] == "ok" and result.tests[0]["stdout"] == "6\n"
 
 
-def test_a_container_stopped_from_outside_is_a_sandbox_error() -> None:
-    reason = backend_skip_reason("docker")
-    if reason:
-        pytest.skip(reason)
+def test_a_container_stopped_from_outside_is_a_sandbox_error(docker_backend: None) -> None:
     import threading
 
     from genesys.sandbox.base import SandboxError
