@@ -35,7 +35,8 @@ TARGET_BATCH_S = 0.05  # batches sized to take about this long, from measured pe
 MAX_BATCH_ROWS = 512
 ASYNC_BATCH_ROWS = 64  # rows an async verifier runs at once per worker, unless max_parallel says
 BATCHES_AHEAD = 2  # batches queued per worker so it never waits for the engine
-MAX_REQUEUES = 3  # a row handed back by this many dead workers is recorded as a crash
+MAX_REQUEUES = 3  # a row handed back by this many unexplained worker deaths is recorded as a crash
+DEATH_REAP_S = 0.5
 
 
 @dataclass
@@ -101,11 +102,18 @@ class _Worker:
         threading.Thread(target=self._send_forever, daemon=True).start()
 
     def _send_forever(self) -> None:
-        while (message := self._outbox.get()) is not None:
-            try:
+        """Send queued messages until told to stop, then close the connection.
+
+        Only this thread closes it: were the engine to close it while a send is under way, a new
+        worker's pipe could reuse the descriptor and receive a dead worker's batch.
+        """
+        try:
+            while (message := self._outbox.get()) is not None:
                 self.conn.send(message)
-            except (OSError, ValueError):  # the worker is gone; the engine notices its death
-                return
+        except (OSError, ValueError):  # the worker is gone; the engine notices its death
+            pass
+        finally:
+            self.conn.close()
 
     def send(self, message: tuple) -> None:
         self._outbox.put(message)
@@ -124,10 +132,10 @@ class _Worker:
         return seq, start
 
     def kill(self) -> None:
+        """Kill the process; the sender thread closes the connection once it is done with it."""
         self._outbox.put(None)
         self.process.kill()
         self.process.join(timeout=5)
-        self.conn.close()
 
 
 class VerificationEngine:
@@ -294,6 +302,7 @@ class VerificationEngine:
 
     def _handle_death(self, worker: _Worker) -> None:
         current = worker.current_rollout()
+        worker.process.join(timeout=DEATH_REAP_S)  # its pipe can close just before it is reaped
         code = worker.process.exitcode
         blame = current[0] if current else None
         what = "verifier setup" if blame == SEQ_SETUP else "verification"
@@ -318,10 +327,15 @@ class VerificationEngine:
                 self._finish(key, row, None, {}, error)
             for batch in reversed(worker.inflight):
                 for seq in reversed(batch.remaining):
-                    self._requeue_after_death(batch.task_type, seq)
+                    self._requeue_after_death(batch.task_type, seq, suspect=not blamed)
         self._workers.append(self._new_worker())
 
-    def _requeue_after_death(self, task_type: str, seq: int) -> None:
+    def _requeue_after_death(self, task_type: str, seq: int, suspect: bool) -> None:
+        """Give a dead worker's row to another. When the death was pinned on some other rollout the
+        row is innocent; otherwise it is a suspect, and one that keeps coming back is given up on."""
+        if not suspect:
+            self._pending[task_type].appendleft(seq)
+            return
         count = self._requeues[seq] = self._requeues.get(seq, 0) + 1
         if count > MAX_REQUEUES:
             key, row = self._rows.pop(seq)

@@ -59,6 +59,16 @@ def test_a_crashing_worker_is_replaced_and_only_its_row_fails():
     assert all(r["score"] == 1.0 for i, r in enumerate(out) if i not in (5, 30))
 
 
+def test_rows_queued_behind_many_crashes_are_still_verified():
+    # A death pinned on one rollout leaves the rows queued behind it innocent: however often that
+    # happens they are verified, never given up on as repeat crash suspects.
+    crashes = set(range(2, 60, 5))
+    rows = [rollout("crash", "x") if i in crashes else rollout("echo", "yes", expected="yes") for i in range(60)]
+    out = run(rows, workers=2)
+    assert [i for i, r in enumerate(out) if r["score"] is None] == sorted(crashes)
+    assert all(out[i]["error"].startswith("worker_crash: worker process died") for i in crashes)
+
+
 def test_exceptions_and_bad_rows_are_errors_not_wrong_answers():
     rows = [rollout("boom", "x"), rollout("echo", "no", expected="yes"), {**rollout("echo", "x"), "verification_info": "{not json"}]
     out = run(rows, workers=1)
