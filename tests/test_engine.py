@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing.connection
+import os
 import time
 
 import genesys
@@ -57,6 +59,25 @@ def test_a_crashing_worker_is_replaced_and_only_its_row_fails():
     for i in (5, 30):
         assert out[i]["score"] is None and out[i]["error"].startswith("worker_crash:")
     assert all(r["score"] == 1.0 for i, r in enumerate(out) if i not in (5, 30))
+
+
+def test_a_send_under_way_to_a_dead_worker_never_reaches_its_replacement(monkeypatch):
+    # Every engine send takes a while after reading its descriptor. Were the engine to close a dead
+    # worker's pipe under such a send, the replacement's new pipe could reuse the descriptor and
+    # receive the dead worker's batch (CI once failed this way).
+    def slow_send(self, buf):
+        handle = self._handle
+        time.sleep(0.02)
+        view = memoryview(buf)
+        while view:
+            view = view[os.write(handle, view) :]
+
+    monkeypatch.setattr(multiprocessing.connection.Connection, "_send", slow_send)
+    rows = [rollout("echo", "yes", expected="yes") for _ in range(40)]
+    rows[5] = rollout("crash", "x")
+    rows[30] = rollout("crash", "y")
+    out = run(rows, workers=2)
+    assert [i for i, r in enumerate(out) if r["score"] is None] == [5, 30]
 
 
 def test_rows_queued_behind_many_crashes_are_still_verified():
