@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
@@ -146,7 +146,14 @@ class VerificationEngine:
     as errors (callers that must refuse them check `known_task_types` first).
     """
 
-    def __init__(self, config: VerifyConfig | None = None, verifiers: Mapping[str, type[Verifier]] | None = None) -> None:
+    def __init__(
+        self,
+        config: VerifyConfig | None = None,
+        verifiers: Mapping[str, type[Verifier]] | None = None,
+        expected_types: Collection[str] | None = None,
+    ) -> None:
+        """`expected_types`: the task types the caller knows it will submit (when it knows); only
+        their verifiers' `preload` modules are imported before the workers fork."""
         self.config = config or VerifyConfig()
         if verifiers is None:
             from genesys.plugins import verifier_entries
@@ -155,8 +162,7 @@ class VerificationEngine:
         self.classes = dict(verifiers)
         self.stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
-        preload = sorted({module for cls in self.classes.values() for module in cls.preload})
-        self._ctx.set_forkserver_preload(["genesys.worker", *preload])
+        self._ctx.set_forkserver_preload(preload_modules(self.classes, expected_types))
         self._workers: list[_Worker] = []
         self._retired: list[_Worker] = []  # stopped after max_rows_per_worker, still tearing down
         self._rows: dict[int, tuple[Hashable, dict[str, Any]]] = {}
@@ -406,6 +412,13 @@ class VerificationEngine:
         items = [(seq, self._rows[seq][1]) for seq in seqs]
         worker.inflight.append(batch)
         worker.send(("batch", batch.batch_id, task_type, batch.timeout, items))
+
+
+def preload_modules(classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None) -> list[str]:
+    """Modules the fork server imports before workers fork: the worker's own, and the `preload` of
+    the verifiers of `expected_types` (all of them when None)."""
+    wanted = [cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types]
+    return ["genesys.worker", *sorted({module for cls in wanted for module in cls.preload})]
 
 
 def _is_async(cls: type[Verifier]) -> bool:

@@ -184,7 +184,7 @@ def verify_files(
 
     try:
         with RowProgress(total=scan.valid_rows, enabled=config.progress) as progress:
-            with VerificationEngine(config, verifiers) as engine:
+            with VerificationEngine(config, verifiers, expected_types=set(scan.task_types)) as engine:
                 for row in _keyed_rows(paths):
                     if row["response_id"] in done:
                         summary.resumed += 1

@@ -169,3 +169,14 @@ def test_async_batches_are_judged_on_progress_not_on_their_total_time():
 def test_an_exception_object_as_error_becomes_text():
     (out,) = run([rollout("error_object", "x")], workers=1)
     assert out["score"] is None and out["error"] == "ValueError: bad gold"
+
+
+def test_only_the_expected_types_preload_their_modules():
+    from genesys.engine import preload_modules
+    from genesys.verifiers.code import CodeVerifier
+    from genesys.verifiers.math import MathVerifier
+
+    classes = {"verifiable_math": MathVerifier, "verifiable_code": CodeVerifier, "echo": Echo}
+    assert preload_modules(classes, {"verifiable_code", "echo"}) == ["genesys.worker"]
+    assert preload_modules(classes, {"verifiable_math"}) == ["genesys.worker", "genesys.verifiers.math_grade"]
+    assert preload_modules(classes) == ["genesys.worker", "genesys.verifiers.math_grade"]

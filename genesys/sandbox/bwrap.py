@@ -11,6 +11,7 @@ regardless.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -27,8 +28,9 @@ SCRATCH = "/tmp/genesys"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 
+@functools.cache
 def find_bwrap() -> str:
-    """The bwrap executable, or SandboxUnavailable saying why it cannot be used."""
+    """The bwrap executable, or SandboxUnavailable saying why it cannot be used (probed once per process)."""
     path = shutil.which("bwrap")
     if not path:
         raise SandboxUnavailable("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
