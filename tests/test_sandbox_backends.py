@@ -313,6 +313,22 @@ def test_programs_run_unprivileged_offline_and_read_only(verifier: CodeVerifier)
     assert verdict.score == 1.0, verdict.details
 
 
+STREAMS_PROGRAM = """
+import sys
+data = sys.stdin.buffer.read()
+sys.stderr.write("diagnostic\\n")
+sys.stdout.buffer.write(b"bytes:" + data.strip() + b"\\n")
+print("argv", sys.argv, "stdin", sys.stdin.encoding, "stdout", sys.stdout.encoding, end="")
+"""
+
+
+def test_python_streams_are_fresh_in_every_test(verifier: CodeVerifier) -> None:
+    # Each test of one submission sees only its own input, and nothing an earlier test wrote.
+    tests = [{"input": text, "output": f"bytes:{text}\nargv ['main.py'] stdin utf-8 stdout utf-8"} for text in ("first", "second", "third")]
+    verdict = verifier.verify(code_rollout("python", STREAMS_PROGRAM, tests))
+    assert verdict.score == 1.0, verdict.details
+
+
 MEMORY_BOMBS = {
     "cpp": "#include <vector>\nint main() { std::vector<std::vector<char>> hog; for (;;) hog.emplace_back(64 << 20, 1); }",
     "rust": "fn main() { let mut hog: Vec<Vec<u8>> = Vec::new(); loop { hog.push(vec![1u8; 64 << 20]); } }",

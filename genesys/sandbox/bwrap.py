@@ -28,12 +28,18 @@ SCRATCH = "/tmp/genesys"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 
-@functools.cache
 def find_bwrap() -> str:
-    """The bwrap executable, or SandboxUnavailable saying why it cannot be used (probed once per process)."""
+    """The bwrap executable, or SandboxUnavailable saying why it cannot be used."""
     path = shutil.which("bwrap")
     if not path:
         raise SandboxUnavailable("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    _probe(path)
+    return path
+
+
+@functools.cache
+def _probe(path: str) -> None:
+    """Check, once per process and executable, that `path` can create namespaces here."""
     probe = subprocess.run(
         [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
         capture_output=True,
@@ -43,7 +49,6 @@ def find_bwrap() -> str:
     )
     if probe.returncode != 0:
         raise SandboxUnavailable(f"bubblewrap cannot create namespaces here: {probe.stderr.strip()}")
-    return path
 
 
 class BwrapSandbox(LocalSandbox):

@@ -378,12 +378,8 @@ def python_child(code, test, workdir):
 
     def main():
         os.chdir(workdir)
-        os.environ.clear()
-        os.environ.update(CLEAN_ENV)
         sys.argv = ["main.py"]
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True)
+        sys.stdin, sys.stdout, sys.stderr = _test_stdio
         module = types.ModuleType("__main__")
         module.__file__ = os.path.join(workdir, "main.py")
         module.__builtins__ = __builtins__
@@ -412,6 +408,23 @@ def python_child(code, test, workdir):
         return exit_code
 
     return main
+
+
+def _prepare_python_tests():
+    """Set up, once, what every forked Python test starts from: a clean environment and text
+    streams over fds 0-2 (each test child rewires those fds first). Made here rather than in
+    every child, since each page a child writes is a copy-on-write fault."""
+    global _test_stdio
+    os.environ.clear()
+    os.environ.update(CLEAN_ENV)
+    _test_stdio = (
+        io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
+    )
+
+
+_test_stdio = None  # the runner itself never uses these; see _prepare_python_tests
 
 
 def _system_exit_code(exc):
@@ -664,6 +677,7 @@ def main(argv):
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(devnull, fd)
+    _prepare_python_tests()
     for directory in (scratch, *wipe_dirs):  # what an earlier runner may have left
         wipe(directory)
     gc.freeze()  # forked tests then share the runner's memory instead of copying it on the next collection
