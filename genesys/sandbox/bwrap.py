@@ -68,6 +68,7 @@ class BwrapSandbox(LocalSandbox):
         super().__init__(runner_commands(toolchains), **kwargs)  # type: ignore[arg-type]
         self.bwrap = find_bwrap()
         self.files = files or file_set(toolchains)
+        self._hidden_dirs = self.files.skipped_dirs()
         self.scratch_mb = scratch_mb
         limits = limits or Limits()
         self._cgroup_memory = (max(limits.memory_mb, COMPILE_LIMITS.memory_mb) + scratch_mb + 256) << 20
@@ -87,7 +88,7 @@ class BwrapSandbox(LocalSandbox):
             argv += ["--symlink", target, link]
         for root in self.files.roots:
             argv += ["--ro-bind", root, root]
-        for hidden in self.files.skipped_dirs():
+        for hidden in self._hidden_dirs:
             argv += ["--tmpfs", hidden]
         argv += ["--ro-bind", RUNNER_PATH, SANDBOX_RUNNER, "--remount-ro", "/", "--cap-drop", "ALL"]
         if self._uid is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 # Parts of a Python installation a submission never needs (and that can be large).
 PYTHON_SKIP = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3")
-# Under the generic /usr/include only the C library's own headers are kept.
+# Under the generic /usr/include only the C library's own header directories are kept.
 C_INCLUDE_SUBDIRS = ("linux", "asm-generic", "sys", "bits", "gnu", "arpa", "net", "netinet", "rpc", "scsi")
 PROBE_HEADERS = (
     "bits/stdc++.h",
@@ -111,22 +111,27 @@ def find_cpp() -> Toolchain:
         paths += [line.strip() for line in verbose.stdout.splitlines() if line.strip().startswith("/")]
         headers = _run([gxx, "-std=c++17", "-M", probe])
         paths += [word for word in headers.replace("\\\n", " ").split() if word.startswith("/") and word != probe]
-    return Toolchain("cpp", version, {"compile": gxx, "linker": gcc}, paths)
+    return Toolchain("cpp", version, {"compile": gxx, "linker": gcc}, paths, _other_libraries_headers(paths))
 
 
 def _include_paths(verbose: str) -> list[str]:
     block = re.search(r"#include <\.\.\.> search starts here:\n(.*?)End of search list", verbose, re.S)
-    paths: list[str] = []
-    for line in (block.group(1).splitlines() if block else []):
-        directory = line.strip()
-        if not os.path.isdir(directory):
-            continue
-        if os.path.realpath(directory) == "/usr/include":
-            paths += [entry.path for entry in os.scandir(directory) if entry.is_file()]
-            paths += [os.path.join(directory, sub) for sub in C_INCLUDE_SUBDIRS if os.path.isdir(os.path.join(directory, sub))]
-        else:
-            paths.append(directory)
-    return paths
+    return [line.strip() for line in (block.group(1).splitlines() if block else []) if os.path.isdir(line.strip())]
+
+
+def _other_libraries_headers(paths: list[str]) -> tuple[str, ...]:
+    """Subdirectory names of the generic /usr/include to leave out: the headers of other libraries.
+
+    /usr/include is shown whole (one bind, not one per header) but for these. Since a left-out
+    name is left out of every directory in `paths`, a name found anywhere else in them is kept.
+    """
+    if "/usr/include" not in {os.path.realpath(path) for path in paths}:
+        return ()
+    others = [path for path in paths if os.path.isdir(path) and os.path.realpath(path) != "/usr/include"]
+    needed = {os.path.relpath(path, "/usr/include").split("/")[0] for path in paths if path.startswith("/usr/include/")}
+    elsewhere = {name for path in others for _, dirs, _ in os.walk(path) for name in dirs}
+    kept = {*C_INCLUDE_SUBDIRS, *needed, *elsewhere}
+    return tuple(sorted(entry.name for entry in os.scandir("/usr/include") if entry.is_dir(follow_symlinks=False) and entry.name not in kept))
 
 
 def find_rust(cpp: Toolchain | None) -> Toolchain:
@@ -242,13 +247,12 @@ class FileSet:
 
     def skipped_dirs(self) -> list[str]:
         """The directories inside `roots` that are left out."""
-        return [
-            os.path.join(current, name)
-            for root, names in self.skip.items()
-            for current, dirs, _ in os.walk(root)
-            for name in dirs
-            if name in names
-        ]
+        found = []
+        for root, names in self.skip.items():
+            for current, dirs, _ in os.walk(root):
+                found += [os.path.join(current, name) for name in dirs if name in names]
+                dirs[:] = [name for name in dirs if name not in names]
+        return found
 
     def entries(self) -> Iterator[str]:
         """Every path under `roots` to copy, directories before what they hold."""
