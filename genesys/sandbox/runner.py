@@ -47,6 +47,7 @@ PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
+EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd can be had
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -239,10 +240,7 @@ def run_child(child_main, stdin_data, limits, with_result_pipe=False):
             if res_w is not None:
                 os.dup2(res_w, 3)
             os.closerange(4 if res_w is not None else 3, 65536)
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, signal.SIG_DFL)
-            code = child_main()
+            code = child_main()  # signal dispositions are already the defaults: see main()
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the runner
             try:
                 os.write(2, ("runner: %r\n" % (exc,)).encode())
@@ -266,21 +264,24 @@ def _supervise(pid, outcome, out_r, err_r, res_r, limits, output_limit, started)
     poller = select.poll()
     for fd in sinks:
         poller.register(fd, select.POLLIN)
-    poller.register(_WAKE_R, select.POLLIN)
+    exited = _exit_watch(pid)  # readable once the child has exited
+    if exited is not None:
+        poller.register(exited, select.POLLIN)
     status = rusage = None
     while status is None and outcome.killed_for is None:
         remaining = wall_limit - (time.monotonic() - started)
         if remaining <= 0:
             outcome.killed_for = "time_limit"
             break
-        for fd, _ in poller.poll(max(1, int(remaining * 1000))):
-            if fd == _WAKE_R:
-                _drain_wakeups()
-            elif _pump(fd, sinks, caps, poller) == "over":
+        wait_s = remaining if exited is not None else min(remaining, EXIT_POLL_S)
+        for fd, _ in poller.poll(max(1, int(wait_s * 1000))):
+            if fd != exited and _pump(fd, sinks, caps, poller) == "over":
                 outcome.killed_for = "output_limit"
         waited, wstatus, rusage = os.wait4(pid, os.WNOHANG)
         if waited:
             status = wstatus
+    if exited is not None:
+        os.close(exited)
     _kill_group(pid)
     outcome.wall_s = time.monotonic() - started
     if status is None:
@@ -337,15 +338,12 @@ def _kill_group(pid):
             pass
 
 
-_WAKE_R, _WAKE_W = os.pipe()
-
-
-def _drain_wakeups():
+def _exit_watch(pid):
+    """A pidfd for `pid` (Linux 5.3+), or None where the kernel or a seccomp filter refuses one."""
     try:
-        while os.read(_WAKE_R, 4096):
-            pass
-    except BlockingIOError:
-        pass
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def classify(outcome, limits):
@@ -668,11 +666,9 @@ def main(argv):
         drop_privileges(uid)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    os.set_blocking(_WAKE_R, False)
-    os.set_blocking(_WAKE_W, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(_WAKE_W, warn_on_full_buffer=False)
+    # Forked tests inherit these: default dispositions, as a fresh program would have them.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     in_fd, out_fd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):

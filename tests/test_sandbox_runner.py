@@ -1,0 +1,50 @@
+"""The in-sandbox runner's process supervision, run in this process (no sandbox around it)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from genesys.sandbox import runner
+
+LIMITS = {"time_s": 2, "memory_mb": 256, "disk_mb": 16, "processes": 16, "output_bytes": 1 << 16, "wall_s": 0.5}
+
+
+def echo_stdin() -> int:
+    os.write(1, b"got " + os.read(0, 100))
+    return 0
+
+
+def sleep_forever() -> int:
+    time.sleep(60)
+    return 0
+
+
+@pytest.fixture(autouse=True)
+def spare_this_process_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a sandbox the runner kills every process left under it; here that would be pytest's own."""
+    monkeypatch.setattr(runner, "kill_leftovers", lambda: None)
+
+
+@pytest.fixture(params=["pidfd", "polling"])
+def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the runner learns that a test exited: a pidfd, or polling where none can be had."""
+    if request.param == "polling":
+        monkeypatch.setattr(runner, "_exit_watch", lambda pid: None)
+    return request.param
+
+
+def test_a_test_that_exits_is_collected_at_once(exit_watch: str) -> None:
+    started = time.monotonic()
+    outcome = runner.run_child(echo_stdin, b"input", LIMITS)
+    assert bytes(outcome.stdout) == b"got input" and outcome.exit_code == 0 and outcome.killed_for is None
+    assert runner.classify(outcome, LIMITS) == "ok"
+    assert time.monotonic() - started < 0.4  # not held until the wall limit
+
+
+def test_a_test_past_its_wall_limit_is_killed(exit_watch: str) -> None:
+    outcome = runner.run_child(sleep_forever, b"", LIMITS)
+    assert outcome.killed_for == "time_limit" and runner.classify(outcome, LIMITS) == "time_limit"
+    assert 0.5 <= outcome.wall_s < 2.0
