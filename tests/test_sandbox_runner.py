@@ -9,7 +9,7 @@ import pytest
 
 from genesys.sandbox import runner
 
-LIMITS = {"time_s": 2, "memory_mb": 256, "disk_mb": 16, "processes": 16, "output_bytes": 1 << 16, "wall_s": 0.5}
+LIMITS = {"time_s": 2, "memory_mb": 256, "disk_mb": 16, "processes": 16, "output_bytes": 1 << 16, "wall_s": 5.0}
 
 
 def echo_stdin() -> int:
@@ -41,10 +41,11 @@ def test_a_test_that_exits_is_collected_at_once(exit_watch: str) -> None:
     outcome = runner.run_child(echo_stdin, b"input", LIMITS)
     assert bytes(outcome.stdout) == b"got input" and outcome.exit_code == 0 and outcome.killed_for is None
     assert runner.classify(outcome, LIMITS) == "ok"
-    assert time.monotonic() - started < 0.4  # not held until the wall limit
+    assert time.monotonic() - started < 2.5  # not held until the wall limit
 
 
 def test_a_test_past_its_wall_limit_is_killed(exit_watch: str) -> None:
-    outcome = runner.run_child(sleep_forever, b"", LIMITS)
-    assert outcome.killed_for == "time_limit" and runner.classify(outcome, LIMITS) == "time_limit"
-    assert 0.5 <= outcome.wall_s < 2.0
+    limits = {**LIMITS, "wall_s": 0.5}
+    outcome = runner.run_child(sleep_forever, b"", limits)
+    assert outcome.killed_for == "time_limit" and runner.classify(outcome, limits) == "time_limit"
+    assert 0.5 <= outcome.wall_s < 4.0
