@@ -81,17 +81,38 @@ def compute_reward(score: float | None, row: dict[str, Any], config: RewardConfi
     return 0.0 if length > target else score  # clip
 
 
+def missing_reward_input(row: dict[str, Any], config: RewardConfig) -> str | None:
+    """What `row` lacks for the length term of `config` (checked before a run starts), or None."""
+    if config.length_penalty == "none":
+        return None
+    try:
+        _length_source(row, config.tokenizer)
+        if config.length_penalty != "overlong":
+            target_length(row, config)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
 def completion_length(row: dict[str, Any], tokenizer: str | None = None) -> int:
     """Completion tokens of `row`: its `completion_ids`, else its `llm_response` tokenized by `tokenizer`."""
+    source = _length_source(row, tokenizer)
+    if isinstance(source, str):
+        return len(_load_tokenizer(tokenizer).encode(source, add_special_tokens=False))
+    return len(source)
+
+
+def _length_source(row: dict[str, Any], tokenizer: str | None) -> Any:
+    """The row's completion_ids, else its completion text when a tokenizer can count it."""
     ids = row.get("completion_ids")
     if ids is not None:
-        return len(ids)
+        return ids
     text = row.get("llm_response", row.get("completion"))
     if text is None:
         raise InputError(f"{describe_row(row)}: no completion_ids and no llm_response to measure the length of")
     if tokenizer is None:
         raise InputError(f"{describe_row(row)}: no completion_ids; pass a tokenizer (--tokenizer) to count completion tokens")
-    return len(_load_tokenizer(tokenizer).encode(str(text), add_special_tokens=False))
+    return str(text)
 
 
 def target_length(row: dict[str, Any], config: RewardConfig) -> int:

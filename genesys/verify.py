@@ -20,6 +20,7 @@ import orjson
 from genesys.engine import TypeStats, VerificationEngine, VerifyConfig
 from genesys.errors import InputError
 from genesys.io import RolloutWriter, RowRecord, expand_inputs, iter_rows
+from genesys.rewards import RewardConfig, missing_reward_input
 from genesys.schema import derive_response_id
 from genesys.verifier import Verifier
 
@@ -75,6 +76,8 @@ class _Scan:
     first_seen: dict[str, str] = field(default_factory=dict)
     valid_rows: int = 0
     rejected: int = 0
+    reward_problems: int = 0  # rows lacking what the length penalty needs
+    first_reward_problem: str = ""
 
 
 def default_rejects_path(output: str | Path) -> Path:
@@ -92,7 +95,7 @@ def _unusable(record: RowRecord) -> str | None:
     return None
 
 
-def _scan(paths: Sequence[Path], rejects_path: Path) -> _Scan:
+def _scan(paths: Sequence[Path], rejects_path: Path, reward: RewardConfig) -> _Scan:
     scan = _Scan()
     rejects_path.parent.mkdir(parents=True, exist_ok=True)
     with open(rejects_path, "wb") as rejects:
@@ -107,6 +110,10 @@ def _scan(paths: Sequence[Path], rejects_path: Path) -> _Scan:
             scan.task_types[task_type] += 1
             scan.first_seen.setdefault(task_type, record.location)
             scan.valid_rows += 1
+            problem = missing_reward_input(record.row, reward)  # type: ignore[arg-type]
+            if problem:
+                scan.reward_problems += 1
+                scan.first_reward_problem = scan.first_reward_problem or f"{record.location}: {problem}"
     if not scan.rejected:
         rejects_path.unlink()
     return scan
@@ -162,9 +169,14 @@ def verify_files(
 
         verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
     rejects_path = Path(rejects) if rejects else default_rejects_path(output)
-    scan = _scan(paths, rejects_path)
+    scan = _scan(paths, rejects_path, config.reward)
     if not config.skip_unknown:
         _refuse_unknown(scan, set(verifiers))
+    if scan.reward_problems:
+        raise InputError(
+            f"--length-penalty {config.reward.length_penalty}: {scan.reward_problems} row(s) lack what it needs; "
+            f"the first: {scan.first_reward_problem}"
+        )
     writer = RolloutWriter(output)
     done = writer.existing_keys()
     summary = RunSummary(output=Path(output), rejected=scan.rejected)

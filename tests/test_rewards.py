@@ -149,3 +149,18 @@ def test_verify_cli_refuses_overlong_without_max_length(tmp_path: Path, plugin_e
     done = subprocess.run(command, env=plugin_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "--length-penalty overlong needs --max-length and --overlong-buffer" in done.stderr
+
+
+def test_verify_cli_refuses_rows_the_length_penalty_cannot_score_before_any_work(tmp_path: Path, plugin_env):
+    rows = [
+        {**rollout("echo", "yes", expected="yes", response_id="ok"), "completion_ids": [0] * 10, "target_length": 20},
+        {**rollout("echo", "yes", expected="yes", response_id="no-target"), "completion_ids": [0] * 10},
+        {**rollout("echo", "yes", expected="yes", response_id="no-ids"), "target_length": 20},
+    ]
+    inputs = write_jsonl(tmp_path / "in.jsonl", rows)
+    output = tmp_path / "out.jsonl"
+    command = [GENESYS, "verify", str(inputs), "-o", str(output), "--workers", "1", "--no-progress", "--length-penalty", "exact"]
+    done = subprocess.run(command, env=plugin_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "2 row(s) lack what it needs" in done.stderr and f"{inputs}:2:" in done.stderr and "'target_length'" in done.stderr
+    assert not output.exists()  # refused before any work
