@@ -110,8 +110,11 @@ class _Worker:
         try:
             while (message := self._outbox.get()) is not None:
                 self.conn.send(message)
-        except (OSError, ValueError):  # the worker is gone; the engine notices its death
-            pass
+        except (OSError, ValueError):
+            # The worker is gone. The engine notices its death and still reads the pipe until then,
+            # so it stays open until kill() or stop() says the engine is done with it.
+            while self._outbox.get() is not None:
+                pass
         finally:
             self.conn.close()
 

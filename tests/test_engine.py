@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import multiprocessing.connection
 import os
+import signal
 import time
 
 import genesys
 from conftest import rollout
-from genesys.engine import VerifyConfig
+from genesys.engine import VerificationEngine, VerifyConfig
 from genesys_testplugins import AsyncBusy, AsyncEcho, Boom, Crash, Echo, ErrorObject, ExitInSetup, Hang, Odd, RegexHang, SerialSlow, Slow
 
 VERIFIERS = {cls.task_type: cls for cls in (Echo, Odd, Slow, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
@@ -78,6 +79,22 @@ def test_a_send_under_way_to_a_dead_worker_never_reaches_its_replacement(monkeyp
     rows[30] = rollout("crash", "y")
     out = run(rows, workers=2)
     assert [i for i, r in enumerate(out) if r["score"] is None] == [5, 30]
+
+
+def test_a_batch_sent_to_a_worker_that_died_while_idle_is_verified_elsewhere():
+    rows = [rollout("echo", "yes", expected="yes") for _ in range(4)]
+    with VerificationEngine(VerifyConfig(progress=False, workers=1), VERIFIERS) as engine:
+        engine.submit(0, rows[0])
+        assert [row["score"] for _, row in engine.drain()] == [1.0]
+        worker = engine._workers[0]
+        os.kill(worker.process.pid, signal.SIGKILL)
+        worker.process.join()
+        for key in (1, 2, 3):
+            engine.submit(key, rows[key])
+        engine._dispatch()  # hand the batch to the dead worker before the engine has noticed
+        time.sleep(0.3)  # the send fails meanwhile
+        done = dict(engine.drain())
+    assert sorted(done) == [1, 2, 3] and all(row["score"] == 1.0 for row in done.values())
 
 
 def test_rows_queued_behind_many_crashes_are_still_verified():
