@@ -49,3 +49,4 @@ def test_a_test_past_its_wall_limit_is_killed(exit_watch: str) -> None:
     outcome = runner.run_child(sleep_forever, b"", limits)
     assert outcome.killed_for == "time_limit" and runner.classify(outcome, limits) == "time_limit"
     assert 0.5 <= outcome.wall_s < 4.0
+

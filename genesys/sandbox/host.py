@@ -17,7 +17,7 @@ from functools import lru_cache
 from genesys.sandbox.toolchains import PYTHON_CANDIDATES, FileSet, Toolchain, discover, file_set
 
 TOOLS = ("g++", "gcc", "node", "rustc")
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 @dataclass

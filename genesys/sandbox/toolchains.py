@@ -123,14 +123,17 @@ def _other_libraries_headers(paths: list[str]) -> tuple[str, ...]:
     """Subdirectory names of the generic /usr/include to leave out: the headers of other libraries.
 
     /usr/include is shown whole (one bind, not one per header) but for these. Since a left-out
-    name is left out of every directory in `paths`, a name found anywhere else in them is kept.
+    name is left out at every depth of every directory in `paths`, a name that also occurs below
+    the top of /usr/include or anywhere in the other directories is kept.
     """
-    if "/usr/include" not in {os.path.realpath(path) for path in paths}:
+    real = {os.path.realpath(path) for path in paths}  # g++ may print /usr/lib/gcc/.../../../../include
+    if "/usr/include" not in real:
         return ()
-    others = [path for path in paths if os.path.isdir(path) and os.path.realpath(path) != "/usr/include"]
-    needed = {os.path.relpath(path, "/usr/include").split("/")[0] for path in paths if path.startswith("/usr/include/")}
+    needed = {os.path.relpath(path, "/usr/include").split("/")[0] for path in real if path.startswith("/usr/include/")}
+    others = [path for path in real if os.path.isdir(path) and path != "/usr/include"]
     elsewhere = {name for path in others for _, dirs, _ in os.walk(path) for name in dirs}
-    kept = {*C_INCLUDE_SUBDIRS, *needed, *elsewhere}
+    nested = {name for current, dirs, _ in os.walk("/usr/include") if current != "/usr/include" for name in dirs}
+    kept = {*C_INCLUDE_SUBDIRS, *needed, *elsewhere, *nested}
     return tuple(sorted(entry.name for entry in os.scandir("/usr/include") if entry.is_dir(follow_symlinks=False) and entry.name not in kept))
 
 
