@@ -314,17 +314,21 @@ def test_programs_run_unprivileged_offline_and_read_only(verifier: CodeVerifier)
 
 
 STREAMS_PROGRAM = """
-import sys
+import io, sys
 data = sys.stdin.buffer.read()
 sys.stderr.write("diagnostic\\n")
 sys.stdout.buffer.write(b"bytes:" + data.strip() + b"\\n")
-print("argv", sys.argv, "stdin", sys.stdin.encoding, "stdout", sys.stdout.encoding, end="")
+print("argv", sys.argv, "stdin", sys.stdin.encoding, "seekable", sys.stdout.seekable(), sys.stderr.seekable(), end="")
+print(" same", sys.__stdout__ is sys.stdout, end="")
+sys.stdout = io.StringIO()  # what was printed before still comes out, as at interpreter exit
+print("swallowed")
 """
 
 
 def test_python_streams_are_fresh_in_every_test(verifier: CodeVerifier) -> None:
     # Each test of one submission sees only its own input, and nothing an earlier test wrote.
-    tests = [{"input": text, "output": f"bytes:{text}\nargv ['main.py'] stdin utf-8 stdout utf-8"} for text in ("first", "second", "third")]
+    expected = "bytes:{}\nargv ['main.py'] stdin utf-8 seekable False False same True"
+    tests = [{"input": text, "output": expected.format(text)} for text in ("first", "second", "third")]
     verdict = verifier.verify(code_rollout("python", STREAMS_PROGRAM, tests))
     assert verdict.score == 1.0, verdict.details
 

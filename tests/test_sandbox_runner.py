@@ -50,3 +50,11 @@ def test_a_test_past_its_wall_limit_is_killed(exit_watch: str) -> None:
     assert outcome.killed_for == "time_limit" and runner.classify(outcome, limits) == "time_limit"
     assert 0.5 <= outcome.wall_s < 4.0
 
+
+
+def test_a_program_past_its_file_size_limit_is_an_output_limit(tmp_path) -> None:
+    # Python ignores SIGXFSZ; an exec'd program must not inherit that and carry on with EFBIG.
+    limits = {**LIMITS, "disk_mb": 1}
+    fill = runner._exec_child(["/bin/sh", "-c", "exec head -c 4000000 /dev/zero > fill.bin"], str(tmp_path), limits, "cpp")
+    outcome = runner.run_child(fill, b"", limits)
+    assert runner.classify(outcome, limits) == "output_limit", (outcome.exit_code, outcome.signal, bytes(outcome.stderr))

@@ -377,7 +377,7 @@ def python_child(code, test, workdir):
     def main():
         os.chdir(workdir)
         sys.argv = ["main.py"]
-        sys.stdin, sys.stdout, sys.stderr = _test_stdio
+        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
         module = types.ModuleType("__main__")
         module.__file__ = os.path.join(workdir, "main.py")
         module.__builtins__ = __builtins__
@@ -399,10 +399,11 @@ def python_child(code, test, workdir):
 
             traceback.print_exc()
             exit_code = 1
-        try:
-            sys.stdout.flush()
-        except BaseException:  # noqa: BLE001
-            exit_code = exit_code or 1
+        for stream in (sys.stdout, _test_stdio[1]):  # as at interpreter exit, even if the program swapped sys.stdout
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001
+                exit_code = exit_code or 1
         return exit_code
 
     return main
@@ -415,11 +416,24 @@ def _prepare_python_tests():
     global _test_stdio
     os.environ.clear()
     os.environ.update(CLEAN_ENV)
-    _test_stdio = (
-        io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
-        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
-        io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
-    )
+    # Streams remember what their fd was when made (seekable or not): make stdout and stderr over
+    # a pipe, as the tests' own are, then put the runner's fds 1 and 2 back.
+    saved = os.dup(1), os.dup(2)
+    read_end, write_end = os.pipe()
+    for fd in (1, 2):
+        os.dup2(write_end, fd)
+    try:
+        _test_stdio = (
+            io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
+            io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
+            io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
+        )
+    finally:
+        for fd, original in zip((1, 2), saved):
+            os.dup2(original, fd)
+            os.close(original)
+        os.close(read_end)
+        os.close(write_end)
 
 
 _test_stdio = None  # the runner itself never uses these; see _prepare_python_tests
@@ -552,6 +566,7 @@ def _exec_child(argv, workdir, limits=None, language=None):
         os.chdir(workdir)
         if limits is not None:
             apply_limits(limits, language)
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; a program past its file size limit dies of it
         os.execve(argv[0], argv, CLEAN_ENV)
 
     return main
