@@ -95,7 +95,7 @@ def _unusable(record: RowRecord) -> str | None:
     return None
 
 
-def _scan(paths: Sequence[Path], rejects_path: Path, reward: RewardConfig) -> _Scan:
+def _scan(paths: Sequence[Path], rejects_path: Path, reward: RewardConfig, known: set[str]) -> _Scan:
     scan = _Scan()
     rejects_path.parent.mkdir(parents=True, exist_ok=True)
     with open(rejects_path, "wb") as rejects:
@@ -110,7 +110,7 @@ def _scan(paths: Sequence[Path], rejects_path: Path, reward: RewardConfig) -> _S
             scan.task_types[task_type] += 1
             scan.first_seen.setdefault(task_type, record.location)
             scan.valid_rows += 1
-            problem = missing_reward_input(record.row, reward)  # type: ignore[arg-type]
+            problem = missing_reward_input(record.row, reward) if task_type in known else None  # type: ignore[arg-type]
             if problem:
                 scan.reward_problems += 1
                 scan.first_reward_problem = scan.first_reward_problem or f"{record.location}: {problem}"
@@ -169,7 +169,7 @@ def verify_files(
 
         verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
     rejects_path = Path(rejects) if rejects else default_rejects_path(output)
-    scan = _scan(paths, rejects_path, config.reward)
+    scan = _scan(paths, rejects_path, config.reward, set(verifiers))
     if not config.skip_unknown:
         _refuse_unknown(scan, set(verifiers))
     if scan.reward_problems:

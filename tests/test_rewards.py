@@ -156,10 +156,11 @@ def test_verify_cli_refuses_rows_the_length_penalty_cannot_score_before_any_work
         {**rollout("echo", "yes", expected="yes", response_id="ok"), "completion_ids": [0] * 10, "target_length": 20},
         {**rollout("echo", "yes", expected="yes", response_id="no-target"), "completion_ids": [0] * 10},
         {**rollout("echo", "yes", expected="yes", response_id="no-ids"), "target_length": 20},
+        rollout("nope", "x", response_id="unknown-type"),  # recorded as an error with --skip-unknown: needs no length
     ]
     inputs = write_jsonl(tmp_path / "in.jsonl", rows)
     output = tmp_path / "out.jsonl"
-    command = [GENESYS, "verify", str(inputs), "-o", str(output), "--workers", "1", "--no-progress", "--length-penalty", "exact"]
+    command = [GENESYS, "verify", str(inputs), "-o", str(output), "--workers", "1", "--no-progress", "--length-penalty", "exact", "--skip-unknown"]
     done = subprocess.run(command, env=plugin_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "2 row(s) lack what it needs" in done.stderr and f"{inputs}:2:" in done.stderr and "'target_length'" in done.stderr
