@@ -92,7 +92,9 @@ class _Worker:
     def __init__(self, ctx: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any]) -> None:
         self.conn, child_conn = ctx.Pipe(duplex=True)
         self.state = ctx.RawArray("d", 2)
-        self.process = ctx.Process(target=worker_main, args=(child_conn, self.state, dict(classes), dict(options)), daemon=True)
+        # The environment goes along: the fork server's own is that of when the first engine started.
+        args = (child_conn, self.state, dict(classes), dict(options), dict(os.environ))
+        self.process = ctx.Process(target=worker_main, args=args, daemon=True)
         self.process.start()
         child_conn.close()
         self.inflight: deque[_Batch] = deque()

@@ -176,9 +176,13 @@ def _die_with_parent() -> None:
         pass
 
 
-def worker_main(conn: Connection, state: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any]) -> None:
-    """Serve batches from the engine until told to stop."""
+def worker_main(
+    conn: Connection, state: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any], environ: Mapping[str, str]
+) -> None:
+    """Serve batches from the engine, in the engine's environment `environ`, until told to stop."""
     _die_with_parent()
+    os.environ.clear()
+    os.environ.update(environ)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_receive_forever, args=(conn, inbox), daemon=True).start()
     verifiers = WorkerVerifiers(classes, options, state)

@@ -10,9 +10,9 @@ import time
 import genesys
 from conftest import rollout
 from genesys.engine import VerificationEngine, VerifyConfig
-from genesys_testplugins import AsyncBusy, AsyncEcho, Boom, Crash, Echo, ErrorObject, ExitInSetup, Hang, Odd, RegexHang, SerialSlow, Slow
+from genesys_testplugins import AsyncBusy, AsyncEcho, Boom, Crash, Echo, EnvProbe, ErrorObject, ExitInSetup, Hang, Odd, RegexHang, SerialSlow, Slow
 
-VERIFIERS = {cls.task_type: cls for cls in (Echo, Odd, Slow, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
+VERIFIERS = {cls.task_type: cls for cls in (Echo, EnvProbe, Odd, Slow, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
 
 
 def run(rows, **config):
@@ -197,3 +197,12 @@ def test_only_the_expected_types_preload_their_modules():
     assert preload_modules(classes, {"verifiable_code", "echo"}) == ["genesys.worker"]
     assert preload_modules(classes, {"verifiable_math"}) == ["genesys.worker", "genesys.verifiers.math_grade"]
     assert preload_modules(classes) == ["genesys.worker", "genesys.verifiers.math_grade"]
+
+
+def test_workers_see_the_environment_of_when_the_run_starts(monkeypatch):
+    # The fork server keeps the environment of the first engine; each run's workers get the current one.
+    probe = rollout("env_probe", "x", name="GENESYS_TEST_SETTING")
+    monkeypatch.setenv("GENESYS_TEST_SETTING", "first")
+    assert run([probe], workers=1)[0]["verification_result_info"] == {"value": "first"}
+    monkeypatch.setenv("GENESYS_TEST_SETTING", "second")
+    assert run([probe], workers=1)[0]["verification_result_info"] == {"value": "second"}

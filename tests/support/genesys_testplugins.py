@@ -22,6 +22,15 @@ class Echo(genesys.Verifier):
         return genesys.Verdict(score=float(rollout.completion == expected), details={"pid": os.getpid()})
 
 
+class EnvProbe(genesys.Verifier):
+    """Reports the value of the environment variable named by verification_info['name']."""
+
+    task_type = "env_probe"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        return genesys.Verdict(score=1.0, details={"value": os.environ.get(rollout.verification_info["name"])})
+
+
 class Odd(genesys.Verifier):
     """Returns details that are not plain JSON (a set, a custom object)."""
 
@@ -151,4 +160,4 @@ class AsyncEcho(genesys.Verifier):
 
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
-    return [Echo, Odd, Preloaded, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
+    return [Echo, EnvProbe, Odd, Preloaded, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
