@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from genesys.rewards import RewardConfig, compute_reward
@@ -92,8 +93,7 @@ class _Worker:
     def __init__(self, ctx: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any]) -> None:
         self.conn, child_conn = ctx.Pipe(duplex=True)
         self.state = ctx.RawArray("d", 2)
-        # The environment goes along: the fork server's own is that of when the first engine started.
-        args = (child_conn, self.state, dict(classes), dict(options), dict(os.environ))
+        args = (child_conn, self.state, dict(classes), dict(options), environment_changes())
         self.process = ctx.Process(target=worker_main, args=args, daemon=True)
         self.process.start()
         child_conn.close()
@@ -111,7 +111,7 @@ class _Worker:
         """
         try:
             while (message := self._outbox.get()) is not None:
-                self.conn.send(message)
+                self.conn.send_bytes(message)
         except (OSError, ValueError):
             # The worker is gone. The engine notices its death and still reads the pipe until then,
             # so it stays open until kill() or stop() says the engine is done with it.
@@ -121,7 +121,8 @@ class _Worker:
             self.conn.close()
 
     def send(self, message: tuple) -> None:
-        self._outbox.put(message)
+        """Queue `message`; it is pickled here, so a message that cannot be sent raises in the caller."""
+        self._outbox.put(ForkingPickler.dumps(message))
 
     def stop(self) -> None:
         """Ask the worker to tear down and exit once its queue is empty."""
@@ -415,8 +416,12 @@ class VerificationEngine:
         seqs = [queue.popleft() for _ in range(min(len(queue), self._batch_size(task_type)))]
         batch = _Batch(next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs), len(seqs))
         items = [(seq, self._rows[seq][1]) for seq in seqs]
+        try:
+            worker.send(("batch", batch.batch_id, task_type, batch.timeout, items))
+        except Exception as exc:  # a row that cannot be pickled (rows read from files always can)
+            seq = next((seq for seq, row in items if not _picklable(row)), seqs[0])
+            raise TypeError(f"row {self._rows[seq][0]!r} cannot be sent to a verification worker: {exc}") from exc
         worker.inflight.append(batch)
-        worker.send(("batch", batch.batch_id, task_type, batch.timeout, items))
 
 
 def preload_modules(classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None) -> list[str]:
@@ -424,6 +429,30 @@ def preload_modules(classes: Mapping[str, type[Verifier]], expected_types: Colle
     the verifiers of `expected_types` (all of them when None)."""
     wanted = [cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types]
     return ["genesys.worker", *sorted({module for cls in wanted for module in cls.preload})]
+
+
+_fork_server_environ: dict[str, str] | None = None  # os.environ when this process's fork server started
+
+
+def environment_changes() -> tuple[dict[str, str], list[str]]:
+    """What this process's environment has set and removed since its fork server started.
+
+    The fork server hands its workers its own environment, that of when the first engine started
+    (plus whatever preloaded modules set); workers apply these changes on top of it.
+    """
+    global _fork_server_environ
+    if _fork_server_environ is None:
+        _fork_server_environ = dict(os.environ)
+    base = _fork_server_environ
+    return {k: v for k, v in os.environ.items() if base.get(k) != v}, [k for k in base if k not in os.environ]
+
+
+def _picklable(row: dict[str, Any]) -> bool:
+    try:
+        ForkingPickler.dumps(row)
+    except Exception:
+        return False
+    return True
 
 
 def _is_async(cls: type[Verifier]) -> bool:

@@ -177,12 +177,22 @@ def _die_with_parent() -> None:
 
 
 def worker_main(
-    conn: Connection, state: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any], environ: Mapping[str, str]
+    conn: Connection,
+    state: Any,
+    classes: Mapping[str, type[Verifier]],
+    options: Mapping[str, Any],
+    environment: tuple[dict[str, str], list[str]],
 ) -> None:
-    """Serve batches from the engine, in the engine's environment `environ`, until told to stop."""
+    """Serve batches from the engine until told to stop.
+
+    `environment`: the variables the engine's process has set and removed since the fork server
+    started, applied here so that the worker sees the engine's current environment.
+    """
     _die_with_parent()
-    os.environ.clear()
-    os.environ.update(environ)
+    changed, removed = environment
+    os.environ.update(changed)
+    for key in removed:
+        os.environ.pop(key, None)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_receive_forever, args=(conn, inbox), daemon=True).start()
     verifiers = WorkerVerifiers(classes, options, state)

@@ -173,3 +173,4 @@ def test_preloaded_modules_are_imported_once_before_workers_fork(tmp_path: Path,
     details = [r["verification_result_info"] for r in read_jsonl(tmp_path / "out.jsonl")]
     assert len({d["imported_in"] for d in details}) == 1  # one import, shared by every worker
     assert all(d["imported_in"] != d["pid"] for d in details)  # and not in the worker itself
+    assert all(d["env"] == "yes" for d in details)  # what the import set in the environment stays

@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import pytest
+
 import genesys
 from conftest import rollout
 from genesys.engine import VerificationEngine, VerifyConfig
@@ -206,3 +208,9 @@ def test_workers_see_the_environment_of_when_the_run_starts(monkeypatch):
     assert run([probe], workers=1)[0]["verification_result_info"] == {"value": "first"}
     monkeypatch.setenv("GENESYS_TEST_SETTING", "second")
     assert run([probe], workers=1)[0]["verification_result_info"] == {"value": "second"}
+
+
+def test_a_row_that_cannot_be_sent_to_a_worker_is_named():
+    rows = [rollout("echo", "yes", expected="yes", response_id="fine"), {**rollout("echo", "yes", response_id="bad"), "extra": lambda: 0}]
+    with pytest.raises(TypeError, match="row 1 cannot be sent to a verification worker"):
+        run(rows, workers=1)

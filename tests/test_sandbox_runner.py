@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import time
 
@@ -58,3 +59,32 @@ def test_a_program_past_its_file_size_limit_is_an_output_limit(tmp_path) -> None
     fill = runner._exec_child(["/bin/sh", "-c", "exec head -c 4000000 /dev/zero > fill.bin"], str(tmp_path), limits, "cpp")
     outcome = runner.run_child(fill, b"", limits)
     assert runner.classify(outcome, limits) == "output_limit", (outcome.exit_code, outcome.signal, bytes(outcome.stderr))
+
+
+@pytest.fixture
+def python_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streams a forked Python test starts with (the runner makes them once, at its start)."""
+    streams = (
+        io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
+    )
+    monkeypatch.setattr(runner, "_test_stdio", streams)
+
+
+EXITS = {
+    "detached stdout": ("import sys, codecs\nprint('x')\nsys.stdout = codecs.getwriter('utf-8')(sys.stdout.detach())\nsys.stdout.write('y\\n')", 0, "x\ny\n"),
+    "closed and reopened": ("import sys\nprint('x', flush=True)\nsys.stdout.close()\nsys.stdout = open(1, 'w', closefd=False)\nprint('y')", 0, "x\ny\n"),
+    "stdout set to None": ("import sys\nprint('x')\nsys.stdout.flush()\nsys.stdout = None", 0, "x\n"),
+    "swapped stdout": ("import io, sys\nprint('first')\nsys.stdout = io.StringIO()\nprint('kept in memory')", 0, "first\n"),
+    "atexit after an error": ("import atexit\natexit.register(print, 'bye')\nraise ValueError('boom')", 1, "bye\n"),
+    "atexit after sys.exit": ("import atexit, sys\natexit.register(print, 'bye')\nsys.exit(3)", 3, "bye\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXITS))
+def test_python_tests_end_as_the_interpreter_would(python_streams: None, case: str) -> None:
+    source, exit_code, stdout = EXITS[case]
+    program = runner.python_child(compile(source, "main.py", "exec"), {"type": "stdin_stdout"}, "/tmp")
+    outcome = runner.run_child(program, b"", LIMITS)
+    assert (outcome.exit_code, bytes(outcome.stdout).decode()) == (exit_code, stdout), bytes(outcome.stderr)

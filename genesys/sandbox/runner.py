@@ -388,7 +388,6 @@ def python_child(code, test, workdir):
             if test["type"] == "function_call":
                 value = call_function(module, test["fn_name"], test["input"])
                 os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
-            _finish_threads()
         except SystemExit as exc:
             exit_code = _system_exit_code(exc)
         except MemoryError:
@@ -399,12 +398,7 @@ def python_child(code, test, workdir):
 
             traceback.print_exc()
             exit_code = 1
-        for stream in (sys.stdout, _test_stdio[1]):  # as at interpreter exit, even if the program swapped sys.stdout
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001
-                exit_code = exit_code or 1
-        return exit_code
+        return _exit_like_python(exit_code)
 
     return main
 
@@ -448,8 +442,27 @@ def _system_exit_code(exc):
     return 1
 
 
+def _exit_like_python(exit_code):
+    """What interpreter shutdown does, however the program ended: wait for its threads, run its
+    atexit hooks, flush sys.stdout (a failure is an error) and the original stdout (if the program
+    swapped it; failures ignored). Closed, detached or None streams are left alone."""
+    try:
+        _finish_threads()
+    except BaseException:  # noqa: BLE001 - as in python, trouble at exit does not change the outcome
+        pass
+    for stream, failure_counts in ((sys.stdout, True), (_test_stdio[1], False)):
+        try:
+            if stream is None or stream.closed:
+                continue
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            if failure_counts:
+                exit_code = exit_code or 1
+    return exit_code
+
+
 def _finish_threads():
-    """What interpreter shutdown would do: wait for the program's own threads, run atexit hooks."""
+    """Wait for the program's own threads, run its atexit hooks."""
     threading = sys.modules.get("threading")  # only there when the program imported it
     if threading is not None:
         for thread in threading.enumerate():

@@ -3,3 +3,4 @@
 import os
 
 IMPORTED_IN_PID = os.getpid()
+os.environ.setdefault("GENESYS_SET_BY_PRELOAD", "yes")  # workers must still see what a preloaded module set

@@ -49,7 +49,7 @@ class Preloaded(genesys.Verifier):
     def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
         import genesys_preload_probe
 
-        return genesys.Verdict(score=1.0, details={"imported_in": genesys_preload_probe.IMPORTED_IN_PID, "pid": os.getpid()})
+        return genesys.Verdict(score=1.0, details={"imported_in": genesys_preload_probe.IMPORTED_IN_PID, "pid": os.getpid(), "env": os.environ.get("GENESYS_SET_BY_PRELOAD")})
 
 
 class ExitInSetup(genesys.Verifier):
