@@ -450,7 +450,10 @@ def _exit_like_python(exit_code):
         _finish_threads()
     except BaseException:  # noqa: BLE001 - as in python, trouble at exit does not change the outcome
         pass
-    for stream, failure_counts in ((sys.stdout, True), (_test_stdio[1], False)):
+    streams = [(sys.stdout, True)]
+    if _test_stdio[1] is not sys.stdout:  # the program swapped it
+        streams.append((_test_stdio[1], False))
+    for stream, failure_counts in streams:
         try:
             if stream is None or stream.closed:
                 continue
