@@ -26,7 +26,8 @@ from genesys.sandbox.base import DEFAULT_REUSE, RunResult, Sandbox, SandboxError
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.protocol import RunnerSession, Transport
 
-DEFAULT_IMAGE = "genesys-sandbox:latest"
+# $GENESYS_SANDBOX_IMAGE names another default tag (e.g. one image per checkout under test).
+DEFAULT_IMAGE = os.environ.get("GENESYS_SANDBOX_IMAGE") or "genesys-sandbox:latest"
 LABEL = "genesys.sandbox"
 RUNNER_IN_IMAGE = "/opt/genesys/runner.py"
 SCRATCH = "/tmp/genesys"
