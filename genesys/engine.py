@@ -19,12 +19,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Collection, Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from genesys.rewards import RewardConfig, compute_reward
+from genesys.config import VerifyConfig
+from genesys.rewards import compute_reward
 from genesys.schema import ERROR_CRASH, ERROR_TIMEOUT, ERROR_UNKNOWN_TYPE, error_kind
 from genesys.verifier import Verifier
 from genesys.worker import IDLE, SEQ_ASYNC_BATCH, SEQ_SETUP, STATE_SEQ, STATE_START, worker_main
@@ -38,20 +39,6 @@ ASYNC_BATCH_ROWS = 64  # rows an async verifier runs at once per worker, unless 
 BATCHES_AHEAD = 2  # batches queued per worker so it never waits for the engine
 MAX_REQUEUES = 3  # a row handed back by this many unexplained worker deaths is recorded as a crash
 DEATH_REAP_S = 0.5
-
-
-@dataclass
-class VerifyConfig:
-    """How a verification run behaves."""
-
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    timeout: float | None = None  # overrides every verifier's own timeout
-    skip_unknown: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
-    progress: bool = True
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    max_pending_rows: int = 20_000  # submit() waits for results beyond this many rows in flight
-    max_rows_per_worker: int | None = 100_000  # a worker is replaced after this many rows (bounds leaks)
 
 
 @dataclass
@@ -203,7 +190,7 @@ class VerificationEngine:
         self._workers, self._retired = [], []
 
     def _new_worker(self) -> _Worker:
-        return _Worker(self._ctx, self.classes, self.config.options)
+        return _Worker(self._ctx, self.classes, self.config.verifier_options())
 
     def timeout_for(self, task_type: str) -> float:
         return self.config.timeout or float(self.classes[task_type].timeout)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from genesys.config import METRICS
+from genesys.config import FilterConfig as PassRateFilter
 from genesys.errors import InputError
 from genesys.rewards import TARGET_LENGTH_COLUMN
 from genesys.schema import JSON_COLUMNS, RESPONSE_COLUMNS, VERDICT_COLUMNS
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
 
 Row = dict[str, Any]
 
-METRICS = ("score", "correct")
 # Bounds are inclusive; the tolerance keeps a rate like 3/10 inside a bound written as 0.3.
 _BOUND_TOLERANCE = 1e-9
 _ADDED_COLUMNS = ("pass_rate", "n_samples", "n_errors")
@@ -42,28 +43,6 @@ _PROMPT_KEY = "__genesys_prompt_key"
 
 
 # --- offline: pass-rate filtering ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PassRateFilter:
-    """Which tasks `filter_tasks` keeps: pass rate within [min_pass_rate, max_pass_rate].
-
-    `metric` is "score" (the mean score) or "correct" (the fraction with score == 1).
-    With `pass_rate_column`, the input is a task set already holding a solve rate in that column.
-    """
-
-    min_pass_rate: float = 0.0
-    max_pass_rate: float = 1.0
-    metric: str = "score"
-    pass_rate_column: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
-        if not 0.0 <= self.min_pass_rate <= self.max_pass_rate <= 1.0:
-            raise ValueError(
-                f"pass-rate bounds must satisfy 0 <= min <= max <= 1, got min={self.min_pass_rate}, max={self.max_pass_rate}"
-            )
 
 
 @dataclass(frozen=True)

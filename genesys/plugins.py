@@ -41,6 +41,10 @@ class HookSpecs:
     def genesys_tasks(self) -> list[Any]:  # type: ignore[empty-body]
         """Return the `genesys.tasks.TaskSet`s (named task sources, e.g. generators) this plugin provides."""
 
+    @hookspec
+    def genesys_commands(self) -> list[Any]:  # type: ignore[empty-body]
+        """Return `click.Command`s to add to the `genesys` command line (e.g. `genesys mycommand`)."""
+
 
 @dataclass
 class PluginInfo:
@@ -140,3 +144,24 @@ def plugin_infos(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:
         version, origin = _plugin_origin(pm, plugin)
         infos.append(PluginInfo(name=name, version=version, origin=origin, task_types=sorted(served.get(name, []))))
     return sorted(infos, key=lambda info: info.name)
+
+
+def plugin_commands(pm: pluggy.PluginManager | None = None) -> dict[str, Any]:
+    """The subcommands plugins add, by name; a name taken twice, or by a built-in command, is a PluginError."""
+    import click
+
+    from genesys.cli import BUILTIN_COMMANDS
+
+    pm = pm or default_plugin_manager()
+    commands: dict[str, Any] = {}
+    owners: dict[str, str] = {}
+    for impl in pm.hook.genesys_commands.get_hookimpls():
+        for command in impl.function() or ():
+            if not isinstance(command, click.Command) or not command.name:
+                raise PluginError(f"plugin {impl.plugin_name!r} returned {command!r} from genesys_commands, not a named click.Command")
+            if command.name in BUILTIN_COMMANDS or command.name in commands:
+                taken_by = owners.get(command.name, "genesys")
+                raise PluginError(f"command {command.name!r} of plugin {impl.plugin_name!r} is taken by {taken_by}; uninstall one of them")
+            commands[command.name] = command
+            owners[command.name] = impl.plugin_name
+    return commands

@@ -19,42 +19,14 @@ T is the row's `target_length` column when it has one, else `RewardConfig.target
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
+from genesys.config import DEFAULT_LENGTH_COEF, LENGTH_PENALTIES, RewardConfig
 from genesys.errors import InputError
 
-LENGTH_PENALTIES = ("none", "exact", "max", "clip", "overlong")
-DEFAULT_LENGTH_COEF = 0.0003
+__all__ = ["DEFAULT_LENGTH_COEF", "LENGTH_PENALTIES", "RewardConfig", "compute_reward", "completion_length", "missing_reward_input", "target_length"]
+
 TARGET_LENGTH_COLUMN = "target_length"
-
-
-@dataclass(frozen=True)
-class RewardConfig:
-    """How `reward` is derived from `score`; see the module docstring for the formulas."""
-
-    length_penalty: str = "none"
-    coef: float = DEFAULT_LENGTH_COEF
-    target_length: int | None = None
-    max_length: int | None = None
-    overlong_buffer: int | None = None
-    overlong_penalty: float = 1.0
-    tokenizer: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.length_penalty not in LENGTH_PENALTIES:
-            raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {self.length_penalty!r}")
-        if self.coef < 0:
-            raise ValueError(f"length coefficient must be >= 0, got {self.coef}")
-        if self.target_length is not None and self.target_length < 0:
-            raise ValueError(f"target length must be >= 0, got {self.target_length}")
-        if self.length_penalty == "overlong":
-            if self.max_length is None or self.overlong_buffer is None:
-                raise ValueError("length_penalty 'overlong' needs max_length and overlong_buffer")
-            if not 0 < self.overlong_buffer <= self.max_length:
-                raise ValueError(f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}")
-            if self.overlong_penalty < 0:
-                raise ValueError(f"overlong penalty must be >= 0, got {self.overlong_penalty}")
 
 
 def compute_reward(score: float | None, row: dict[str, Any], config: RewardConfig) -> float | None:

@@ -99,7 +99,7 @@ def test_missing_ids_without_tokenizer_is_an_error_naming_the_row():
     ("config", "message"),
     [
         ({"length_penalty": "linear"}, "length_penalty must be one of"),
-        ({"length_penalty": "overlong", "max_length": 100}, "needs max_length and overlong_buffer"),
+        ({"length_penalty": "overlong", "max_length": 100}, "needs --max-length and --overlong-buffer"),
         ({"length_penalty": "overlong", "max_length": 100, "overlong_buffer": 200}, "overlong buffer"),
         ({"coef": -1.0}, "coefficient"),
     ],

@@ -4,39 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from genesys.config import PromptStyle, SamplingConfig
 from genesys.errors import InputError
 
+__all__ = ["Backend", "Completion", "GenerationRequest", "GenerationResult", "PromptStyle", "SamplingConfig", "create_backend", "resolve_backend_name"]
+
 BACKENDS = ("auto", "vllm", "transformers", "openai")
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Sampling settings shared by all backends."""
-
-    n: int = 1
-    max_tokens: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class PromptStyle:
-    """How task prompts become model input.
-
-    `chat_template`: render the messages with the model's chat template (else the raw text is
-    used). `continuation_prefix` is appended after the generation prompt (e.g. `"<think>\\n"`), so
-    the model continues from it; it is part of `prompt_ids`, not of `llm_response`.
-    """
-
-    chat_template: bool = True
-    continuation_prefix: str = ""
 
 
 @dataclass

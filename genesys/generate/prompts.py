@@ -9,10 +9,8 @@ from typing import Any
 
 from jinja2.exceptions import TemplateError
 
+from genesys.config import PromptStyle
 from genesys.errors import InputError
-from genesys.generate.backend import PromptStyle
-
-DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
 
 
 def build_messages(prompt: str, system_prompt: str | None = None, target_instruction: str | None = None) -> list[dict[str, str]]:

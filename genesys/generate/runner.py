@@ -22,36 +22,17 @@ from typing import Any
 
 import orjson
 
-from genesys.engine import TypeStats, VerifyConfig
+from genesys.config import GenerateConfig, VerifyConfig
+from genesys.engine import TypeStats
 from genesys.errors import InputError
-from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, create_backend, resolve_backend_name
+from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, create_backend, resolve_backend_name
 from genesys.generate.progress import GenerationProgress, print_generate_summary
-from genesys.generate.prompts import DEFAULT_TARGET_LENGTH_PROMPT, build_messages, pick_target_length, target_instruction
+from genesys.generate.prompts import build_messages, pick_target_length, target_instruction
 from genesys.io import RolloutWriter
 from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
 
 FLUSH_ROWS = 256
 FLUSH_SECONDS = 2.0
-
-
-@dataclass
-class GenerateConfig:
-    """Everything a generation run needs; the `genesys generate` flags map onto it."""
-
-    tasks: Sequence[str]
-    model: str
-    output: str | Path
-    backend: str = "auto"
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    style: PromptStyle = field(default_factory=PromptStyle)
-    system_prompt: str | None = None
-    target_lengths: Sequence[int] | None = None
-    target_length_prompt: str = DEFAULT_TARGET_LENGTH_PROMPT
-    mix: Sequence[float] | None = None
-    max_tasks: int | None = None
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    verify: VerifyConfig | None = None  # None: no verification
-    progress: bool = True
 
 
 @dataclass

@@ -1,0 +1,87 @@
+"""The `genesys` command: one module per subcommand, plugins add theirs through `genesys_commands`.
+
+Subcommand modules are imported only when their command runs (or `genesys --help` lists them), so
+`genesys verify --help` stays fast. Exit codes: 0 when the run completed, 2 for usage or input
+errors (one clear line on stderr), 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+import click
+
+# Built-in subcommands: name -> "module:attribute" of their click command.
+BUILTIN_COMMANDS = {
+    "generate": "genesys.cli.generate:command",
+    "verify": "genesys.cli.verify:command",
+    "filter": "genesys.cli.filter:command",
+    "report": "genesys.cli.report:command",
+    "tasks": "genesys.cli.listings:tasks",
+    "plugins": "genesys.cli.listings:plugins",
+    "sandbox": "genesys.cli.sandbox:group",
+}
+
+
+class GenesysGroup(click.Group):
+    """The top-level group: built-in commands load lazily; plugin commands come from the hook."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*BUILTIN_COMMANDS, *_plugin_commands()})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in BUILTIN_COMMANDS:
+            module, attribute = BUILTIN_COMMANDS[name].split(":")
+            return getattr(importlib.import_module(module), attribute)
+        return _plugin_commands().get(name)
+
+
+def _plugin_commands() -> dict[str, click.Command]:
+    from genesys.plugins import plugin_commands
+
+    return plugin_commands()
+
+
+def _configure_logging(verbose: int) -> None:
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = RichHandler(console=Console(stderr=True), show_path=False, show_time=verbose > 1)
+    logging.basicConfig(level=level, format="%(message)s", handlers=[handler], force=True)
+
+
+@click.group(cls=GenesysGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+@click.version_option(package_name="genesys", prog_name="genesys", message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
+def cli(verbose: int) -> None:
+    """Verifiable-reward data: generate, verify, filter, report."""
+    _configure_logging(verbose)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `genesys` command; returns the exit code."""
+    from genesys.errors import InputError
+    from genesys.plugins import PluginError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = next((arg for arg in args if not arg.startswith("-")), "genesys")
+    try:
+        return int(cli.main(args, prog_name="genesys", standalone_mode=False) or 0)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        print(f"genesys {command}: interrupted; rerun the same command to continue", file=sys.stderr)
+        return 130
+    except (InputError, PluginError) as exc:
+        print(f"genesys {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"genesys {command}: interrupted; rerun the same command to continue", file=sys.stderr)
+        return 130

@@ -1,0 +1,220 @@
+"""Command-line flags made from the config models, and a command's config from a TOML file plus flags.
+
+Every leaf setting of a command's model becomes one click option named by its dotted key
+(`--sampling.temperature`), with the aliases the model declares (`--temperature`); a `switch`
+becomes a flag of its own that sets a constant (`--no-chat-template`). `--config FILE` reads a TOML
+file of the same shape; flags given on the command line win over it. The model then validates
+the whole: an unknown key or a bad value is one InputError naming the key and its flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from genesys.config import load_toml, merge, validate
+from genesys.errors import InputError
+from genesys.options import parse_key_values
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One leaf of a config model: its dotted key and how it is written on the command line."""
+
+    key: tuple[str, ...]
+    annotation: Any
+    help: str
+    default: Any
+    flags: tuple[str, ...]
+    switch: tuple[str, Any, str] | None
+    metavar: str | None
+    choices: tuple[str, ...] | None
+    positional: bool
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.key)
+
+    @property
+    def dest(self) -> str:
+        return "cfg__" + "__".join(self.key)
+
+    @property
+    def shape(self) -> str:
+        """How values are written: "value", "list" (repeatable, or several after one flag), "csv" or "mapping"."""
+        base = _without_none(self.annotation)
+        origin = typing.get_origin(base)
+        if origin is dict:
+            return "mapping"
+        if origin is list:
+            return "csv" if self.metavar and "," in self.metavar else "list"
+        return "value"
+
+    def names(self) -> list[str]:
+        """Every spelling of this setting on the command line, the most familiar first."""
+        dotted = f"--{self.dotted}"
+        spelled_alike = len(self.key) == 1 and dotted.replace("_", "-") in self.flags
+        return list(self.flags) if spelled_alike else [*self.flags, dotted]
+
+    @property
+    def type_name(self) -> str:
+        base = _without_none(self.annotation)
+        if typing.get_origin(base) is list:
+            base = typing.get_args(base)[0]
+        return {int: "INT", float: "NUMBER", bool: "BOOL"}.get(base, "TEXT")
+
+
+def settings_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
+    """The leaf settings of a config model (a pydantic dataclass), sections flattened into dotted keys."""
+    for name, info in model.__pydantic_fields__.items():  # type: ignore[attr-defined]
+        annotation = info.annotation
+        if dataclasses.is_dataclass(annotation):
+            yield from settings_of(annotation, (*prefix, name))
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        switch = extra.get("switch")
+        default = None if info.default_factory is not None else info.default
+        yield Setting(
+            key=(*prefix, name),
+            annotation=annotation,
+            help=info.description or "",
+            default=None if default is dataclasses.MISSING or repr(default) == "PydanticUndefined" else default,
+            flags=tuple(extra.get("flags") or ()),
+            switch=(switch[0], switch[1], switch[2]) if switch else None,
+            metavar=extra.get("metavar"),
+            choices=tuple(extra["choices"]) if extra.get("choices") else None,
+            positional=bool(extra.get("positional")),
+        )
+
+
+def _without_none(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _click_params(setting: Setting) -> list[click.Parameter]:
+    if setting.positional:
+        return [click.Argument([setting.dest], nargs=-1, metavar=f"{setting.metavar or setting.key[-1].upper()}...")]
+    shape = setting.shape
+    help_text = setting.help
+    if setting.default not in (None, "", (), []) and shape == "value" and not setting.switch:
+        help_text += f" (default {setting.default})"
+    kind: Any = click.Choice(setting.choices) if setting.choices else None
+    if setting.switch:
+        flag, constant, switch_help = setting.switch
+        return [
+            click.Option([f"sw__{setting.dest}", flag], is_flag=True, flag_value=constant, default=None, help=switch_help),
+            click.Option([setting.dest, f"--{setting.dotted}"], metavar="BOOL", hidden=True),
+        ]
+    return [
+        click.Option(
+            [setting.dest, *setting.names()],
+            type=kind,
+            metavar=setting.metavar or (setting.type_name if kind is None else None),
+            multiple=shape in ("list", "mapping"),
+            help=help_text,
+        )
+    ]
+
+
+def _given(setting: Setting, values: dict[str, Any]) -> tuple[bool, Any]:
+    """Whether the command line set `setting`, and to what (in the shape the model reads)."""
+    value = values.get(setting.dest)
+    switched = values.get(f"sw__{setting.dest}")
+    if switched is not None:
+        return True, switched
+    if value is None or value == ():
+        return False, None
+    shape = setting.shape
+    flag = "/".join(setting.flags) or f"--{setting.dotted}"
+    if shape == "mapping":
+        return True, parse_key_values(value, flag)
+    if shape == "csv":
+        return True, [part.strip() for part in value.split(",") if part.strip()]
+    if shape == "list" or setting.positional:
+        return True, list(value)
+    return True, value
+
+
+def _nest(key: Sequence[str], value: Any) -> dict[str, Any]:
+    nested: Any = value
+    for part in reversed(key):
+        nested = {part: nested}
+    return nested
+
+
+class ConfigCommand(click.Command):
+    """A command whose flags come from a config model; its callback receives the validated config.
+
+    A list setting written as `--tasks A B C` takes every value up to the next flag.
+    """
+
+    def __init__(self, name: str, model: type, callback: Callable[[Any], int | None], **kwargs: Any) -> None:
+        self.model = model
+        self.settings = list(settings_of(model))
+        params: list[click.Parameter] = [click.Option(["--config"], metavar="FILE.toml", help="read settings from a TOML file (flags win)")]
+        for setting in self.settings:
+            params.extend(_click_params(setting))
+        super().__init__(name, params=params, callback=self._invoke, **kwargs)
+        self._run = callback
+        self._greedy = {name for s in self.settings if s.shape == "list" and not s.positional for name in s.names()}
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _repeat_greedy(args, self._greedy))
+
+    def _invoke(self, config: str | None, **values: Any) -> int | None:
+        return self._run(self.load(config, values))
+
+    def load(self, config_file: str | None, values: dict[str, Any]) -> Any:
+        """The validated config: the TOML file, if any, with the flags given laid over it."""
+        data = load_toml(config_file) if config_file else {}
+        for setting in self.settings:
+            given, value = _given(setting, values)
+            if given:
+                data = merge(data, _nest(setting.key, value))
+        return validate(self.model, data, self.describe_key)
+
+    def describe_key(self, dotted: str) -> str:
+        """A dotted key as errors name it: the key and its most familiar flag."""
+        for setting in self.settings:
+            if dotted == setting.dotted or dotted.startswith(setting.dotted + "."):
+                spelled = setting.switch[0] if setting.switch and not setting.flags else setting.names()[0]
+                return f"{dotted!r} ({'argument' if setting.positional else spelled})"
+        return repr(dotted)
+
+
+def _repeat_greedy(args: list[str], greedy: set[str]) -> list[str]:
+    """`--tasks A B --x` becomes `--tasks A --tasks B --x`, so a list flag takes several values."""
+    out: list[str] = []
+    current: str | None = None
+    for arg in args:
+        if arg == "--":
+            current = None
+        elif arg.startswith("-") and arg != "-":
+            current = arg if arg in greedy else None
+        elif current is not None and out and out[-1] != current:
+            out.append(current)
+        out.append(arg)
+    return out
+
+
+def config_command(name: str, model: type, **kwargs: Any) -> Callable[[Callable[[Any], int | None]], ConfigCommand]:
+    """Decorator: the function, given the validated `model` instance, becomes the command `name`."""
+
+    def wrap(function: Callable[[Any], int | None]) -> ConfigCommand:
+        return ConfigCommand(name, model, function, help=kwargs.pop("help", function.__doc__), **kwargs)
+
+    return wrap
+
+
+def fail(message: str) -> None:
+    """Stop the command with a usage or input error (one line, exit code 2)."""
+    raise InputError(message)

@@ -1,0 +1,20 @@
+"""`genesys verify`: score rollout files with the installed verifiers."""
+
+from __future__ import annotations
+
+from genesys.cli.flags import config_command
+from genesys.config import VerifyCommand
+
+
+@config_command(
+    "verify",
+    VerifyCommand,
+    short_help="score rollout files with the installed verifiers",
+    help="Score rollouts (jsonl, parquet, or directories of parquet shards) and write them with score, "
+    "verification_result_info, reward and error. Rerunning the same command resumes.",
+)
+def command(config: VerifyCommand) -> int:
+    from genesys.verify import verify_files
+
+    verify_files(config.inputs, config.output, config=config.build(), rejects=config.rejects)
+    return 0

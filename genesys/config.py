@@ -1,0 +1,411 @@
+"""Typed settings: one name, one default, one validation and one help text for every setting.
+
+Each concern is a section: `SamplingConfig`, `PromptStyle`, `VerifySettings`, `SandboxConfig`,
+`RewardConfig`, `BackendOptions`, `FilterConfig`. They are pydantic dataclasses, so they are built
+like plain dataclasses (keywords or positions) and check their types and ranges when built.
+
+A command composes sections into one model (`VerifyCommand`, `GenerateCommand`, `FilterCommand`),
+whose shape is the shape of its TOML file: top-level keys, then one table per section. The
+command line is made from the same models (`genesys.cli.flags`): every key is a dotted flag
+(`--sampling.temperature 0.7`), and the short flags users know (`--temperature`) are aliases
+declared here with `setting(..., flags=...)`. `genesys verify` and `genesys generate --verify`
+read the same `[verify]`, `[sandbox]` and `[reward]` tables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
+
+from genesys.errors import InputError
+
+SECTION = ConfigDict(extra="forbid")
+LENGTH_PENALTIES = ("none", "exact", "max", "clip", "overlong")
+DEFAULT_LENGTH_COEF = 0.0003
+DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
+SANDBOXES = ("auto", "docker", "bwrap", "subprocess")
+METRICS = ("score", "correct")
+
+
+def setting(
+    default: Any = None,
+    help: str = "",
+    *,
+    flags: Sequence[str] = (),
+    switch: tuple[str, Any, str] | None = None,
+    metavar: str | None = None,
+    choices: Sequence[str] | None = None,
+    positional: bool = False,
+    default_factory: Any = None,
+    **constraints: Any,
+) -> Any:
+    """A field with its command-line spelling.
+
+    `flags`: aliases that take a value (`--max-tokens N`). `switch`: a flag that takes no value and
+    sets a constant (`("--no-chat-template", False, "its help")`). `choices`: the values the flags offer.
+    `positional`: the command's arguments.
+    """
+    extra = {
+        "flags": list(flags), "switch": list(switch) if switch else None, "metavar": metavar,
+        "choices": list(choices) if choices else None, "positional": positional,
+    }
+    if default_factory is not None:
+        return Field(default_factory=default_factory, description=help, json_schema_extra=extra, **constraints)
+    return Field(default, description=help, json_schema_extra=extra, **constraints)
+
+
+# --- generation ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=SECTION)
+class SamplingConfig:
+    """How completions are sampled ([sampling])."""
+
+    n: int = setting(1, "samples per task", flags=("-n", "--samples"), ge=1)
+    max_tokens: int = setting(1024, "completion tokens at most", flags=("--max-tokens",), ge=1)
+    temperature: float = setting(1.0, "sampling temperature; 0 is greedy", flags=("--temperature",), ge=0)
+    top_p: float = setting(1.0, "nucleus sampling mass", flags=("--top-p",), gt=0, le=1)
+    seed: int = setting(0, "seed of sampling, task mixing and target lengths", flags=("--seed",))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, config=SECTION)
+class PromptStyle:
+    """How task prompts become model input ([style]).
+
+    `chat_template`: render the messages with the model's chat template (else the raw text is
+    used). `continuation_prefix` is appended after the generation prompt (e.g. `"<think>\\n"`), so
+    the model continues from it; it is part of `prompt_ids`, not of `llm_response`.
+    """
+
+    chat_template: bool = setting(True, "render prompts with the model's chat template", switch=("--no-chat-template", False, "send the raw task prompt instead of the chat template"))
+    continuation_prefix: str = setting(
+        "", r"text the response starts with, after the chat template (e.g. '<think>\n'; \n and \t are escapes)",
+        flags=("--continuation-prefix",), metavar="TEXT",
+    )
+
+    def __post_init__(self) -> None:
+        unescaped = self.continuation_prefix.replace("\\n", "\n").replace("\\t", "\t")
+        object.__setattr__(self, "continuation_prefix", unescaped)
+
+
+@dataclass(frozen=True, config=SECTION)
+class BackendOptions:
+    """A generation backend's own settings ([backend_options]); each applies to the backends named in its help."""
+
+    batch_size: int | None = setting(None, "transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024)", flags=("--batch-size",), ge=1)
+    tensor_parallel_size: int | None = setting(None, "vllm: GPUs per model replica", flags=("--tensor-parallel-size",), ge=1)
+    device: str | None = setting(None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",))
+    dtype: str | None = setting(None, "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)", flags=("--dtype",))
+    base_url: str | None = setting(None, "openai: server URL ending in /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)", flags=("--base-url",))
+    api_key: str | None = setting(None, "openai: API key (default: $OPENAI_API_KEY)", flags=("--api-key",))
+    concurrency: int | None = setting(None, "openai: requests in flight at most (default 64)", flags=("--concurrency",), ge=1)
+    max_retries: int | None = setting(None, "openai: retries of a request on 429, 5xx or connection errors, with exponential backoff (default 8)", flags=("--max-retries",), ge=0)
+    logprobs: bool | None = setting(None, "openai: ask for logprobs (false for servers and models that refuse them)", switch=("--no-logprobs", False, "openai: do not ask for logprobs (for servers and models that refuse them)"))
+    split_samples: bool | None = setting(None, "openai: one request per sample, for servers that do not support n > 1", switch=("--split-samples", True, "openai: one request per sample, for servers that do not support n > 1"))
+    args: dict[str, Any] = setting(
+        help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, or openai request fields",
+        flags=("-B", "--backend-arg"), metavar="KEY=VALUE", default_factory=dict,
+    )
+
+    def for_backend(self, backend: str) -> dict[str, Any]:
+        """The settings given, as the keyword arguments of `backend`; one that another backend owns is an InputError."""
+        options = {name: value for name, value in asdict(self).items() if name != "args" and value is not None}
+        for name in options:
+            owners = BACKEND_OPTION_OWNERS[name]
+            if backend not in owners:
+                raise InputError(f"{_flag(name)} applies to the {' and '.join(owners)} backend, not to {backend} (backend_options.{name})")
+        if self.args:
+            if backend not in BACKEND_ARGS_KEYWORD:
+                raise InputError(f"backend_options.args: the {backend} backend takes no extra arguments")
+            options[BACKEND_ARGS_KEYWORD[backend]] = dict(self.args)
+        return options
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of a BackendOptions field."""
+    extra = BackendOptions.__pydantic_fields__[name].json_schema_extra  # type: ignore[attr-defined]
+    return (extra.get("flags") or [extra["switch"][0]])[0]
+
+
+# Which built-in backends take each BackendOptions field, and the keyword their `args` go to.
+BACKEND_OPTION_OWNERS = {
+    "batch_size": ("vllm", "transformers"),
+    "tensor_parallel_size": ("vllm",),
+    "device": ("transformers",),
+    "dtype": ("transformers",),
+    "base_url": ("openai",),
+    "api_key": ("openai",),
+    "concurrency": ("openai",),
+    "max_retries": ("openai",),
+    "logprobs": ("openai",),
+    "split_samples": ("openai",),
+}
+BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}
+
+
+# --- verification ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=SECTION)
+class SandboxConfig:
+    """Where and under which per-test limits code verifiers run programs ([sandbox]); unset: the verifier's default."""
+
+    backend: Literal["auto", "docker", "bwrap", "subprocess"] | None = setting(
+        None, "backend (default auto: docker if a daemon answers and the image exists, else bwrap)", flags=("--sandbox",), choices=SANDBOXES
+    )
+    image: str | None = setting(None, "docker image (default genesys-sandbox:latest, made by `genesys sandbox build`)", flags=("--sandbox-image",))
+    time_limit: float | None = setting(None, "CPU seconds per test (default 2)", flags=("--time-limit",), gt=0)
+    memory_limit: int | None = setting(None, "MB of memory per test (default 512)", flags=("--memory-limit",), ge=1)
+    process_limit: int | None = setting(None, "processes and threads per test (default 64)", flags=("--process-limit",), ge=1)
+    output_limit: int | None = setting(None, "bytes of stdout per test (default 8 MiB)", flags=("--output-limit",), ge=1)
+    disk_limit: int | None = setting(None, "MB per file a test writes (default 64)", flags=("--disk-limit",), ge=1)
+    runner_reuse: int | None = setting(None, "submissions one in-sandbox runner serves before a fresh one starts (default 200)", ge=1)
+
+    def as_options(self) -> dict[str, Any]:
+        """The settings given, as verifier options (`sandbox`, `sandbox_image`, `time_limit`, ...)."""
+        renamed = {"backend": "sandbox", "image": "sandbox_image"}
+        return {renamed.get(name, name): value for name, value in asdict(self).items() if value is not None}
+
+
+@dataclass(frozen=True, config=SECTION)
+class RewardConfig:
+    """How `reward` is derived from `score` ([reward]); see `genesys.rewards` for the formulas."""
+
+    length_penalty: str = setting("none", "length term (none: reward = score)", flags=("--length-penalty",), choices=LENGTH_PENALTIES)
+    coef: float = setting(DEFAULT_LENGTH_COEF, "coefficient of exact/max", flags=("--length-coef",))
+    target_length: int | None = setting(None, "target tokens for rows without a target_length column (exact, max, clip)", flags=("--target-length",), ge=0)
+    max_length: int | None = setting(None, "overlong: the maximum completion length in tokens", flags=("--max-length",), ge=1)
+    overlong_buffer: int | None = setting(None, "overlong: tokens before max_length where the penalty ramps up", flags=("--overlong-buffer",), ge=1)
+    overlong_penalty: float = setting(1.0, "overlong: the penalty at max_length and beyond", flags=("--overlong-penalty",), ge=0)
+    tokenizer: str | None = setting(None, "tokenizer (name or path) counting tokens of rows without completion_ids", flags=("--tokenizer",))
+
+    def __post_init__(self) -> None:
+        if self.length_penalty not in LENGTH_PENALTIES:
+            raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {self.length_penalty!r}")
+        if self.coef < 0:
+            raise ValueError(f"length coefficient must be >= 0, got {self.coef}")
+        if self.length_penalty == "overlong":
+            if self.max_length is None or self.overlong_buffer is None:
+                raise ValueError("--length-penalty overlong needs --max-length and --overlong-buffer (reward.max_length, reward.overlong_buffer)")
+            if not self.overlong_buffer <= self.max_length:
+                raise ValueError(f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}")
+
+
+@dataclass(frozen=True, config=SECTION)
+class VerifySettings:
+    """How verification runs ([verify])."""
+
+    workers: int = setting(help="worker processes (default: all cores)", flags=("--workers",), default_factory=lambda: os.cpu_count() or 1, ge=1)
+    timeout: float | None = setting(None, "per-rollout deadline in seconds, overriding each verifier's own", flags=("--timeout",), gt=0)
+    skip_unknown: bool = setting(False, "record rows of task types no verifier serves as errors instead of refusing the run", switch=("--skip-unknown", True, "record rows of unknown task_type as errors instead of refusing the run"))
+    options: dict[str, Any] = setting(help="an option passed to every verifier", flags=("-O", "--option"), metavar="KEY=VALUE", default_factory=dict)
+    max_rows_per_worker: int | None = setting(100_000, "replace each worker after this many rows, bounding leaks in verifiers", flags=("--max-rows-per-worker",), ge=1)
+    max_pending_rows: int = setting(20_000, "rows in flight at most before submitting waits for results", ge=1)
+
+
+@dataclass(frozen=True, config=SECTION)
+class VerifyConfig(VerifySettings):
+    """Everything a verification run needs: the [verify] settings, the sandbox, the reward, progress."""
+
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    progress: bool = True
+
+    def verifier_options(self) -> dict[str, Any]:
+        """The options every verifier receives: `options`, then the sandbox settings given."""
+        return {**self.options, **self.sandbox.as_options()}
+
+
+@dataclass(frozen=True, config=SECTION)
+class GenerateVerifySettings(VerifySettings):
+    """[verify] of `genesys generate`: the same settings, and whether to verify at all."""
+
+    enabled: bool = setting(False, "verify rollouts while generating; rows gain score and reward", switch=("--verify", True, "verify rollouts while generating; rows gain score and reward"))
+
+
+@dataclass(frozen=True, config=SECTION)
+class FilterConfig:
+    """Which tasks `genesys filter` keeps: pass rate within [min_pass_rate, max_pass_rate] ([filter]).
+
+    `metric` is "score" (the mean score) or "correct" (the fraction with score == 1).
+    With `pass_rate_column`, the input is a task set already holding a solve rate in that column.
+    """
+
+    min_pass_rate: float = setting(0.0, "lowest pass rate kept", flags=("--min-pass-rate",))
+    max_pass_rate: float = setting(1.0, "highest pass rate kept", flags=("--max-pass-rate",))
+    metric: str = setting("score", "pass rate as mean score, or as the fraction with score == 1", flags=("--metric",), choices=METRICS)
+    pass_rate_column: str | None = setting(None, "the input is a task set with a solve rate in COLUMN: filter on it", flags=("--pass-rate-column",), metavar="COLUMN")
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if not 0.0 <= self.min_pass_rate <= self.max_pass_rate <= 1.0:
+            raise ValueError(
+                f"pass-rate bounds must satisfy 0 <= min <= max <= 1, got min={self.min_pass_rate}, max={self.max_pass_rate}"
+            )
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=SECTION)
+class GenerateConfig:
+    """Everything a generation run needs; `GenerateCommand.build()` makes it from a TOML file and flags."""
+
+    tasks: list[str]
+    model: str
+    output: str | Path
+    backend: str = "auto"
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    style: PromptStyle = Field(default_factory=PromptStyle)
+    system_prompt: str | None = None
+    target_lengths: list[int] | None = None
+    target_length_prompt: str = DEFAULT_TARGET_LENGTH_PROMPT
+    mix: list[float] | None = None
+    max_tasks: int | None = Field(None, ge=1)
+    backend_options: dict[str, Any] = Field(default_factory=dict)
+    verify: VerifyConfig | None = None  # None: no verification
+    progress: bool = True
+
+
+@dataclass(frozen=True, config=SECTION)
+class VerifyCommand:
+    """`genesys verify`: its TOML file and flags."""
+
+    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="INPUT", default_factory=list)
+    output: str = setting("", "output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
+    rejects: str | None = setting(None, "where unreadable rows go (default: OUTPUT.rejects.jsonl)", flags=("--rejects",))
+    progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+    verify: VerifySettings = Field(default_factory=VerifySettings)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        _require(inputs=self.inputs, output=self.output)
+
+    def build(self) -> VerifyConfig:
+        """The verification run's settings."""
+        return VerifyConfig(**asdict(self.verify), sandbox=self.sandbox, reward=self.reward, progress=self.progress)
+
+
+@dataclass(frozen=True, config=SECTION)
+class GenerateCommand:
+    """`genesys generate`: its TOML file and flags."""
+
+    tasks: list[str] = setting(
+        help="task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)",
+        flags=("--tasks",), metavar="SRC", default_factory=list,
+    )
+    model: str = setting("", "model path or name (for openai: the served model name)", flags=("--model",))
+    output: str = setting("", "output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
+    backend: str = setting("auto", "generation backend (auto: vllm when installed with a GPU, else transformers)", flags=("--backend",))
+    mix: list[float] | None = setting(None, "ratios of the task sources, one per --tasks source", flags=("--mix",), metavar="R1,R2,...")
+    max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
+    system_prompt: str | None = setting(None, "system message put before every task", flags=("--system-prompt",))
+    target_lengths: list[int] | None = setting(
+        None, "give each task one of these thinking lengths, asked for in the system message and stored as target_length",
+        flags=("--target-lengths",), metavar="N1,N2,...",
+    )
+    target_length_prompt: str = setting(DEFAULT_TARGET_LENGTH_PROMPT, "the target-length instruction, with {target_length}", flags=("--target-length-prompt",), metavar="TEMPLATE")
+    progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    style: PromptStyle = Field(default_factory=PromptStyle)
+    backend_options: BackendOptions = Field(default_factory=BackendOptions)
+    verify: GenerateVerifySettings = Field(default_factory=GenerateVerifySettings)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        _require(tasks=self.tasks, model=self.model, output=self.output)
+
+    def build(self, backend: str) -> GenerateConfig:
+        """The generation run's settings, for the resolved `backend`."""
+        verify = None
+        if self.verify.enabled:
+            settings = {k: v for k, v in asdict(self.verify).items() if k != "enabled"}
+            verify = VerifyConfig(**settings, sandbox=self.sandbox, reward=self.reward, progress=False)
+        return GenerateConfig(
+            tasks=self.tasks, model=self.model, output=self.output, backend=backend, sampling=self.sampling, style=self.style,
+            system_prompt=self.system_prompt, target_lengths=self.target_lengths, target_length_prompt=self.target_length_prompt,
+            mix=self.mix, max_tasks=self.max_tasks, backend_options=self.backend_options.for_backend(backend),
+            verify=verify, progress=self.progress,
+        )
+
+
+@dataclass(frozen=True, config=SECTION)
+class FilterCommand:
+    """`genesys filter`: its TOML file and flags."""
+
+    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", default_factory=list)
+    output: str = setting("", "output tasks: .jsonl or .parquet", flags=("-o", "--output"))
+    filter: FilterConfig = Field(default_factory=FilterConfig)
+
+    def __post_init__(self) -> None:
+        _require(inputs=self.inputs, output=self.output)
+
+
+def _require(**values: Any) -> None:
+    missing = [name for name, value in values.items() if not value]
+    if missing:
+        raise ValueError(f"missing required setting(s): {', '.join(missing)}")
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def load_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """The tables of a TOML config file; an unreadable file is an InputError naming it."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise InputError(f"config file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` laid over it, table by table."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def validate(model: type, data: dict[str, Any], describe_key: Any = None) -> Any:
+    """`data` as a `model`; every problem is one InputError line naming the key (and its flag)."""
+    try:
+        return TypeAdapter(model).validate_python(data)
+    except ValidationError as exc:
+        raise InputError(describe_errors(exc, describe_key)) from None
+
+
+def describe_errors(exc: ValidationError, describe_key: Any = None) -> str:
+    """One line per problem: the dotted key, its flag when `describe_key` knows one, what is wrong."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        key = ".".join(str(part) for part in error["loc"])
+        where = describe_key(key) if describe_key else repr(key)
+        if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+            problems.append(f"unknown key {where}")
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if key:
+            problems.append(f"{where}: {message} (got {error['input']!r})" if "input" in error and error["type"] != "value_error" else f"{where}: {message}")
+        else:
+            problems.append(message)
+    return "; ".join(problems)
