@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticUndefined
 from pydantic.dataclasses import dataclass
 
 from genesys.errors import InputError
@@ -34,7 +35,7 @@ METRICS = ("score", "correct")
 
 
 def setting(
-    default: Any = None,
+    default: Any = PydanticUndefined,
     help: str = "",
     *,
     flags: Sequence[str] = (),
@@ -281,16 +282,13 @@ class GenerateConfig:
 class VerifyCommand:
     """`genesys verify`: its TOML file and flags."""
 
-    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="INPUT", default_factory=list)
-    output: str = setting("", "output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
+    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="INPUT", min_length=1)
+    output: str = setting(help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
     rejects: str | None = setting(None, "where unreadable rows go (default: OUTPUT.rejects.jsonl)", flags=("--rejects",))
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
-
-    def __post_init__(self) -> None:
-        _require(inputs=self.inputs, output=self.output)
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
@@ -303,10 +301,10 @@ class GenerateCommand:
 
     tasks: list[str] = setting(
         help="task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)",
-        flags=("--tasks",), metavar="SRC", default_factory=list,
+        flags=("--tasks",), metavar="SRC", min_length=1,
     )
-    model: str = setting("", "model path or name (for openai: the served model name)", flags=("--model",))
-    output: str = setting("", "output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
+    model: str = setting(help="model path or name (for openai: the served model name)", flags=("--model",))
+    output: str = setting(help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
     backend: str = setting("auto", "generation backend (auto: vllm when installed with a GPU, else transformers)", flags=("--backend",))
     mix: list[float] | None = setting(None, "ratios of the task sources, one per --tasks source", flags=("--mix",), metavar="R1,R2,...")
     max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
@@ -323,9 +321,6 @@ class GenerateCommand:
     verify: GenerateVerifySettings = Field(default_factory=GenerateVerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
-
-    def __post_init__(self) -> None:
-        _require(tasks=self.tasks, model=self.model, output=self.output)
 
     def build(self, backend: str) -> GenerateConfig:
         """The generation run's settings, for the resolved `backend`."""
@@ -345,18 +340,10 @@ class GenerateCommand:
 class FilterCommand:
     """`genesys filter`: its TOML file and flags."""
 
-    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", default_factory=list)
-    output: str = setting("", "output tasks: .jsonl or .parquet", flags=("-o", "--output"))
+    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1)
+    output: str = setting(help="output tasks: .jsonl or .parquet", flags=("-o", "--output"))
     filter: FilterConfig = Field(default_factory=FilterConfig)
 
-    def __post_init__(self) -> None:
-        _require(inputs=self.inputs, output=self.output)
-
-
-def _require(**values: Any) -> None:
-    missing = [name for name, value in values.items() if not value]
-    if missing:
-        raise ValueError(f"missing required setting(s): {', '.join(missing)}")
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -402,6 +389,9 @@ def describe_errors(exc: ValidationError, describe_key: Any = None) -> str:
         where = describe_key(key) if describe_key else repr(key)
         if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
             problems.append(f"unknown key {where}")
+            continue
+        if error["type"] in ("missing", "missing_argument") or (error["type"] == "too_short" and not error.get("input")):
+            problems.append(f"{where} is required")
             continue
         message = str(error["msg"]).removeprefix("Value error, ")
         if key:

@@ -27,7 +27,8 @@ from typing import Any
 from genesys.config import VerifyConfig
 from genesys.rewards import compute_reward
 from genesys.schema import ERROR_CRASH, ERROR_TIMEOUT, ERROR_UNKNOWN_TYPE, error_kind
-from genesys.verifier import Verifier
+from genesys.errors import InputError
+from genesys.verifier import Verifier, unknown_options
 from genesys.worker import IDLE, SEQ_ASYNC_BATCH, SEQ_SETUP, STATE_SEQ, STATE_START, worker_main
 
 DEADLINE_GRACE_S = 0.05
@@ -153,6 +154,12 @@ class VerificationEngine:
 
             verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
         self.classes = dict(verifiers)
+        unknown = unknown_options(self.config.verifier_options(), self.classes.values())
+        if unknown:
+            raise InputError(
+                f"unknown verifier option(s) {', '.join(map(repr, unknown))} (-O/--option); the installed verifiers read: "
+                + ", ".join(sorted(set().union(*(cls.accepted_options or () for cls in self.classes.values()))))
+            )
         self.stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(preload_modules(self.classes, expected_types))

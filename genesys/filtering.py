@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from genesys.config import METRICS
 from genesys.config import FilterConfig as PassRateFilter
 from genesys.errors import InputError
 from genesys.rewards import TARGET_LENGTH_COLUMN

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from genesys.schema import Rollout, Verdict
@@ -25,6 +25,8 @@ class Verifier:
     # Modules imported once in the process workers are forked from, so every worker, and every
     # replacement after a timeout or crash, starts with them already loaded.
     preload: ClassVar[tuple[str, ...]] = ()
+    # The option names `verify` reads; None means any, and then no option can be refused as unknown.
+    accepted_options: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
@@ -38,3 +40,13 @@ class Verifier:
     def verify(self, rollout: Rollout) -> Verdict:
         """Score one rollout."""
         raise NotImplementedError(f"{type(self).__name__} must implement verify()")
+
+
+def unknown_options(options: Iterable[str], classes: Iterable[type[Verifier]]) -> list[str]:
+    """The option names that none of `classes` reads; none when one of them reads any option."""
+    accepted: set[str] = set()
+    for cls in classes:
+        if cls.accepted_options is None:
+            return []
+        accepted |= cls.accepted_options
+    return sorted(set(options) - accepted)

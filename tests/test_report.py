@@ -66,13 +66,13 @@ def test_summary_figures(tmp_path: Path):
     summary = write_report([str(inputs)], tmp_path / "report").summary.read_text()
     errors = sum(r["score"] is None for r in rows)
     correct = sum(r["score"] == 1.0 for r in rows)
-    assert f"| 60 | 12 | " in summary
+    assert "| 60 | 12 | " in summary
     assert f"{correct} ({correct / (60 - errors):.1%})" in summary
     assert f"{errors} ({errors / 60:.1%})" in summary
     code = [r for r in rows if r["task_type"] == "verifiable_code"]
     partial = sum(r["score"] == 0.5 for r in code)
     code_errors = sum(r["score"] is None for r in code)
-    assert f"| verifiable_code | 20 | " in summary and f"| {partial} | 0 | {code_errors} |" in summary
+    assert "| verifiable_code | 20 | " in summary and f"| {partial} | 0 | {code_errors} |" in summary
     assert f"| timeout | {errors} |" in summary
     assert "median length (tokens)" in summary
 

@@ -19,7 +19,6 @@ from typing import Any
 import click
 
 from genesys.config import load_toml, merge, validate
-from genesys.errors import InputError
 from genesys.options import parse_key_values
 
 
@@ -214,7 +213,3 @@ def config_command(name: str, model: type, **kwargs: Any) -> Callable[[Callable[
 
     return wrap
 
-
-def fail(message: str) -> None:
-    """Stop the command with a usage or input error (one line, exit code 2)."""
-    raise InputError(message)

@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 import genesys
+from genesys.sandbox.limits import OPTION_NAMES
 from genesys.schema import Rollout, Verdict
 from genesys.verifiers.code_compare import compare_output, values_match
 from genesys.verifiers.code_extract import extract_code
@@ -38,6 +39,7 @@ class CodeVerifier(genesys.Verifier):
 
     task_type = "verifiable_code"
     timeout = 180.0  # compile plus every test; the sandbox stops the submission before this
+    accepted_options = frozenset({"sandbox", "sandbox_image", "budget", "runner_reuse", *OPTION_NAMES})
 
     def setup(self) -> None:
         from genesys.sandbox.backends import open_sandbox

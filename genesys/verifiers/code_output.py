@@ -44,6 +44,7 @@ class CodeOutputVerifier(genesys.Verifier):
     """Scores `code_output_prediction` rollouts: 1.0 when the predicted output equals the ground truth."""
 
     task_type = "code_output_prediction"
+    accepted_options = frozenset()
     timeout = 5.0
 
     def verify(self, rollout: Rollout) -> Verdict:

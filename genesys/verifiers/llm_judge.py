@@ -61,6 +61,7 @@ class LLMJudge(genesys.Verifier):
     task_type = TASK_TYPE
     timeout = 300.0
     max_parallel = 32
+    accepted_options = frozenset({"judge_base_url", "judge_model", "judge_api_key", "judge_max_retries"})
 
     def _setting(self, option: str, *env_vars: str) -> str | None:
         value = self.options.get(option)

@@ -22,6 +22,7 @@ class MathVerifier(genesys.Verifier):
     """Scores `verifiable_math` rollouts: 1.0 when the final answer matches the gold, else 0.0."""
 
     task_type = "verifiable_math"
+    accepted_options = frozenset()
     timeout = 10.0
     preload = ("genesys.verifiers.math_grade",)  # sympy and math-verify, imported before workers fork
 

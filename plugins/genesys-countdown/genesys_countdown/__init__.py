@@ -55,6 +55,7 @@ class Countdown(genesys.Verifier):
     """Score 1 when the last `<answer>` uses each given number exactly once and equals the target."""
 
     task_type = "countdown"
+    accepted_options = frozenset()
     timeout = 5.0
 
     def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
