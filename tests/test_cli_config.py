@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 

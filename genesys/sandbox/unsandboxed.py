@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
-import sys
 import tempfile
 
 from genesys.sandbox.process import RUNNER_PATH, LocalSandbox
 
+logger = logging.getLogger(__name__)
 WARNING = (
     "the 'subprocess' sandbox backend is NOT a sandbox: submissions run on this machine with only "
     "rlimits, and can read its files, use its network and see its processes. Use it for development only."
@@ -21,7 +22,7 @@ class SubprocessSandbox(LocalSandbox):
 
     def __init__(self, toolchains: dict[str, dict[str, str]], **kwargs: object) -> None:
         super().__init__(toolchains, **kwargs)  # type: ignore[arg-type]
-        print(f"WARNING: {WARNING}", file=sys.stderr)
+        logger.warning(WARNING)
         self._scratch = tempfile.mkdtemp(prefix="genesys-unsandboxed-")
 
     def command(self) -> list[str]:
