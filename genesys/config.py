@@ -113,7 +113,7 @@ class BackendOptions:
     logprobs: bool | None = setting(None, "openai: ask for logprobs (false for servers and models that refuse them)", switch=("--no-logprobs", False, "openai: do not ask for logprobs (for servers and models that refuse them)"))
     split_samples: bool | None = setting(None, "openai: one request per sample, for servers that do not support n > 1", switch=("--split-samples", True, "openai: one request per sample, for servers that do not support n > 1"))
     args: dict[str, Any] = setting(
-        help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, or openai request fields",
+        help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, openai request fields, or a plugin backend's settings",
         flags=("-B", "--backend-arg"), metavar="KEY=VALUE", default_factory=dict,
     )
 
@@ -124,10 +124,10 @@ class BackendOptions:
             owners = BACKEND_OPTION_OWNERS[name]
             if backend not in owners:
                 raise InputError(f"{_flag(name)} applies to the {' and '.join(owners)} backend, not to {backend} (backend_options.{name})")
-        if self.args:
-            if backend not in BACKEND_ARGS_KEYWORD:
-                raise InputError(f"backend_options.args: the {backend} backend takes no extra arguments")
+        if self.args and backend in BACKEND_ARGS_KEYWORD:
             options[BACKEND_ARGS_KEYWORD[backend]] = dict(self.args)
+        elif self.args:  # a plugin's backend takes its settings as keyword arguments
+            options.update(self.args)
         return options
 
 
