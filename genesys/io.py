@@ -1,4 +1,4 @@
-"""Reading and writing rollout files row by row: jsonl, parquet, directories of parquet shards, saved HF datasets.
+"""Rollout files row by row: reading jsonl, parquet and saved HF datasets; writing jsonl or parquet shards.
 
 Reading takes the files `genesys.inputs.resolve_inputs` found and yields `RowRecord`s with a
 `file:line` (or `file#row`) location, so a bad row can be reported and skipped without stopping the

@@ -1,10 +1,10 @@
 """The generation run: select tasks, skip what the output already holds, generate, verify, write.
 
-Every rollout's `response_id` is `<task key>-<sample index>` (`genesys.identity`), where the task
-key hashes what defines the task. Rows are written in atomic units, so after a crash the same command generates exactly the
-(task, sample) pairs that are missing. With verification on, rows go to the streaming
-`VerificationEngine` as they are generated and are written once verified; generation only waits for
-it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
+Every rollout's `response_id` is `<task key>-<sample index>`, the task key hashing what defines the
+task (`genesys.identity`). Rows are written in atomic units, so after a crash the same command
+generates exactly the (task, sample) pairs that are missing. With verification on, rows go to the
+streaming `VerificationEngine` as they are generated and are written once verified; generation only
+waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
 """
 
 from __future__ import annotations
