@@ -16,10 +16,12 @@ import polars as pl
 
 from genesys.errors import InputError
 from genesys.inputs import InputFile
+from genesys.io import iter_rows
 from genesys.schema import JSON_COLUMNS
 
 # Why a row is unusable for the caller, or None.
 RowCheck = Callable[[dict[str, Any]], str | None]
+
 # Columns whose type must agree across files, whatever a reader would infer from the first rows.
 _FIXED_TYPES: dict[str, pl.DataType] = {
     "problem_id": pl.String(),
@@ -54,8 +56,6 @@ def collect(frame: pl.LazyFrame, files: Sequence[InputFile], check: RowCheck | N
 
 def first_bad_row(files: Sequence[InputFile], check: RowCheck | None = None) -> str | None:
     """`file:line: reason` of the first row of `files` that cannot be parsed or that `check` refuses."""
-    from genesys.io import iter_rows
-
     for record in iter_rows(files):
         problem = record.error
         if problem is None and check is not None:

@@ -26,17 +26,13 @@ def _saved_dataset_dict(path: Path) -> Path:
     return path
 
 
-def _bad_inputs(tmp_path: Path) -> dict[str, tuple[str, str]]:
-    """name -> (input argument, what its error says)."""
+def _bad_input(tmp_path: Path, case: str) -> str:
+    """An input argument every reader must refuse."""
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.csv").write_text("a,b\n")
-    return {
-        "missing": (str(tmp_path / "nope.jsonl"), "does not exist"),
-        "glob": (str(tmp_path / "*.parquet"), "matches no file"),
-        "unsupported": (str(tmp_path / "notes.csv"), "unsupported file type"),
-        "empty directory": (str(tmp_path / "empty"), "holds no .parquet or .jsonl files"),
-        "dataset dict": (str(_saved_dataset_dict(tmp_path / "dd")), "is a DatasetDict; name one split's directory: "),
-    }
+    if case == "dataset dict":
+        return str(_saved_dataset_dict(tmp_path / "dd"))
+    return str(tmp_path / {"missing": "nope.jsonl", "glob": "*.parquet", "unsupported": "notes.csv", "empty directory": "empty"}[case])
 
 
 def _error(call) -> str:
@@ -45,19 +41,29 @@ def _error(call) -> str:
     return str(caught.value)
 
 
-def test_every_reader_refuses_a_bad_input_with_the_same_words(tmp_path: Path):
-    for name, (argument, expected) in _bad_inputs(tmp_path).items():
-        messages = {
-            "rows": _error(lambda: list(iter_rows(resolve_inputs([argument])))),
-            "verify": _error(lambda: verify_files([argument], tmp_path / "out.jsonl", verifiers={})),
-            "filter": _error(lambda: filter_tasks([argument], tmp_path / "kept.jsonl")),
-            "report": _error(lambda: write_report([argument], tmp_path / "report")),
-        }
-        if name != "missing":  # a spec naming no file may still name a task set
-            messages["tasks"] = _error(lambda: load_source(argument))
-        assert len(set(messages.values())) == 1, (name, messages)
-        assert expected in messages["rows"], (name, messages["rows"])
-        assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "kept.jsonl").exists()
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("missing", "does not exist"),
+        ("glob", "matches no file"),
+        ("unsupported", "unsupported file type"),
+        ("empty directory", "holds no .parquet or .jsonl files"),
+        ("dataset dict", "is a DatasetDict; name one split's directory: "),
+    ],
+)
+def test_every_reader_refuses_a_bad_input_with_the_same_words(tmp_path: Path, case: str, expected: str):
+    argument = _bad_input(tmp_path, case)
+    messages = {
+        "rows": _error(lambda: list(iter_rows(resolve_inputs([argument])))),
+        "verify": _error(lambda: verify_files([argument], tmp_path / "out.jsonl", verifiers={})),
+        "filter": _error(lambda: filter_tasks([argument], tmp_path / "kept.jsonl")),
+        "report": _error(lambda: write_report([argument], tmp_path / "report")),
+    }
+    if case != "missing":  # a spec naming no file may still name a task set
+        messages["tasks"] = _error(lambda: load_source(argument))
+    assert len(set(messages.values())) == 1, messages
+    assert expected in messages["rows"]
+    assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "kept.jsonl").exists()
 
 
 def test_a_dataset_dict_names_its_splits_and_a_split_reads(tmp_path: Path):
