@@ -28,6 +28,7 @@ from genesys.config import VerifyConfig
 from genesys.rewards import compute_reward
 from genesys.schema import ERROR_CRASH, ERROR_TIMEOUT, ERROR_UNKNOWN_TYPE, error_kind
 from genesys.errors import InputError
+from genesys.task_types import unknown_type_error
 from genesys.verifier import Verifier, unknown_options
 from genesys.worker import IDLE, SEQ_ASYNC_BATCH, SEQ_SETUP, STATE_SEQ, STATE_START, worker_main
 
@@ -137,7 +138,7 @@ class VerificationEngine:
 
     `submit(key, row)` queues a row; `poll()` returns verified rows as `(key, row)` pairs;
     `drain()` yields the rest once everything submitted is done. Unknown task types are recorded
-    as errors (callers that must refuse them check `known_task_types` first).
+    as errors (callers that must refuse them call `genesys.task_types.refuse_unknown` first).
     """
 
     def __init__(
@@ -213,8 +214,7 @@ class VerificationEngine:
         """Queue one row; waits for results when too many rows are in flight."""
         task_type = row.get("task_type")
         if task_type not in self.classes:
-            known = ", ".join(sorted(self.classes)) or "none installed"
-            self._finish(key, row, None, {}, f"{ERROR_UNKNOWN_TYPE}: no verifier for task_type {task_type!r} (known: {known})")
+            self._finish(key, row, None, {}, f"{ERROR_UNKNOWN_TYPE}: {unknown_type_error(task_type, self.classes)}")
             return
         seq = next(self._seq)
         self._rows[seq] = (key, row)

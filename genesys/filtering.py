@@ -1,22 +1,20 @@
-"""Difficulty filtering: offline by per-task pass rate, online by group signal.
+"""Offline difficulty filtering by per-task pass rate (`filter_tasks`, the `genesys filter` command).
 
-Offline (`filter_tasks`, the `genesys filter` command): the rollouts of each task give its pass rate;
-tasks whose rate lies in [min, max] are written as one task row each. A task is its `problem_id`, or
-its prompt when `problem_id` is missing. Rollouts whose verification failed (score null) are left
-out of the pass rate and counted in `n_errors`; a task with no scored rollout has no pass rate and is
-dropped as unscored.
+The rollouts of each task give its pass rate; tasks whose rate lies in [min, max] are written as one
+task row each. A task is its `problem_id`, or its prompt when `problem_id` is missing
+(`genesys.identity.group_key`). Rollouts whose verification failed (score null) are left out of the
+pass rate and counted in `n_errors`; a task with no scored rollout has no pass rate and is dropped as
+unscored. A score that is not a number in 0..1 is refused, naming its `file:line`.
 
-Online (`split_groups`, `fill_batch`, for a trainer): rollouts are grouped by task, and a group whose
-rollouts all have the same value of the signal (by default binary correctness, score == 1) carries
-no learning signal and is dropped; `fill_batch` refills a batch from further generation rounds.
+The online group filter, for the trainer's rollout source, is `genesys.train.groups`.
 """
 
 from __future__ import annotations
 
-import hashlib
+import math
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +22,13 @@ import orjson
 
 from genesys.config import FilterConfig as PassRateFilter
 from genesys.errors import InputError
+from genesys.identity import group_key_columns
+from genesys.inputs import InputFile, resolve_inputs
 from genesys.rewards import TARGET_LENGTH_COLUMN
 from genesys.schema import JSON_COLUMNS, RESPONSE_COLUMNS, VERDICT_COLUMNS
 
 if TYPE_CHECKING:
     import polars as pl
-
-Row = dict[str, Any]
 
 # Bounds are inclusive; the tolerance keeps a rate like 3/10 inside a bound written as 0.3.
 _BOUND_TOLERANCE = 1e-9
@@ -38,10 +36,7 @@ _ADDED_COLUMNS = ("pass_rate", "n_samples", "n_errors")
 # Per-rollout columns a task row does not keep (`target_length` is a generation setting, not the task's).
 _ROLLOUT_ONLY_COLUMNS = frozenset(RESPONSE_COLUMNS + VERDICT_COLUMNS + ("completion", TARGET_LENGTH_COLUMN) + _ADDED_COLUMNS)
 _ROW_INDEX = "__genesys_row"
-_PROMPT_KEY = "__genesys_prompt_key"
-
-
-# --- offline: pass-rate filtering ----------------------------------------------------------------
+_OUT_OF_RANGE = "__genesys_out_of_range"
 
 
 @dataclass(frozen=True)
@@ -62,51 +57,80 @@ def task_pass_rates(rollouts: pl.LazyFrame, metric: str = "score") -> pl.LazyFra
 
     `n_samples` counts the scored rollouts the rate is taken over; `n_errors` those with a null score.
     """
+    return _task_rows(rollouts, metric).drop(_OUT_OF_RANGE)
+
+
+def _task_rows(rollouts: pl.LazyFrame, metric: str) -> pl.LazyFrame:
+    """`task_pass_rates` plus a column counting each task's scores outside 0..1."""
     import polars as pl
 
     names = rollouts.collect_schema().names()
     if "score" not in names:
         raise InputError("the rollouts have no 'score' column: verify them first (genesys verify), or name a --pass-rate-column")
-    if "problem_id" not in names and "prompt" not in names:
-        raise InputError("the rollouts have neither 'problem_id' nor 'prompt': cannot tell which task a rollout belongs to")
-    keys = [pl.col("problem_id")] if "problem_id" in names else []
-    if "prompt" in names:
-        prompt_key = pl.col("prompt") if not keys else pl.when(pl.col("problem_id").is_null()).then(pl.col("prompt"))
-        keys.append(prompt_key.alias(_PROMPT_KEY))
+    keys = group_key_columns(names)
     task_columns = [name for name in names if name not in _ROLLOUT_ONLY_COLUMNS]
-    carried = [name for name in task_columns if name != "problem_id"]  # problem_id is a key already
     value = pl.col("score") if metric == "score" else (pl.col("score") == 1.0).cast(pl.Float64)
     return (
         rollouts.with_row_index(_ROW_INDEX)
         .group_by(keys)
         .agg(
             pl.col(_ROW_INDEX).min(),
-            *[pl.col(name).first() for name in carried],
+            *[pl.col(name).first() for name in task_columns],
             value.mean().alias("pass_rate"),
             pl.col("score").count().alias("n_samples"),
             pl.col("score").null_count().alias("n_errors"),
+            score_out_of_range(pl.col("score")).sum().alias(_OUT_OF_RANGE),
         )
         .sort(_ROW_INDEX)
-        .select(*task_columns, *_ADDED_COLUMNS)
+        .select(*task_columns, *_ADDED_COLUMNS, _OUT_OF_RANGE)
     )
+
+
+def score_out_of_range(score: pl.Expr) -> pl.Expr:
+    """True where a score is outside 0..1 (NaN included), null where it is null."""
+    return (score < 0.0) | (score > 1.0) | score.is_nan()
+
+
+def score_problem(row: dict[str, Any]) -> str | None:
+    """Why a rollout's score is unusable (not a number in 0..1), or None; a null score is fine."""
+    score = row.get("score")
+    if score is None:
+        return None
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        return f"score {orjson.dumps(score, default=str).decode()} is not a number (scores are numbers in 0..1, or null)"
+    if math.isnan(score) or not 0.0 <= score <= 1.0:
+        return f"score {score!r} is outside 0..1"
+    return None
+
+
+def refuse_out_of_range(count: int, files: Sequence[InputFile]) -> None:
+    """Raise InputError when `count` rollouts of `files` have a score outside 0..1, naming the first."""
+    from genesys.frames import first_bad_row
+
+    if count:
+        where = first_bad_row(files, score_problem)
+        raise InputError(f"{count:,} rollout(s) have a score outside 0..1; the first: {where}")
 
 
 def filter_tasks(inputs: Sequence[str], output: str | Path, config: PassRateFilter = PassRateFilter()) -> FilterSummary:
     """Keep the tasks of `inputs` whose pass rate is within the bounds; write them to `output` (.jsonl or .parquet)."""
     import polars as pl
 
-    from genesys.frames import scan_rollouts
+    from genesys.frames import collect, scan_rollouts
 
     output = Path(output)
     if output.suffix not in (".jsonl", ".parquet"):
         raise InputError(f"output {str(output)!r}: expected a .jsonl or .parquet file")
-    frame = scan_rollouts(inputs)
+    files = resolve_inputs(inputs)
+    frame = scan_rollouts(files)
     rate_column = config.pass_rate_column
     if rate_column is None:
-        tasks = _collect(task_pass_rates(frame, config.metric))
+        tasks = collect(_task_rows(frame, config.metric), files, score_problem)
+        refuse_out_of_range(int(tasks[_OUT_OF_RANGE].sum()), files)
+        tasks = tasks.drop(_OUT_OF_RANGE)
         rate_column = "pass_rate"
     else:
-        tasks = _collect(_checked_rate_column(frame, rate_column))
+        tasks = collect(_checked_rate_column(frame, rate_column), files)
     rate = pl.col(rate_column)
     too_hard = rate < config.min_pass_rate - _BOUND_TOLERANCE
     too_easy = rate > config.max_pass_rate + _BOUND_TOLERANCE
@@ -136,15 +160,6 @@ def _checked_rate_column(frame: pl.LazyFrame, column: str) -> pl.LazyFrame:
     return frame.with_columns(pl.col(column).cast(pl.Float64))
 
 
-def _collect(frame: pl.LazyFrame) -> pl.DataFrame:
-    import polars as pl
-
-    try:
-        return frame.collect(engine="streaming")
-    except pl.exceptions.PolarsError as exc:
-        raise InputError(f"cannot read the input: {exc}") from None
-
-
 def _write_tasks(tasks: pl.DataFrame, output: Path) -> None:
     """Write atomically: parquet keeps dict columns as JSON strings, jsonl as objects."""
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -160,121 +175,3 @@ def _write_tasks(tasks: pl.DataFrame, output: Path) -> None:
                         row[name] = orjson.loads(row[name])
                 handle.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
     os.replace(tmp, output)
-
-
-# --- online: group filtering ---------------------------------------------------------------------
-
-
-def task_key(row: Row) -> str:
-    """The task a rollout belongs to: its `problem_id`, or a hash of its prompt when it has none."""
-    problem_id = row.get("problem_id")
-    if problem_id is not None:
-        return str(problem_id)
-    prompt = row.get("prompt")
-    if prompt is None:
-        raise InputError("a rollout has neither 'problem_id' nor 'prompt': cannot tell which task it belongs to")
-    return "prompt-" + hashlib.blake2b(str(prompt).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def signal_value(row: Row, signal: str = "correct") -> float | None:
-    """The value a group's signal is judged on: "correct" (score == 1), "score" or "reward"; None for an error."""
-    if signal == "correct":
-        score = row.get("score")
-        return None if score is None else float(score == 1.0)
-    if signal in ("score", "reward"):
-        value = row.get(signal)
-        return None if value is None else float(value)
-    raise ValueError(f"signal must be 'correct', 'score' or 'reward', got {signal!r}")
-
-
-def group_by_task(rows: Iterable[Row], key: Callable[[Row], str] = task_key) -> list[list[Row]]:
-    """Rollouts grouped by task, groups in order of first appearance."""
-    groups: dict[str, list[Row]] = {}
-    for row in rows:
-        groups.setdefault(key(row), []).append(row)
-    return list(groups.values())
-
-
-def has_signal(group: Sequence[Row], signal: str = "correct") -> bool:
-    """Whether the group's rollouts differ in the signal; rollouts without a value (errors) are not counted."""
-    values = {value for value in (signal_value(row, signal) for row in group) if value is not None}
-    return len(values) > 1
-
-
-@dataclass
-class GroupSplit:
-    """Groups with signal (`kept`) and without (`dropped`)."""
-
-    kept: list[list[Row]] = field(default_factory=list)
-    dropped: list[list[Row]] = field(default_factory=list)
-
-    @property
-    def fraction_dropped(self) -> float:
-        """Dropped groups over all groups (0.0 when there were none)."""
-        total = len(self.kept) + len(self.dropped)
-        return len(self.dropped) / total if total else 0.0
-
-
-def split_groups(rows: Iterable[Row], signal: str = "correct", key: Callable[[Row], str] = task_key) -> GroupSplit:
-    """Group rollouts by task and separate the groups with signal from those without."""
-    split = GroupSplit()
-    for group in group_by_task(rows, key):
-        (split.kept if has_signal(group, signal) else split.dropped).append(group)
-    return split
-
-
-@dataclass
-class FilledBatch:
-    """A batch of groups with signal, and how it was filled.
-
-    `surplus` holds kept groups beyond the batch size (pass them as `carry` to the next `fill_batch`).
-    """
-
-    groups: list[list[Row]]
-    surplus: list[list[Row]]
-    size: int
-    rounds: int
-    groups_seen: int
-    groups_dropped: int
-
-    @property
-    def complete(self) -> bool:
-        """Whether the batch reached its size within the round cap."""
-        return len(self.groups) == self.size
-
-    @property
-    def fraction_dropped(self) -> float:
-        """Dropped groups over all groups generated for this batch."""
-        return self.groups_dropped / self.groups_seen if self.groups_seen else 0.0
-
-
-def fill_batch(
-    generate: Callable[[int], Iterable[Row]],
-    size: int,
-    *,
-    max_rounds: int = 4,
-    signal: str = "correct",
-    carry: Sequence[list[Row]] = (),
-    key: Callable[[Row], str] = task_key,
-) -> FilledBatch:
-    """Fill a batch of `size` groups with signal, calling `generate(n_missing)` for more rollouts.
-
-    `generate` receives how many groups are still missing and returns verified rollouts (whole groups).
-    It is called at most `max_rounds` times; a batch still short then comes back with `complete` False.
-    Groups in `carry` (an earlier batch's surplus) are used first, without generating.
-    """
-    if size < 1:
-        raise ValueError(f"batch size must be >= 1, got {size}")
-    if max_rounds < 1:
-        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
-    kept = list(carry)
-    rounds = seen = dropped = 0
-    while len(kept) < size and rounds < max_rounds:
-        rounds += 1
-        split = split_groups(generate(size - len(kept)), signal, key)
-        kept.extend(split.kept)
-        seen += len(split.kept) + len(split.dropped)
-        dropped += len(split.dropped)
-    return FilledBatch(
-        groups=kept[:size], surplus=kept[size:], size=size, rounds=rounds, groups_seen=seen, groups_dropped=dropped
-    )

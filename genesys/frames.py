@@ -1,21 +1,26 @@
 """Rollout files as one polars LazyFrame, for whole-dataset work (filtering, reports).
 
 Row-by-row reading with locations lives in `genesys.io`; this module is the columnar view of the
-same inputs (jsonl, parquet, directories of shards, saved HF datasets). Dict-valued columns become
-JSON strings whatever the file held (objects in jsonl, strings or structs in parquet), so inputs of
-either format combine into one frame.
+same files, as `genesys.inputs.resolve_inputs` finds them (jsonl, parquet, saved HF datasets).
+Dict-valued columns become JSON strings whatever the file held (objects in jsonl, strings or structs
+in parquet), so inputs of either format combine into one frame.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from genesys.errors import InputError
-from genesys.io import JSONL_SUFFIXES, PARQUET_SUFFIX, expand_inputs
+from genesys.inputs import InputFile
+from genesys.io import iter_rows
 from genesys.schema import JSON_COLUMNS
+
+# Why a row is unusable for the caller, or None.
+RowCheck = Callable[[dict[str, Any]], str | None]
 
 # Columns whose type must agree across files, whatever a reader would infer from the first rows.
 _FIXED_TYPES: dict[str, pl.DataType] = {
@@ -28,32 +33,36 @@ _FIXED_TYPES: dict[str, pl.DataType] = {
     "error": pl.String(),
     **{name: pl.String() for name in JSON_COLUMNS},
 }
-_HF_MARKERS = ("dataset_info.json", "state.json")
 
 
-def scan_rollouts(inputs: Sequence[str]) -> pl.LazyFrame:
-    """All rows of `inputs` (files, directories, globs) as one lazy frame.
+def scan_rollouts(files: Sequence[InputFile]) -> pl.LazyFrame:
+    """All rows of the input files (from `genesys.inputs.resolve_inputs`) as one lazy frame.
 
     Columns missing from some files are null there. Dict-valued columns are JSON strings.
     """
-    frames = [_scan_path(path) for path in expand_inputs(inputs)]
+    frames = [_SCANNERS[file.format](file.path) for file in files]
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
 
-def _scan_path(path: Path) -> pl.LazyFrame:
-    if path.is_dir():
-        if any((path / marker).exists() for marker in _HF_MARKERS):
-            return _normalise(_scan_hf_dataset(path))
-        shards = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(JSONL_SUFFIXES + (PARQUET_SUFFIX,)))
-        if not shards:
-            raise InputError(f"input directory {str(path)!r} holds no .parquet or .jsonl files")
-        frames = [_scan_path(shard) for shard in shards]
-        return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-    if path.name.endswith(JSONL_SUFFIXES):
-        return _scan_jsonl(path)
-    if path.name.endswith(PARQUET_SUFFIX):
-        return _normalise(pl.scan_parquet(path))
-    raise InputError(f"input {str(path)!r}: unsupported file type (expected .jsonl, .parquet or a directory)")
+def collect(frame: pl.LazyFrame, files: Sequence[InputFile], check: RowCheck | None = None) -> pl.DataFrame:
+    """`frame` (over `files`) collected on the streaming engine. When polars cannot read the input,
+    the InputError names the first bad row (`file:line: reason`) as the row reader finds it: one it
+    cannot parse, or one `check` finds fault with."""
+    try:
+        return frame.collect(engine="streaming")
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(first_bad_row(files, check) or f"cannot read the input: {exc}") from None
+
+
+def first_bad_row(files: Sequence[InputFile], check: RowCheck | None = None) -> str | None:
+    """`file:line: reason` of the first row of `files` that cannot be parsed or that `check` refuses."""
+    for record in iter_rows(files):
+        problem = record.error
+        if problem is None and check is not None:
+            problem = check(record.row)  # type: ignore[arg-type]
+        if problem:
+            return f"{record.location}: {problem}"
+    return None
 
 
 def _scan_jsonl(path: Path) -> pl.LazyFrame:
@@ -65,7 +74,8 @@ def _scan_jsonl(path: Path) -> pl.LazyFrame:
     try:
         inferred = pl.scan_ndjson(path).collect_schema()
     except pl.exceptions.PolarsError as exc:
-        raise InputError(f"input {str(path)!r} is not readable as jsonl: {exc}") from None
+        where = first_bad_row([InputFile(path, "jsonl")])
+        raise InputError(where or f"input {str(path)!r} is not readable as jsonl: {exc}") from None
     overrides = {
         name: _FIXED_TYPES.get(name, pl.String())
         for name, dtype in inferred.items()
@@ -74,13 +84,14 @@ def _scan_jsonl(path: Path) -> pl.LazyFrame:
     return pl.scan_ndjson(path, schema_overrides=overrides)
 
 
-def _scan_hf_dataset(path: Path) -> pl.LazyFrame:
-    from datasets import DatasetDict, load_from_disk
+def _scan_parquet(path: Path) -> pl.LazyFrame:
+    return _normalise(pl.scan_parquet(path))
 
-    dataset = load_from_disk(str(path))
-    if isinstance(dataset, DatasetDict):
-        raise InputError(f"input {str(path)!r} is a DatasetDict; name one split's directory: {', '.join(str(path / s) for s in dataset)}")
-    return pl.from_arrow(dataset.data.table).lazy()
+
+def _scan_hf_dataset(path: Path) -> pl.LazyFrame:
+    from datasets import load_from_disk
+
+    return _normalise(pl.from_arrow(load_from_disk(str(path)).data.table).lazy())
 
 
 def _normalise(frame: pl.LazyFrame) -> pl.LazyFrame:
@@ -92,3 +103,6 @@ def _normalise(frame: pl.LazyFrame) -> pl.LazyFrame:
         elif name in _FIXED_TYPES and dtype != _FIXED_TYPES[name]:
             casts.append(pl.col(name).cast(_FIXED_TYPES[name]))
     return frame.with_columns(casts) if casts else frame
+
+
+_SCANNERS = {"jsonl": _scan_jsonl, "parquet": _scan_parquet, "hf_dataset": _scan_hf_dataset}

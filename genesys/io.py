@@ -1,13 +1,14 @@
-"""Reading and writing rollout files: jsonl, parquet, directories of parquet shards, saved HF datasets.
+"""Rollout files row by row: reading jsonl, parquet and saved HF datasets; writing jsonl or parquet shards.
 
-Reading yields `RowRecord`s with a `file:line` (or `file#row`) location, so a bad row can be reported
-and skipped without stopping the run. Writing goes through `RolloutWriter`, which appends in atomic
-units and reports the keys already written, so a rerun after a crash resumes without duplicates.
+Reading takes the files `genesys.inputs.resolve_inputs` found and yields `RowRecord`s with a
+`file:line` (or `file#row`) location, so a bad row can be reported and skipped without stopping the
+run. Writing goes through `RolloutWriter`, which appends in atomic units and reports the keys already
+written, so a rerun after a crash resumes without duplicates; `BufferedWriter` gathers rows into
+such units by count and age.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import time
@@ -19,10 +20,9 @@ from typing import Any
 import orjson
 
 from genesys.errors import InputError
+from genesys.inputs import JSONL_SUFFIXES, PARQUET_SUFFIX, InputFile
 from genesys.schema import JSON_COLUMNS
 
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
-PARQUET_SUFFIX = ".parquet"
 _READ_BATCH_ROWS = 4096
 
 
@@ -36,57 +36,11 @@ class RowRecord:
     raw: str | None = None
 
 
-def expand_inputs(patterns: Sequence[str]) -> list[Path]:
-    """Resolve files, directories and glob patterns; a pattern matching nothing is an InputError."""
-    paths: list[Path] = []
-    for pattern in patterns:
-        if glob.has_magic(pattern):
-            matches = sorted(glob.glob(pattern, recursive=True))
-            if not matches:
-                raise InputError(f"input pattern {pattern!r} matches no file")
-            paths.extend(Path(m) for m in matches)
-        else:
-            path = Path(pattern)
-            if not path.exists():
-                raise InputError(f"input {pattern!r} does not exist")
-            paths.append(path)
-    for path in paths:
-        _input_kind(path)  # fail early on an unsupported input, before any work
-    return paths
-
-
-def _input_kind(path: Path) -> str:
-    if path.is_dir():
-        if (path / "dataset_info.json").exists() or (path / "state.json").exists() or (path / "dataset_dict.json").exists():
-            return "hf_dataset"
-        return "directory"
-    if path.name.endswith(JSONL_SUFFIXES):
-        return "jsonl"
-    if path.name.endswith(PARQUET_SUFFIX):
-        return "parquet"
-    raise InputError(f"input {str(path)!r}: unsupported file type (expected .jsonl, .parquet or a directory)")
-
-
-def iter_rows(paths: Sequence[Path]) -> Iterator[RowRecord]:
-    """Every row of every input, in order, with its location."""
-    for path in paths:
-        yield from _iter_path(path)
-
-
-def _iter_path(path: Path) -> Iterator[RowRecord]:
-    kind = _input_kind(path)
-    if kind == "jsonl":
-        yield from _iter_jsonl(path)
-    elif kind == "parquet":
-        yield from _iter_parquet(path)
-    elif kind == "hf_dataset":
-        yield from _iter_hf_dataset(path)
-    else:
-        shards = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(JSONL_SUFFIXES + (PARQUET_SUFFIX,)))
-        if not shards:
-            raise InputError(f"input directory {str(path)!r} holds no .parquet or .jsonl files")
-        for shard in shards:
-            yield from _iter_path(shard)
+def iter_rows(files: Sequence[InputFile]) -> Iterator[RowRecord]:
+    """Every row of every input file (from `genesys.inputs.resolve_inputs`), in order, with its location."""
+    readers = {"jsonl": _iter_jsonl, "parquet": _iter_parquet, "hf_dataset": _iter_hf_dataset}
+    for file in files:
+        yield from readers[file.format](file.path)
 
 
 def _iter_jsonl(path: Path) -> Iterator[RowRecord]:
@@ -121,11 +75,9 @@ def _iter_parquet(path: Path) -> Iterator[RowRecord]:
 
 
 def _iter_hf_dataset(path: Path) -> Iterator[RowRecord]:
-    from datasets import DatasetDict, load_from_disk
+    from datasets import load_from_disk
 
     dataset = load_from_disk(str(path))
-    if isinstance(dataset, DatasetDict):
-        raise InputError(f"input {str(path)!r} is a DatasetDict; name one split's directory: {', '.join(str(path / s) for s in dataset)}")
     for start in range(0, len(dataset), _READ_BATCH_ROWS):
         batch = dataset[start : start + _READ_BATCH_ROWS]
         columns = list(batch)
@@ -268,6 +220,37 @@ class RolloutWriter:
         pq.write_table(merged, tmp)
         os.replace(tmp, self.path)
         shutil.rmtree(self.shard_dir)
+
+
+class BufferedWriter:
+    """Gathers rows for a `RolloutWriter` and writes them in units of `max_rows` rows, or of what has
+    come in when `max_seconds` have passed since the last write. As a context manager it writes the
+    rest on exit, after an interruption too (every row handed over is complete)."""
+
+    def __init__(self, writer: RolloutWriter, max_rows: int, max_seconds: float = 2.0) -> None:
+        self.writer = writer
+        self.max_rows = max_rows
+        self.max_seconds = max_seconds
+        self._rows: list[dict[str, Any]] = []
+        self._last_write = time.monotonic()
+
+    def __enter__(self) -> BufferedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
+
+    def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Take `rows`; write what is gathered when it is large or old enough."""
+        self._rows.extend(rows)
+        if len(self._rows) >= self.max_rows or (self._rows and time.monotonic() - self._last_write > self.max_seconds):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every gathered row now, as one unit."""
+        self.writer.write(self._rows)
+        self._rows = []
+        self._last_write = time.monotonic()
 
 
 def _cut_torn_line(path: Path) -> None:

@@ -67,10 +67,12 @@ def write_report(inputs: Sequence[str], output_dir: str | Path) -> Report:
 def _load(inputs: Sequence[str]) -> _Data:
     import polars as pl
 
-    from genesys.filtering import task_pass_rates
-    from genesys.frames import scan_rollouts
+    from genesys.filtering import refuse_out_of_range, score_out_of_range, score_problem, task_pass_rates
+    from genesys.frames import collect, scan_rollouts
+    from genesys.inputs import resolve_inputs
 
-    frame = scan_rollouts(inputs)
+    files = resolve_inputs(inputs)
+    frame = scan_rollouts(files)
     names = frame.collect_schema().names()
     if "score" not in names:
         raise InputError("the rollouts have no 'score' column: verify them first (genesys verify)")
@@ -85,13 +87,13 @@ def _load(inputs: Sequence[str]) -> _Data:
         *[pl.lit(None, dtype=pl.Float64).alias(n) for n in ("reward",) if n not in names],
         *[pl.lit(None, dtype=pl.String).alias(n) for n in ("error",) if n not in names],
     )
-    try:
-        rollouts = frame.select(
-            "source", "task_type", "score", "reward", "error", length.alias("length"), (pl.col("score") == 1.0).alias("correct")
-        ).collect(engine="streaming")
-        tasks = task_pass_rates(frame).select("source", "pass_rate", "n_samples").collect(engine="streaming")
-    except pl.exceptions.PolarsError as exc:
-        raise InputError(f"cannot read the input: {exc}") from None
+    rollouts = collect(
+        frame.select("source", "task_type", "score", "reward", "error", length.alias("length"), (pl.col("score") == 1.0).alias("correct")),
+        files,
+        score_problem,
+    )
+    refuse_out_of_range(rollouts.select(score_out_of_range(pl.col("score")).sum()).item(), files)
+    tasks = collect(task_pass_rates(frame).select("source", "pass_rate", "n_samples"), files, score_problem)
     if rollouts.height == 0:
         raise InputError("the input holds no rollouts")
     if rollouts["length"].null_count() == rollouts.height:

@@ -7,7 +7,6 @@ strings; the dataclasses always hold dicts.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,14 +184,4 @@ def error_kind(error: str | None) -> str | None:
     if not error:
         return None
     return error.split(":", 1)[0]
-
-
-def derive_response_id(row: dict[str, Any]) -> str:
-    """A stable id for a rollout row that has no `response_id`, from its task and completion."""
-    hasher = hashlib.blake2b(digest_size=12)
-    for name in ("problem_id", "task_type", "prompt", "llm_response"):
-        value = row.get(name)
-        hasher.update(b"\x00" if value is None else str(value).encode("utf-8", "surrogatepass"))
-        hasher.update(b"\x1f")
-    return "derived-" + hasher.hexdigest()
 

@@ -9,7 +9,6 @@ output already holds, so a crashed run continues and no row is written twice.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +18,16 @@ import orjson
 
 from genesys.engine import TypeStats, VerificationEngine, VerifyConfig
 from genesys.errors import InputError
-from genesys.io import RolloutWriter, RowRecord, expand_inputs, iter_rows
+from genesys.identity import derive_response_id
+from genesys.inputs import InputFile, resolve_inputs
+from genesys.io import BufferedWriter, RolloutWriter, RowRecord, iter_rows
 from genesys.rewards import RewardConfig, missing_reward_input
-from genesys.schema import derive_response_id
+from genesys.task_types import TaskTypeCensus, refuse_unknown
 from genesys.verifier import Verifier
 
 __all__ = ["RunSummary", "VerificationEngine", "VerifyConfig", "verify_files", "verify_rollouts"]
 
 FLUSH_ROWS = 10_000
-FLUSH_SECONDS = 2.0
 
 
 def verify_rollouts(
@@ -72,8 +72,7 @@ class RunSummary:
 
 @dataclass
 class _Scan:
-    task_types: Counter = field(default_factory=Counter)
-    first_seen: dict[str, str] = field(default_factory=dict)
+    task_types: TaskTypeCensus = field(default_factory=TaskTypeCensus)
     valid_rows: int = 0
     rejected: int = 0
     reward_problems: int = 0  # rows lacking what the length penalty needs
@@ -95,11 +94,11 @@ def _unusable(record: RowRecord) -> str | None:
     return None
 
 
-def _scan(paths: Sequence[Path], rejects_path: Path, reward: RewardConfig, known: set[str]) -> _Scan:
+def _scan(files: Sequence[InputFile], rejects_path: Path, reward: RewardConfig, known: set[str]) -> _Scan:
     scan = _Scan()
     rejects_path.parent.mkdir(parents=True, exist_ok=True)
     with open(rejects_path, "wb") as rejects:
-        for record in iter_rows(paths):
+        for record in iter_rows(files):
             reason = _unusable(record)
             if reason:
                 scan.rejected += 1
@@ -107,8 +106,7 @@ def _scan(paths: Sequence[Path], rejects_path: Path, reward: RewardConfig, known
                 rejects.write(orjson.dumps({"location": record.location, "error": reason, "raw": raw}, option=orjson.OPT_APPEND_NEWLINE))
                 continue
             task_type = record.row["task_type"]  # type: ignore[index]
-            scan.task_types[task_type] += 1
-            scan.first_seen.setdefault(task_type, record.location)
+            scan.task_types.add(task_type, record.location)
             scan.valid_rows += 1
             problem = missing_reward_input(record.row, reward) if task_type in known else None  # type: ignore[arg-type]
             if problem:
@@ -119,21 +117,10 @@ def _scan(paths: Sequence[Path], rejects_path: Path, reward: RewardConfig, known
     return scan
 
 
-def _refuse_unknown(scan: _Scan, known: set[str]) -> None:
-    unknown = sorted(set(scan.task_types) - known)
-    if not unknown:
-        return
-    described = "; ".join(f"{t!r} ({scan.task_types[t]} rows, first at {scan.first_seen[t]})" for t in unknown)
-    raise InputError(
-        f"unknown task_type {described}. Known task types: {', '.join(sorted(known)) or 'none'}. "
-        "Install the plugin that serves it, or pass --skip-unknown to record these rows as errors."
-    )
-
-
-def _keyed_rows(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
+def _keyed_rows(files: Sequence[InputFile]) -> Iterator[dict[str, Any]]:
     """Usable rows, each with a unique `response_id` (derived when missing, suffixed when repeated)."""
     seen: set[str] = set()
-    for record in iter_rows(paths):
+    for record in iter_rows(files):
         if _unusable(record):
             continue
         row = record.row
@@ -160,18 +147,18 @@ def verify_files(
 
     Raises InputError (before any verification) for missing inputs and unknown task types.
     """
-    from genesys.progress import RowProgress, print_summary
+    from genesys.progress import RunProgress, print_summary
 
     config = config or VerifyConfig()
-    paths = expand_inputs(inputs)
+    files = resolve_inputs(inputs)
     if verifiers is None:
         from genesys.plugins import verifier_entries
 
         verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
     rejects_path = Path(rejects) if rejects else default_rejects_path(output)
-    scan = _scan(paths, rejects_path, config.reward, set(verifiers))
+    scan = _scan(files, rejects_path, config.reward, set(verifiers))
     if not config.skip_unknown:
-        _refuse_unknown(scan, set(verifiers))
+        refuse_unknown(scan.task_types, verifiers)
     if scan.reward_problems:
         raise InputError(
             f"--length-penalty {config.reward.length_penalty}: {scan.reward_problems} row(s) lack what it needs; "
@@ -181,35 +168,26 @@ def verify_files(
     done = writer.existing_keys()
     summary = RunSummary(output=Path(output), rejected=scan.rejected)
     started = time.monotonic()
-    buffer: list[dict[str, Any]] = []
-    last_flush = time.monotonic()
 
-    def collect(verified: list[tuple[Any, dict[str, Any]]], progress: RowProgress) -> None:
-        nonlocal last_flush
-        buffer.extend(row for _, row in verified)
+    def collect(verified: list[tuple[Any, dict[str, Any]]], out: BufferedWriter, progress: RunProgress) -> None:
+        out.add([row for _, row in verified])
         progress.advance(len(verified))
         summary.verified += len(verified)
-        if len(buffer) >= FLUSH_ROWS or (buffer and time.monotonic() - last_flush > FLUSH_SECONDS):
-            writer.write(buffer)
-            buffer.clear()
-            last_flush = time.monotonic()
 
-    try:
-        with RowProgress(total=scan.valid_rows, enabled=config.progress) as progress:
-            with VerificationEngine(config, verifiers, expected_types=set(scan.task_types)) as engine:
-                for row in _keyed_rows(paths):
+    with BufferedWriter(writer, FLUSH_ROWS) as out:  # on an interruption too, rows verified so far are written
+        with RunProgress(scan.valid_rows, "verifying", "rows", enabled=config.progress) as progress:
+            with VerificationEngine(config, verifiers, expected_types=set(scan.task_types.counts)) as engine:
+                for row in _keyed_rows(files):
                     if row["response_id"] in done:
                         summary.resumed += 1
-                        progress.advance(1)
+                        progress.skip(1)
                         continue
                     engine.submit(row["response_id"], row)
                     if engine.outstanding >= 256:
-                        collect(engine.poll(), progress)
+                        collect(engine.poll(), out, progress)
                 while engine.outstanding:
-                    collect(engine.poll(timeout=0.05), progress)
+                    collect(engine.poll(timeout=0.05), out, progress)
                 summary.stats = engine.stats
-    finally:
-        writer.write(buffer)  # rows verified before an interruption are kept
     writer.close()
     summary.seconds = time.monotonic() - started
     if config.progress:

@@ -151,6 +151,42 @@ def test_unusable_input_is_an_input_error(tmp_path: Path, rows, config, message)
         filter_tasks([str(inputs)], tmp_path / "out.jsonl", config)
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("high", 'rollouts.jsonl:3: score "high" is not a number'),
+        (True, "rollouts.jsonl:3: score true is not a number"),
+        (1.5, "1 rollout(s) have a score outside 0..1; the first: {dir}/rollouts.jsonl:3: score 1.5 is outside 0..1"),
+        (-0.5, "the first: {dir}/rollouts.jsonl:3: score -0.5 is outside 0..1"),
+    ],
+)
+def test_a_bad_score_is_refused_naming_its_file_and_line(tmp_path: Path, bad, message):
+    rows = rollouts({"a": [1.0, 0.0, 0.0], "b": [1.0]})
+    rows[2]["score"] = bad
+    with pytest.raises(InputError) as caught:
+        run_filter(tmp_path, rows)
+    assert message.format(dir=tmp_path) in str(caught.value)
+    assert not (tmp_path / "kept.jsonl").exists()
+
+
+def test_a_bad_score_in_a_parquet_shard_is_named_by_row(tmp_path: Path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    pl.DataFrame({"problem_id": ["a", "a"], "score": [1.0, 0.25]}).write_parquet(shards / "part-0.parquet")
+    pl.DataFrame({"problem_id": ["b", "b"], "score": [0.0, 2.0]}).write_parquet(shards / "part-1.parquet")
+    with pytest.raises(InputError, match=r"part-1\.parquet#1: score 2\.0 is outside 0\.\.1"):
+        filter_tasks([str(shards)], tmp_path / "kept.jsonl")
+
+
+def test_cli_names_the_line_of_a_score_that_is_not_a_number(tmp_path: Path):
+    rows = rollouts()
+    rows[4]["score"] = "0.5"
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    done = subprocess.run([GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f'{inputs}:5: score "0.5" is not a number' in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
 def test_bad_bounds_and_metric_are_refused():
     with pytest.raises(ValueError, match="0 <= min <= max <= 1"):
         PassRateFilter(0.8, 0.2)

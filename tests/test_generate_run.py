@@ -17,9 +17,11 @@ from genesys.engine import VerifyConfig
 from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationResult, PromptStyle, SamplingConfig
 from genesys.generate.prompts import pick_target_length
-from genesys.generate.runner import GenerateConfig, run_generation, task_key
+from genesys.generate.runner import GenerateConfig, run_generation
 from genesys.generate.tiny_model import build_tiny_model
-from genesys.io import RolloutWriter, expand_inputs, iter_rows
+from genesys.identity import task_key
+from genesys.inputs import resolve_inputs
+from genesys.io import RolloutWriter, iter_rows
 from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS
 
 GENESYS = str(Path(sys.executable).with_name("genesys"))
@@ -34,7 +36,7 @@ def tiny_model(tmp_path_factory) -> str:
 
 
 def _rows(path: Path) -> list[dict]:
-    return [record.row for record in iter_rows(expand_inputs([str(path)]))]
+    return [record.row for record in iter_rows(resolve_inputs([str(path)]))]
 
 
 def _config(model: str, output: Path, **overrides) -> GenerateConfig:

@@ -90,6 +90,14 @@ def test_unverified_rollouts_are_refused(tmp_path: Path):
         write_report([str(inputs)], tmp_path / "report")
 
 
+@pytest.mark.parametrize(("bad", "message"), [("x", 'r.jsonl:8: score "x" is not a number'), (7, "r.jsonl:8: score 7 is outside 0..1")])
+def test_a_bad_score_is_refused_naming_its_line(tmp_path: Path, bad, message):
+    rows = rollouts()
+    rows[7]["score"] = bad
+    with pytest.raises(InputError, match=message):
+        write_report([str(write_jsonl(tmp_path / "r.jsonl", rows))], tmp_path / "report")
+
+
 def test_cli_writes_plots_and_summary(tmp_path: Path):
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
     done = subprocess.run([GENESYS, "report", str(inputs), "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)

@@ -9,8 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from genesys.errors import InputError
-from genesys.io import RolloutWriter, expand_inputs, iter_rows
-from genesys.schema import Rollout, SchemaError, Task, Verdict, derive_response_id
+from genesys.identity import derive_response_id
+from genesys.inputs import resolve_inputs
+from genesys.io import BufferedWriter, RolloutWriter, iter_rows
+from genesys.schema import Rollout, SchemaError, Task, Verdict
 
 GENESYS_ROW = {
     "problem_id": "SYNTHETIC-1-math-00042",
@@ -89,7 +91,7 @@ def test_reading_parquet_dirs_and_saved_datasets_with_locations(tmp_path: Path):
     from datasets import Dataset
 
     Dataset.from_list([{"task_type": "echo", "prompt": "a"}, {"task_type": "echo", "prompt": "b"}]).save_to_disk(str(tmp_path / "saved"))
-    records = list(iter_rows(expand_inputs([str(tmp_path / "saved")])))
+    records = list(iter_rows(resolve_inputs([str(tmp_path / "saved")])))
     assert [r.row["prompt"] for r in records] == ["a", "b"]
     assert records[1].location.endswith("saved#1")
 
@@ -97,9 +99,9 @@ def test_reading_parquet_dirs_and_saved_datasets_with_locations(tmp_path: Path):
 def test_unsupported_and_missing_inputs_are_input_errors(tmp_path: Path):
     (tmp_path / "x.csv").write_text("a,b\n")
     with pytest.raises(InputError, match="unsupported"):
-        expand_inputs([str(tmp_path / "x.csv")])
+        resolve_inputs([str(tmp_path / "x.csv")])
     with pytest.raises(InputError, match="matches no file"):
-        expand_inputs([str(tmp_path / "*.jsonl")])
+        resolve_inputs([str(tmp_path / "*.jsonl")])
 
 
 def test_a_crash_during_the_parquet_merge_clean_up_does_not_duplicate_rows(tmp_path: Path):
@@ -132,3 +134,36 @@ def test_a_broken_line_in_a_jsonl_output_is_named_on_resume(tmp_path: Path):
     path.write_text('{"response_id": "a"}\nnot json\n{"response_id": "b"}\n')
     with pytest.raises(InputError, match=r"out.jsonl:2"):
         RolloutWriter(path).existing_keys()
+
+
+def test_buffered_writer_writes_units_by_size_and_age_and_the_rest_on_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import genesys.io
+
+    now = [100.0]
+    monkeypatch.setattr(genesys.io.time, "monotonic", lambda: now[0])
+    shards = tmp_path / "shards"  # one parquet shard per unit written
+
+    def units() -> list[list[str]]:
+        return [pq.read_table(p).column("response_id").to_pylist() for p in sorted(shards.glob("*.parquet"))]
+
+    with pytest.raises(KeyboardInterrupt):
+        with BufferedWriter(RolloutWriter(shards), max_rows=3, max_seconds=2.0) as out:
+            out.add([{"response_id": "a"}, {"response_id": "b"}])
+            assert units() == []
+            out.add([{"response_id": "c"}, {"response_id": "d"}])
+            assert units() == [["a", "b", "c", "d"]]
+            now[0] += 1.0
+            out.add([{"response_id": "e"}])
+            assert len(units()) == 1  # neither full nor old
+            now[0] += 1.5
+            out.add([])
+            assert units()[1:] == [["e"]]  # 2.5 s since the last write
+            now[0] += 10.0
+            out.add([])
+            assert len(units()) == 2  # nothing gathered, nothing written
+            out.add([{"response_id": "f"}])
+            assert units()[2:] == [["f"]]  # the first row after a long pause goes out at once
+            out.add([{"response_id": "g"}])
+            assert len(units()) == 3
+            raise KeyboardInterrupt
+    assert units()[3:] == [["g"]]  # what was handed over is written on the way out

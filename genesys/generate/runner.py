@@ -1,10 +1,10 @@
 """The generation run: select tasks, skip what the output already holds, generate, verify, write.
 
-Every rollout's `response_id` is `<task key>-<sample index>`, where the task key hashes the task's
-identity. Rows are written in atomic units, so after a crash the same command generates exactly the
-(task, sample) pairs that are missing. With verification on, rows go to the streaming
-`VerificationEngine` as they are generated and are written once verified; generation only waits for
-it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
+Every rollout's `response_id` is `<task key>-<sample index>`, the task key hashing what defines the
+task (`genesys.identity`). Rows are written in atomic units, so after a crash the same command
+generates exactly the (task, sample) pairs that are missing. With verification on, rows go to the
+streaming `VerificationEngine` as they are generated and are written once verified; generation only
+waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
 """
 
 from __future__ import annotations
@@ -13,26 +13,25 @@ import hashlib
 import os
 import platform
 import socket
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from genesys.config import GenerateConfig, VerifyConfig
 from genesys.engine import TypeStats
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, create_backend, resolve_backend_name
-from genesys.generate.progress import GenerationProgress, print_generate_summary
 from genesys.generate.prompts import build_messages, pick_target_length, target_instruction
-from genesys.io import RolloutWriter
+from genesys.identity import response_id, task_key
+from genesys.inputs import resolve_inputs
+from genesys.io import BufferedWriter, RolloutWriter, iter_rows
+from genesys.progress import RunProgress, print_generate_summary
 from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
+from genesys.task_types import TaskTypeCensus, refuse_unknown
 
 FLUSH_ROWS = 256
-FLUSH_SECONDS = 2.0
 
 
 @dataclass
@@ -57,18 +56,6 @@ class GenerateSummary:
     tokens: int = 0
     seconds: float = 0.0
     verify_stats: dict[str, TypeStats] = field(default_factory=dict)
-
-
-def task_key(row: dict[str, Any]) -> str:
-    """A stable id of a task from what defines it: source, problem id, type, prompt, verification info."""
-    identity = [None if row.get(name) is None else str(row[name]) for name in ("source", "problem_id", "task_type", "prompt")]
-    identity.append(row.get("verification_info") or {})
-    encoded = orjson.dumps(identity, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    return hashlib.blake2b(encoded, digest_size=10).hexdigest()
-
-
-def response_id(key: str, sample: int) -> str:
-    return f"{key}-{sample}"
 
 
 def request_seed(seed: int, key: str) -> int:
@@ -110,19 +97,16 @@ def plan_tasks(
     return plans, resumed, duplicates
 
 
-def check_verifiable(plans: Sequence[PlannedTask], verify: VerifyConfig) -> None:
+def check_verifiable(selected: Sequence[tuple[str, int, dict[str, Any]]], verify: VerifyConfig) -> None:
     """Refuse, before generating, task types no installed verifier serves (unless skip_unknown)."""
     from genesys.plugins import verifier_entries
 
     if verify.skip_unknown:
         return
-    known = set(verifier_entries())
-    unknown = sorted({p.row["task_type"] for p in plans} - known)
-    if unknown:
-        raise InputError(
-            f"--verify: no verifier for task_type {', '.join(map(repr, unknown))} (installed: {', '.join(sorted(known)) or 'none'}); "
-            "install the plugin that serves it, or pass --skip-unknown to record these rows as errors"
-        )
+    census = TaskTypeCensus()
+    for spec, index, row in selected:
+        census.add(row["task_type"], f"task {index} of {spec!r}")
+    refuse_unknown(census, verifier_entries())
 
 
 # Settings a resumed run may change: more samples, or another engine for the same model.
@@ -131,10 +115,8 @@ RESUMABLE_CHANGES = frozenset({"n", "backend"})
 
 def check_resumable(writer: RolloutWriter, model: str, settings: dict[str, Any]) -> None:
     """Refuse to resume an output made by another model or with other generation settings."""
-    from genesys.io import expand_inputs, iter_rows
-
     existing = writer.path if writer.kind == "jsonl" else writer.shard_dir
-    first = next(iter_rows(expand_inputs([str(existing)])), None)
+    first = next(iter_rows(resolve_inputs([str(existing)])), None)
     if first is None or first.row is None:
         return
     found_model = first.row.get("model_name")
@@ -212,25 +194,6 @@ def _requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[
         yield GenerationRequest(plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key))
 
 
-class _BufferedWriter:
-    """Collects rows and writes them in units of FLUSH_ROWS rows or FLUSH_SECONDS seconds."""
-
-    def __init__(self, writer: RolloutWriter) -> None:
-        self.writer = writer
-        self.buffer: list[dict[str, Any]] = []
-        self.last_flush = time.monotonic()
-
-    def add(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.buffer.extend(rows)
-        if len(self.buffer) >= FLUSH_ROWS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
-            self.flush()
-
-    def flush(self) -> None:
-        self.writer.write(self.buffer)
-        self.buffer = []
-        self.last_flush = time.monotonic()
-
-
 def run_generation(config: GenerateConfig, backend: Backend | None = None) -> GenerateSummary:
     """Generate the missing rollouts of `config` into its output; `backend` overrides building one."""
     if config.target_lengths is not None:
@@ -246,16 +209,17 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
         check_resumable(writer, config.model, settings)
     plans, resumed, duplicates = plan_tasks(selected, config, done)
     if config.verify is not None:
-        check_verifiable(plans, config.verify)
+        check_verifiable(selected, config.verify)
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
         backend = backend or create_backend(backend_name, config.model, config.sampling, config.style, config.backend_options)
         try:
             builder = RowBuilder(config.model, settings, machine_info(backend))
-            with GenerationProgress(len(plans), enabled=config.progress) as progress:
-                progress.advance_done(len(plans) - len(todo))
-                _generate(todo, config, backend, builder, _BufferedWriter(writer), progress, summary)
+            with RunProgress(len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress) as progress:
+                progress.skip(len(plans) - len(todo))
+                with BufferedWriter(writer, FLUSH_ROWS) as out:
+                    _generate(todo, config, backend, builder, out, progress, summary)
                 summary.seconds = progress.seconds
         finally:
             backend.close()
@@ -270,8 +234,8 @@ def _generate(
     config: GenerateConfig,
     backend: Backend,
     builder: RowBuilder,
-    out: _BufferedWriter,
-    progress: GenerationProgress,
+    out: BufferedWriter,
+    progress: RunProgress,
     summary: GenerateSummary,
 ) -> None:
     plans = {p.key: p for p in todo}
@@ -286,7 +250,7 @@ def _generate(
             tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)
             summary.generated += len(rows)
             summary.tokens += tokens
-            progress.task_done(len(rows), tokens)
+            progress.advance(1, samples=len(rows), tokens=tokens)
             if engine is None:
                 out.add(rows)
                 continue
@@ -296,4 +260,3 @@ def _generate(
         if engine is not None:
             out.add([row for _, row in engine.drain()])
             summary.verify_stats = engine.stats
-        out.flush()

@@ -1,7 +1,8 @@
 """Resolving `--tasks` specs into task rows.
 
 A spec is one of:
-- a local path: a .jsonl or .parquet file, a directory of shards, or a `datasets` dir saved to disk;
+- a local path or glob: a .jsonl or .parquet file, a directory of shards, or a `datasets` dir saved to
+  disk (resolved by `genesys.inputs`, as every command's inputs);
 - `hf:NAME[:key=value,...]`: a dataset on the Hugging Face hub (or any path `datasets.load_dataset`
   accepts), loaded with the options as keyword arguments (`split` defaults to `train`);
 - `NAME[:key=value,...]`: a task set offered by a plugin (`math-samples`, `countdown:count=200`).
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from genesys.errors import InputError
+from genesys.inputs import names_local_input, resolve_inputs
 from genesys.options import parse_key_values
 
 HUB_PREFIX = "hf:"
@@ -45,7 +46,7 @@ def load_source(spec: str) -> TaskSource:
     if spec.startswith(HUB_PREFIX):
         name, options = parse_spec(spec[len(HUB_PREFIX) :])
         return TaskSource(spec, _load_hub(spec, name, options))
-    if Path(spec).exists():
+    if names_local_input(spec):
         return TaskSource(spec, _load_local(spec))
     from genesys.tasks import task_sets
 
@@ -64,10 +65,10 @@ def load_source(spec: str) -> TaskSource:
 
 
 def _load_local(spec: str) -> list[dict[str, Any]]:
-    from genesys.io import expand_inputs, iter_rows
+    from genesys.io import iter_rows
 
     rows = []
-    for record in iter_rows(expand_inputs([spec])):
+    for record in iter_rows(resolve_inputs([spec])):
         if record.row is None:
             raise InputError(f"--tasks {spec!r}: row at {record.location} is unreadable: {record.error}")
         rows.append(record.row)

@@ -1,10 +1,11 @@
-"""Online group filtering: which groups carry signal, the fraction dropped, and refilling a batch."""
+"""The trainer's online group filter: which groups carry signal, the fraction dropped, and refilling a batch."""
 
 from __future__ import annotations
 
 import pytest
 
-from genesys.filtering import fill_batch, group_by_task, has_signal, split_groups, task_key
+from genesys.identity import group_key
+from genesys.train.groups import fill_batch, group_by_task, has_signal, split_groups
 
 
 def group(problem_id: str, scores, rewards=None) -> list[dict]:
@@ -15,7 +16,7 @@ def group(problem_id: str, scores, rewards=None) -> list[dict]:
 def test_groups_follow_problem_id_then_prompt():
     rows = [{"problem_id": "a"}, {"prompt": "q"}, {"problem_id": "a"}, {"prompt": "q"}, {"prompt": "other"}]
     assert [len(g) for g in group_by_task(rows)] == [2, 2, 1]
-    assert task_key({"prompt": "q"}) == task_key({"prompt": "q", "problem_id": None}) != task_key({"prompt": "r"})
+    assert group_key({"prompt": "q"}) == group_key({"prompt": "q", "problem_id": None}) != group_key({"prompt": "r"})
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""Training on verified rollouts: the rollout source's group filter (`genesys.train.groups`)."""
