@@ -227,8 +227,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                    help="task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)")
     p.add_argument("--model", required=True, help="model path or name (for openai: the served model name)")
     p.add_argument("-o", "--output", required=True, help="output: .jsonl, .parquet, or a directory for parquet shards")
-    p.add_argument("--backend", choices=("auto", "vllm", "transformers", "openai"), default="auto",
-                   help="auto: vllm when installed with a GPU, else transformers")
+    p.add_argument("--backend", default="auto",
+                   help="a generation backend: vllm, transformers, openai or one a plugin adds; auto: vllm when installed with a GPU, else transformers")
     g = p.add_argument_group("sampling")
     g.add_argument("-n", "--samples", type=_positive_int, default=1, help="samples per task (default 1)")
     g.add_argument("--max-tokens", type=_positive_int, default=1024, help="completion tokens at most (default 1024)")
@@ -297,13 +297,16 @@ def _backend_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
             raise UsageError(f"{flag} applies to the {' and '.join(backends)} backend, not to {backend}")
     extra = _parse_options(args.backend_arg, "-B/--backend-arg")
     if extra:
-        options[{"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}[backend]] = extra
+        extra_option = {"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}
+        if backend not in extra_option:
+            raise UsageError(f"-B/--backend-arg applies to the {', '.join(extra_option)} backends, not to {backend}")
+        options[extra_option[backend]] = extra
     return options
 
 
 def _run_generate(args: argparse.Namespace) -> int:
     from genesys.generate.backend import PromptStyle, SamplingConfig, resolve_backend_name
-    from genesys.generate.openai import APIError
+    from genesys.http import APIError
     from genesys.generate.runner import GenerateConfig, run_generation
     from genesys.verify import VerifyConfig
 
