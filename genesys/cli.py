@@ -306,8 +306,8 @@ def _backend_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
 
 def _run_generate(args: argparse.Namespace) -> int:
     from genesys.generate.backend import PromptStyle, SamplingConfig, resolve_backend_name
-    from genesys.http import APIError
     from genesys.generate.runner import GenerateConfig, run_generation
+    from genesys.http import APIError
     from genesys.verify import VerifyConfig
 
     backend = resolve_backend_name(args.backend)

@@ -135,7 +135,8 @@ def server():
         yield fake
 
 
-def _requests(count: int, n: int, sampling: SamplingConfig = SamplingConfig()) -> list[GenerationRequest]:
+def _requests(count: int, n: int, sampling: SamplingConfig | None = None) -> list[GenerationRequest]:
+    sampling = sampling or SamplingConfig()
     return [GenerationRequest(f"task{i}", build_messages(f"question {i}", "system words"), list(range(n)), seed=i, sampling=sampling) for i in range(count)]
 
 
