@@ -54,6 +54,11 @@ def test_auto_takes_the_usable_backend_of_highest_priority():
         resolve_backend_name("auto", _manager(BackendSpec("fast", "nowhere:Fast", usable=lambda: False), BackendSpec("remote", "nowhere:Remote")))
 
 
+def test_without_any_backend_the_error_says_to_reinstall():
+    with pytest.raises(InputError, match="no generation backend is registered; reinstall genesys"):
+        resolve_backend_name("transformers", new_plugin_manager(load_entry_points=False))
+
+
 def test_two_plugins_claiming_one_name_or_a_bad_spec_are_refused():
     with pytest.raises(PluginError, match="backend 'twin' is claimed by two plugins"):
         backend_names(_manager(BackendSpec("twin", "a:A"), more=(Plugin(BackendSpec("twin", "b:B")),)))

@@ -199,6 +199,8 @@ def backend_names(pm: pluggy.PluginManager | None = None) -> list[str]:
 def resolve_backend_name(name: str, pm: pluggy.PluginManager | None = None) -> str:
     """A registered backend's name; `auto` becomes the usable backend of highest priority."""
     specs = _specs(pm)
+    if not specs:
+        raise InputError("no generation backend is registered; reinstall genesys (pip install -e .) so its entry points, the built-in backends among them, are current")
     if name != AUTO and name not in specs:
         raise InputError(f"--backend must be one of {', '.join(backend_names(pm))}, got {name!r}")
     if name != AUTO:
