@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternating timed rounds per side (best kept)")
     args = parser.parse_args()
 
-    from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig
+    from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
     from genesys.generate.hf import TransformersBackend
     from genesys.generate.prompts import build_messages, render_ids
     from genesys.generate.tiny_model import build_tiny_model
@@ -61,16 +61,16 @@ def main() -> None:
     )
     sampling = SamplingConfig(n=1, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, seed=0)
     style = PromptStyle()
-    backend = TransformersBackend(str(model_path), sampling, style, batch_size=args.batch_size, device=args.device, dtype=args.dtype)
+    backend = TransformersBackend(str(model_path), style, batch_size=args.batch_size, device=args.device, dtype=args.dtype)
     # A realistic mix of prompt lengths: the bundled tasks, shuffled, repeated up to --prompts.
     tasks = load_sample_file("math_tasks.jsonl") + load_sample_file("code_tasks.jsonl")
     random.Random(0).shuffle(tasks)
     messages = [build_messages(tasks[i % len(tasks)]["prompt"]) for i in range(args.prompts)]
-    requests = [GenerationRequest(f"t{i}", m, [0], seed=i) for i, m in enumerate(messages)]
+    requests = [GenerationRequest(f"t{i}", m, [0], seed=i, sampling=sampling) for i, m in enumerate(messages)]
     prompt_ids = [render_ids(backend.tokenizer, m, style) for m in messages]
 
     def run_backend() -> int:
-        return sum(len(c.completion_ids) for r in backend.generate(requests) for c in r.completions)
+        return sum(len(c.completion_ids) for r in iterate(backend.generate(requests)) for c in r.completions)
 
     def run_plain() -> int:
         return plain_generate_loop(backend.model, backend.tokenizer, prompt_ids, batch_size=args.batch_size, max_tokens=args.max_tokens, device=args.device)

@@ -1,7 +1,8 @@
-"""Plugin discovery: pluggy hook specs, the plugin manager and the verifier registry.
+"""Plugin discovery: pluggy hook specs, the plugin manager, and the verifier and backend registries.
 
 Plugins are modules (or objects) with `@genesys.hookimpl` functions, found through the entry-point
-group `genesys`. The built-in verifiers are registered through the very same group.
+group `genesys`. The built-in verifiers and generation backends are registered through the very same
+group.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from genesys.verifier import Verifier
+
+if TYPE_CHECKING:
+    from genesys.generate.backend import BackendSpec
 
 PROJECT_NAME = "genesys"
 ENTRY_POINT_GROUP = "genesys"
@@ -44,6 +48,10 @@ class HookSpecs:
     @hookspec
     def genesys_commands(self) -> list[Any]:  # type: ignore[empty-body]
         """Return `click.Command`s to add to the `genesys` command line (e.g. `genesys mycommand`)."""
+
+    @hookspec
+    def genesys_backends(self) -> list[BackendSpec]:  # type: ignore[empty-body]
+        """Return the `genesys.generate.backend.BackendSpec`s (generation backends) this plugin provides."""
 
 
 @dataclass
@@ -131,6 +139,24 @@ def _check_verifier_class(cls: Any, plugin_name: str) -> None:
 
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def backend_specs(pm: pluggy.PluginManager | None = None) -> dict[str, BackendSpec]:
+    """Map each backend name to its spec; two plugins claiming one name is a PluginError."""
+    from genesys.generate.backend import AUTO, BackendSpec
+
+    pm = pm or default_plugin_manager()
+    specs: dict[str, BackendSpec] = {}
+    owners: dict[str, str] = {}
+    for impl in pm.hook.genesys_backends.get_hookimpls():
+        for spec in impl.function() or ():
+            if not isinstance(spec, BackendSpec) or not spec.name or spec.name == AUTO:
+                raise PluginError(f"plugin {impl.plugin_name!r} returned {spec!r} from genesys_backends, not a BackendSpec with a name other than {AUTO!r}")
+            if spec.name in specs and specs[spec.name] != spec:
+                raise PluginError(f"backend {spec.name!r} is claimed by two plugins: {owners[spec.name]} and {impl.plugin_name}; uninstall one of them")
+            specs[spec.name] = spec
+            owners[spec.name] = impl.plugin_name
+    return specs
 
 
 def plugin_infos(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:

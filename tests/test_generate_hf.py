@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
-from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig
+from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
 from genesys.generate.hf import TransformersBackend
 from genesys.generate.prompts import build_messages, render_text
 from genesys.generate.tiny_model import build_tiny_model
@@ -17,18 +21,22 @@ def tiny_model(tmp_path_factory) -> str:
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
 
 
-def _backend(model: str, **sampling) -> TransformersBackend:
-    settings = {"n": 1, "max_tokens": 12, "temperature": 0.8, "top_p": 0.9, "seed": 0} | sampling
-    return TransformersBackend(model, SamplingConfig(**settings), PromptStyle(continuation_prefix="<think>\n"), batch_size=4)
+def _backend(model: str) -> TransformersBackend:
+    return TransformersBackend(model, PromptStyle(continuation_prefix="<think>\n"), batch_size=4)
 
 
-def _request(key: str, prompt: str, n: int, seed: int = 0) -> GenerationRequest:
-    return GenerationRequest(key, build_messages(prompt, "Be brief."), list(range(n)), seed)
+def _request(key: str, prompt: str, n: int, seed: int = 0, **sampling) -> GenerationRequest:
+    settings = {"max_tokens": 12, "temperature": 0.8, "top_p": 0.9} | sampling
+    return GenerationRequest(key, build_messages(prompt, "Be brief."), list(range(n)), seed, SamplingConfig(**settings))
+
+
+def _generate(backend: TransformersBackend, requests: list[GenerationRequest]) -> list:
+    return list(iterate(backend.generate(requests)))
 
 
 def test_n_samples_per_task_with_the_chat_template_and_prefix(tiny_model):
     backend = _backend(tiny_model)
-    results = {r.request.key: r for r in backend.generate([_request("a", "What is 1 + 1?", 3), _request("b", "Name a prime.", 2)])}
+    results = {r.request.key: r for r in _generate(backend, [_request("a", "What is 1 + 1?", 3), _request("b", "Name a prime.", 2)])}
     assert sorted(results) == ["a", "b"]
     assert len(results["a"].completions) == 3 and len(results["b"].completions) == 2
     prompt_text = backend.tokenizer.decode(results["a"].prompt_ids)
@@ -39,35 +47,64 @@ def test_n_samples_per_task_with_the_chat_template_and_prefix(tiny_model):
         assert completion.text == backend.tokenizer.decode(completion.completion_ids, skip_special_tokens=True)
 
 
-def test_logprobs_are_those_of_the_sampled_tokens_even_with_left_padding(tiny_model):
-    backend = _backend(tiny_model, max_tokens=16)
+def _sampled_logprobs(model, prompt_ids: list[int], completion_ids: list[int], temperature: float, top_p: float) -> list[float]:
+    """The logprobs of `completion_ids` under the model's logits divided by `temperature` and cut to
+    the top-p nucleus (the tokens whose more likely tokens hold less than `top_p` of the mass)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0].float()
+    logprobs = []
+    for k, token in enumerate(completion_ids):
+        probs = torch.softmax(logits[len(prompt_ids) - 1 + k] / temperature, dim=-1)
+        ordered, order = probs.sort(descending=True)
+        nucleus = order[(ordered.cumsum(0) - ordered) < top_p]
+        assert token in nucleus.tolist()  # a token outside the nucleus cannot have been sampled
+        logprobs.append(math.log(probs[token] / probs[nucleus].sum()))
+    return logprobs
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8)])
+def test_logprobs_are_those_of_the_sampled_tokens_even_with_left_padding(tiny_model, temperature, top_p):
+    backend = _backend(tiny_model)
     prompts = ["Hi.", "Compute the sum of the first 100 positive integers, then explain it twice over."]
-    results = list(backend.generate([_request(f"k{i}", p, 2, seed=i) for i, p in enumerate(prompts)]))
+    requests = [_request(f"k{i}", p, 2, seed=i, max_tokens=16, temperature=temperature, top_p=top_p) for i, p in enumerate(prompts)]
+    results = _generate(backend, requests)
     lengths = {len(r.prompt_ids) for r in results}
     assert len(lengths) == 2  # the short prompt was left-padded in the batch
     for result in results:
         for completion in result.completions:
             assert len(completion.logprobs) == len(completion.completion_ids)
-            ids = torch.tensor([result.prompt_ids + completion.completion_ids])
-            with torch.no_grad():
-                reference = torch.log_softmax(backend.model(ids).logits[0].float(), dim=-1)
-            start = len(result.prompt_ids) - 1
-            expected = [reference[start + k, token].item() for k, token in enumerate(completion.completion_ids)]
+            expected = _sampled_logprobs(backend.model, result.prompt_ids, completion.completion_ids, temperature, top_p)
             assert completion.logprobs == pytest.approx(expected, abs=1e-4)
             assert all(lp <= 0 for lp in completion.logprobs)
+            untempered = _sampled_logprobs(backend.model, result.prompt_ids, completion.completion_ids, 1.0, 1.0)
+            assert (completion.logprobs == pytest.approx(untempered, abs=1e-4)) == (temperature == 1.0 and top_p == 1.0)
+
+
+def test_each_request_samples_with_its_own_settings_in_one_call(tiny_model):
+    backend = _backend(tiny_model)
+    greedy = _request("greedy", "Tell me a story.", 2, max_tokens=3, temperature=0.0)
+    nucleus = _request("nucleus", "Tell me a story.", 2, max_tokens=6, temperature=1.5, top_p=0.5)
+    results = {r.request.key: r for r in _generate(backend, [greedy, nucleus])}
+    first, second = results["greedy"].completions
+    assert first.completion_ids == second.completion_ids and len(first.completion_ids) <= 3
+    assert first.logprobs == pytest.approx(_sampled_logprobs(backend.model, results["greedy"].prompt_ids, first.completion_ids, 1.0, 1.0), abs=1e-4)
+    for completion in results["nucleus"].completions:
+        assert len(completion.completion_ids) <= 6
+        expected = _sampled_logprobs(backend.model, results["nucleus"].prompt_ids, completion.completion_ids, 1.5, 0.5)
+        assert completion.logprobs == pytest.approx(expected, abs=1e-4)
 
 
 def test_stop_tokens_end_completions_with_finish_reason_stop(tiny_model):
     backend = _backend(tiny_model)
     backend.stop_ids = set(range(len(backend.tokenizer)))  # every token stops: one-token completions
-    [result] = backend.generate([_request("a", "Hello", 2)])
+    [result] = _generate(backend, [_request("a", "Hello", 2)])
     for completion in result.completions:
         assert len(completion.completion_ids) == 1 and len(completion.logprobs) == 1
         assert completion.finish_reason == "stop"
 
 
 def test_length_limit_gives_finish_reason_length(tiny_model):
-    backend = _backend(tiny_model, max_tokens=5)
+    backend = _backend(tiny_model)
     backend.stop_ids = {backend.tokenizer.eos_token_id}
     completion = backend._completion([7, 8, 9, 10, 11], [-1.0] * 5)
     assert completion.finish_reason == "length" and completion.completion_ids == [7, 8, 9, 10, 11]
@@ -77,19 +114,70 @@ def test_length_limit_gives_finish_reason_length(tiny_model):
 
 
 def test_seeded_sampling_repeats_and_greedy_is_deterministic(tiny_model):
-    first = list(_backend(tiny_model, seed=5).generate([_request("a", "Tell me a story.", 2, seed=5)]))[0]
-    again = list(_backend(tiny_model, seed=5).generate([_request("a", "Tell me a story.", 2, seed=5)]))[0]
+    first = _generate(_backend(tiny_model), [_request("a", "Tell me a story.", 2, seed=5)])[0]
+    again = _generate(_backend(tiny_model), [_request("a", "Tell me a story.", 2, seed=5)])[0]
     assert [c.completion_ids for c in first.completions] == [c.completion_ids for c in again.completions]
-    greedy = list(_backend(tiny_model, temperature=0.0).generate([_request("a", "Tell me a story.", 2)]))[0]
+    greedy = _generate(_backend(tiny_model), [_request("a", "Tell me a story.", 2, temperature=0.0)])[0]
     assert greedy.completions[0].completion_ids == greedy.completions[1].completion_ids
 
 
 def test_raw_prompts_without_chat_template(tiny_model):
-    backend = TransformersBackend(tiny_model, SamplingConfig(max_tokens=4), PromptStyle(chat_template=False))
+    backend = TransformersBackend(tiny_model, PromptStyle(chat_template=False))
     messages = build_messages("Just this text.")
     assert render_text(backend.tokenizer, messages, backend.style) == "Just this text."
-    [result] = backend.generate([GenerationRequest("a", messages, [0], 0)])
+    [result] = _generate(backend, [GenerationRequest("a", messages, [0], 0, SamplingConfig(max_tokens=4))])
     assert backend.tokenizer.decode(result.prompt_ids) == "Just this text."
+
+
+def _perturbed_copy(model_dir: str, target: Path) -> dict[str, torch.Tensor]:
+    """A copy of the model with noise added to every weight, saved to `target`; its state dict."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(target)
+    return model.state_dict()
+
+
+def test_update_weights_loads_into_the_live_model_and_stamps_the_results(tiny_model, tmp_path):
+    backend = _backend(tiny_model)
+    request = _request("a", "Tell me a story.", 2, seed=3, max_tokens=8, temperature=1.0, top_p=1.0)
+    fixed = backend.tokenizer("a fixed sequence of words")["input_ids"]
+    before = _generate(backend, [request])[0]
+    before_fixed = _sampled_logprobs(backend.model, fixed[:2], fixed[2:], 1.0, 1.0)
+    weights = _perturbed_copy(tiny_model, tmp_path / "perturbed")
+    asyncio.run(backend.update_weights(weights))
+    fresh = _backend(str(tmp_path / "perturbed"))
+    after, reference = _generate(backend, [request])[0], _generate(fresh, [request])[0]
+    assert (before.weights_version, after.weights_version, reference.weights_version) == (0, 1, 0)
+    after_fixed = _sampled_logprobs(backend.model, fixed[:2], fixed[2:], 1.0, 1.0)
+    assert after_fixed != pytest.approx(before_fixed, abs=1e-3)
+    assert after_fixed == pytest.approx(_sampled_logprobs(fresh.model, fixed[:2], fixed[2:], 1.0, 1.0), abs=1e-5)
+    for mine, theirs in zip(after.completions, reference.completions):
+        assert mine.completion_ids == theirs.completion_ids and mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)
+    assert [c.logprobs for c in after.completions] != [c.logprobs for c in before.completions]
+
+
+def test_update_weights_versions_and_refusals_leave_the_model_unchanged(tiny_model):
+    backend = _backend(tiny_model)
+    name, parameter = next(iter(backend.model.named_parameters()))
+    asyncio.run(backend.update_weights([(name, parameter + 1.0)], version=5))
+    assert backend.weights_version == 5
+    snapshot = {k: v.clone() for k, v in backend.model.state_dict().items()}
+    with pytest.raises(ValueError, match="not newer"):
+        asyncio.run(backend.update_weights([(name, parameter)], version=5))
+    with pytest.raises(ValueError, match="no parameter 'no.such.weight'"):
+        asyncio.run(backend.update_weights({name: parameter * 0, "no.such.weight": parameter}))
+    with pytest.raises(ValueError, match="has shape"):
+        asyncio.run(backend.update_weights({name: parameter[:1] * 0}))
+    assert all(torch.equal(v, snapshot[k]) for k, v in backend.model.state_dict().items())
+    assert backend.weights_version == 5
+    asyncio.run(backend.update_weights({}))
+    assert backend.weights_version == 6
 
 
 def test_a_template_without_system_role_gets_the_system_text_in_the_user_message(tiny_model):

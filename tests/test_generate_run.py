@@ -148,7 +148,7 @@ class InstantBackend:
     def close(self) -> None:
         pass
 
-    def generate(self, requests):
+    async def generate(self, requests):
         for request in requests:
             self.yielded_at.append(time.monotonic())
             completions = [Completion(f"answer {i}", [1, 2], [-0.5, -0.5], "stop") for i in request.sample_indices]

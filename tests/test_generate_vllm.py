@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 
 from genesys.errors import InputError
-from genesys.generate import backend as backend_module
-from genesys.generate.backend import GenerationRequest, resolve_backend_name
-from genesys.generate.vllm import result_from_request_output, sampled_logprobs
+from genesys.generate import builtin
+from genesys.generate.backend import GenerationRequest, iterate, resolve_backend_name
+from genesys.generate.vllm import WeightLoader, result_from_request_output, sampled_logprobs
 
 
 # Shaped like vllm.logprobs.Logprob, vllm.outputs.CompletionOutput and vllm.outputs.RequestOutput.
@@ -71,9 +72,9 @@ def test_missing_logprobs_stay_missing():
 
 
 def test_auto_picks_transformers_without_vllm_and_a_gpu(monkeypatch):
-    monkeypatch.setattr(backend_module, "vllm_usable", lambda: False)
+    monkeypatch.setattr(builtin, "vllm_usable", lambda: False)
     assert resolve_backend_name("auto") == "transformers"
-    monkeypatch.setattr(backend_module, "vllm_usable", lambda: True)
+    monkeypatch.setattr(builtin, "vllm_usable", lambda: True)
     assert resolve_backend_name("auto") == "vllm"
     assert resolve_backend_name("openai") == "openai"
     with pytest.raises(InputError, match="--backend"):
@@ -92,8 +93,8 @@ def test_vllm_backend_on_a_gpu(tmp_path):
     from genesys.generate.vllm import VLLMBackend
 
     model = build_tiny_model(tmp_path / "model", hidden_size=256, heads=4)  # head size 64 suits every attention kernel
-    backend = VLLMBackend(str(model), SamplingConfig(n=2, max_tokens=8), PromptStyle(), engine_args={"gpu_memory_utilization": 0.3})
-    [result] = backend.generate([GenerationRequest("a", build_messages("hi"), [0, 1], seed=0)])
+    backend = VLLMBackend(str(model), PromptStyle(), engine_args={"gpu_memory_utilization": 0.3})
+    [result] = iterate(backend.generate([GenerationRequest("a", build_messages("hi"), [0, 1], seed=0, sampling=SamplingConfig(n=2, max_tokens=8))]))
     assert len(result.completions) == 2
     assert all(len(c.logprobs) == len(c.completion_ids) for c in result.completions)
 
@@ -101,26 +102,23 @@ def test_vllm_backend_on_a_gpu(tmp_path):
 def test_missing_vllm_is_a_clear_input_error(monkeypatch):
     import sys
 
-    from genesys.generate.backend import PromptStyle, SamplingConfig
+    from genesys.generate.backend import PromptStyle
     from genesys.generate.vllm import VLLMBackend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now fails, as on a machine without it
     with pytest.raises(InputError, match="needs vLLM"):
-        VLLMBackend("some-model", SamplingConfig(), PromptStyle())
+        VLLMBackend("some-model", PromptStyle())
 
 
-def test_backend_drives_the_offline_engine_as_documented(monkeypatch):
-    """A stand-in `vllm` module records how the backend builds the engine and its requests."""
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A stand-in `vllm` module whose engine records how the backend builds and drives it."""
     import sys
-    import types
 
-    from genesys.generate.backend import PromptStyle, SamplingConfig
-    from genesys.generate.prompts import build_messages
     from genesys.generate.tiny_model import train_tokenizer
-    from genesys.generate.vllm import VLLMBackend
 
     tokenizer = train_tokenizer(["a few words of text to learn from", "and a few more"], vocab_size=300)
-    calls: dict = {"generate": []}
+    calls: dict = {"generate": [], "rpc": [], "reset_prefix_cache": 0}
 
     class SamplingParams:
         def __init__(self, **kwargs):
@@ -142,18 +140,66 @@ def test_backend_drives_the_offline_engine_as_documented(monkeypatch):
                 for i, (p, sp) in enumerate(zip(prompts, params))
             ]
 
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams, __version__="test"))
-    backend = VLLMBackend("org/model", SamplingConfig(n=3, max_tokens=99, temperature=0.7, top_p=0.9, seed=4), PromptStyle(continuation_prefix="<think>\n"),
-                          tensor_parallel_size=2, batch_size=2, engine_args={"gpu_memory_utilization": 0.8})
-    assert calls["init"] == {"model": "org/model", "tensor_parallel_size": 2, "enable_prefix_caching": True, "seed": 4, "gpu_memory_utilization": 0.8}
-    requests = [GenerationRequest(f"t{i}", build_messages(f"question {i}"), [0, 1, 2] if i else [1], seed=10 + i) for i in range(3)]
-    results = list(backend.generate(requests))
+        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            calls["rpc"].append((method, args))
+            return [None]
+
+        def reset_prefix_cache(self):
+            calls["reset_prefix_cache"] += 1
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams, __version__="test"))
+    return calls, tokenizer
+
+
+def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
+    from genesys.generate.backend import PromptStyle, SamplingConfig
+    from genesys.generate.prompts import build_messages
+    from genesys.generate.vllm import VLLMBackend
+
+    calls, tokenizer = fake_vllm
+    backend = VLLMBackend("org/model", PromptStyle(continuation_prefix="<think>\n"), tensor_parallel_size=2, batch_size=2, seed=4,
+                          engine_args={"gpu_memory_utilization": 0.8})
+    assert calls["init"] == {"model": "org/model", "tensor_parallel_size": 2, "enable_prefix_caching": True, "seed": 4, "gpu_memory_utilization": 0.8,
+                             "logprobs_mode": "processed_logprobs", "worker_extension_cls": "genesys.generate.vllm.WeightLoader"}
+    sampling = [SamplingConfig(n=3, max_tokens=99, temperature=0.7, top_p=0.9, seed=4)] * 2 + [SamplingConfig(max_tokens=5, temperature=0.2)]
+    requests = [GenerationRequest(f"t{i}", build_messages(f"question {i}"), [0, 1, 2] if i else [1], seed=10 + i, sampling=sampling[i]) for i in range(3)]
+    results = list(iterate(backend.generate(requests)))
     assert [len(call[0]) for call in calls["generate"]] == [2, 1]  # batch_size tasks per engine call
     prompts, params, use_tqdm = calls["generate"][0]
     assert use_tqdm is False
     assert tokenizer.decode(prompts[0]["prompt_token_ids"]).endswith("question 0<|im_end|>\n<|im_start|>assistant\n<think>\n")
     assert params[0].kwargs == {"n": 1, "temperature": 0.7, "top_p": 0.9, "max_tokens": 99, "seed": 10, "logprobs": 0}
     assert params[1].kwargs["n"] == 3
+    assert calls["generate"][1][1][0].kwargs == {"n": 3, "temperature": 0.2, "top_p": 1.0, "max_tokens": 5, "seed": 12, "logprobs": 0}
     assert [r.request.key for r in results] == ["t0", "t1", "t2"]
     assert [len(r.completions) for r in results] == [1, 3, 3]
     assert results[1].completions[0].logprobs == [-0.5, -0.5] and results[0].prompt_ids == prompts[0]["prompt_token_ids"]
+
+
+def test_new_weights_go_to_every_worker_and_drop_the_prefix_cache(fake_vllm):
+    import asyncio
+
+    import torch
+
+    from genesys.generate.backend import PromptStyle
+    from genesys.generate.prompts import build_messages
+    from genesys.generate.vllm import VLLMBackend
+
+    calls, _ = fake_vllm
+    backend = VLLMBackend("org/model", PromptStyle())
+    weights = {"model.embed_tokens.weight": torch.ones(2, 2)}
+    asyncio.run(backend.update_weights(weights))
+    asyncio.run(backend.update_weights(weights.items(), version=7))
+    assert calls["rpc"] == [("load_genesys_weights", (list(weights.items()),))] * 2 and calls["reset_prefix_cache"] == 2
+    with pytest.raises(ValueError, match="not newer"):
+        asyncio.run(backend.update_weights(weights, version=7))
+    [result] = iterate(backend.generate([GenerationRequest("t", build_messages("q"), [0], seed=0)]))
+    assert result.weights_version == backend.weights_version == 7
+
+
+def test_weight_loader_hands_the_weights_to_the_workers_model():
+    loaded = []
+    worker = WeightLoader()
+    worker.model_runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda weights: loaded.append(weights)))
+    worker.load_genesys_weights([("w", 1)])
+    assert loaded == [[("w", 1)]]

@@ -16,9 +16,10 @@ import pytest
 
 import genesys
 from genesys.engine import VerifyConfig
-from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig
-from genesys.generate.openai import APIError, OpenAIBackend, OpenAIClient, iterate_async
+from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
+from genesys.generate.openai import OpenAIBackend
 from genesys.generate.prompts import build_messages
+from genesys.http import APIError, OpenAIClient
 from genesys.verifiers.llm_judge import LLMJudge, final_answer, parse_rating
 
 GENESYS = str(Path(sys.executable).with_name("genesys"))
@@ -134,14 +135,18 @@ def server():
         yield fake
 
 
-def _requests(count: int, n: int) -> list[GenerationRequest]:
-    return [GenerationRequest(f"task{i}", build_messages(f"question {i}", "system words"), list(range(n)), seed=i) for i in range(count)]
+def _requests(count: int, n: int, sampling: SamplingConfig | None = None) -> list[GenerationRequest]:
+    sampling = sampling or SamplingConfig()
+    return [GenerationRequest(f"task{i}", build_messages(f"question {i}", "system words"), list(range(n)), seed=i, sampling=sampling) for i in range(count)]
+
+
+def _generate(backend: OpenAIBackend, requests: list[GenerationRequest]) -> list:
+    return list(iterate(backend.generate(requests)))
 
 
 def test_chat_backend_maps_text_logprobs_and_token_ids(server):
-    backend = OpenAIBackend("served-model", SamplingConfig(max_tokens=64, temperature=0.6, top_p=0.95), PromptStyle(),
-                            base_url=server.base_url, api_key="sekret", request_fields={"return_token_ids": True})
-    results = {r.request.key: r for r in backend.generate(_requests(3, 2))}
+    backend = OpenAIBackend("served-model", PromptStyle(), base_url=server.base_url, api_key="sekret", request_fields={"return_token_ids": True})
+    results = {r.request.key: r for r in _generate(backend, _requests(3, 2, SamplingConfig(max_tokens=64, temperature=0.6, top_p=0.95)))}
     assert sorted(results) == ["task0", "task1", "task2"]
     for result in results.values():
         assert result.prompt_ids == [1, 2, 3, 4]
@@ -157,29 +162,29 @@ def test_chat_backend_maps_text_logprobs_and_token_ids(server):
 
 
 def test_token_ids_written_as_tokens_are_parsed(server):
-    backend = OpenAIBackend("m", SamplingConfig(), PromptStyle(), base_url=server.base_url, request_fields={"return_tokens_as_token_ids": True})
-    [result] = backend.generate(_requests(1, 1))
+    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url, request_fields={"return_tokens_as_token_ids": True})
+    [result] = _generate(backend, _requests(1, 1))
     assert result.completions[0].completion_ids == [10, 20, 30] and result.prompt_ids is None
 
 
 def test_without_logprobs_from_the_server_fields_stay_empty(server):
-    backend = OpenAIBackend("m", SamplingConfig(), PromptStyle(), base_url=server.base_url, logprobs=False)
-    [result] = backend.generate(_requests(1, 1))
+    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url, logprobs=False)
+    [result] = _generate(backend, _requests(1, 1))
     assert result.completions[0].logprobs is None and result.completions[0].completion_ids is None
     assert "logprobs" not in server.requests[0][1]
 
 
 def test_continuation_prefix_continues_an_assistant_message(server):
-    backend = OpenAIBackend("m", SamplingConfig(), PromptStyle(continuation_prefix="<think>\n"), base_url=server.base_url)
-    list(backend.generate(_requests(1, 1)))
+    backend = OpenAIBackend("m", PromptStyle(continuation_prefix="<think>\n"), base_url=server.base_url)
+    _generate(backend, _requests(1, 1))
     body = server.requests[0][1]
     assert body["messages"][-1] == {"role": "assistant", "content": "<think>\n"}
     assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
 
 
 def test_raw_prompts_use_the_completions_endpoint(server):
-    backend = OpenAIBackend("m", SamplingConfig(n=2), PromptStyle(chat_template=False, continuation_prefix=">>"), base_url=server.base_url)
-    [result] = backend.generate(_requests(1, 2))
+    backend = OpenAIBackend("m", PromptStyle(chat_template=False, continuation_prefix=">>"), base_url=server.base_url)
+    [result] = _generate(backend, _requests(1, 2, SamplingConfig(n=2)))
     path, body, _ = server.requests[0]
     assert path == "/v1/completions" and body["prompt"] == "system words\n\nquestion 0>>"
     assert [c.text for c in result.completions] == ["continued 0", "continued 1"]
@@ -188,7 +193,7 @@ def test_raw_prompts_use_the_completions_endpoint(server):
 
 def test_retries_429_and_5xx_then_succeeds(server):
     server.failures.extend([429, 503, 500])
-    backend = OpenAIBackend("m", SamplingConfig(), PromptStyle(), base_url=server.base_url)
+    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url)
 
     async def call():
         async with OpenAIClient(server.base_url, max_retries=4, backoff=0.01) as client:
@@ -216,13 +221,13 @@ def test_gives_up_after_the_retries_and_at_once_on_a_client_error(server):
 
 def test_concurrency_is_bounded():
     with FakeServer(delay=0.05) as slow:
-        backend = OpenAIBackend("m", SamplingConfig(), PromptStyle(), base_url=slow.base_url, concurrency=3)
-        results = list(backend.generate(_requests(15, 1)))
+        backend = OpenAIBackend("m", PromptStyle(), base_url=slow.base_url, concurrency=3)
+        results = _generate(backend, _requests(15, 1))
         assert len(results) == 15
         assert 2 <= slow.max_in_flight <= 3
 
 
-def test_iterate_async_stops_the_generator_when_abandoned():
+def test_iterate_stops_the_generator_when_abandoned():
     closed = []
 
     async def numbers():
@@ -232,7 +237,7 @@ def test_iterate_async_stops_the_generator_when_abandoned():
         finally:
             closed.append(True)
 
-    iterator = iterate_async(numbers())
+    iterator = iterate(numbers())
     assert [next(iterator), next(iterator)] == [0, 1]
     iterator.close()
     assert closed == [True]
@@ -322,10 +327,25 @@ def test_generate_command_stops_with_one_line_when_the_server_keeps_failing(tmp_
 
 
 def test_split_samples_sends_one_request_per_sample(server):
-    backend = OpenAIBackend("m", SamplingConfig(), PromptStyle(), base_url=server.base_url, split_samples=True,
-                            request_fields={"return_token_ids": True})
+    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url, split_samples=True, request_fields={"return_token_ids": True})
     request = GenerationRequest("t", build_messages("q"), [1, 3, 4], seed=100)
-    [result] = backend.generate([request])
+    [result] = _generate(backend, [request])
     bodies = sorted((body for _, body, _ in server.requests), key=lambda b: b["seed"])
     assert [(b["n"], b["seed"]) for b in bodies] == [(1, 101), (1, 103), (1, 104)]
     assert len(result.completions) == 3 and result.prompt_ids == [1, 2, 3, 4]
+
+
+def test_each_request_is_sent_with_its_own_sampling_settings(server):
+    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url)
+    cold, hot = _requests(1, 1, SamplingConfig(temperature=0.0, max_tokens=8))[0], _requests(2, 1, SamplingConfig(temperature=1.3, top_p=0.5))[1]
+    _generate(backend, [cold, hot])
+    bodies = {body["messages"][-1]["content"]: body for _, body, _ in server.requests}
+    assert (bodies["question 0"]["temperature"], bodies["question 0"]["max_tokens"]) == (0.0, 8)
+    assert (bodies["question 1"]["temperature"], bodies["question 1"]["top_p"], bodies["question 1"]["max_tokens"]) == (1.3, 0.5, 1024)
+
+
+def test_a_server_cannot_take_new_weights(server):
+    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url)
+    with pytest.raises(NotImplementedError, match="cannot take weights"):
+        asyncio.run(backend.update_weights({}))
+    assert backend.weights_version == 0

@@ -18,7 +18,7 @@ from genesys.config import GenerateCommand
 )
 def command(config: GenerateCommand) -> int:
     from genesys.generate.backend import resolve_backend_name
-    from genesys.generate.openai import APIError
+    from genesys.http import APIError
     from genesys.generate.runner import run_generation
 
     try:

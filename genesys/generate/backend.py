@@ -1,28 +1,44 @@
-"""What every generation backend takes and returns, and how a backend is chosen."""
+"""What every generation backend takes and returns, the registry that names the backends, and the
+bridge from their async interface to synchronous code.
+
+A backend is found through the `genesys_backends` plugin hook (the built-in ones too), so this
+module knows no implementation by name.
+"""
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Iterable, Iterator
+import asyncio
+import importlib
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from genesys.config import PromptStyle, SamplingConfig
 from genesys.errors import InputError
 
-__all__ = ["Backend", "Completion", "GenerationRequest", "GenerationResult", "PromptStyle", "SamplingConfig", "create_backend", "resolve_backend_name"]
+if TYPE_CHECKING:
+    import pluggy
 
-BACKENDS = ("auto", "vllm", "transformers", "openai")
+AUTO = "auto"
+T = TypeVar("T")
+
+# New weights for a backend: a state dict, or (parameter name, tensor) pairs as `named_parameters` gives.
+Weights = Mapping[str, Any] | Iterable[tuple[str, Any]]
 
 
 @dataclass
 class GenerationRequest:
-    """The missing samples of one task: `sample_indices` says which samples they are."""
+    """The missing samples of one task: `sample_indices` says which samples they are.
+
+    `seed` is this request's sampling seed (backends derive its samples' randomness from it);
+    `sampling` gives the temperature, top-p and token limit of this request.
+    """
 
     key: str
     messages: list[dict[str, str]]
     sample_indices: list[int]
     seed: int
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     @property
     def n(self) -> int:
@@ -31,7 +47,8 @@ class GenerationRequest:
 
 @dataclass
 class Completion:
-    """One sampled completion. `logprobs[i]` is the logprob of `completion_ids[i]`."""
+    """One sampled completion. `logprobs[i]` is the logprob of `completion_ids[i]` under the
+    distribution it was sampled from (temperature and top-p applied)."""
 
     text: str
     completion_ids: list[int] | None
@@ -41,19 +58,31 @@ class Completion:
 
 @dataclass
 class GenerationResult:
-    """The completions of one request, in the order of its `sample_indices`."""
+    """The completions of one request, in the order of its `sample_indices`.
+
+    `weights_version` is the backend's `weights_version` when the completions were sampled (the
+    oldest one, should new weights arrive between two of them).
+    """
 
     request: GenerationRequest
     prompt_ids: list[int] | None
     completions: list[Completion] = field(default_factory=list)
+    weights_version: int = 0
 
 
 class Backend(Protocol):
-    """A generation backend. `generate` yields results as they finish, in any order."""
+    """A generation backend, built as `Backend(model, style, **options)`.
+
+    `generate` yields results as they finish, in any order. `update_weights` loads new weights into
+    the running model and stamps the results sampled after it with a new `weights_version`.
+    """
 
     name: str
+    weights_version: int
 
-    def generate(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]: ...
+    def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]: ...
+
+    async def update_weights(self, weights: Weights, version: int | None = None) -> None: ...
 
     def info(self) -> dict[str, Any]:
         """Versions and devices, for the rollouts' `machine_info`."""
@@ -62,34 +91,101 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def vllm_usable() -> bool:
-    """vLLM is installed and a CUDA GPU is visible."""
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def resolve_backend_name(name: str) -> str:
-    """`auto` becomes `vllm` when it can run here, else `transformers`."""
-    if name not in BACKENDS:
-        raise InputError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
-    if name == "auto":
-        return "vllm" if vllm_usable() else "transformers"
-    return name
+def next_weights_version(current: int, version: int | None) -> int:
+    """The version new weights get: `version` when given (it must be newer), else `current + 1`."""
+    if version is None:
+        return current + 1
+    if version <= current:
+        raise ValueError(f"weights version {version} is not newer than the backend's version {current}")
+    return version
 
 
-def create_backend(name: str, model: str, sampling: SamplingConfig, style: PromptStyle, options: dict[str, Any]) -> Backend:
-    """Build the backend `name` (already resolved) for `model`; `options` are its own settings."""
-    if name == "vllm":
-        from genesys.generate.vllm import VLLMBackend
+def iterate(results: AsyncIterator[T]) -> Iterator[T]:
+    """Iterate an async iterator (e.g. `backend.generate(...)`) from synchronous code, on a private
+    event loop. Leaving the loop early closes the async iterator and waits for its threads."""
+    loop = asyncio.new_event_loop()
+    step: asyncio.Future[T] | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(results), loop=loop)
+            try:
+                item = loop.run_until_complete(step)
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if step is not None and not step.done():  # interrupted (e.g. Ctrl-C) while a step was running
+            step.cancel()
+            loop.run_until_complete(asyncio.gather(step, return_exceptions=True))
+        aclose = getattr(results, "aclose", None)
+        if aclose is not None:
+            loop.run_until_complete(aclose())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
-        return VLLMBackend(model, sampling, style, **options)
-    if name == "transformers":
-        from genesys.generate.hf import TransformersBackend
 
-        return TransformersBackend(model, sampling, style, **options)
-    from genesys.generate.openai import OpenAIBackend
+# --- the registry -----------------------------------------------------------------------------------
 
-    return OpenAIBackend(model, sampling, style, **options)
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A generation backend as a plugin registers it through the `genesys_backends` hook.
+
+    `cls` is the backend class, or its `"module:Class"` path, imported only when the backend is built
+    (so listing the backends imports no torch). `usable` says whether the backend can run here;
+    `--backend auto` picks the usable backend of highest `priority` (a backend without `usable` is
+    never picked by `auto`).
+    """
+
+    name: str
+    cls: type | str
+    usable: Callable[[], bool] | None = None
+    priority: int = 0
+    description: str = ""
+
+    def load(self) -> type:
+        """The backend class (importing its module when given as a path)."""
+        if not isinstance(self.cls, str):
+            return self.cls
+        module_name, _, attribute = self.cls.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), attribute)
+        except ImportError as exc:
+            raise InputError(f"--backend {self.name} cannot be loaded ({exc}); install what it needs, e.g. pip install 'genesys[generate]'") from None
+
+
+def _specs(pm: pluggy.PluginManager | None) -> dict[str, BackendSpec]:
+    from genesys.plugins import backend_specs
+
+    return backend_specs(pm)
+
+
+def _by_priority(specs: Iterable[BackendSpec]) -> list[BackendSpec]:
+    return sorted(specs, key=lambda spec: (-spec.priority, spec.name))
+
+
+def backend_names(pm: pluggy.PluginManager | None = None) -> list[str]:
+    """Every name `--backend` accepts: `auto`, then the registered backends, highest priority first."""
+    return [AUTO, *(spec.name for spec in _by_priority(_specs(pm).values()))]
+
+
+def resolve_backend_name(name: str, pm: pluggy.PluginManager | None = None) -> str:
+    """A registered backend's name; `auto` becomes the usable backend of highest priority."""
+    specs = _specs(pm)
+    if not specs:
+        raise InputError("no generation backend is registered; reinstall genesys (pip install -e .) so its entry points, the built-in backends among them, are current")
+    if name != AUTO and name not in specs:
+        raise InputError(f"--backend must be one of {', '.join(backend_names(pm))}, got {name!r}")
+    if name != AUTO:
+        return name
+    for spec in _by_priority(specs.values()):
+        if spec.usable is not None and spec.usable():
+            return spec.name
+    candidates = [spec.name for spec in _by_priority(specs.values()) if spec.usable is not None]
+    raise InputError(f"--backend auto: no backend can run here (tried: {', '.join(candidates) or 'none'}); install one or name a --backend")
+
+
+def create_backend(name: str, model: str, style: PromptStyle, options: dict[str, Any], pm: pluggy.PluginManager | None = None) -> Backend:
+    """Build the backend `name` (or `auto`'s choice) for `model`; `options` are its own settings."""
+    spec = _specs(pm)[resolve_backend_name(name, pm)]
+    return spec.load()(model, style, **options)

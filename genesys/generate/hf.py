@@ -1,32 +1,37 @@
 """The transformers backend: batched `model.generate` on CPU or GPU, with per-token logprobs.
 
-Prompts are sorted by length and padded on the left, so a batch wastes little compute on padding.
-The logprob kept for each completion token is that of the sampled token under the model's own
-distribution (log-softmax of the raw logits, before temperature and top-p), as vLLM reports it.
+Prompts are sorted by length and padded on the left, so a batch wastes little compute on padding;
+requests with other sampling settings go in other batches. The logprob kept for each completion
+token is that of the sampled token under the distribution it was sampled from: the model's logits
+after temperature and top-p (the behaviour policy an importance ratio needs). Greedy decoding
+(temperature 0) keeps the logprob under the untempered logits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import platform
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 from transformers.utils import logging as transformers_logging
 
 from genesys.errors import InputError
-from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig
+from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, Weights, next_weights_version
 from genesys.generate.prompts import render_ids
 
 
 class SampledTokenLogprobs(LogitsProcessor):
     """A logits processor that records, step by step, the logprob of the token sampled at each step.
 
-    At step t it keeps the raw logits; at step t+1 the token sampled at t is the last of
-    `input_ids`, so its logprob (its logit minus the log-sum-exp) is read off then. Memory stays at
-    one (batch, vocab) matrix instead of the logits of every step.
+    Placed last, after the sampling warpers, it sees the scores the token is drawn from. At step t it
+    keeps those scores; at step t+1 the token sampled at t is the last of `input_ids`, so its logprob
+    (its score minus the log-sum-exp) is read off then. Memory stays at one (batch, vocab) matrix
+    instead of the scores of every step.
     """
 
     def __init__(self) -> None:
@@ -52,10 +57,23 @@ class SampledTokenLogprobs(LogitsProcessor):
         return torch.cat(self.steps, dim=1) if self.steps else new_tokens.new_zeros((new_tokens.shape[0], 0), dtype=torch.float32)
 
 
+def sampling_warpers(sampling: SamplingConfig) -> list[LogitsProcessor]:
+    """Temperature then top-p, as transformers would apply them, for a recorder placed after them."""
+    if sampling.temperature <= 0:
+        return []
+    warpers: list[LogitsProcessor] = []
+    if sampling.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(sampling.top_p))
+    return warpers
+
+
 class TransformersBackend:
     """Generation with a transformers causal LM; `batch_size` counts sequences (prompt x sample).
 
-    `dtype` defaults to the checkpoint's own on GPU and float32 on CPU.
+    `dtype` defaults to the checkpoint's own on GPU and float32 on CPU. The model runs in a worker
+    thread, one batch at a time; `update_weights` copies new weights into it between two batches.
     """
 
     name = "transformers"
@@ -63,7 +81,6 @@ class TransformersBackend:
     def __init__(
         self,
         model: str,
-        sampling: SamplingConfig,
         style: PromptStyle,
         *,
         batch_size: int = 32,
@@ -71,7 +88,6 @@ class TransformersBackend:
         dtype: str | None = None,
         model_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        self.sampling = sampling
         self.style = style
         self.batch_size = batch_size
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -87,6 +103,8 @@ class TransformersBackend:
         dtype = dtype or ("float32" if self.device == "cpu" else "auto")
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(self.device).eval()
         self.stop_ids = _stop_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
+        self.weights_version = 0
+        self._model_lock = threading.Lock()  # one batch or one weight update at a time
 
     def info(self) -> dict[str, Any]:
         info = {"backend": self.name, "transformers": transformers.__version__, "torch": torch.__version__, "device": self.device}
@@ -99,39 +117,79 @@ class TransformersBackend:
     def close(self) -> None:
         self.model = None
 
-    def generate(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]:
+    async def update_weights(self, weights: Weights, version: int | None = None) -> None:
+        """Copy `weights` (by parameter or buffer name) into the live model, after the running batch."""
+        await asyncio.to_thread(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+
+    def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
+        with self._model_lock:
+            new_version = next_weights_version(self.weights_version, version)
+            targets = {**dict(self.model.named_parameters(remove_duplicate=False)), **dict(self.model.named_buffers(remove_duplicate=False))}
+            unknown = [name for name, _ in weights if name not in targets]
+            if unknown:
+                raise ValueError(f"the model has no parameter {unknown[0]!r} ({len(unknown)} unknown names); nothing was loaded")
+            mismatched = [(name, tuple(t.shape), tuple(targets[name].shape)) for name, t in weights if tuple(t.shape) != tuple(targets[name].shape)]
+            if mismatched:
+                name, given, expected = mismatched[0]
+                raise ValueError(f"weight {name!r} has shape {given}, the model's has {expected}; nothing was loaded")
+            with torch.no_grad():
+                for name, tensor in weights:
+                    targets[name].copy_(tensor)
+            self.weights_version = new_version
+
+    async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         requests = list(requests)
         prompts = [render_ids(self.tokenizer, r.messages, self.style) for r in requests]
-        # One item per (request, sample), longest prompts first: batches of similar lengths.
-        items = sorted(((i, j) for i, r in enumerate(requests) for j in range(r.n)), key=lambda ij: -len(prompts[ij[0]]))
         partial: dict[int, dict[int, Completion]] = {}
-        for start in range(0, len(items), self.batch_size):
-            batch = items[start : start + self.batch_size]
-            completions = self.generate_batch([prompts[i] for i, _ in batch], seed=requests[batch[0][0]].seed + batch[0][1])
+        versions: dict[int, int] = {}
+        for batch in self._batches(requests, prompts):
+            first, sample = batch[0]
+            completions, version = await asyncio.to_thread(
+                self._run_batch, [prompts[i] for i, _ in batch], requests[first].seed + sample, requests[first].sampling
+            )
             for (i, j), completion in zip(batch, completions):
                 partial.setdefault(i, {})[j] = completion
+                versions[i] = min(versions.get(i, version), version)
                 if len(partial[i]) == requests[i].n:
                     done = partial.pop(i)
-                    yield GenerationResult(requests[i], prompts[i], [done[k] for k in range(requests[i].n)])
+                    yield GenerationResult(requests[i], prompts[i], [done[k] for k in range(requests[i].n)], versions.pop(i))
 
-    def generate_batch(self, prompts: list[list[int]], seed: int) -> list[Completion]:
+    def _batches(self, requests: list[GenerationRequest], prompts: list[list[int]]) -> Iterator[list[tuple[int, int]]]:
+        """(request, sample) items in batches of one sampling setting each, longest prompts first."""
+        groups: dict[tuple[int, float, float], list[tuple[int, int]]] = {}
+        for i, request in enumerate(requests):
+            s = request.sampling
+            groups.setdefault((s.max_tokens, s.temperature, s.top_p), []).extend((i, j) for j in range(request.n))
+        for items in groups.values():
+            items.sort(key=lambda ij: -len(prompts[ij[0]]))
+            for start in range(0, len(items), self.batch_size):
+                yield items[start : start + self.batch_size]
+
+    def _run_batch(self, prompts: list[list[int]], seed: int, sampling: SamplingConfig) -> tuple[list[Completion], int]:
+        """One batch with the model to itself: its completions and the weights version that made them."""
+        with self._model_lock:
+            return self.generate_batch(prompts, seed, sampling), self.weights_version
+
+    def generate_batch(self, prompts: list[list[int]], seed: int, sampling: SamplingConfig) -> list[Completion]:
         """Sample one completion for each prompt (token ids) in one `model.generate` call."""
         encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(self.device)
         recorder = SampledTokenLogprobs()
-        sample = self.sampling.temperature > 0
+        sample = sampling.temperature > 0
         torch.manual_seed(seed)
         with torch.inference_mode():
             sequences = self.model.generate(
                 **encoded,
                 do_sample=sample,
-                temperature=self.sampling.temperature if sample else None,
-                top_p=self.sampling.top_p if sample else None,
+                # Temperature and top-p come as our own warpers, ahead of the recorder; these neutral
+                # values keep transformers (and the model's generation_config) from adding others.
+                temperature=1.0 if sample else None,
+                top_p=1.0 if sample else None,
                 top_k=0 if sample else None,  # 0: no top-k cut, whatever the model's generation_config says
                 repetition_penalty=1.0,
-                max_new_tokens=self.sampling.max_tokens,
+                max_new_tokens=sampling.max_tokens,
                 eos_token_id=sorted(self.stop_ids),
                 pad_token_id=self.tokenizer.pad_token_id,
-                logits_processor=LogitsProcessorList([recorder]),
+                logits_processor=LogitsProcessorList([*sampling_warpers(sampling), recorder]),
             )
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = recorder.finish(new_tokens).cpu().tolist()

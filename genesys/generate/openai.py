@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP: an async client with bounded concurrency and retries, and the backend.
+"""The openai backend: generation through an OpenAI-compatible server (HTTP client in `genesys.http`).
 
 Works with any server speaking the protocol (vLLM, SGLang, hosted APIs). Logprobs are requested
 and kept when the server returns them. Token ids are kept when the server returns them: vLLM does
@@ -9,108 +9,12 @@ with `--backend-arg return_token_ids=true` (ids in `token_ids`) or
 from __future__ import annotations
 
 import asyncio
-import os
-import random
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig
+from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights
 from genesys.generate.prompts import raw_text
-
-RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
-
-
-class APIError(RuntimeError):
-    """A request the server refused, or that still failed after every retry."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class OpenAIClient:
-    """POSTs JSON to an OpenAI-compatible server: at most `concurrency` requests at once, retrying
-    connection errors, 429 and 5xx with exponential backoff (honouring `Retry-After`).
-
-    Use as an async context manager, inside the event loop that runs the requests.
-    """
-
-    def __init__(
-        self,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        *,
-        concurrency: int = 64,
-        max_retries: int = 8,
-        timeout: float = 600.0,
-        backoff: float = 1.0,
-        max_backoff: float = 60.0,
-    ) -> None:
-        import httpx
-
-        self.base_url = resolve_base_url(base_url)
-        api_key = api_key or os.environ.get("OPENAI_API_KEY")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self._semaphore = asyncio.Semaphore(concurrency)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url + "/",
-            headers=headers,
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
-        )
-
-    async def __aenter__(self) -> OpenAIClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._http.aclose()
-
-    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST `body` to `path` (relative to the base URL) and return the JSON reply."""
-        import httpx
-
-        for attempt in range(self.max_retries + 1):
-            retry_after: float | None = None
-            async with self._semaphore:
-                try:
-                    response = await self._http.post(path, json=body)
-                except httpx.TransportError as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
-                else:
-                    if response.status_code < 400:
-                        return response.json()
-                    problem = f"HTTP {response.status_code}: {response.text[:500]}"
-                    if response.status_code not in RETRY_STATUS:
-                        raise APIError(f"{self.base_url}/{path} refused the request: {problem}", response.status_code)
-                    retry_after = _seconds(response.headers.get("retry-after"))
-            if attempt == self.max_retries:
-                break
-            delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
-            await asyncio.sleep(retry_after if retry_after is not None else delay)
-        raise APIError(f"{self.base_url}/{path} failed after {self.max_retries + 1} attempts: {problem}")
-
-    async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.post("chat/completions", body)
-
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.post("completions", body)
-
-
-def resolve_base_url(base_url: str | None) -> str:
-    """The server address: `base_url`, else $OPENAI_BASE_URL, else a local server on port 8000."""
-    return (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
+from genesys.http import APIError, OpenAIClient, resolve_base_url
 
 # --- mapping replies to completions ---------------------------------------------------------------
 
@@ -162,6 +66,7 @@ class OpenAIBackend:
     `PromptStyle(chat_template=False)` the raw prompt text goes to `completions`. A task's samples
     go in one request (`n`), or one request each with `split_samples` (for servers without `n`).
     `request_fields` are added to every request body (e.g. `top_k`, `return_token_ids`).
+    The server owns its weights: `update_weights` is refused and `weights_version` stays 0.
     """
 
     name = "openai"
@@ -169,7 +74,6 @@ class OpenAIBackend:
     def __init__(
         self,
         model: str,
-        sampling: SamplingConfig,
         style: PromptStyle,
         *,
         base_url: str | None = None,
@@ -181,13 +85,13 @@ class OpenAIBackend:
         request_fields: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
-        self.sampling = sampling
         self.style = style
         self.client_options = {"base_url": base_url, "api_key": api_key, "concurrency": concurrency, "max_retries": max_retries}
         self.concurrency = concurrency
         self.logprobs = logprobs
         self.split_samples = split_samples
         self.request_fields = dict(request_fields or {})
+        self.weights_version = 0
 
     def info(self) -> dict[str, Any]:
         return {"backend": self.name, "endpoint": resolve_base_url(self.client_options["base_url"])}
@@ -195,14 +99,21 @@ class OpenAIBackend:
     def close(self) -> None:
         pass
 
+    async def update_weights(self, weights: Weights, version: int | None = None) -> None:
+        raise NotImplementedError(
+            f"the openai backend samples from the server at {resolve_base_url(self.client_options['base_url'])}, "
+            "which cannot take weights from this process; use the transformers or vllm backend to generate with new weights"
+        )
+
     def request_body(self, request: GenerationRequest, samples: list[int]) -> dict[str, Any]:
         """The JSON body asking for `samples` (sample indices) of the request's task."""
+        sampling = request.sampling
         body: dict[str, Any] = {
             "model": self.model,
             "n": len(samples),
-            "max_tokens": self.sampling.max_tokens,
-            "temperature": self.sampling.temperature,
-            "top_p": self.sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
             "seed": request.seed + samples[0],
         }
         if self.style.chat_template:
@@ -239,7 +150,7 @@ class OpenAIBackend:
             completions = [completion_from_text_choice(c) for c in _choices_in_order(reply, len(samples), where)]
         return reply.get("prompt_token_ids"), completions
 
-    async def stream(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
+    async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         """Results as they finish; at most twice `concurrency` requests are started ahead."""
         async with OpenAIClient(**self.client_options) as client:
             pending: set[asyncio.Task[GenerationResult]] = set()
@@ -259,21 +170,3 @@ class OpenAIBackend:
                     task.cancel()
                 if pending:
                     await asyncio.gather(*pending, return_exceptions=True)
-
-    def generate(self, requests: Iterable[GenerationRequest]) -> Iterator[GenerationResult]:
-        return iterate_async(self.stream(requests))
-
-
-def iterate_async(agen: AsyncIterator[Any]) -> Iterator[Any]:
-    """Iterate an async generator from synchronous code, on a private event loop."""
-    loop = asyncio.new_event_loop()
-    try:
-        while True:
-            try:
-                item = loop.run_until_complete(agen.__anext__())  # type: ignore[attr-defined]
-            except StopAsyncIteration:
-                return
-            yield item
-    finally:
-        loop.run_until_complete(agen.aclose())  # type: ignore[attr-defined]
-        loop.close()

@@ -22,7 +22,7 @@ from typing import Any
 from genesys.config import GenerateConfig, VerifyConfig
 from genesys.engine import TypeStats
 from genesys.errors import InputError
-from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, create_backend, resolve_backend_name
+from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, create_backend, iterate, resolve_backend_name
 from genesys.generate.prompts import build_messages, pick_target_length, target_instruction
 from genesys.identity import response_id, task_key
 from genesys.inputs import resolve_inputs
@@ -191,7 +191,7 @@ def _requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[
     for plan in plans:
         instruction = target_instruction(config.target_length_prompt, plan.target_length) if plan.target_length is not None else None
         messages = build_messages(plan.row["prompt"], config.system_prompt, instruction)
-        yield GenerationRequest(plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key))
+        yield GenerationRequest(plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key), config.sampling)
 
 
 def run_generation(config: GenerateConfig, backend: Backend | None = None) -> GenerateSummary:
@@ -213,7 +213,7 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
-        backend = backend or create_backend(backend_name, config.model, config.sampling, config.style, config.backend_options)
+        backend = backend or create_backend(backend_name, config.model, config.style, config.backend_options)
         try:
             builder = RowBuilder(config.model, settings, machine_info(backend))
             with RunProgress(len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress) as progress:
@@ -245,7 +245,7 @@ def _generate(
             from genesys.engine import VerificationEngine
 
             engine = stack.enter_context(VerificationEngine(config.verify))
-        for result in backend.generate(_requests(todo, config)):
+        for result in iterate(backend.generate(_requests(todo, config))):
             rows = builder.rows(plans[result.request.key], result)
             tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)
             summary.generated += len(rows)

@@ -82,7 +82,7 @@ class LLMJudge(genesys.Verifier):
         return JUDGE_INSTRUCTIONS.format(question=rollout.prompt, reference=reference, response=final_answer(rollout.completion))
 
     async def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
-        from genesys.generate.openai import APIError, OpenAIClient
+        from genesys.http import APIError, OpenAIClient
 
         if not self.model:
             return genesys.Verdict.failed("judge_not_configured: set -O judge_model=NAME or $GENESYS_JUDGE_MODEL")

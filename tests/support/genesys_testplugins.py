@@ -1,4 +1,5 @@
-"""Verifiers with known behaviour for engine tests; loaded with GENESYS_PLUGINS=genesys_testplugins."""
+"""Verifiers with known behaviour for engine tests, and a generation backend without a model; loaded
+with GENESYS_PLUGINS=genesys_testplugins."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from fractions import Fraction
 
 import genesys
+from genesys.generate.backend import BackendSpec, Completion, GenerationResult, next_weights_version
 
 
 class Echo(genesys.Verifier):
@@ -161,3 +163,37 @@ class AsyncEcho(genesys.Verifier):
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
     return [Echo, EnvProbe, Odd, Preloaded, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
+
+
+class ScriptedBackend:
+    """A generation backend without a model: sample i of a task answers `<last words of the prompt> #i`,
+    one token per character (its code point), each with logprob -1, cut at the request's max_tokens."""
+
+    name = "scripted"
+
+    def __init__(self, model: str, style, **options) -> None:
+        self.model = model
+        self.weights_version = 0
+
+    def info(self) -> dict:
+        return {"backend": self.name, "model": self.model}
+
+    def close(self) -> None:
+        pass
+
+    async def update_weights(self, weights, version=None) -> None:
+        self.weights_version = next_weights_version(self.weights_version, version)
+
+    async def generate(self, requests):
+        for request in requests:
+            prompt = request.messages[-1]["content"]
+            completions = []
+            for sample in request.sample_indices:
+                text = f"{prompt[-12:]} #{sample}"[: request.sampling.max_tokens]
+                completions.append(Completion(text, [ord(c) for c in text], [-1.0] * len(text), "stop"))
+            yield GenerationResult(request, [ord(c) for c in prompt], completions, self.weights_version)
+
+
+@genesys.hookimpl
+def genesys_backends() -> list[BackendSpec]:
+    return [BackendSpec("scripted", ScriptedBackend, description="scripted answers, no model")]
