@@ -1,28 +1,39 @@
-"""Composing a rollout's `reward` from its verdict: the task score, shaped by a length term.
+"""Rewards: a stage after verification that adds `reward` to verified rows, a weighted sum of terms.
 
-Length is counted in completion tokens: `len(completion_ids)`, or the completion re-tokenized with
-`RewardConfig.tokenizer` when a row has no ids. For a completion of L tokens, target T and
-coefficient c (INTELLECT-2's length-controlled rewards, c = 0.0003 by default):
+    reward = sum(weight * term)
 
-- `none`:     reward = score
-- `exact`:    reward = score - c * |L - T|
-- `max`:      reward = score * clip(c * (T - L) + 0.5, 0, 1)
-- `clip`:     reward = 0 when L > T, else score
+The terms, for a completion of L tokens, target T and coefficient c (INTELLECT-2's length-controlled
+rewards, c = 0.0003 by default). Each length term is the change it makes to the score, so that
+`score` plus one length term at weight 1 is that length penalty's reward:
+
+- `score`:    the task score.
+- `exact`:    -c * |L - T|                          (reward = score - c * |L - T|)
+- `max`:      score * (clip(c * (T - L) + 0.5, 0, 1) - 1)   (reward = score * clip(c * (T - L) + 0.5, 0, 1))
+- `clip`:     -score when L > T, else 0            (reward = 0 when L > T, else score)
 - `overlong`: DAPO's soft overlong punishment. With maximum length M and buffer B,
-              reward = score - penalty * clip((L - (M - B)) / B, 0, 1): no change up to M - B tokens,
-              then a linear ramp down to -penalty at M tokens and beyond.
+              -penalty * clip((L - (M - B)) / B, 0, 1): nothing up to M - B tokens, then a linear
+              ramp down to -penalty at M tokens and beyond.
 
-T is the row's `target_length` column when it has one, else `RewardConfig.target_length`. The
-`score` column is never changed; a verdict that could not be reached (score None) has reward None.
+`RewardConfig.length_penalty` picks the length term that joins `score` at weight 1 (`none`: the score
+alone); `RewardConfig.weights` sets any term's weight (0 drops it), so `length_penalty="exact",
+weights={"exact": 0.5, "overlong": 1.0}` gives score - 0.5 c |L - T| plus the overlong term.
+
+L is `len(completion_ids)`, or the completion re-tokenized with `RewardConfig.tokenizer` when a row
+has no ids. T is the row's `target_length` column when it has one, else `RewardConfig.target_length`.
+The `score` column is never changed; a verdict that could not be reached (score None) has reward None.
+Check rows with `reward_problem` before any work; `RewardStage` loads the tokenizer once, up front.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from genesys.errors import InputError
+from genesys.schema import ErrorKind, VerifyError
 
 LENGTH_PENALTIES = ("none", "exact", "max", "clip", "overlong")
 DEFAULT_LENGTH_COEF = 0.0003
@@ -31,7 +42,7 @@ TARGET_LENGTH_COLUMN = "target_length"
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """How `reward` is derived from `score`; see the module docstring for the formulas."""
+    """How `reward` is derived from `score`; see the module docstring for the terms."""
 
     length_penalty: str = "none"
     coef: float = DEFAULT_LENGTH_COEF
@@ -40,15 +51,21 @@ class RewardConfig:
     overlong_buffer: int | None = None
     overlong_penalty: float = 1.0
     tokenizer: str | None = None
+    weights: Mapping[str, float] = field(default_factory=dict)  # term -> weight, over the defaults
 
     def __post_init__(self) -> None:
         if self.length_penalty not in LENGTH_PENALTIES:
             raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {self.length_penalty!r}")
         if self.coef < 0:
             raise ValueError(f"length coefficient must be >= 0, got {self.coef}")
-        if self.target_length is not None and self.target_length < 0:
-            raise ValueError(f"target length must be >= 0, got {self.target_length}")
-        if self.length_penalty == "overlong":
+        if self.target_length is not None and _as_length(self.target_length) is None:
+            raise ValueError(f"target length must be an integer >= 0, got {self.target_length!r}")
+        for name, weight in self.weights.items():
+            if name not in TERMS:
+                raise ValueError(f"unknown reward term {name!r} in weights; the terms are {', '.join(TERMS)}")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise ValueError(f"the weight of reward term {name!r} must be a finite number, got {weight!r}")
+        if "overlong" in self.terms:
             if self.max_length is None or self.overlong_buffer is None:
                 raise ValueError("length_penalty 'overlong' needs max_length and overlong_buffer")
             if not 0 < self.overlong_buffer <= self.max_length:
@@ -56,82 +73,188 @@ class RewardConfig:
             if self.overlong_penalty < 0:
                 raise ValueError(f"overlong penalty must be >= 0, got {self.overlong_penalty}")
 
+    @property
+    def terms(self) -> dict[str, float]:
+        """The terms the reward sums, with their weights (terms weighted 0 left out)."""
+        defaults = {"score": 1.0} | ({} if self.length_penalty == "none" else {self.length_penalty: 1.0})
+        return {name: float(weight) for name, weight in (defaults | dict(self.weights)).items() if weight}
 
-def compute_reward(score: float | None, row: dict[str, Any], config: RewardConfig) -> float | None:
-    """The reward of a verified row; None when its score is None.
+    def describe(self) -> str:
+        """How this reward was asked for: the length penalty flag, or the weighted terms."""
+        if not self.weights:
+            return f"--length-penalty {self.length_penalty}"
+        return "reward terms " + ", ".join(f"{name} x {weight:g}" for name, weight in self.terms.items())
 
-    Raises InputError naming the row when the length term needs a length or target it lacks.
-    """
-    if score is None:
-        return None
-    mode = config.length_penalty
-    if mode == "none":
-        return score
-    length = completion_length(row, config.tokenizer)
-    if mode == "overlong":
-        assert config.max_length is not None and config.overlong_buffer is not None
-        start = config.max_length - config.overlong_buffer
-        overrun = min(max((length - start) / config.overlong_buffer, 0.0), 1.0)
-        return score - config.overlong_penalty * overrun
-    target = target_length(row, config)
-    if mode == "exact":
-        return score - config.coef * abs(length - target)
-    if mode == "max":
-        return score * min(max(config.coef * (target - length) + 0.5, 0.0), 1.0)
-    return 0.0 if length > target else score  # clip
+    @property
+    def needs_length(self) -> bool:
+        return any(TERMS[name].needs_length for name in self.terms)
+
+    @property
+    def needs_target(self) -> bool:
+        return any(TERMS[name].needs_target for name in self.terms)
 
 
-def missing_reward_input(row: dict[str, Any], config: RewardConfig) -> str | None:
-    """What `row` lacks for the length term of `config` (checked before a run starts), or None."""
-    if config.length_penalty == "none":
-        return None
+class Measures(NamedTuple):
+    """What the terms of one row are computed from; length and target only when a term needs them."""
+
+    score: float
+    length: int = 0
+    target: int = 0
+
+
+@dataclass(frozen=True)
+class Term:
+    """One reward term: a small function of a row's measures, and which measures it needs."""
+
+    compute: Callable[[Measures, RewardConfig], float]
+    needs_length: bool = True
+    needs_target: bool = True
+
+
+def _score(m: Measures, config: RewardConfig) -> float:
+    return m.score
+
+
+def _exact(m: Measures, config: RewardConfig) -> float:
+    return -config.coef * abs(m.length - m.target)
+
+
+def _max(m: Measures, config: RewardConfig) -> float:
+    return m.score * (min(max(config.coef * (m.target - m.length) + 0.5, 0.0), 1.0) - 1.0)
+
+
+def _clip(m: Measures, config: RewardConfig) -> float:
+    return -m.score if m.length > m.target else 0.0
+
+
+def _overlong(m: Measures, config: RewardConfig) -> float:
+    assert config.max_length is not None and config.overlong_buffer is not None
+    start = config.max_length - config.overlong_buffer
+    return -config.overlong_penalty * min(max((m.length - start) / config.overlong_buffer, 0.0), 1.0)
+
+
+TERMS: dict[str, Term] = {
+    "score": Term(_score, needs_length=False, needs_target=False),
+    "exact": Term(_exact),
+    "max": Term(_max),
+    "clip": Term(_clip),
+    "overlong": Term(_overlong, needs_target=False),
+}
+
+
+def reward_problem(row: Mapping[str, Any], config: RewardConfig) -> str | None:
+    """Why the reward of `config` cannot be computed for `row`, or None. Every path checks its rows
+    (or, before generating, the rows it will make) with this before any work."""
     try:
-        _length_source(row, config.tokenizer)
-        if config.length_penalty != "overlong":
+        if config.needs_length:
+            _length_source(row, config.tokenizer is not None)
+        if config.needs_target:
             target_length(row, config)
     except InputError as exc:
         return str(exc)
     return None
 
 
-def completion_length(row: dict[str, Any], tokenizer: str | None = None) -> int:
-    """Completion tokens of `row`: its `completion_ids`, else its `llm_response` tokenized by `tokenizer`."""
-    source = _length_source(row, tokenizer)
-    if isinstance(source, str):
-        return len(_load_tokenizer(tokenizer).encode(source, add_special_tokens=False))
-    return len(source)
+class RewardStage:
+    """Adds `reward` to verified rows. Build one per run, after checking the config: it loads the
+    tokenizer (when the terms may need it) here, never in the middle of a run."""
+
+    def __init__(self, config: RewardConfig) -> None:
+        self.config = config
+        self.terms = [(TERMS[name].compute, weight) for name, weight in config.terms.items()]
+        self.needs_length = config.needs_length
+        self.needs_target = config.needs_target
+        self.tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer and self.needs_length else None
+
+    def reward(self, score: float | None, row: Mapping[str, Any]) -> float | None:
+        """The reward of a row verified with `score`; None when the score is None.
+
+        Raises InputError naming the row when a term needs a length or target the row lacks.
+        """
+        if score is None:
+            return None
+        config = self.config
+        measures = Measures(
+            score,
+            self.completion_length(row) if self.needs_length else 0,
+            target_length(row, config) if self.needs_target else 0,
+        )
+        total = 0.0
+        for compute, weight in self.terms:
+            total += weight * compute(measures, config)
+        return total
+
+    def apply(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Set `reward` on a verified row (in place; returned for convenience). A row the terms
+        cannot measure keeps its score and gets reward None and a `reward_error` error."""
+        error = row.pop("error", None)
+        try:
+            row["reward"] = self.reward(row.get("score"), row)
+        except InputError as exc:
+            row["reward"] = None
+            error = error or str(VerifyError(ErrorKind.REWARD, str(exc)))
+        row["error"] = error  # after reward, where the verdict columns have always had it
+        return row
+
+    def completion_length(self, row: Mapping[str, Any]) -> int:
+        """Completion tokens of `row`: its `completion_ids`, else its completion text tokenized."""
+        source = _length_source(row, self.tokenizer is not None)
+        if isinstance(source, str):
+            return len(self.tokenizer.encode(source, add_special_tokens=False))  # type: ignore[union-attr]
+        return len(source)
 
 
-def _length_source(row: dict[str, Any], tokenizer: str | None) -> Any:
+def _length_source(row: Mapping[str, Any], can_tokenize: bool) -> Any:
     """The row's completion_ids, else its completion text when a tokenizer can count it."""
     ids = row.get("completion_ids")
     if ids is not None:
-        return ids
+        if isinstance(ids, (list, tuple)) or getattr(ids, "ndim", None) == 1:  # arrays and tensors as well
+            return ids
+        raise InputError(f"{describe_row(row)}: completion_ids must be a list of token ids, got {type(ids).__name__} {_clipped(ids)}")
     text = row.get("llm_response", row.get("completion"))
     if text is None:
         raise InputError(f"{describe_row(row)}: no completion_ids and no llm_response to measure the length of")
-    if tokenizer is None:
+    if not can_tokenize:
         raise InputError(f"{describe_row(row)}: no completion_ids; pass a tokenizer (--tokenizer) to count completion tokens")
     return str(text)
 
 
-def target_length(row: dict[str, Any], config: RewardConfig) -> int:
+def target_length(row: Mapping[str, Any], config: RewardConfig) -> int:
     """The target length for `row`: its `target_length` column, else the configured default."""
     value = row.get(TARGET_LENGTH_COLUMN)
     if value is None:
         value = config.target_length
     if value is None:
-        raise InputError(f"{describe_row(row)}: no {TARGET_LENGTH_COLUMN!r} column and no default target length (--target-length)")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{describe_row(row)}: {TARGET_LENGTH_COLUMN!r} must be an integer, got {value!r}") from None
+        raise InputError(
+            f"{describe_row(row)}: no {TARGET_LENGTH_COLUMN!r} column and no default target length "
+            "(--target-length; when generating, --target-lengths gives each task one)"
+        )
+    target = _as_length(value)
+    if target is None:
+        raise InputError(f"{describe_row(row)}: {TARGET_LENGTH_COLUMN!r} must be an integer >= 0, got {_clipped(value)}")
+    return target
 
 
-def describe_row(row: dict[str, Any]) -> str:
+def describe_row(row: Mapping[str, Any]) -> str:
     """A short name for a row in error messages: its response_id and problem_id."""
     names = [f"{key}={row[key]!r}" for key in ("response_id", "problem_id") if row.get(key) is not None]
     return f"row ({', '.join(names)})" if names else "row (no response_id or problem_id)"
+
+
+def _as_length(value: Any) -> int | None:
+    """`value` as a token count (an integer >= 0, also as a whole float or a digit string), or None."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        return None
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return count if count >= 0 else None
+
+
+def _clipped(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @functools.lru_cache(maxsize=4)

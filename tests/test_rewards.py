@@ -11,12 +11,16 @@ import genesys
 from conftest import GENESYS, read_jsonl, rollout, write_jsonl
 from genesys.engine import VerifyConfig
 from genesys.errors import InputError
-from genesys.rewards import RewardConfig, completion_length, compute_reward
+from genesys.rewards import RewardConfig, RewardStage
 from genesys_testplugins import Echo
 
 
 def row(length: int, **extra) -> dict:
     return {"response_id": "r1", "problem_id": "p1", "completion_ids": list(range(length)), **extra}
+
+
+def compute_reward(score, row, config: RewardConfig) -> float | None:
+    return RewardStage(config).reward(score, row)
 
 
 def reward(score, length, **config) -> float | None:
@@ -118,7 +122,7 @@ def test_tokenizer_counts_tokens_when_ids_are_missing(tmp_path: Path):
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
     text_row = {"response_id": "r2", "llm_response": "the answer is four , surely"}
-    assert completion_length(text_row, str(tmp_path / "tok")) == 6
+    assert RewardStage(RewardConfig("clip", target_length=5, tokenizer=str(tmp_path / "tok"))).completion_length(text_row) == 6
     assert compute_reward(1.0, text_row, RewardConfig("clip", target_length=5, tokenizer=str(tmp_path / "tok"))) == 0.0
 
 

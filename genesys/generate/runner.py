@@ -3,8 +3,9 @@
 Every rollout's `response_id` is `<task key>-<sample index>`, where the task key hashes the task's
 identity. Rows are written in atomic units, so after a crash the same command generates exactly the
 (task, sample) pairs that are missing. With verification on, rows go to the streaming
-`VerificationEngine` as they are generated and are written once verified; generation only waits for
-it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
+`VerificationEngine` as they are generated and are written once verified and given their reward;
+generation only waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`. Every
+reward input is checked before generating; rows done when a run fails are written before it ends.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from genesys.generate.backend import Backend, GenerationRequest, GenerationResul
 from genesys.generate.progress import GenerationProgress, print_generate_summary
 from genesys.generate.prompts import DEFAULT_TARGET_LENGTH_PROMPT, build_messages, pick_target_length, target_instruction
 from genesys.io import RolloutWriter
+from genesys.rewards import RewardConfig, RewardStage, reward_problem
 from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
 
 FLUSH_ROWS = 256
@@ -142,6 +144,22 @@ def check_verifiable(plans: Sequence[PlannedTask], verify: VerifyConfig) -> None
             f"--verify: no verifier for task_type {', '.join(map(repr, unknown))} (installed: {', '.join(sorted(known)) or 'none'}); "
             "install the plugin that serves it, or pass --skip-unknown to record these rows as errors"
         )
+
+
+def check_rewardable(plans: Sequence[PlannedTask], reward: RewardConfig) -> None:
+    """Refuse, before generating, a reward that the rows to be generated could not be given."""
+    for plan in plans:
+        problem = reward_problem(_row_to_generate(plan), reward)
+        if problem:
+            raise InputError(f"--verify {reward.describe()}: {problem}")
+
+
+def _row_to_generate(plan: PlannedTask) -> dict[str, Any]:
+    """What `RowBuilder` will make of `plan`, as far as rewards look at it (the ids come later)."""
+    row = {**plan.row, "completion_ids": []}
+    if plan.target_length is not None:
+        row["target_length"] = plan.target_length
+    return row
 
 
 # Settings a resumed run may change: more samples, or another engine for the same model.
@@ -264,8 +282,11 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     if done:
         check_resumable(writer, config.model, settings)
     plans, resumed, duplicates = plan_tasks(selected, config, done)
+    rewards = None
     if config.verify is not None:
         check_verifiable(plans, config.verify)
+        check_rewardable(plans, config.verify.reward)
+        rewards = RewardStage(config.verify.reward)
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
@@ -274,7 +295,7 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             builder = RowBuilder(config.model, settings, machine_info(backend))
             with GenerationProgress(len(plans), enabled=config.progress) as progress:
                 progress.advance_done(len(plans) - len(todo))
-                _generate(todo, config, backend, builder, _BufferedWriter(writer), progress, summary)
+                _generate(todo, config, backend, builder, _BufferedWriter(writer), progress, summary, rewards)
                 summary.seconds = progress.seconds
         finally:
             backend.close()
@@ -292,9 +313,12 @@ def _generate(
     out: _BufferedWriter,
     progress: GenerationProgress,
     summary: GenerateSummary,
+    rewards: RewardStage | None,
 ) -> None:
+    """Generate `todo`; with `rewards` (verification on) rows are written once verified and rewarded."""
     plans = {p.key: p for p in todo}
     with ExitStack() as stack:
+        stack.callback(out.flush)  # rows done are kept, whatever ends the run
         engine = None
         if config.verify is not None:
             from genesys.engine import VerificationEngine
@@ -311,8 +335,7 @@ def _generate(
                 continue
             for row in rows:
                 engine.submit(row["response_id"], row)
-            out.add([row for _, row in engine.poll()])
+            out.add([rewards.apply(row) for _, row in engine.poll()])  # type: ignore[union-attr]
         if engine is not None:
-            out.add([row for _, row in engine.drain()])
+            out.add([rewards.apply(row) for _, row in engine.drain()])  # type: ignore[union-attr]
             summary.verify_stats = engine.stats
-        out.flush()
