@@ -58,6 +58,8 @@ class VerifyConfig:
 
 @dataclass
 class _SentBatch:
+    """A batch a worker holds, until its final Results come back."""
+
     batch_id: int
     task_type: str
     timeout: float
