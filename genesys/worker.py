@@ -118,11 +118,11 @@ def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch: Bat
 
 
 def _run_async_batch(loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch: Batch) -> Results:
-    """Run the batch's rollouts concurrently, each under a soft `timeout`.
+    """Run the batch's rollouts concurrently, each under the batch's timeout (a soft one here).
 
-    Each finished rollout is sent at once and renews the batch's mark, so the engine's hard
-    deadline only fires when no rollout has finished for a whole `timeout`; it then blames only
-    the rollouts that never reported.
+    Each finished rollout is sent at once (none is left to return) and renews the batch's mark, so
+    the engine's hard deadline only fires when no rollout has finished for a whole timeout; it then
+    blames only the rollouts that never reported.
     """
 
     async def one(seq: int, row: dict[str, Any]) -> None:
