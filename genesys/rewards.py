@@ -65,15 +65,17 @@ class RewardConfig:
                 raise ValueError(f"unknown reward term {name!r} in weights; the terms are {', '.join(TERMS)}")
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
                 raise ValueError(f"the weight of reward term {name!r} must be a finite number, got {weight!r}")
+        if not self.terms:
+            raise ValueError("the weights leave no reward term: the reward would always be 0")
         if "overlong" in self.terms:
             if self.max_length is None or self.overlong_buffer is None:
-                raise ValueError("length_penalty 'overlong' needs max_length and overlong_buffer")
+                raise ValueError("the 'overlong' length term needs max_length and overlong_buffer")
             if not 0 < self.overlong_buffer <= self.max_length:
                 raise ValueError(f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}")
             if self.overlong_penalty < 0:
                 raise ValueError(f"overlong penalty must be >= 0, got {self.overlong_penalty}")
 
-    @property
+    @functools.cached_property
     def terms(self) -> dict[str, float]:
         """The terms the reward sums, with their weights (terms weighted 0 left out)."""
         defaults = {"score": 1.0} | ({} if self.length_penalty == "none" else {self.length_penalty: 1.0})
@@ -85,11 +87,11 @@ class RewardConfig:
             return f"--length-penalty {self.length_penalty}"
         return "reward terms " + ", ".join(f"{name} x {weight:g}" for name, weight in self.terms.items())
 
-    @property
+    @functools.cached_property
     def needs_length(self) -> bool:
         return any(TERMS[name].needs_length for name in self.terms)
 
-    @property
+    @functools.cached_property
     def needs_target(self) -> bool:
         return any(TERMS[name].needs_target for name in self.terms)
 
@@ -162,9 +164,8 @@ class RewardStage:
     def __init__(self, config: RewardConfig) -> None:
         self.config = config
         self.terms = [(TERMS[name].compute, weight) for name, weight in config.terms.items()]
-        self.needs_length = config.needs_length
-        self.needs_target = config.needs_target
-        self.tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer and self.needs_length else None
+        self.is_score = config.terms == {"score": 1.0}  # the default: reward = score, nothing to measure
+        self.tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer and config.needs_length else None
 
     def reward(self, score: float | None, row: Mapping[str, Any]) -> float | None:
         """The reward of a row verified with `score`; None when the score is None.
@@ -176,8 +177,8 @@ class RewardStage:
         config = self.config
         measures = Measures(
             score,
-            self.completion_length(row) if self.needs_length else 0,
-            target_length(row, config) if self.needs_target else 0,
+            self.completion_length(row) if config.needs_length else 0,
+            target_length(row, config) if config.needs_target else 0,
         )
         total = 0.0
         for compute, weight in self.terms:
@@ -188,11 +189,15 @@ class RewardStage:
         """Set `reward` on a verified row (in place; returned for convenience). A row the terms
         cannot measure keeps its score and gets reward None and a `reward_error` error."""
         error = row.pop("error", None)
-        try:
-            row["reward"] = self.reward(row.get("score"), row)
-        except InputError as exc:
-            row["reward"] = None
-            error = error or str(VerifyError(ErrorKind.REWARD, str(exc)))
+        score = row.get("score")
+        if self.is_score or score is None:
+            row["reward"] = score
+        else:
+            try:
+                row["reward"] = self.reward(score, row)
+            except InputError as exc:
+                row["reward"] = None
+                error = error or str(VerifyError(ErrorKind.REWARD, str(exc)))
         row["error"] = error  # after reward, where the verdict columns have always had it
         return row
 
