@@ -68,7 +68,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         (tmp_path / "bench_constant_plugin.py").write_text(TRIVIAL_PLUGIN)
-        env = {**os.environ, "GENESYS_PLUGINS": "bench_constant_plugin", "PYTHONPATH": tmp}
+        path = os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))  # keeps a PYTHONPATH checkout first
+        env = {**os.environ, "GENESYS_PLUGINS": "bench_constant_plugin", "PYTHONPATH": path}
         inputs = tmp_path / "rows.jsonl"
         write_rows(inputs, args.rows)
 

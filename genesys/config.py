@@ -14,6 +14,8 @@ read the same `[verify]`, `[sandbox]` and `[reward]` tables.
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -32,6 +34,8 @@ DEFAULT_LENGTH_COEF = 0.0003
 DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
 SANDBOXES = ("auto", "docker", "bwrap", "subprocess")
 METRICS = ("score", "correct")
+# Reward terms (computed in genesys.rewards): name -> (needs the completion length, needs a target length).
+REWARD_TERMS = {"score": (False, False), "exact": (True, True), "max": (True, True), "clip": (True, True), "overlong": (True, False)}
 
 
 def setting(
@@ -179,26 +183,59 @@ class SandboxConfig:
 
 @dataclass(frozen=True, config=SECTION)
 class RewardConfig:
-    """How `reward` is derived from `score` ([reward]); see `genesys.rewards` for the formulas."""
+    """How `reward` is derived from `score` ([reward]): a weighted sum of terms, see `genesys.rewards`."""
 
-    length_penalty: str = setting("none", "length term (none: reward = score)", flags=("--length-penalty",), choices=LENGTH_PENALTIES)
+    length_penalty: str = setting("none", "length term joining the score at weight 1 (none: reward = score)", flags=("--length-penalty",), choices=LENGTH_PENALTIES)
     coef: float = setting(DEFAULT_LENGTH_COEF, "coefficient of exact/max", flags=("--length-coef",))
-    target_length: int | None = setting(None, "target tokens for rows without a target_length column (exact, max, clip)", flags=("--target-length",), ge=0)
+    target_length: int | None = setting(None, "target tokens for rows without a target_length column (exact, max, clip)", flags=("--target-length",))
     max_length: int | None = setting(None, "overlong: the maximum completion length in tokens", flags=("--max-length",), ge=1)
     overlong_buffer: int | None = setting(None, "overlong: tokens before max_length where the penalty ramps up", flags=("--overlong-buffer",), ge=1)
     overlong_penalty: float = setting(1.0, "overlong: the penalty at max_length and beyond", flags=("--overlong-penalty",), ge=0)
     tokenizer: str | None = setting(None, "tokenizer (name or path) counting tokens of rows without completion_ids", flags=("--tokenizer",))
+    weights: dict[str, float] = setting(
+        help=f"reward term weights over the defaults (terms: {', '.join(REWARD_TERMS)}; 0 drops one)",
+        flags=("--reward-weight",), metavar="TERM=WEIGHT", default_factory=dict,
+    )
 
     def __post_init__(self) -> None:
         if self.length_penalty not in LENGTH_PENALTIES:
             raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {self.length_penalty!r}")
         if self.coef < 0:
             raise ValueError(f"length coefficient must be >= 0, got {self.coef}")
-        if self.length_penalty == "overlong":
+        if self.target_length is not None and self.target_length < 0:
+            raise ValueError(f"target length must be an integer >= 0, got {self.target_length!r}")
+        for name, weight in self.weights.items():
+            if name not in REWARD_TERMS:
+                raise ValueError(f"unknown reward term {name!r} in weights; the terms are {', '.join(REWARD_TERMS)}")
+            if not math.isfinite(weight):
+                raise ValueError(f"the weight of reward term {name!r} must be a finite number, got {weight!r}")
+        if not self.terms:
+            raise ValueError("the weights leave no reward term: the reward would always be 0")
+        if "overlong" in self.terms:
             if self.max_length is None or self.overlong_buffer is None:
-                raise ValueError("--length-penalty overlong needs --max-length and --overlong-buffer (reward.max_length, reward.overlong_buffer)")
+                raise ValueError("the 'overlong' length term needs max_length and overlong_buffer (--max-length, --overlong-buffer)")
             if not self.overlong_buffer <= self.max_length:
                 raise ValueError(f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}")
+
+    @functools.cached_property
+    def terms(self) -> dict[str, float]:
+        """The terms the reward sums, with their weights (terms weighted 0 left out)."""
+        defaults = {"score": 1.0} | ({} if self.length_penalty == "none" else {self.length_penalty: 1.0})
+        return {name: float(weight) for name, weight in (defaults | dict(self.weights)).items() if weight}
+
+    @property
+    def needs_length(self) -> bool:
+        return any(REWARD_TERMS[name][0] for name in self.terms)
+
+    @property
+    def needs_target(self) -> bool:
+        return any(REWARD_TERMS[name][1] for name in self.terms)
+
+    def describe(self) -> str:
+        """How this reward was asked for: the length penalty flag, or the weighted terms."""
+        if not self.weights:
+            return f"--length-penalty {self.length_penalty}"
+        return "reward terms " + ", ".join(f"{name} x {weight:g}" for name, weight in self.terms.items())
 
 
 @dataclass(frozen=True, config=SECTION)

@@ -1,7 +1,7 @@
 """The verification engine: a pool of worker processes, hard deadlines, crash recovery.
 
-Rows are submitted with a key and come back, in completion order, with `score`,
-`verification_result_info`, `reward` and `error` added. Rows go to workers in batches of one
+The local `VerificationPool`: rows are submitted with a key and come back, in completion order, with
+`score`, `verification_result_info` and `error` added. Rows go to workers in batches of one
 task_type; each worker publishes which rollout it is on and since when (shared memory), and the
 engine kills a worker whose rollout passes its deadline, records a timeout for that rollout, gives
 the rest of its batches to other workers and starts a replacement. A worker that dies on its own
@@ -18,16 +18,17 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Hashable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from genesys.config import VerifyConfig
-from genesys.rewards import compute_reward
-from genesys.schema import ERROR_CRASH, ERROR_TIMEOUT, ERROR_UNKNOWN_TYPE, error_kind
 from genesys.errors import InputError
+from genesys.messages import Batch, Results, Stop
+from genesys.pool import TypeStats, VerificationPool
+from genesys.schema import ErrorKind, VerifyError
 from genesys.task_types import unknown_type_error
 from genesys.verifier import Verifier, unknown_options
 from genesys.worker import IDLE, SEQ_ASYNC_BATCH, SEQ_SETUP, STATE_SEQ, STATE_START, worker_main
@@ -44,33 +45,9 @@ DEATH_REAP_S = 0.5
 
 
 @dataclass
-class TypeStats:
-    """Running totals for one task_type."""
+class _SentBatch:
+    """A batch a worker holds, until its final Results come back."""
 
-    count: int = 0
-    score_sum: float = 0.0
-    scored: int = 0
-    errors: int = 0
-    timeouts: int = 0
-
-    def add(self, score: float | None, error: str | None) -> None:
-        self.count += 1
-        if score is not None:
-            self.score_sum += score
-            self.scored += 1
-        kind = error_kind(error)
-        if kind == ERROR_TIMEOUT:
-            self.timeouts += 1
-        elif kind is not None:
-            self.errors += 1
-
-    @property
-    def mean_score(self) -> float | None:
-        return self.score_sum / self.scored if self.scored else None
-
-
-@dataclass
-class _Batch:
     batch_id: int
     task_type: str
     timeout: float
@@ -86,7 +63,7 @@ class _Worker:
         self.process = ctx.Process(target=worker_main, args=args, daemon=True)
         self.process.start()
         child_conn.close()
-        self.inflight: deque[_Batch] = deque()
+        self.inflight: deque[_SentBatch] = deque()
         self.rows_done = 0
         # Sends go through a thread, so the engine's loop (and its deadlines) never waits on a pipe.
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -109,13 +86,13 @@ class _Worker:
         finally:
             self.conn.close()
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: Batch | Stop) -> None:
         """Queue `message`; it is pickled here, so a message that cannot be sent raises in the caller."""
         self._outbox.put(ForkingPickler.dumps(message))
 
     def stop(self) -> None:
         """Ask the worker to tear down and exit once its queue is empty."""
-        self.send(("stop",))
+        self.send(Stop())
         self._outbox.put(None)
 
     def current_rollout(self) -> tuple[float, float] | None:
@@ -133,12 +110,11 @@ class _Worker:
         self.process.join(timeout=5)
 
 
-class VerificationEngine:
-    """A pool of verification workers; use as a context manager.
+class VerificationEngine(VerificationPool):
+    """A pool of verification worker processes on this machine; use as a context manager.
 
-    `submit(key, row)` queues a row; `poll()` returns verified rows as `(key, row)` pairs;
-    `drain()` yields the rest once everything submitted is done. Unknown task types are recorded
-    as errors (callers that must refuse them call `genesys.task_types.refuse_unknown` first).
+    Unknown task types are recorded as errors (callers that must refuse them check
+    `known_task_types` first).
     """
 
     def __init__(
@@ -149,6 +125,7 @@ class VerificationEngine:
     ) -> None:
         """`expected_types`: the task types the caller knows it will submit (when it knows); only
         their verifiers' `preload` modules are imported before the workers fork."""
+        super().__init__()
         self.config = config or VerifyConfig()
         if verifiers is None:
             from genesys.plugins import verifier_entries
@@ -161,7 +138,7 @@ class VerificationEngine:
                 f"unknown verifier option(s) {', '.join(map(repr, unknown))} (-O/--option); the installed verifiers read: "
                 + ", ".join(sorted(set().union(*(cls.accepted_options or () for cls in self.classes.values()))))
             )
-        self.stats: dict[str, TypeStats] = {}
+        self._stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(preload_modules(self.classes, expected_types))
         self._workers: list[_Worker] = []
@@ -179,15 +156,14 @@ class VerificationEngine:
     def known_task_types(self) -> set[str]:
         return set(self.classes)
 
-    def __enter__(self) -> VerificationEngine:
+    @property
+    def stats(self) -> dict[str, TypeStats]:
+        return self._stats
+
+    def start(self) -> None:
         self._workers = [self._new_worker() for _ in range(max(1, self.config.workers))]
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the workers (they tear their verifiers down)."""
+    def shutdown(self) -> None:
         for worker in self._workers:
             worker.stop()
         deadline = time.monotonic() + 10
@@ -207,14 +183,14 @@ class VerificationEngine:
 
     @property
     def outstanding(self) -> int:
-        """Rows submitted and not yet returned by poll()/drain()."""
         return len(self._rows) + len(self._done)
 
     def submit(self, key: Hashable, row: dict[str, Any]) -> None:
-        """Queue one row; waits for results when too many rows are in flight."""
+        if not self._workers:
+            raise RuntimeError("the verification engine is not running: use it as a context manager")
         task_type = row.get("task_type")
         if task_type not in self.classes:
-            self._finish(key, row, None, {}, f"{ERROR_UNKNOWN_TYPE}: {unknown_type_error(task_type, self.classes)}")
+            self._finish(key, row, None, {}, VerifyError(ErrorKind.UNKNOWN_TYPE, unknown_type_error(task_type, self.classes)))
             return
         seq = next(self._seq)
         self._rows[seq] = (key, row)
@@ -227,16 +203,10 @@ class VerificationEngine:
             self._pump(TICK_S)
 
     def poll(self, timeout: float = 0.0) -> list[tuple[Hashable, dict[str, Any]]]:
-        """Verified rows finished so far, waiting up to `timeout` seconds for the first."""
         if not self._done:
             self._pump(timeout)
         done, self._done = self._done, []
         return done
-
-    def drain(self) -> Iterator[tuple[Hashable, dict[str, Any]]]:
-        """Yield verified rows until everything submitted is done."""
-        while self._rows or self._done:
-            yield from self.poll(TICK_S)
 
     # --- the event loop --------------------------------------------------------------------------
 
@@ -258,32 +228,30 @@ class VerificationEngine:
         except (EOFError, OSError):
             self._handle_death(worker)
 
-    def _handle_message(self, worker: _Worker, message: tuple) -> None:
-        _, batch_id, results, final, elapsed = message
+    def _handle_message(self, worker: _Worker, results: Results) -> None:
         worker.rows_done += len(results)
-        batch = next(b for b in worker.inflight if b.batch_id == batch_id)
-        for seq, score, details, error in results:
+        batch = next(b for b in worker.inflight if b.batch_id == results.batch_id)
+        for seq, score, details, error in results.outcomes():
             if seq in batch.remaining:
                 del batch.remaining[seq]
                 key, row = self._rows.pop(seq)
                 self._requeues.pop(seq, None)
                 self._finish(key, row, score, details, error)
-        if final:
+        if results.final:
             worker.inflight.remove(batch)
-            if elapsed is not None:
-                cost = elapsed / batch.size
+            if results.elapsed is not None:
+                cost = results.elapsed / batch.size
                 previous = self._row_cost.get(batch.task_type)
                 self._row_cost[batch.task_type] = cost if previous is None else 0.7 * previous + 0.3 * cost
             for seq in batch.remaining:  # rows the worker did not answer for are tried again
                 self._pending[batch.task_type].appendleft(seq)
 
-    def _finish(self, key: Hashable, row: dict[str, Any], score: float | None, details: dict, error: str | None) -> None:
+    def _finish(self, key: Hashable, row: dict[str, Any], score: float | None, details: dict, error: VerifyError | None) -> None:
         out = dict(row)
         out["score"] = score
         out["verification_result_info"] = details
-        out["reward"] = compute_reward(score, row, self.config.reward)
-        out["error"] = error
-        self.stats.setdefault(str(row.get("task_type")), TypeStats()).add(score, error)
+        out["error"] = None if error is None else str(error)
+        self._stats.setdefault(str(row.get("task_type")), TypeStats()).add(score, error)
         self._done.append((key, out))
 
     def _check_deadlines(self) -> None:
@@ -304,7 +272,7 @@ class VerificationEngine:
                 self._receive(worker)  # results that raced with the deadline still count
                 if worker in self._workers and worker.current_rollout() == current:
                     what = "verifier setup" if in_setup else "verification"
-                    self._replace(worker, blame=current[0], error=f"{ERROR_TIMEOUT}: {what} exceeded {limit:g}s")
+                    self._replace(worker, blame=current[0], error=VerifyError(ErrorKind.TIMEOUT, f"{what} exceeded {limit:g}s"))
 
     def _handle_death(self, worker: _Worker) -> None:
         current = worker.current_rollout()
@@ -312,9 +280,9 @@ class VerificationEngine:
         code = worker.process.exitcode
         blame = current[0] if current else None
         what = "verifier setup" if blame == SEQ_SETUP else "verification"
-        self._replace(worker, blame=blame, error=f"{ERROR_CRASH}: worker process died (exit code {code}) during {what}")
+        self._replace(worker, blame=blame, error=VerifyError(ErrorKind.CRASH, f"worker process died (exit code {code}) during {what}"))
 
-    def _replace(self, worker: _Worker, blame: float | None, error: str) -> None:
+    def _replace(self, worker: _Worker, blame: float | None, error: VerifyError) -> None:
         """Kill `worker`, record `error` for the rollout(s) it was stuck on, requeue the rest, start a new one."""
         worker.kill()
         self._workers.remove(worker)
@@ -346,7 +314,7 @@ class VerificationEngine:
         if count > MAX_REQUEUES:
             key, row = self._rows.pop(seq)
             del self._requeues[seq]
-            self._finish(key, row, None, {}, f"{ERROR_CRASH}: {count} workers died while this row was queued on them")
+            self._finish(key, row, None, {}, VerifyError(ErrorKind.CRASH, f"{count} workers died while this row was queued on them"))
         else:
             self._pending[task_type].appendleft(seq)
 
@@ -408,12 +376,12 @@ class VerificationEngine:
     def _send_batch(self, worker: _Worker, task_type: str) -> None:
         queue = self._pending[task_type]
         seqs = [queue.popleft() for _ in range(min(len(queue), self._batch_size(task_type)))]
-        batch = _Batch(next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs), len(seqs))
-        items = [(seq, self._rows[seq][1]) for seq in seqs]
+        batch = _SentBatch(next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs), len(seqs))
+        rows = [self._rows[seq][1] for seq in seqs]
         try:
-            worker.send(("batch", batch.batch_id, task_type, batch.timeout, items))
+            worker.send(Batch(batch.batch_id, task_type, batch.timeout, seqs, rows))
         except Exception as exc:  # a row that cannot be pickled (rows read from files always can)
-            seq = next((seq for seq, row in items if not _picklable(row)), seqs[0])
+            seq = next((seq for seq, row in zip(seqs, rows) if not _picklable(row)), seqs[0])
             raise TypeError(f"row {self._rows[seq][0]!r} cannot be sent to a verification worker: {exc}") from exc
         worker.inflight.append(batch)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -172,16 +173,25 @@ class Verdict:
         return cls(score=None, details=details, error=error)
 
 
-ERROR_TIMEOUT = "timeout"
-ERROR_CRASH = "worker_crash"
-ERROR_EXCEPTION = "exception"
-ERROR_SCHEMA = "invalid_row"
-ERROR_UNKNOWN_TYPE = "unknown_task_type"
+class ErrorKind(StrEnum):
+    """What kind of failure an `error` records; the value opens the `error` column's text (VERDICT's aside)."""
+
+    TIMEOUT = "timeout"  # the engine's hard deadline (or an async verifier's soft one) passed
+    CRASH = "worker_crash"  # the worker process died
+    EXCEPTION = "exception"  # the verifier raised, or returned something that is not a Verdict
+    SCHEMA = "invalid_row"  # the row does not fit the rollout schema
+    UNKNOWN_TYPE = "unknown_task_type"  # no verifier serves the row's task_type
+    REWARD = "reward_error"  # verified, but the reward terms cannot measure the row
+    VERDICT = "verdict"  # the verifier's own `Verdict.error`, written as it gave it
 
 
-def error_kind(error: str | None) -> str | None:
-    """The category of an engine error string ('timeout: ...' -> 'timeout')."""
-    if not error:
-        return None
-    return error.split(":", 1)[0]
+@dataclass(frozen=True, slots=True)
+class VerifyError:
+    """Why a row has no verdict (or no reward); `str()` is the text of its `error` column."""
+
+    kind: ErrorKind
+    message: str
+
+    def __str__(self) -> str:
+        return self.message if self.kind is ErrorKind.VERDICT else f"{self.kind.value}: {self.message}"
 

@@ -2,7 +2,7 @@
 
 A file run reads its inputs twice: a first pass finds unreadable rows (written to the rejects file)
 and the task types present, so an unknown task_type is refused before any work; the second pass
-feeds the engine. Output is appended in atomic units; a rerun skips rows whose `response_id` the
+feeds the engine, and the reward stage shapes each verified row. Output is appended in atomic units; a rerun skips rows whose `response_id` the
 output already holds, so a crashed run continues and no row is written twice.
 """
 
@@ -21,7 +21,7 @@ from genesys.errors import InputError
 from genesys.identity import derive_response_id
 from genesys.inputs import InputFile, resolve_inputs
 from genesys.io import BufferedWriter, RolloutWriter, RowRecord, iter_rows
-from genesys.rewards import RewardConfig, missing_reward_input
+from genesys.rewards import RewardConfig, RewardStage, reward_problem
 from genesys.task_types import TaskTypeCensus, refuse_unknown
 from genesys.verifier import Verifier
 
@@ -39,18 +39,20 @@ def verify_rollouts(
     """Verify rows in memory; returns them in input order with the verdict columns added.
 
     `verifiers` maps task_type to Verifier class (default: every installed plugin). Classes must
-    be importable by their module path, since workers are separate processes.
+    be importable by their module path, since workers are separate processes. A row the reward
+    terms cannot measure keeps its score, with reward None and a `reward_error`.
     """
     config = config or VerifyConfig(progress=False)
+    rewards = RewardStage(config.reward)
     out: list[dict[str, Any] | None] = []
     with VerificationEngine(config, verifiers) as engine:
         for index, row in enumerate(rows):
             out.append(None)
             engine.submit(index, row)
             for key, verified in engine.poll():
-                out[key] = verified  # type: ignore[index]
+                out[key] = rewards.apply(verified)  # type: ignore[index]
         for key, verified in engine.drain():
-            out[key] = verified  # type: ignore[index]
+            out[key] = rewards.apply(verified)  # type: ignore[index]
     return out  # type: ignore[return-value]
 
 
@@ -75,7 +77,7 @@ class _Scan:
     task_types: TaskTypeCensus = field(default_factory=TaskTypeCensus)
     valid_rows: int = 0
     rejected: int = 0
-    reward_problems: int = 0  # rows lacking what the length penalty needs
+    reward_problems: int = 0  # rows lacking what the reward terms need
     first_reward_problem: str = ""
 
 
@@ -108,7 +110,7 @@ def _scan(files: Sequence[InputFile], rejects_path: Path, reward: RewardConfig, 
             task_type = record.row["task_type"]  # type: ignore[index]
             scan.task_types.add(task_type, record.location)
             scan.valid_rows += 1
-            problem = missing_reward_input(record.row, reward) if task_type in known else None  # type: ignore[arg-type]
+            problem = reward_problem(record.row, reward) if task_type in known else None  # type: ignore[arg-type]
             if problem:
                 scan.reward_problems += 1
                 scan.first_reward_problem = scan.first_reward_problem or f"{record.location}: {problem}"
@@ -160,17 +162,15 @@ def verify_files(
     if not config.skip_unknown:
         refuse_unknown(scan.task_types, verifiers)
     if scan.reward_problems:
-        raise InputError(
-            f"--length-penalty {config.reward.length_penalty}: {scan.reward_problems} row(s) lack what it needs; "
-            f"the first: {scan.first_reward_problem}"
-        )
+        raise InputError(f"{config.reward.describe()}: {scan.reward_problems} row(s) lack what it needs; the first: {scan.first_reward_problem}")
+    rewards = RewardStage(config.reward)
     writer = RolloutWriter(output)
     done = writer.existing_keys()
     summary = RunSummary(output=Path(output), rejected=scan.rejected)
     started = time.monotonic()
 
     def collect(verified: list[tuple[Any, dict[str, Any]]], out: BufferedWriter, progress: RunProgress) -> None:
-        out.add([row for _, row in verified])
+        out.add([rewards.apply(row) for _, row in verified])
         progress.advance(len(verified))
         summary.verified += len(verified)
 

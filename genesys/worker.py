@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from genesys.schema import ERROR_EXCEPTION, ERROR_SCHEMA, ERROR_TIMEOUT, Rollout, SchemaError, Verdict
+from genesys.messages import Batch, Results, Stop
+from genesys.schema import ErrorKind, Rollout, SchemaError, Verdict, VerifyError
 from genesys.verifier import Verifier
 
 # Shared-state slots and the markers the engine reads.
@@ -32,8 +33,6 @@ IDLE = 0.0
 PARTIAL_RESULTS_EVERY_S = 0.25
 PR_SET_PDEATHSIG = 1
 ORPHAN_GRACE_S = 5.0  # teardown time a worker gets after its engine died
-
-Result = tuple[int, float | None, dict[str, Any], str | None]
 
 
 def _mark(state: Any, seq: float) -> None:
@@ -51,17 +50,20 @@ def _json_safe(details: dict[str, Any]) -> dict[str, Any]:
         return orjson.loads(orjson.dumps(details, default=str, option=orjson.OPT_NON_STR_KEYS))
 
 
-def _verdict_to_result(seq: int, verdict: Any) -> Result:
+def _add_verdict(results: Results, seq: int, verdict: Any) -> None:
     if not isinstance(verdict, Verdict):
-        return (seq, None, {}, f"{ERROR_EXCEPTION}: verify() returned {type(verdict).__name__}, not a Verdict")
-    return (seq, verdict.score, _json_safe(verdict.details), verdict.error)
+        results.add(seq, None, {}, VerifyError(ErrorKind.EXCEPTION, f"verify() returned {type(verdict).__name__}, not a Verdict"))
+        return
+    error = None if verdict.error is None else VerifyError(ErrorKind.VERDICT, verdict.error)
+    results.add(seq, verdict.score, _json_safe(verdict.details), error)
 
 
-def _exception_result(seq: int, exc: BaseException) -> Result:
+def _add_exception(results: Results, seq: int, exc: BaseException) -> None:
     if isinstance(exc, SchemaError):
-        return (seq, None, {}, f"{ERROR_SCHEMA}: {exc}")
+        results.add(seq, None, {}, VerifyError(ErrorKind.SCHEMA, str(exc)))
+        return
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
-    return (seq, None, {"traceback": "".join(tb)}, f"{ERROR_EXCEPTION}: {type(exc).__name__}: {exc}")
+    results.add(seq, None, {"traceback": "".join(tb)}, VerifyError(ErrorKind.EXCEPTION, f"{type(exc).__name__}: {exc}"))
 
 
 class WorkerVerifiers:
@@ -99,53 +101,52 @@ class WorkerVerifiers:
                 traceback.print_exc()
 
 
-def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch_id: int, items: list) -> list[Result]:
-    results: list[Result] = []
+def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch: Batch) -> Results:
+    """Verify the batch's rollouts one by one; returns the outcomes not yet sent."""
+    results = Results(batch.batch_id)
     last_sent = time.monotonic()
-    for seq, row in items:
+    for seq, row in zip(batch.seqs, batch.rows):
         _mark(state, seq)
         try:
-            results.append(_verdict_to_result(seq, verifier.verify(Rollout.from_row(row))))
+            _add_verdict(results, seq, verifier.verify(Rollout.from_row(row)))
         except (Exception, SystemExit) as exc:
-            results.append(_exception_result(seq, exc))
+            _add_exception(results, seq, exc)
         if time.monotonic() - last_sent > PARTIAL_RESULTS_EVERY_S:
-            conn.send(("results", batch_id, results, False, None))
-            results, last_sent = [], time.monotonic()
+            conn.send(results)
+            results, last_sent = Results(batch.batch_id), time.monotonic()
     return results
 
 
-def _run_async_batch(
-    loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch_id: int, timeout: float, items: list
-) -> list[Result]:
-    """Run the batch's rollouts concurrently, each under a soft `timeout`.
+def _run_async_batch(loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch: Batch) -> Results:
+    """Run the batch's rollouts concurrently, each under the batch's timeout (a soft one here).
 
-    Each finished rollout is sent at once and renews the batch's mark, so the engine's hard
-    deadline only fires when no rollout has finished for a whole `timeout`; it then blames only
-    the rollouts that never reported.
+    Each finished rollout is sent at once (none is left to return) and renews the batch's mark, so
+    the engine's hard deadline only fires when no rollout has finished for a whole timeout; it then
+    blames only the rollouts that never reported.
     """
 
-    async def one(seq: int, row: dict[str, Any]) -> Result:
+    async def one(seq: int, row: dict[str, Any]) -> None:
+        result = Results(batch.batch_id)
         try:
-            async with asyncio.timeout(timeout) as deadline:
+            async with asyncio.timeout(batch.timeout) as deadline:
                 verdict = await verifier.verify(Rollout.from_row(row))  # type: ignore[misc]
-            result = _verdict_to_result(seq, verdict)
+            _add_verdict(result, seq, verdict)
         except TimeoutError as exc:
             if not deadline.expired():  # the verifier's own timeout (a socket, a client): its error
-                result = _exception_result(seq, exc)
+                _add_exception(result, seq, exc)
             else:
-                result = (seq, None, {}, f"{ERROR_TIMEOUT}: verification exceeded {timeout:g}s")
+                result.add(seq, None, {}, VerifyError(ErrorKind.TIMEOUT, f"verification exceeded {batch.timeout:g}s"))
         except (Exception, SystemExit) as exc:
-            result = _exception_result(seq, exc)
+            _add_exception(result, seq, exc)
         _mark(state, SEQ_ASYNC_BATCH)
-        conn.send(("results", batch_id, [result], False, None))
-        return result
+        conn.send(result)
 
     async def run_all() -> None:
-        await asyncio.gather(*(one(seq, row) for seq, row in items))
+        await asyncio.gather(*(one(seq, row) for seq, row in zip(batch.seqs, batch.rows)))
 
     _mark(state, SEQ_ASYNC_BATCH)
     loop.run_until_complete(run_all())
-    return []
+    return Results(batch.batch_id)
 
 
 def _receive_forever(conn: Connection, inbox: queue.SimpleQueue) -> None:
@@ -158,10 +159,10 @@ def _receive_forever(conn: Connection, inbox: queue.SimpleQueue) -> None:
         while True:
             message = conn.recv()
             inbox.put(message)
-            if message[0] == "stop":
+            if isinstance(message, Stop):
                 return
     except (EOFError, OSError):
-        inbox.put(("stop",))
+        inbox.put(Stop())
         time.sleep(ORPHAN_GRACE_S)
         os._exit(1)
 
@@ -193,27 +194,29 @@ def worker_main(
     os.environ.update(changed)
     for key in removed:
         os.environ.pop(key, None)
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    inbox: queue.SimpleQueue[Batch | Stop] = queue.SimpleQueue()
     threading.Thread(target=_receive_forever, args=(conn, inbox), daemon=True).start()
     verifiers = WorkerVerifiers(classes, options, state)
     loop = asyncio.new_event_loop()
     try:
         while True:
-            message = inbox.get()
-            if message[0] == "stop":
+            batch = inbox.get()
+            if isinstance(batch, Stop):
                 break
-            _, batch_id, task_type, timeout, items = message
+            results = Results(batch.batch_id)
             try:
-                verifier = verifiers.get(task_type)
+                verifier = verifiers.get(batch.task_type)
             except Exception as exc:
-                verifier, results = None, [_exception_result(seq, exc) for seq, _ in items]
+                verifier = None
+                for seq in batch.seqs:
+                    _add_exception(results, seq, exc)
             started = time.monotonic()  # after setup: the engine sizes batches from this
             if verifier is not None and inspect.iscoroutinefunction(verifier.verify):
-                results = _run_async_batch(loop, conn, state, verifier, batch_id, timeout, items)
+                results = _run_async_batch(loop, conn, state, verifier, batch)
             elif verifier is not None:
-                results = _run_sync_batch(conn, state, verifier, batch_id, items)
+                results = _run_sync_batch(conn, state, verifier, batch)
             state[STATE_START] = IDLE
-            conn.send(("results", batch_id, results, True, time.monotonic() - started))
+            conn.send(results.closing(time.monotonic() - started))
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     finally:

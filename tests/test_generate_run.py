@@ -22,6 +22,7 @@ from genesys.generate.tiny_model import build_tiny_model
 from genesys.identity import task_key
 from genesys.inputs import resolve_inputs
 from genesys.io import RolloutWriter, iter_rows
+from genesys.rewards import RewardConfig
 from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS
 
 GENESYS = str(Path(sys.executable).with_name("genesys"))
@@ -139,8 +140,10 @@ class InstantBackend:
 
     name = "instant"
 
-    def __init__(self) -> None:
+    def __init__(self, with_ids: bool = True, fail_after: int | None = None) -> None:
         self.yielded_at: list[float] = []
+        self.with_ids = with_ids
+        self.fail_after = fail_after  # results handed over before the backend breaks
 
     def info(self) -> dict:
         return {"backend": self.name}
@@ -150,8 +153,11 @@ class InstantBackend:
 
     async def generate(self, requests):
         for request in requests:
+            if len(self.yielded_at) == self.fail_after:
+                raise RuntimeError("the backend went away")
             self.yielded_at.append(time.monotonic())
-            completions = [Completion(f"answer {i}", [1, 2], [-0.5, -0.5], "stop") for i in request.sample_indices]
+            ids = [1, 2] if self.with_ids else None
+            completions = [Completion(f"answer {i}", ids, [-0.5, -0.5], "stop") for i in request.sample_indices]
             yield GenerationResult(request, [0], completions)
 
 
@@ -221,3 +227,53 @@ def test_bad_target_length_settings_fail_before_any_work(tmp_path):
                                 target_lengths=lengths, target_length_prompt=template, progress=False)
         with pytest.raises(InputError, match=message):
             run_generation(config)
+
+
+def _echo_tasks(path: Path, count: int) -> Path:
+    path.write_text("".join(json.dumps({"problem_id": str(i), "task_type": "echo", "prompt": f"p{i}", "verification_info": {"expected": "answer 0"}}) + "\n" for i in range(count)))
+    return path
+
+
+def _instant_config(tasks: Path, output: Path, **overrides) -> GenerateConfig:
+    settings = {"tasks": [str(tasks)], "model": "instant", "output": output, "sampling": SamplingConfig(n=2), "progress": False}
+    return GenerateConfig(**(settings | overrides))
+
+
+def test_a_length_penalty_without_a_target_is_refused_before_generating(plugin_env, tmp_path):
+    tasks = _echo_tasks(tmp_path / "t.jsonl", 3)
+    backend = InstantBackend()
+    verify = VerifyConfig(workers=1, progress=False, reward=RewardConfig("exact"))
+    with pytest.raises(InputError, match=r"--verify --length-penalty exact: row \(problem_id='0'\).*--target-lengths"):
+        run_generation(_instant_config(tasks, tmp_path / "out.jsonl", verify=verify), backend=backend)
+    assert backend.yielded_at == []  # nothing generated, so nothing lost
+    run_generation(_instant_config(tasks, tmp_path / "out.jsonl", verify=verify, target_lengths=[2]), backend=backend)
+    rows = _rows(tmp_path / "out.jsonl")
+    assert sorted((r["score"], r["reward"]) for r in rows) == [(0.0, 0.0)] * 3 + [(1.0, 1.0)] * 3  # 2 ids against a target of 2
+
+
+def test_cli_refuses_a_length_penalty_without_a_target_before_loading_the_model(tmp_path):
+    command = [GENESYS, "generate", "--tasks", "math-samples", "--max-tasks", "2", "--model", "/nonexistent", "-o", str(tmp_path / "o.jsonl"),
+               "--backend", "transformers", "--verify", "--length-penalty", "exact", "--no-progress"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--target-lengths" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_rows_whose_reward_fails_after_generation_are_written_as_error_rows(plugin_env, tmp_path):
+    tasks = _echo_tasks(tmp_path / "t.jsonl", 3)
+    verify = VerifyConfig(workers=1, progress=False, reward=RewardConfig("clip", target_length=5))
+    backend = InstantBackend(with_ids=False)  # a server that returns no token ids: nothing to count without a tokenizer
+    summary = run_generation(_instant_config(tasks, tmp_path / "out.jsonl", verify=verify), backend=backend)
+    rows = _rows(tmp_path / "out.jsonl")
+    assert summary.generated == 6 == len(rows)
+    assert sorted(r["score"] for r in rows) == [0.0] * 3 + [1.0] * 3  # the verdicts are kept
+    assert all(r["reward"] is None and r["error"].startswith("reward_error: ") and "--tokenizer" in r["error"] for r in rows)
+
+
+def test_rows_generated_before_a_failure_are_written(tmp_path):
+    tasks = _echo_tasks(tmp_path / "t.jsonl", 5)
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(RuntimeError, match="the backend went away"):
+        run_generation(_instant_config(tasks, output), backend=InstantBackend(fail_after=3))
+    assert len(_rows(output)) == 6  # 3 tasks x 2 samples, kept for the rerun to build on
+    assert run_generation(_instant_config(tasks, output), backend=InstantBackend()).generated == 4

@@ -1,10 +1,11 @@
 """The generation run: select tasks, skip what the output already holds, generate, verify, write.
 
 Every rollout's `response_id` is `<task key>-<sample index>`, the task key hashing what defines the
-task (`genesys.identity`). Rows are written in atomic units, so after a crash the same command
-generates exactly the (task, sample) pairs that are missing. With verification on, rows go to the
-streaming `VerificationEngine` as they are generated and are written once verified; generation only
-waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
+task (`genesys.identity`). Rows are written in atomic units, so after a crash the same command generates exactly the
+(task, sample) pairs that are missing. With verification on, rows go to the streaming
+`VerificationEngine` as they are generated and are written once verified and given their reward;
+generation only waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`. Every
+reward input is checked before generating; rows done when a run fails are written before it ends.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from genesys.identity import response_id, task_key
 from genesys.inputs import resolve_inputs
 from genesys.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.progress import RunProgress, print_generate_summary
+from genesys.rewards import RewardConfig, RewardStage, reward_problem
 from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
 from genesys.task_types import TaskTypeCensus, refuse_unknown
 
@@ -107,6 +109,22 @@ def check_verifiable(selected: Sequence[tuple[str, int, dict[str, Any]]], verify
     for spec, index, row in selected:
         census.add(row["task_type"], f"task {index} of {spec!r}")
     refuse_unknown(census, verifier_entries())
+
+
+def check_rewardable(plans: Sequence[PlannedTask], reward: RewardConfig) -> None:
+    """Refuse, before generating, a reward that the rows to be generated could not be given."""
+    for plan in plans:
+        problem = reward_problem(_row_to_generate(plan), reward)
+        if problem:
+            raise InputError(f"--verify {reward.describe()}: {problem}")
+
+
+def _row_to_generate(plan: PlannedTask) -> dict[str, Any]:
+    """What `RowBuilder` will make of `plan`, as far as rewards look at it (the ids come later)."""
+    row = {**plan.row, "completion_ids": []}
+    if plan.target_length is not None:
+        row["target_length"] = plan.target_length
+    return row
 
 
 # Settings a resumed run may change: more samples, or another engine for the same model.
@@ -208,8 +226,11 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     if done:
         check_resumable(writer, config.model, settings)
     plans, resumed, duplicates = plan_tasks(selected, config, done)
+    rewards = None
     if config.verify is not None:
         check_verifiable(selected, config.verify)
+        check_rewardable(plans, config.verify.reward)
+        rewards = RewardStage(config.verify.reward)
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
@@ -219,7 +240,7 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             with RunProgress(len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress) as progress:
                 progress.skip(len(plans) - len(todo))
                 with BufferedWriter(writer, FLUSH_ROWS) as out:
-                    _generate(todo, config, backend, builder, out, progress, summary)
+                    _generate(todo, config, backend, builder, out, progress, summary, rewards)
                 summary.seconds = progress.seconds
         finally:
             backend.close()
@@ -237,7 +258,9 @@ def _generate(
     out: BufferedWriter,
     progress: RunProgress,
     summary: GenerateSummary,
+    rewards: RewardStage | None,
 ) -> None:
+    """Generate `todo`; with `rewards` (verification on) rows are written once verified and rewarded."""
     plans = {p.key: p for p in todo}
     with ExitStack() as stack:
         engine = None
@@ -256,7 +279,7 @@ def _generate(
                 continue
             for row in rows:
                 engine.submit(row["response_id"], row)
-            out.add([row for _, row in engine.poll()])
+            out.add([rewards.apply(row) for _, row in engine.poll()])  # type: ignore[union-attr]
         if engine is not None:
-            out.add([row for _, row in engine.drain()])
+            out.add([rewards.apply(row) for _, row in engine.drain()])  # type: ignore[union-attr]
             summary.verify_stats = engine.stats
