@@ -213,7 +213,7 @@ class RewardConfig:
             raise ValueError("the weights leave no reward term: the reward would always be 0")
         if "overlong" in self.terms:
             if self.max_length is None or self.overlong_buffer is None:
-                raise ValueError("the 'overlong' length term needs max_length and overlong_buffer (--max-length, --overlong-buffer)")
+                raise ValueError("the 'overlong' length term needs --max-length and --overlong-buffer (reward.max_length, reward.overlong_buffer)")
             if not self.overlong_buffer <= self.max_length:
                 raise ValueError(f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}")
 

@@ -83,7 +83,7 @@ def test_errors_come_back_as_rows_and_a_cancelled_caller_does_not_disturb_the_ot
     with engine() as pool:
         echo, unknown, hang = asyncio.run(main(pool))
     assert echo["score"] == 1.0
-    assert unknown["score"] is None and unknown["error"].startswith("unknown_task_type: no verifier for task_type 'mystery'")
+    assert unknown["score"] is None and unknown["error"].startswith("unknown_task_type: unknown task_type 'mystery'")
     assert hang["score"] is None and hang["error"] == "timeout: verification exceeded 1s"
 
 

@@ -152,7 +152,7 @@ def test_verify_cli_refuses_overlong_without_max_length(tmp_path: Path, plugin_e
     command = [GENESYS, "verify", str(inputs), "-o", str(tmp_path / "o.jsonl"), "--length-penalty", "overlong"]
     done = subprocess.run(command, env=plugin_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "--length-penalty overlong needs --max-length and --overlong-buffer" in done.stderr
+    assert "overlong' length term needs --max-length and --overlong-buffer" in done.stderr
 
 
 def test_verify_cli_refuses_rows_the_length_penalty_cannot_score_before_any_work(tmp_path: Path, plugin_env):
