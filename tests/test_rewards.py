@@ -188,7 +188,7 @@ def test_weighted_terms_sum_as_computed_by_hand():
     [
         ({"weights": {"brevity": 1.0}}, "unknown reward term 'brevity'"),
         ({"weights": {"score": float("nan")}}, "must be a finite number"),
-        ({"weights": {"overlong": 1.0}, "max_length": 100}, "needs max_length and overlong_buffer"),
+        ({"weights": {"overlong": 1.0}, "max_length": 100}, "needs --max-length and --overlong-buffer"),
         ({"target_length": -5}, "target length must be an integer >= 0"),
         ({"weights": {"score": 0.0}}, "leave no reward term"),
     ],
