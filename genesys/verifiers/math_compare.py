@@ -272,9 +272,9 @@ def _as_set(value: object) -> object:
             pass
     subjects = {side for r in relations for side in (r.lhs, r.rhs) if not side.is_number}
     if len(subjects) == 1:
-        subject = sympy.Dummy("t")
+        quantity = {subjects.pop(): sympy.Dummy("t")}
         try:
-            return sympy.And(*(r.xreplace({subjects.pop(): subject}) for r in relations)).as_set()
+            return sympy.And(*(r.xreplace(quantity) for r in relations)).as_set()
         except Exception:  # not solvable as a set; compare as relations
             return value
     return value

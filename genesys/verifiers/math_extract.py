@@ -57,6 +57,7 @@ _DELIMITER_CHARS = re.compile(r"\$|\\[()\[\]]")
 _TEXT_ARGUMENT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname)\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
 _WORD = re.compile(r"[A-Za-z]{3,}")
+GLUED_OR = re.compile(r"(?<=[\d)\]}])or(?=[A-Z(\[\\\d-])")  # `(11,7)or(7,11)`: spaces stripped
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ def _bare_final_line(text: str) -> str | None:
     if not lines:
         return None
     line = re.sub(r"[.;,!]+$", "", lines[-1].strip("*_ ")).strip()
+    line = GLUED_OR.sub(" or ", line)
     if not line or len(line) > 200 or _DELIMITER_CHARS.search(line):
         return None
     letters = _COMMAND.sub(" ", _TEXT_ARGUMENT.sub(" ", line))
@@ -217,7 +219,9 @@ def _final_statement(text: str) -> Extraction:
     if last_span is not None and last_span[3] in ("c", "d") and not _SENTENCE_END.search(masked, last_span[1], last_number.start()):
         return Extraction(last_span[2], "math_span")  # same sentence: the math is the answer
     sentence_start = max((m.end() for m in _SENTENCE_END.finditer(masked, 0, last_number.start())), default=0)
-    if not _CONCLUSION.search(masked, sentence_start, last_number.start()):
+    rest = masked[: last_number.start()] + masked[last_number.end() :]
+    lone = not re.search(r"\d", rest) and len(_WORD.findall(rest)) <= 1  # `$1,000.99`, `28 pct`, `12 cm`
+    if not lone and not _CONCLUSION.search(masked, sentence_start, last_number.start()):
         # "The cube has 8 vertices, but I am not sure..." states no result; a lone number does.
         return Extraction(last_span[2], "math_span") if last_span else Extraction(None, "none")
     return Extraction(last_number.group(0).strip(), "last_number")

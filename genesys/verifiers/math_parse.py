@@ -21,7 +21,7 @@ import sympy
 from math_verify import LatexExtractionConfig
 from math_verify import parse as mv_parse
 
-from genesys.verifiers.math_extract import strip_delimiters
+from genesys.verifiers.math_extract import GLUED_OR, strip_delimiters
 
 MAX_ANSWER_CHARS = 1000
 MAX_NESTING = 10  # the LaTeX grammar gets exponentially slow on deeply nested groups
@@ -214,7 +214,7 @@ def split_alternatives(text: str) -> list[str]:
     """The distinct parts of an answer joined by "or"/"and" ("5 or 6" -> ["5", "6"], "2 and 2" ->
     ["2"]) or set apart by spacing alone (`5 \\quad 6`); one part when none. A list ending in
     ", and" (`19, 46, and 82`) stays one list."""
-    text = _written_numbers(strip_delimiters(text))
+    text = GLUED_OR.sub(" or ", _written_numbers(strip_delimiters(text)))
     text = _LIST_AND.sub(", ", _ALTERNATIVE_WORD.sub(lambda m: f" {m.group(1)} ", text))
     pieces = _ALTERNATIVE_SPLIT.split(text)
     if "\\begin" not in text:
