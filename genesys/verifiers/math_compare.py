@@ -347,7 +347,13 @@ def _collections_match(gold: object, pred: object) -> bool:
             and equivalent(gold.end, pred.end)
         )
     if isinstance(gold, FiniteSet) and isinstance(pred, FiniteSet):
+        if _labelled_parts(gold) and not any(_is_assignment(item) for item in pred.args):
+            # `AB = 4, CD = 5` answered `4, 5`: the values name their parts by their order
+            g_items, p_items = _written(gold), _written(pred)
+            return len(g_items) == len(p_items) and all(equivalent(g, p) for g, p in zip(g_items, p_items))
         return _same_elements(list(gold.args), list(pred.args))
+    if isinstance(gold, (Interval, Union)) and isinstance(pred, FiniteSet) and all(_is_inequality(i) for i in pred.args):
+        return _sets_equal(gold, Union(*(_as_set(item) for item in pred.args)))  # `x <= -3 or x >= 2`
     if isinstance(gold, FiniteSet) and isinstance(pred, (Tuple, Interval)):
         items = _ordered_items(pred)
         return items is not None and _same_elements(list(gold.args), items)
@@ -359,6 +365,21 @@ def _collections_match(gold: object, pred: object) -> bool:
     if isinstance(gold, sympy.Set) and isinstance(pred, sympy.Set):
         return _sets_equal(gold, pred)
     return False
+
+
+def _labelled_parts(value: FiniteSet) -> bool:
+    """A list of labelled values with different labels: `AB = 4, CD = 5`."""
+    labels = [_relations_of(item)[0].lhs for item in value.args if _is_assignment(item)]
+    return len(labels) == len(value.args) > 1 and len(set(labels)) == len(labels)
+
+
+def _written(value: FiniteSet) -> list:
+    """The items of a set in the order they were written."""
+    return list(getattr(value, "_unsorted_args", value.args))
+
+
+def _is_inequality(value: object) -> bool:
+    return isinstance(value, Relational) and not isinstance(value, Eq) and len(value.free_symbols) == 1
 
 
 def _same_elements(gold: list, pred: list) -> bool:

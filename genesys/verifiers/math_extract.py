@@ -47,7 +47,7 @@ _NUMBER_TOKEN = re.compile(
 )
 # A statement that concludes: "... is 2/3", "there are 12 ...", "Therefore ... 100%", "Total: 42".
 _CONCLUSION = re.compile(
-    r"\b(?:is|are|was|were|equals?|therefore|thus|hence|so|get|gets|got|gives?|obtain|makes?|it's)\b|[:=]",
+    r"\b(?:is|are|was|were|equals?|therefore|thus|hence|so|get|gets|got|gives?|obtain|makes?|it's|altogether|total)\b|[:=]",
     re.IGNORECASE,
 )
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
