@@ -1,18 +1,29 @@
-"""Accuracy of the `verifiable_math` verifier against plain math-verify on a labeled set.
+"""Accuracy of the `verifiable_math` verifier against plain math-verify on three labeled sets.
 
-Each row of benchmarks/data/math_labeled.jsonl holds a gold answer, a realistic completion and the
-expected verdict. Both graders see the same rows in the same run:
+- `written`: benchmarks/data/math_labeled.jsonl, completions written for this project (answer forms
+  and reward hacks), each with its expected verdict;
+- `math-verify suite`: benchmarks/data/math_verify_suite.json, every (gold, prediction, verdict)
+  that Math-Verify's own test suite asserts (Apache-2.0, see the file's notice). A pair the suite
+  asserts both ways under different options (same gold and prediction, opposite verdicts) has no
+  single label, and one verdict is marked `disputed` (it asserts 1 - 1/e = 1 + 1/e): those rows
+  are listed but left out of the labeled count; the last column counts every asserted verdict;
+- `realistic`: benchmarks/data/math_realistic.jsonl, golds in the formats of public datasets
+  (GSM8K solutions with `#### 72`, MATH answers and boxed solutions, AIME's `042`, NuminaMath's
+  labelled and multi-part answers, Omni-MATH's text answers) against model answers in the usual
+  output styles (boxes, R1 think blocks, Minerva, "The answer is:", bare answers), right ones and
+  near misses.
+
+Both graders see the same rows in the same run:
 - genesys: `genesys.verifiers.math_grade.grade` (score 1.0 counts as accepted);
-- math-verify: `verify(parse(gold), parse(completion))` with the library's defaults, twice: with the
-  gold exactly as stored, and with a gold lacking math delimiters wrapped in `$...$` first (as
+- math-verify: `verify(parse(gold), parse(completion))` with the library's defaults, and, for the
+  `written` set, also with a gold lacking math delimiters wrapped in `$...$` first (as
   math-verify's documentation writes golds).
 
 Prints accuracy, false positives (wrong answers accepted) and false negatives (right answers
-rejected) side by side, then every row where the two disagree or either is wrong (`--all` lists
-every row); `--plot FILE.png` also draws accuracy per category for each grader. Exit code 1 when
-genesys has a false positive.
+rejected) per set and grader, then every row where a grader is wrong (`--all` lists every row);
+`--plot FILE.png` draws accuracy per set. Exit code 1 when genesys has a false positive.
 
-    .venv/bin/python benchmarks/math_accuracy.py [--plot math_accuracy.png]
+    .venv/bin/python benchmarks/math_accuracy.py [--set realistic] [--plot math_accuracy.png]
 """
 
 from __future__ import annotations
@@ -22,12 +33,54 @@ import json
 import logging
 import sys
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-DATA = Path(__file__).parent / "data" / "math_labeled.jsonl"
+DATA = Path(__file__).parent / "data"
+WRITTEN = DATA / "math_labeled.jsonl"
+SUITE = DATA / "math_verify_suite.json"
+REALISTIC = DATA / "math_realistic.jsonl"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One labeled pair. `asserted` is the verdict its source gives; `expected` is the label it is
+    counted against, None when the source asserts both verdicts for it or the verdict is disputed."""
+
+    id: str
+    category: str
+    gold: str
+    completion: str
+    asserted: bool
+    expected: bool | None
+    note: str = ""
+
+
+def load_jsonl(path: Path) -> list[Row]:
+    """Rows of a JSONL set with id, category, gold, completion, expected and note."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [Row(r["id"], r["category"], r["gold"], r["completion"], r["expected"], r["expected"], r.get("note", "")) for r in rows]
+
+
+def load_suite(path: Path) -> list[Row]:
+    """Math-Verify's asserted pairs; a (gold, prediction) asserted with both verdicts, or with a
+    disputed verdict, is unlabeled."""
+    pairs = json.loads(path.read_text())["pairs"]
+    verdicts: dict[tuple[str, str], set[bool]] = {}
+    for pair in pairs:
+        verdicts.setdefault((pair["gold"], pair["pred"]), set()).add(pair["expected"])
+    rows = []
+    for number, pair in enumerate(pairs, 1):
+        both_ways = len(verdicts[(pair["gold"], pair["pred"])]) > 1
+        options = ", ".join(f"{k}={v}" for k, v in pair["options"].items() if k != "boxed_match_priority")
+        note = ("asserted both ways: " if both_ways else "") + options + (f"disputed: {pair['disputed']}" if "disputed" in pair else "")
+        expected = None if both_ways or "disputed" in pair else pair["expected"]
+        rows.append(Row(f"mv{number:03d}", pair["test"].split("::")[-1], pair["gold"], pair["pred"], pair["expected"], expected, note))
+    return rows
 
 
 def grade_genesys(gold: str, completion: str) -> bool:
@@ -48,79 +101,105 @@ def grade_math_verify_wrapped(gold: str, completion: str) -> bool:
     return grade_math_verify(gold, completion)
 
 
-def tally(rows: list[dict], verdicts: list[bool]) -> Counter:
+Grader = tuple[str, Callable[[str, str], bool]]
+GENESYS: Grader = ("genesys", grade_genesys)
+MATH_VERIFY: Grader = ("math-verify", grade_math_verify)
+MATH_VERIFY_WRAPPED: Grader = ("math-verify, gold in $...$", grade_math_verify_wrapped)
+SETS: dict[str, tuple[Callable[[], list[Row]], tuple[Grader, ...]]] = {
+    "written": (lambda: load_jsonl(WRITTEN), (GENESYS, MATH_VERIFY, MATH_VERIFY_WRAPPED)),
+    "math-verify suite": (lambda: load_suite(SUITE), (GENESYS, MATH_VERIFY)),
+    "realistic": (lambda: load_jsonl(REALISTIC), (GENESYS, MATH_VERIFY)),
+}
+
+
+def tally(rows: list[Row], verdicts: list[bool]) -> Counter:
+    """Right verdicts, false positives and false negatives over the labeled rows."""
     counts: Counter = Counter()
     for row, accepted in zip(rows, verdicts):
-        expected = row["expected"]
-        counts["correct"] += accepted == expected
-        counts["fp"] += accepted and not expected
-        counts["fn"] += expected and not accepted
+        counts["asserted"] += 1
+        counts["as_asserted"] += accepted == row.asserted
+        if row.expected is None:
+            continue
+        counts["labeled"] += 1
+        counts["correct"] += accepted == row.expected
+        counts["fp"] += accepted and not row.expected
+        counts["fn"] += row.expected and not accepted
     return counts
 
 
-def plot_by_category(rows: list[dict], graders: tuple, path: Path) -> None:
-    """Horizontal bars: the share of rows each grader gets right, per category."""
+def plot_by_set(results: dict[str, list[tuple[str, Counter]]], path: Path) -> None:
+    """Horizontal bars: the share of labeled rows each grader gets right, per set."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    categories = sorted({r["category"] for r in rows})
-    height = 0.8 / len(graders)
-    fig, ax = plt.subplots(figsize=(8, 0.12 * len(categories) * len(graders) + 1.5))
-    for k, (name, verdicts) in enumerate(graders):
-        shares = []
-        for category in categories:
-            hits = [v == r["expected"] for r, v in zip(rows, verdicts) if r["category"] == category]
-            shares.append(sum(hits) / len(hits))
-        ax.barh([i + k * height for i in range(len(categories))], shares, height=height, label=name.replace("$", r"\$"))
-    ax.set_yticks([i + height * (len(graders) - 1) / 2 for i in range(len(categories))], categories)
+    names = list(dict.fromkeys(name for graded in results.values() for name, _ in graded))
+    height = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(8, 1.2 * len(results) + 1.5))
+    for k, name in enumerate(names):
+        shares = [next((c["correct"] / c["labeled"] for n, c in graded if n == name), 0.0) for graded in results.values()]
+        ax.barh([i + k * height for i in range(len(results))], shares, height=height, label=name.replace("$", r"\$"))
+    ax.set_yticks([i + height * (len(names) - 1) / 2 for i in range(len(results))], list(results))
     ax.invert_yaxis()
-    ax.set_xlabel("share of rows graded as labeled")
+    ax.set_xlabel("share of labeled rows graded as labeled")
     ax.set_xlim(0, 1)
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(graders), fontsize=8, frameon=False)
-    ax.set_title(f"verifiable_math accuracy by category ({len(rows)} labeled rows)", pad=24)
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(names), fontsize=8, frameon=False)
+    ax.set_title("verifiable_math accuracy by labeled set", pad=24)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def detail_table(title: str, rows: list[Row], graded: list[tuple[str, list[bool]]], show_all: bool) -> Table:
+    """Rows where a grader is wrong (or every row), with each grader's verdict."""
+    table = Table(title=title)
+    for column in ("id", "category", "expected", *(name for name, _ in graded), "note"):
+        table.add_column(column)
+    for i, row in enumerate(rows):
+        verdicts = [v[i] for _, v in graded]
+        if show_all or row.expected is None or any(v != row.expected for v in verdicts):
+            marks = [("[green]" if v == row.expected else "[red]" if row.expected is not None else "") + ("accept" if v else "reject") for v in verdicts]
+            table.add_row(row.id, row.category, "-" if row.expected is None else str(row.expected), *marks, row.note)
+    return table
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--set", choices=list(SETS), action="append", help="only these sets (default: all)")
     parser.add_argument("--all", action="store_true", help="list every row, not only the interesting ones")
-    parser.add_argument("--plot", type=Path, help="write a bar chart of accuracy per category to this PNG")
+    parser.add_argument("--plot", type=Path, help="write a bar chart of accuracy per set to this PNG")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # math-verify logs every timeout and parse failure
 
-    rows = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
-    ours = [grade_genesys(r["gold"], r["completion"]) for r in rows]
-    theirs = [grade_math_verify(r["gold"], r["completion"]) for r in rows]
-    theirs_wrapped = [grade_math_verify_wrapped(r["gold"], r["completion"]) for r in rows]
-
     console = Console()
-    n, n_false = len(rows), sum(not r["expected"] for r in rows)
-    summary = Table(title=f"verifiable_math accuracy on {n} labeled rows ({n - n_false} correct, {n_false} wrong answers)")
-    for column in ("grader", "accuracy", "false positives", "false negatives"):
-        summary.add_column(column, justify="right" if column != "grader" else "left")
-    graders = (("genesys", ours), ("math-verify, gold as stored", theirs), ("math-verify, gold in $...$", theirs_wrapped))
-    for name, verdicts in graders:
-        counts = tally(rows, verdicts)
-        summary.add_row(name, f"{counts['correct'] / n:.1%} ({counts['correct']}/{n})", str(counts["fp"]), str(counts["fn"]))
+    summary = Table(title="verifiable_math accuracy: genesys and plain math-verify on the same rows")
+    for column in ("set", "grader", "accuracy", "false positives", "false negatives", "every asserted verdict"):
+        summary.add_column(column, justify="left" if column in ("set", "grader") else "right")
+    results: dict[str, list[tuple[str, Counter]]] = {}
+    details = []
+    for set_name in args.set or list(SETS):
+        load, graders = SETS[set_name]
+        rows = load()
+        graded = [(name, [grade(row.gold, row.completion) for row in rows]) for name, grade in graders]
+        results[set_name] = [(name, tally(rows, verdicts)) for name, verdicts in graded]
+        for name, counts in results[set_name]:
+            n = counts["labeled"]
+            summary.add_row(
+                set_name, name, f"{counts['correct'] / n:.1%} ({counts['correct']}/{n})", str(counts["fp"]), str(counts["fn"]),
+                f"{counts['as_asserted']}/{counts['asserted']}",
+            )
+        unlabeled = sum(row.expected is None for row in rows)
+        title = f"{set_name}: rows where a grader is wrong" + (f" ({unlabeled} unlabeled rows, not counted)" if unlabeled else "")
+        details.append(detail_table(title if not args.all else f"{set_name}: all rows", rows, graded, args.all))
     console.print(summary)
-
-    detail = Table(title="rows where a grader is wrong" if not args.all else "all rows")
-    for column in ("id", "category", "expected", "genesys", "mv as stored", "mv in $...$", "note"):
-        detail.add_column(column)
-    for row, *verdicts in zip(rows, ours, theirs, theirs_wrapped):
-        if args.all or any(v != row["expected"] for v in verdicts):
-            marks = [("[green]" if v == row["expected"] else "[red]") + ("accept" if v else "reject") for v in verdicts]
-            detail.add_row(row["id"], row["category"], str(row["expected"]), *marks, row.get("note", ""))
-    console.print(detail)
+    for table in details:
+        console.print(table)
     if args.plot:
-        plot_by_category(rows, graders, args.plot)
+        plot_by_set(results, args.plot)
         console.print(f"plot: {args.plot}")
-    return 1 if tally(rows, ours)["fp"] else 0
+    false_positives = sum(counts["fp"] for graded in results.values() for name, counts in graded if name == "genesys")
+    return 1 if false_positives else 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ only when identical, and other closed forms must simplify to the same value (nev
 rounding"). A written decimal approximates an irrational or repeating gold only when it carries at
 least `MIN_APPROX_DIGITS` significant digits and is within one unit of its last digit.
 Tuples and intervals keep order and open/closed ends; sets ignore order; equations compare as
-equations (an assignment `x = 5` also matches `5`), never by collapsing both sides to `0 = 0`.
+equations, never by collapsing both sides to `0 = 0`. An equation whose left side is a label (`x`,
+`AB`, `|AB|`, `(p, q)`, `V_1 : V_2`, `f(x)`) states its right side, so `(p, q) = (3, 2)` matches
+`(3, 2)`; in a chain `x = 5 + 5 + 1 = 11` the last member is the value. A ratio `a : b` matches
+only a gold written as a ratio; a case split matches a case split with the same branches.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from sympy.core.function import AppliedUndef
 from sympy.core.relational import Relational
 from sympy.matrices import MatrixBase
 
-from genesys.verifiers.math_parse import KIND_EXPR, ParsedAnswer
+from sympy.matrices.expressions import MatrixExpr
+
+from genesys.verifiers.math_parse import KIND_CASES, KIND_EXPR, ParsedAnswer
 
 MIN_APPROX_DIGITS = 6
 _INVERSE = {
@@ -33,8 +38,12 @@ _COLLECTIONS = (FiniteSet, Tuple, Interval, Union, MatrixBase)
 
 def answers_match(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
     """Whether `pred` is an acceptable answer for `gold`."""
+    if gold.kind == KIND_CASES or pred.kind == KIND_CASES:
+        return gold.kind == pred.kind and _same_cases(gold.value, pred.value)
     if gold.kind != KIND_EXPR or pred.kind != KIND_EXPR:
         return gold.kind == pred.kind and gold.text.lower() == pred.text.lower()
+    if pred.ratio and not gold.ratio:
+        return False  # `3:2` is a ratio only where a ratio was asked for
     if gold.too_costly or pred.too_costly:
         return gold.value == pred.value and gold.percent == pred.percent  # as written, never evaluated
     if gold.percent or pred.percent:
@@ -47,8 +56,40 @@ def answers_match(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
     return equivalent(gold.value, pred.value)
 
 
+def _same_cases(gold: tuple, pred: tuple) -> bool:
+    """Two case splits with the same branches, in any order: equivalent values, same conditions."""
+    if len(gold) != len(pred):
+        return False
+    unused = list(pred)
+    for value, condition in gold:
+        match = next((i for i, (v, c) in enumerate(unused) if c == condition and answers_match(value, v)), None)
+        if match is None:
+            return False
+        unused.pop(match)
+    return True
+
+
+def case_values(branches: tuple) -> list[ParsedAnswer]:
+    """The distinct values of a case split's branches (one when every branch gives the same value)."""
+    distinct: list[ParsedAnswer] = []
+    for value, _ in branches:
+        if not any(answers_match(value, seen) for seen in distinct):
+            distinct.append(value)
+    return distinct
+
+
+def stated_value(value: object) -> object:
+    """What an answer states: the value of a labelled equation (`(p, q) = (3, 2)` -> `(3, 2)`),
+    else the answer itself."""
+    if _is_assignment(value):
+        stated = _equation_value(value)
+        return value if stated is None else stated
+    return value
+
+
 def is_multi_valued(value: object) -> bool:
     """Whether a parsed gold holds several values (a set, tuple, interval, matrix or list)."""
+    value = stated_value(value)
     if isinstance(value, (*_COLLECTIONS, sympy.Set)):
         return True
     return isinstance(value, And) and not _is_assignment(value)
@@ -85,7 +126,9 @@ def _approximates(decimal_side: ParsedAnswer, exact_side: ParsedAnswer) -> bool:
 
 def equivalent(gold: object, pred: object) -> bool:
     """Whether two parsed values are mathematically the same answer."""
-    gold, pred = _unwrap_single(gold), _unwrap_single(pred)
+    gold, pred = _evaluated(_unwrap_single(gold)), _evaluated(_unwrap_single(pred))
+    if isinstance(gold, Basic) and gold == pred:
+        return True
     if _is_equation_like(gold) or _is_equation_like(pred):
         return _equations_match(gold, pred)
     if isinstance(gold, Relational) or isinstance(pred, Relational) or isinstance(gold, And) or isinstance(pred, And):
@@ -97,6 +140,16 @@ def equivalent(gold: object, pred: object) -> bool:
     if isinstance(gold, sympy.Expr) and isinstance(pred, sympy.Expr):
         return _expressions_match(gold, pred)
     return isinstance(gold, Basic) and gold == pred
+
+
+def _evaluated(value: object) -> object:
+    """Matrix arithmetic written out (`A + B`, `I \\cdot I` of explicit matrices) carried out."""
+    if isinstance(value, MatrixExpr) and not isinstance(value, MatrixBase):
+        try:
+            return value.doit()
+        except Exception:  # shapes that do not fit: compared as written
+            return value
+    return value
 
 
 def _unwrap_single(value: object) -> object:
@@ -120,37 +173,50 @@ def _is_equation_like(value: object) -> bool:
     return bool(relations) and all(isinstance(r, Eq) for r in relations)
 
 
+def _is_label(value: object) -> bool:
+    """A name rather than a quantity: a symbol, a product or ratio of symbols (`AB`, `V_1 / V_2`),
+    its absolute value (`|AB|`), a function applied to anything (`f(x)`, `f(2)`), or a tuple of
+    names (`(p, q)`). Numbers, sums and powers are quantities."""
+    if isinstance(value, sympy.Symbol) or isinstance(value, AppliedUndef):
+        return True
+    if isinstance(value, Tuple):
+        return len(value.args) > 0 and all(_is_label(item) for item in value.args)
+    if isinstance(value, sympy.Abs):
+        return _is_label(value.args[0])
+    if isinstance(value, sympy.Pow):
+        return value.exp == -1 and _is_label(value.base)
+    if isinstance(value, sympy.Mul):
+        return all(_is_label(factor) for factor in value.args)
+    return False
+
+
 def _is_assignment(value: object) -> bool:
-    """`x = 5`, `a = b = 5`, `f(x) = 2x`: an equation chain whose left side is a lone symbol or an
-    unknown function applied to symbols."""
+    """`x = 5`, `AB = 4`, `(p, q) = (3, 2)`, `f(x) = 2x`, `a = b = 5`: an equation chain whose left
+    side is a label."""
     relations = _relations_of(value)
     if not relations or not all(isinstance(r, Eq) for r in relations):
         return False
-    lhs = relations[0].lhs
-    return isinstance(lhs, sympy.Symbol) or (isinstance(lhs, AppliedUndef) and all(a.is_Symbol for a in lhs.args))
+    return _is_label(relations[0].lhs)
 
 
 def _equation_value(value: object) -> Basic | None:
-    """The value an equation states as an answer: the right side of an assignment (`x = 5`,
-    `x = 7 - 2 = 5`) or of a numeric chain (`7 - 2 = 5`), provided the stated sides all agree;
-    None for anything else (`6 = 5`, `x = 1 = 2`, `x + y = 6`)."""
+    """The value an equation states as an answer: the last member of a labelled equation or of a
+    chain (`x = 5`, `x = 5 + 5 + 1 = 11`, `7 - 2 = 6 - 1 = 5`), or the right side of a true
+    numeric equation (`7 - 2 = 5`); None for anything else (`6 = 5`, `x + y = 6`)."""
     relations = _relations_of(value)
-    if _is_assignment(value):
-        sides = [r.rhs for r in relations]
-    else:
-        sides = [relations[0].lhs] + [r.rhs for r in relations]
-        if any(side.free_symbols for side in sides):
-            return None
-    if all(equivalent(sides[0], side) for side in sides[1:]):
+    sides = [relations[0].lhs] + [r.rhs for r in relations]
+    if _is_assignment(value) or len(sides) > 2:
         return sides[-1]
-    return None
+    if any(side.free_symbols for side in sides) or not equivalent(sides[0], sides[1]):
+        return None
+    return sides[-1]
 
 
 def _equations_match(gold: object, pred: object) -> bool:
     gold_is_eq, pred_is_eq = _is_equation_like(gold), _is_equation_like(pred)
     if gold_is_eq and pred_is_eq:
         if _is_assignment(gold) and _is_assignment(pred):
-            if _relations_of(gold)[0].lhs != _relations_of(pred)[0].lhs:
+            if not _same_label(_relations_of(gold)[0].lhs, _relations_of(pred)[0].lhs):
                 return False
             gold_value, pred_value = _equation_value(gold), _equation_value(pred)
             return gold_value is not None and pred_value is not None and equivalent(gold_value, pred_value)
@@ -160,6 +226,13 @@ def _equations_match(gold: object, pred: object) -> bool:
     gold_value = _equation_value(gold) if gold_is_eq else gold
     pred_value = _equation_value(pred) if pred_is_eq else pred
     return gold_value is not None and pred_value is not None and equivalent(gold_value, pred_value)
+
+
+def _same_label(gold: Basic, pred: Basic) -> bool:
+    """Two labels naming the same thing; a function's argument names do not matter (`f(x)`, `f(n)`)."""
+    if isinstance(gold, AppliedUndef) and isinstance(pred, AppliedUndef):
+        return gold.func == pred.func and len(gold.args) == len(pred.args)
+    return gold == pred
 
 
 def _same_equation(gold: object, pred: object) -> bool:
@@ -185,15 +258,25 @@ def _same_equation(gold: object, pred: object) -> bool:
 
 
 def _as_set(value: object) -> object:
-    """An inequality in one variable as the set it describes; other values unchanged."""
+    """An inequality in one variable, or about one quantity (`0 < f(x) < 1`), as the set it
+    describes; other values unchanged."""
     relations = _relations_of(value)
-    if relations:
-        symbols = set().union(*(r.free_symbols for r in relations))
-        if len(symbols) == 1:
-            try:
-                return value.as_set() if not isinstance(value, And) else sympy.And(*relations).as_set()
-            except Exception:  # not solvable as a set; compare as relations
-                return value
+    if not relations:
+        return value
+    if len(set().union(*(r.free_symbols for r in relations))) == 1:
+        try:
+            solved = sympy.And(*relations).as_set()
+            if not solved.has(sympy.ConditionSet):
+                return solved
+        except Exception:  # not solvable for its symbol (`0 < f(x) < 1`): try it as a quantity
+            pass
+    subjects = {side for r in relations for side in (r.lhs, r.rhs) if not side.is_number}
+    if len(subjects) == 1:
+        quantity = {subjects.pop(): sympy.Dummy("t")}
+        try:
+            return sympy.And(*(r.xreplace(quantity) for r in relations)).as_set()
+        except Exception:  # not solvable as a set; compare as relations
+            return value
     return value
 
 
@@ -202,8 +285,10 @@ def _relations_match(gold: object, pred: object) -> bool:
     if isinstance(gold_set, sympy.Set) and isinstance(pred_set, sympy.Set):
         return _collections_match(gold_set, pred_set)
     g_rel, p_rel = _relations_of(gold), _relations_of(pred)
-    if len(g_rel) != 1 or len(p_rel) != 1:
+    if len(g_rel) != len(p_rel) or not g_rel:
         return False
+    if len(g_rel) > 1:  # a chain about several quantities: the same relations, in any order
+        return _same_elements(g_rel, p_rel)
     g, p = g_rel[0], p_rel[0]
     if type(g) is type(p):
         return _is_zero((g.lhs - g.rhs) - (p.lhs - p.rhs))
@@ -262,7 +347,13 @@ def _collections_match(gold: object, pred: object) -> bool:
             and equivalent(gold.end, pred.end)
         )
     if isinstance(gold, FiniteSet) and isinstance(pred, FiniteSet):
+        if _labelled_parts(gold) and not any(_is_assignment(item) for item in pred.args):
+            # `AB = 4, CD = 5` answered `4, 5`: the values name their parts by their order
+            g_items, p_items = _written(gold), _written(pred)
+            return len(g_items) == len(p_items) and all(equivalent(g, p) for g, p in zip(g_items, p_items))
         return _same_elements(list(gold.args), list(pred.args))
+    if isinstance(gold, (Interval, Union)) and isinstance(pred, FiniteSet) and all(_is_inequality(i) for i in pred.args):
+        return _sets_equal(gold, Union(*(_as_set(item) for item in pred.args)))  # `x <= -3 or x >= 2`
     if isinstance(gold, FiniteSet) and isinstance(pred, (Tuple, Interval)):
         items = _ordered_items(pred)
         return items is not None and _same_elements(list(gold.args), items)
@@ -274,6 +365,21 @@ def _collections_match(gold: object, pred: object) -> bool:
     if isinstance(gold, sympy.Set) and isinstance(pred, sympy.Set):
         return _sets_equal(gold, pred)
     return False
+
+
+def _labelled_parts(value: FiniteSet) -> bool:
+    """A list of labelled values with different labels: `AB = 4, CD = 5`."""
+    labels = [_relations_of(item)[0].lhs for item in value.args if _is_assignment(item)]
+    return len(labels) == len(value.args) > 1 and len(set(labels)) == len(labels)
+
+
+def _written(value: FiniteSet) -> list:
+    """The items of a set in the order they were written."""
+    return list(getattr(value, "_unsorted_args", value.args))
+
+
+def _is_inequality(value: object) -> bool:
+    return isinstance(value, Relational) and not isinstance(value, Eq) and len(value.free_symbols) == 1
 
 
 def _same_elements(gold: list, pred: list) -> bool:

@@ -3,26 +3,43 @@
 Every verdict carries `details` with the `reason` (`matched`, `mismatch`, `no_answer`,
 `empty_answer`, `hedging`, `placeholder`, `unparseable`, `too_complex`), the `extracted` answer and
 how it was found, and the parsed forms of answer and gold.
+
+A gold is read like an answer: a gold split over several boxes (`\\boxed{1} and \\boxed{2}`) is the
+list of its boxes, a gold that is a whole solution (GSM8K's `#### 42`, a Minerva "final answer is")
+is read for its final answer like a completion.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+import re
+
 import sympy
 from latex2sympy2_extended.sets import FiniteSet as WrittenOrderSet  # remembers the written order
 
 from genesys.schema import Verdict
-from genesys.verifiers.math_compare import answers_match, candidate_count, is_multi_valued
-from genesys.verifiers.math_extract import extract_answer, find_boxed
+from genesys.verifiers.math_compare import (
+    answers_match,
+    candidate_count,
+    case_values,
+    is_multi_valued,
+    stated_value,
+)
+from genesys.verifiers.math_extract import Box, boxed_spans, extract_answer
 from genesys.verifiers.math_parse import (
+    KIND_CASES,
     KIND_EXPR,
     AnswerTooComplex,
     ParsedAnswer,
     is_placeholder,
     parse_answer,
     split_alternatives,
+    split_approximation,
 )
+
+MAX_BOX_GAP_WORDS = 3  # `\boxed{1} papers and \boxed{2} bins` is one gold; a sentence between boxes is not
+_GAP_NOISE = re.compile(r"\\(?:text|mathrm|mbox)\s*\{([^{}]*)\}|\\[a-zA-Z]+|\\.|[$]")
 
 
 class GoldError(ValueError):
@@ -34,13 +51,42 @@ def parse_gold(gold: str) -> ParsedAnswer:
     """The parsed ground truth, cached per gold string (each task's gold is parsed once per worker)."""
     if not gold.strip():
         raise GoldError("ground_truth is empty")
-    boxed = find_boxed(gold)  # a gold given as a sentence around a boxed answer
     try:
-        return parse_answer(boxed[-1] if boxed else gold)
+        return parse_answer(_gold_answer(gold))
     except AnswerTooComplex as exc:
-        raise GoldError(f"ground_truth is too complex to check: {exc}") from None
+        raise GoldError(f"ground_truth {_quoted(gold)} is too complex to check: {exc}") from None
     except ValueError:
-        raise GoldError(f"ground_truth {gold!r} cannot be parsed as math or text") from None
+        raise GoldError(f"ground_truth {_quoted(gold)} cannot be parsed as math or text") from None
+
+
+def _gold_answer(gold: str) -> str:
+    """The answer a gold states: its boxes (several boxes set apart by a few words are one list),
+    the final answer of a gold written as a solution, else the gold itself."""
+    boxes = boxed_spans(gold)
+    if boxes:
+        return ", ".join(dict.fromkeys(box.content for box in _last_box_group(gold, boxes)))
+    extraction = extract_answer(gold)
+    if extraction.method in ("final_answer", "answer_line") and extraction.answer:
+        return extraction.answer
+    try:
+        parse_answer(gold)
+        return gold
+    except ValueError:  # a sentence or a solution: its final answer, when it has one
+        return extraction.answer or gold
+
+
+def _last_box_group(text: str, boxes: list[Box]) -> list[Box]:
+    """The last run of boxes separated by at most MAX_BOX_GAP_WORDS words (`\\boxed{1} and
+    \\boxed{2}`, `\\boxed{2}, \\boxed{3}`); a box after a longer gap starts a new run."""
+    group = [boxes[0]]
+    for previous, box in zip(boxes, boxes[1:]):
+        gap = _GAP_NOISE.sub(lambda m: f" {m.group(1) or ''} ", text[previous.end : box.start])
+        group = group + [box] if len(re.findall(r"[A-Za-z]+", gap)) <= MAX_BOX_GAP_WORDS else [box]
+    return group
+
+
+def _quoted(gold: str) -> str:
+    return repr(gold if len(gold) <= 200 else gold[:200] + "...")
 
 
 def grade(gold_text: str, completion: str) -> Verdict:
@@ -75,9 +121,12 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
         return 0.0, "empty_answer", ()
     gold_multi = gold.kind == KIND_EXPR and is_multi_valued(gold.value)
     if gold_multi and boxed:
-        answer = ", ".join(boxed)  # several parts, one box each: "(a) \boxed{5} (b) \boxed{7}"
+        answer = ", ".join(boxed)  # several parts, one box each: "(a) \\boxed{5} (b) \\boxed{7}"
     elif _boxes_disagree(boxed):
         return 0.0, "hedging", (("candidates", boxed),)
+    answer, approximations = split_approximation(answer)
+    if approximations and not _approximates_all(answer, approximations):
+        return 0.0, "hedging", (("candidates", (answer, *approximations)),)
     alternatives = split_alternatives(answer) if gold.kind == KIND_EXPR else [answer]
     if len(alternatives) > 1 and not gold_multi:
         return 0.0, "hedging", (("candidates", tuple(alternatives)),)
@@ -88,8 +137,13 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
     except ValueError:
         return 0.0, "placeholder" if is_placeholder(answer) else "unparseable", ()
     parsed = ("answer_parsed", pred.describe())
-    if pred.kind == KIND_EXPR and not gold_multi and candidate_count(pred.value) > 1:
-        return 0.0, "hedging", (parsed, ("candidates", tuple(str(v) for v in pred.value.args)))
+    if pred.kind == KIND_CASES and gold.kind != KIND_CASES:
+        values = case_values(pred.value)
+        if len(values) > 1:
+            return 0.0, "hedging", (parsed, ("candidates", tuple(v.describe() for v in values)))
+        pred = values[0]
+    if pred.kind == KIND_EXPR and not gold_multi and candidate_count(stated_value(pred.value)) > 1:
+        return 0.0, "hedging", (parsed, ("candidates", tuple(str(v) for v in stated_value(pred.value).args)))
     if answers_match(gold, pred):
         return 1.0, "matched", (parsed,)
     if pred.too_costly:
@@ -97,6 +151,26 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
     if is_placeholder(answer) or _is_stray_symbol(gold, pred):
         return 0.0, "placeholder", (parsed,)
     return 0.0, "mismatch", (parsed,)
+
+
+def _approximates_all(answer: str, approximations: list[str]) -> bool:
+    """Whether every stated approximation of `answer` is right to the precision written: within one
+    unit of its last decimal (`\\frac{1}{3} \\approx 0.33`), or rounding to it (`\\sqrt{120} \\approx 11`).
+    `5 \\approx 6` states two values."""
+    try:
+        exact = stated_value(parse_answer(answer).value)
+        if not isinstance(exact, sympy.Expr) or not exact.is_number:
+            return False
+        for text in approximations:
+            approx = parse_answer(text)
+            if approx.kind != KIND_EXPR or not isinstance(approx.value, sympy.Expr) or not approx.value.is_number:
+                return False
+            tolerance = sympy.Rational(1, 10 ** approx.decimal[1]) if approx.decimal else sympy.Rational(1, 2)
+            if not abs(sympy.N(exact, 30) - sympy.N(approx.value, 30)) <= tolerance:
+                return False
+        return True
+    except (ValueError, TypeError, ArithmeticError):
+        return False
 
 
 def _parse_prediction(answer: str, alternatives: list[str]) -> ParsedAnswer:

@@ -21,7 +21,7 @@ import sympy
 from math_verify import LatexExtractionConfig
 from math_verify import parse as mv_parse
 
-from genesys.verifiers.math_extract import strip_delimiters
+from genesys.verifiers.math_extract import GLUED_OR, strip_delimiters
 
 MAX_ANSWER_CHARS = 1000
 MAX_NESTING = 10  # the LaTeX grammar gets exponentially slow on deeply nested groups
@@ -32,29 +32,70 @@ MAX_TREE_NODES = 5_000
 KIND_EXPR = "expr"
 KIND_TEXT = "text"
 KIND_CHOICE = "choice"
+KIND_CASES = "cases"
 
 _LATEX_CONFIG = LatexExtractionConfig()
-_SPACING = re.compile(r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b")
+_SPACING = re.compile(r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b|\\hspace\s*\{[^{}]*\}")
 _STYLED_MATH = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|mathrm|textrm|text|mathit|textit)\s*\{([^{}a-zA-Z]*)\}")
 _SYMBOLS = {
-    "−": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ",
-    "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "∅": "\\emptyset ", "\\varnothing": "\\emptyset ",
-    "\\langle": "(", "\\rangle": ")",
+    "−": "-", "﹣": "-", "－": "-", "&minus;": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ",
+    "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "≈": "\\approx ",
+    "∅": "\\emptyset ", "\\varnothing": "\\emptyset ", "\\langle": "(", "\\rangle": ")",
 }
-_PERCENT = re.compile(r"^(.*?)\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\?\s*percent)$", re.IGNORECASE | re.DOTALL)
+# Golds stored with every backslash doubled (`\\frac{1}{2}`, `-2 \\le x`): the command is meant.
+_DOUBLED_COMMAND = re.compile(
+    r"\\\\(?=(?:frac|dfrac|tfrac|sqrt|text|boxed|le|leq|ge|geq|lt|gt|ne|neq|cdot|times|div|pi|infty|in|cup|cap|"
+    r"quad|qquad|approx|pm|mathrm|mbox|circ|left|right)(?![a-zA-Z]))"
+)
+# Named constants written as text: `\mathrm{e}`, `\text{i}`, `\operatorname{e}`.
+_CONSTANT_WRAPPED = re.compile(r"\\(?:mathrm|text|textrm|mathit|operatorname)\s*\{\s*([ei])\s*\}")
+_OPERATOR_NAME = re.compile(r"\\operatorname\s*\{\s*([a-zA-Z]+)\s*\}")
+_KNOWN_OPERATORS = frozenset(
+    "sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln exp gcd lcm max min det".split()
+)
+# Thousands separators LaTeX writes between groups of exactly three digits: `12,\!345`, `1{,}000`,
+# `1\,000`, `11,\! 111,\! 100`. A plain comma or space is a separator only in a lone number.
+_THOUSANDS_LATEX = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\{,\}|,\s*\\!\s*|\\,|\\!|\\ )\d{3})+(?![\d])")
+_LONE_NUMBER = re.compile(r"^([-+]?)(?:\\\$|\$|€|£|¥)?\s*([1-9]\d{0,2}(?:([, ])\d{3})(?:\3\d{3})*(?:\.\d+)?)\s*(?:\\\$|\$|€|£|¥)?$")
+_CURRENCY = re.compile(r"^([-+]?)\s*(?:\\\$|\$|€|£|¥)\s*(?=[\d.])|(?<=\d)\s*(?:\\\$|€|£|¥)$")
+# A decimal comma (`1000,99`, `2,74`, `0,111`): one comma, not a thousands group of three digits
+# (except after a lone 0) and at least two decimals, so `1,5` stays the list 1, 5.
+_DECIMAL_COMMA = re.compile(r"^(-?)(\d+),(\d{2,})$")
+_MIXED_LATEX = re.compile(r"(?<![\d.}^_])(\d+)\s*\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+_MIXED_PLAIN = re.compile(r"(?<![\d./^_])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d/])")
+# Numbers set apart only by spacing (`5 \quad 6`, `5 \; (6)`, `5 6`) are several values, not one.
+_JUXTAPOSED = re.compile(r"(?<=\d)\s*(?:(?:(?<!\\)\\[,;:> ]|\\q?quad\b|~|\\hspace\s*\{[^{}]*\})\s*)+(?=\(?\s*-?\d)|(?<=\d)\s+(?=\(?\s*-?\d)")
+_TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)\b")
+_DEGREE_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b)")
+_PERCENT = re.compile(
+    r"^(.*?)\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\?\s*(?:percent(?:age)?|pct)\b|\\text\{\s*(?:percent(?:age)?|pct)\s*\})$",
+    re.IGNORECASE | re.DOTALL,
+)
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
 _SCIENTIFIC = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)\b")
-_THOUSANDS_BRACED = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _CHOICE = re.compile(r"^\(?([A-E])\)?$")
 _LABELED_CHOICE = re.compile(r"^\\(?:text|textbf|mathrm)\s*\{\s*\(([A-E])\)\s*\}|^\(([A-E])\)(?=\s)")
 _TEXT_WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|textit|mbox)\s*\{([^{}]*)\}$")
 _WORDS = re.compile(r"^[A-Za-z][A-Za-z '\-]*[A-Za-z]$")
-_INTEGER = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)$")
+_INTEGER = re.compile(r"^-?\d+$")
 _SIMPLE_FRACTION = re.compile(r"^(-)?\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}$")
 _LONE_DECIMAL = re.compile(r"^-?(\d*)\.(\d+)$")
 _ALTERNATIVE_WORD = re.compile(r"\\(?:text|mathrm|textbf)\s*\{\s*(or|and)\s*\}")
 _ALTERNATIVE_SPLIT = re.compile(r"\s+(?:or|and)\s+|\\lor\b|\\vee\b", re.IGNORECASE)
+_LIST_AND = re.compile(r",\s*(?:\\text\s*\{\s*and\s*\}|and)\s+", re.IGNORECASE)
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+# A time of day has two-digit minutes (`12:00`, `7:05`, `9:30 pm`); it is compared as written,
+# never as the ratio 12:0. Other `a : b` answers are ratios.
+_TIME = re.compile(
+    r"^([01]?\d|2[0-4]):(0\d|[0-5]\d(?=\s*(?:\\text\s*\{\s*)?[ap]\.?\s*m))\s*(?:\\text\s*\{\s*)?([ap])?\.?\s*m?\.?\s*\}?$",
+    re.IGNORECASE,
+)
+_RATIO = re.compile(r"\d\s*:\s*\d")
+_CASE_CONDITION_NOISE = re.compile(r"\\(?:text|mathrm|textrm|mbox)|[{}\s,;.]|\\[,;:!]|^(?:if|when|for)")
+_CASES = re.compile(r"\\begin\{cases\}(.*?)\\end\{cases\}", re.DOTALL)
+_CASE_WORDS = re.compile(r"\\text\s*\{\s*(?:if|otherwise|when|for)\b|(?<![a-zA-Z\\])(?:if|otherwise|when)\b")
+_APPROX = re.compile(r"\\(?:approx|simeq|thickapprox)(?![a-zA-Z])")
+_LABEL_VARIABLE = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$")
 _NUMBER_WORDS = {
     word: str(value)
     for value, word in enumerate(
@@ -73,8 +114,10 @@ class AnswerTooComplex(ValueError):
 class ParsedAnswer:
     """An answer ready to compare.
 
-    `kind` is `expr` (a sympy `value`), `text` (words, compared case-insensitively) or `choice` (a
-    multiple-choice letter). `too_costly` says why the value may only be compared as written (a power
+    `kind` is `expr` (a sympy `value`), `text` (words or a time of day, compared case-insensitively),
+    `choice` (a multiple-choice letter) or `cases` (a case split: `value` holds (value, condition)
+    pairs, the values parsed, the conditions as normalized text). `ratio` marks an answer written as
+    a ratio `a : b` (its value is a/b). `too_costly` says why the value may only be compared as written (a power
     tower is never evaluated). `percent` marks a trailing percent sign (the value is the number before
     it). `decimal` holds (significant digits, decimal places) when the answer is one written-out
     decimal number, so approximations can be judged by the precision actually given.
@@ -87,9 +130,12 @@ class ParsedAnswer:
     percent: bool = False
     decimal: tuple[int, int] | None = None
     too_costly: str | None = None
+    ratio: bool = False
 
     def describe(self) -> str:
         """The parsed form, as a short string for verdict details."""
+        if self.kind == KIND_CASES:
+            return "cases:" + "; ".join(f"{value.describe()} if {condition}" for value, condition in self.value)
         if self.kind != KIND_EXPR:
             return f"{self.kind}:{self.text}"
         rendered = _safe_str(self.value)
@@ -115,17 +161,45 @@ _quiet_math_verify()  # deadlines come from the engine, so math-verify runs with
 
 def normalize(text: str) -> str:
     """Light LaTeX clean-up that math-verify's own normalization does not cover."""
-    text = strip_delimiters(text)
-    for symbol, latex in _SYMBOLS.items():
-        text = text.replace(symbol, latex)
+    text = _written_numbers(strip_delimiters(text))
     text = _SPACING.sub(" ", text)
+    text = _CONSTANT_WRAPPED.sub(r"\1", text)
+    text = _OPERATOR_NAME.sub(lambda m: f"\\{m.group(1)}" if m.group(1) in _KNOWN_OPERATORS else m.group(1), text)
     text = _STYLED_MATH.sub(r"\1", text)
-    text = _THOUSANDS_BRACED.sub("", text)
+    if _TRIG.search(text):  # degrees inside a trigonometric argument are an angle: sin(90° - x)
+        text = _DEGREE_NUMBER.sub(r"\\left(\1 \\cdot \\frac{\\pi}{180}\\right)", text)
     text = _DEGREES.sub("", text)
     text = _SCIENTIFIC.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", text)
     text = _REPEATING.sub(_repeating_as_fraction, text)
     text = re.sub(r"\s+", " ", text).strip()
-    return re.sub(r"(?<!\\)[.;]$", "", text).strip()
+    return re.sub(r"(?<!\\)[.;]$|(?<!\\)\\$", "", text).strip()
+
+
+def _written_numbers(text: str) -> str:
+    """Numbers as written by people and datasets, made plain: doubled backslashes, Unicode signs,
+    thousands separators (`12,\\!345`, `1{,}000`, a lone `1 000` or `$1,234.50`), a decimal comma
+    (`2,74`) and mixed numbers (`1 1/2`, `1\\frac{1}{2}` are 3/2)."""
+    text = _DOUBLED_COMMAND.sub(r"\\", text)
+    for symbol, latex in _SYMBOLS.items():
+        text = text.replace(symbol, latex)
+    text = _THOUSANDS_LATEX.sub(lambda m: re.sub(r"\D", "", m.group(0)), text.strip())
+    text = _CURRENCY.sub(r"\1", text).strip()
+    lone = _LONE_NUMBER.match(text)
+    if lone:
+        return lone.group(1) + lone.group(2).replace(",", "").replace(" ", "")
+    decimal = _DECIMAL_COMMA.match(text)
+    if decimal and (len(decimal.group(3)) != 3 or decimal.group(2) == "0"):
+        return f"{decimal.group(1)}{decimal.group(2)}.{decimal.group(3)}"
+    text = _MIXED_LATEX.sub(_mixed_as_fraction, text)
+    return _MIXED_PLAIN.sub(_mixed_as_fraction, text)
+
+
+def _mixed_as_fraction(match: re.Match[str]) -> str:
+    """`1 1/2` or `1\\frac{1}{2}` -> `\\frac{3}{2}`; left alone unless the fraction is proper."""
+    whole, numerator, denominator = (int(g) for g in match.groups())
+    if not 0 < numerator < denominator:
+        return match.group(0)
+    return f"\\frac{{{whole * denominator + numerator}}}{{{denominator}}}"
 
 
 def _repeating_as_fraction(match: re.Match[str]) -> str:
@@ -138,10 +212,27 @@ def _repeating_as_fraction(match: re.Match[str]) -> str:
 
 def split_alternatives(text: str) -> list[str]:
     """The distinct parts of an answer joined by "or"/"and" ("5 or 6" -> ["5", "6"], "2 and 2" ->
-    ["2"]); one part when none."""
-    text = _ALTERNATIVE_WORD.sub(lambda m: f" {m.group(1)} ", strip_delimiters(text))
-    parts = dict.fromkeys(" ".join(part.split()) for part in _ALTERNATIVE_SPLIT.split(text))
+    ["2"]) or set apart by spacing alone (`5 \\quad 6`); one part when none. A list ending in
+    ", and" (`19, 46, and 82`) stays one list."""
+    text = GLUED_OR.sub(" or ", _written_numbers(strip_delimiters(text)))
+    text = _LIST_AND.sub(", ", _ALTERNATIVE_WORD.sub(lambda m: f" {m.group(1)} ", text))
+    pieces = _ALTERNATIVE_SPLIT.split(text)
+    if "\\begin" not in text:
+        pieces = [part for piece in pieces for part in _JUXTAPOSED.split(piece)]
+    parts = dict.fromkeys(" ".join(part.split()) for part in pieces)
     return [part for part in parts if part] or [text]
+
+
+def split_approximation(text: str) -> tuple[str, list[str]]:
+    """An answer and the approximations it states: `\\frac{1}{3} \\approx 0.33` -> (`\\frac{1}{3}`,
+    [`0.33`]). `x \\approx 11` names its variable, so it is the assignment `x = 11`."""
+    parts = [part.strip() for part in _APPROX.split(text.replace("≈", "\\approx "))]
+    if len(parts) == 1:
+        return text, []
+    exact, approximations = parts[0], [part for part in parts[1:] if part]
+    if _LABEL_VARIABLE.match(strip_delimiters(exact)) and len(approximations) == 1:
+        return f"{exact} = {approximations[0]}", []
+    return exact, approximations
 
 
 def is_placeholder(text: str) -> bool:
@@ -238,6 +329,14 @@ def parse_answer(text: str) -> ParsedAnswer:
     words = _text_form(text)
     if words is not None:
         return ParsedAnswer(source, KIND_TEXT, text=words)
+    clock = _TIME.match(text)
+    if clock:
+        hour, minute, half = clock.groups()
+        return ParsedAnswer(source, KIND_TEXT, text=f"{int(hour)}:{minute}{(half or '').lower() + 'm' if half else ''}")
+    branches = _case_split(text)
+    if branches is not None:
+        check_nesting(text)
+        return ParsedAnswer(source, KIND_CASES, value=branches, text=text)
     percent = _PERCENT.match(text)
     is_percent = bool(percent and percent.group(1).strip())
     if is_percent:
@@ -255,7 +354,48 @@ def parse_answer(text: str) -> ParsedAnswer:
         percent=is_percent,
         decimal=_decimal_precision(decimal) if decimal else None,
         too_costly=evaluation_cost_problem(value),
+        ratio="\\{" not in text and bool(_RATIO.search(text.rsplit("=", 1)[-1])),
     )
+
+
+def _case_split(text: str) -> tuple[tuple[ParsedAnswer, str], ...] | None:
+    """The branches of a case split, `\\begin{cases} a & cond \\\\ b & cond \\end{cases}` or
+    `5 \\text{ if } n \\text{ even}, 6 \\text{ otherwise}`, as (value, condition) pairs; None when
+    the answer has no case split."""
+    environment = _CASES.search(text)
+    if environment:
+        rows = [row.partition("&") for row in re.split(r"\\\\", environment.group(1)) if row.strip()]
+        pairs = [(value, condition) for value, _, condition in rows]
+    elif _CASE_WORDS.search(text):
+        pairs = []
+        for part in _top_level_split(text):
+            word = _CASE_WORDS.search(part)
+            pairs.append((part[: word.start()], part[word.start() :]) if word else (part, ""))
+    else:
+        return None
+    return tuple((parse_answer(value.strip()), _case_condition(condition)) for value, condition in pairs)
+
+
+def _case_condition(condition: str) -> str:
+    """A branch condition as comparable text: `\\text{if } n \\text{ is even}` -> `nisEven`-like."""
+    compact = _CASE_CONDITION_NOISE.sub("", condition.strip().lower())
+    compact = _CASE_CONDITION_NOISE.sub("", compact)
+    return "otherwise" if compact in ("otherwise", "else", "") else compact
+
+
+def _top_level_split(text: str) -> list[str]:
+    """`text` split at commas and semicolons outside brackets and braces."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char in ",;" and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part for part in parts if part.strip()]
 
 
 def _parse_latex(text: str) -> sympy.Basic:
