@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 
-from genesys.sandbox.base import SandboxUnavailable
+from genesys.sandbox.base import SANDBOXED_RUNNER_ARGS, SandboxUnavailable
 from genesys.sandbox.cgroups import Cgroup
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.process import RUNNER_PATH, LocalSandbox
@@ -81,7 +81,7 @@ class BwrapSandbox(LocalSandbox):
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for key, value in ENV.items():
             argv += ["--setenv", key, value]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(self.scratch_mb << 20), "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue", "--perms", "1777", "--size", str(self.scratch_mb << 20), "--tmpfs", "/tmp"]
         for directory in _parents([*self.files.roots, *self.files.links, SANDBOX_RUNNER]):
             argv += ["--perms", "0755", "--dir", directory]  # bwrap would make them 0700
         for link, target in sorted(self.files.links.items()):
@@ -96,7 +96,7 @@ class BwrapSandbox(LocalSandbox):
         else:
             argv += ["--unshare-user", "--disable-userns"]
         argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]
-        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH) + ["--wipe", "/tmp", "--wipe", "/dev/shm"]
+        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH) + SANDBOXED_RUNNER_ARGS
 
     def _start(self) -> RunnerSession:
         self._cgroup, self.cgroup_note = Cgroup.create(self._cgroup_memory, self._cgroup_pids)
