@@ -14,6 +14,7 @@ import pytest
 
 from genesys.sandbox.backends import open_sandbox
 from genesys.sandbox.base import Sandbox, Submission
+from genesys.sandbox.limits import Limits
 from test_sandbox_backends import backend_skip_reason, host_processes_with
 from test_sandbox_lifecycle import wait_until
 
@@ -140,6 +141,33 @@ def test_a_compiled_submission_leaves_nothing_either(sandbox: Sandbox) -> None:
     assert snooped["stdout"] == "nothing\n", snooped
 
 
+# Fills the sandbox's memory with shared memory segments that no process holds.
+SHM_BOMB = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+made = 0
+for key in range(6):
+    segment = libc.shmget(0x7E00 + key, 400 << 20, 0o1000 | 0o600)
+    address = libc.shmat(segment, None, 0) if segment >= 0 else None
+    if address in (None, ctypes.c_void_p(-1).value):
+        break
+    ctypes.memset(address, 1, 400 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+    made += 1
+print(made)
+"""
+ALLOCATE_400MB = "memory = bytearray(400 << 20)\nmemory[::4096] = bytes(len(range(0, 400 << 20, 4096)))\nprint('fits')"
+
+
+def test_memory_an_earlier_submission_left_in_shared_memory_is_freed(sandbox: Sandbox) -> None:
+    # 2.4 GB of segments plus 400 MB is more than the sandbox's whole memory (about 2.5 GB).
+    bomb = sandbox.run(Submission("python", SHM_BOMB, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30)))
+    assert bomb.tests[0]["status"] in ("ok", "memory_limit", "runtime_error"), bomb.tests
+    allocated = run_one(sandbox, ALLOCATE_400MB)
+    assert allocated["status"] == "ok" and allocated["stdout"] == "fits\n", (bomb.tests, allocated)
+
+
 # Tries to reach every process that is not its own: trace it, read its memory, signal it.
 TRACER = """
 import ctypes, os
@@ -218,3 +246,31 @@ def test_processes_the_runner_did_not_start_are_killed(kind: str) -> None:
         assert not host_processes_with(MARKER)
         if planted is not None:
             planted.wait(timeout=30)
+
+
+# What the system call filter must leave working: threads (clone3 refused, libc falls back to clone),
+# fork, subprocesses, Unix sockets, asyncio, multiprocessing (its semaphores live in /dev/shm).
+ORDINARY = """
+import asyncio, multiprocessing, os, socket, subprocess, sys, threading
+seen = []
+thread = threading.Thread(target=seen.append, args=("thread",))
+thread.start()
+thread.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+seen.append(subprocess.run([sys.executable, "-c", "print('child')"], capture_output=True, text=True).stdout.strip())
+left, right = socket.socketpair()
+left.send(b"pair")
+seen.append(right.recv(4).decode())
+seen.append(asyncio.run(asyncio.sleep(0, "asyncio")))
+with multiprocessing.Pool(2) as pool:
+    seen.append(sum(pool.map(abs, [-1, -2])))
+print(*seen)
+"""
+
+
+def test_ordinary_programs_still_work(sandbox: Sandbox) -> None:
+    ran = run_one(sandbox, ORDINARY)
+    assert ran["stdout"] == "thread 7 child pair asyncio 3\n", ran

@@ -25,6 +25,7 @@ from genesys.sandbox.toolchains import FileSet, Toolchain, file_set, runner_comm
 
 SANDBOX_RUNNER = "/opt/genesys/runner.py"
 SCRATCH = "/tmp/genesys"
+SHM_MB = 64  # /dev/shm, as docker sizes it
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 
@@ -81,7 +82,9 @@ class BwrapSandbox(LocalSandbox):
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for key, value in ENV.items():
             argv += ["--setenv", key, value]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue", "--perms", "1777", "--size", str(self.scratch_mb << 20), "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
+        for directory, size_mb in (("/tmp", self.scratch_mb), ("/dev/shm", SHM_MB)):
+            argv += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", directory]
         for directory in _parents([*self.files.roots, *self.files.links, SANDBOX_RUNNER]):
             argv += ["--perms", "0755", "--dir", directory]  # bwrap would make them 0700
         for link, target in sorted(self.files.links.items()):
