@@ -141,6 +141,29 @@ def test_a_compiled_submission_leaves_nothing_either(sandbox: Sandbox) -> None:
     assert snooped["stdout"] == "nothing\n", snooped
 
 
+# Every directory a program can create a file in.
+WRITABLE = """
+import os
+for directory, subdirectories, _ in os.walk("/"):
+    if directory in ("/proc", "/sys"):
+        subdirectories.clear()
+        continue
+    try:
+        os.close(os.open(os.path.join(directory, ".probe"), os.O_CREAT | os.O_WRONLY, 0o600))
+        os.unlink(os.path.join(directory, ".probe"))
+        print(directory)
+    except OSError:
+        pass
+"""
+
+
+def test_programs_write_only_where_the_runner_wipes(sandbox: Sandbox) -> None:
+    walked = sandbox.run(Submission("python", WRITABLE, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30)))
+    writable = walked.tests[0]["stdout"].split()
+    assert walked.tests[0]["status"] == "ok" and "/tmp" in writable, walked.tests
+    assert all(path.startswith(("/tmp", "/dev/shm", "/dev/mqueue")) for path in writable), writable
+
+
 # Fills the sandbox's memory with shared memory segments that no process holds.
 SHM_BOMB = """
 import ctypes
@@ -274,3 +297,52 @@ print(*seen)
 def test_ordinary_programs_still_work(sandbox: Sandbox) -> None:
     ran = run_one(sandbox, ORDINARY)
     assert ran["stdout"] == "thread 7 child pair asyncio 3\n", ran
+
+
+# --- the runner's own parts, in this process (no sandbox around them) ---------------------------
+
+
+def test_the_filter_refuses_what_it_must_and_keeps_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from genesys.sandbox import runner
+
+    monkeypatch.setattr(runner, "kill_leftovers", lambda: None)  # here they would be pytest's own children
+
+    def child() -> int:
+        import ctypes
+        import socket
+        import threading
+
+        runner.confine()
+        libc = ctypes.CDLL(None, use_errno=True)
+        refused = {
+            "user namespace": libc.unshare(0x10000000) == -1 and ctypes.get_errno() == 1,
+            "trace": libc.ptrace(0x4206, os.getppid(), None, None) == -1 and ctypes.get_errno() == 1,
+            "keyring": libc.syscall(250, 0, -4, 0) == -1 and ctypes.get_errno() == 1,  # KEYCTL_GET_KEYRING_ID
+        }
+        try:
+            socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        except PermissionError:
+            refused["inet socket"] = True
+        socket.socketpair()[0].close()  # Unix sockets work
+        thread = threading.Thread(target=refused.setdefault, args=("thread ran", True))
+        thread.start()
+        thread.join()
+        os.write(1, " ".join(sorted(name for name, ok in refused.items() if ok)).encode())
+        return 0
+
+    outcome = runner.run_child(child, b"", {"time_s": 5, "memory_mb": 512, "disk_mb": 16, "processes": 16, "output_bytes": 4096, "wall_s": 30})
+    assert bytes(outcome.stdout).decode() == "inet socket keyring thread ran trace user namespace", bytes(outcome.stderr)
+
+
+def test_outside_a_sandbox_the_runner_leaves_other_processes_and_ipc_objects_alone(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genesys.sandbox import runner
+
+    def forbidden() -> None:
+        raise AssertionError("called outside a sandbox")
+
+    monkeypatch.setattr(runner, "kill_leftovers", lambda: None)  # here they would be pytest's own children
+    monkeypatch.setattr(runner, "kill_strangers", forbidden)
+    monkeypatch.setattr(runner, "remove_ipc_objects", forbidden)
+    (tmp_path / "left").write_text("x")
+    runner.Slate(str(tmp_path), [], sandboxed=False).clean()
+    assert not (tmp_path / "left").exists()
