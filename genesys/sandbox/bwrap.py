@@ -1,10 +1,12 @@
 """The `bwrap` backend: the runner inside a bubblewrap sandbox.
 
 Every namespace is unshared (no network: a fresh, empty network namespace), the file system is a
-fresh tmpfs root holding read-only binds of the toolchains only (see `toolchains.file_set`) and a
-private size-capped /tmp, all capabilities are dropped and the runner and its tests run as a
-non-root uid. Run as root, bwrap needs no user namespace: the runner keeps CAP_SETUID, SETGID,
-CHOWN and SETPCAP just long enough to empty its bounding set and drop to its own uid. A cgroup
+fresh read-only tmpfs root holding read-only binds of the toolchains only (see
+`toolchains.file_set`), a read-only /dev, a private size-capped /tmp and /dev/shm and the IPC
+namespace's /dev/mqueue (the runner empties those three), all capabilities are dropped and the
+runner and its tests run as a non-root uid. Run as root, bwrap needs no user namespace: the runner
+keeps CAP_SETUID, SETGID, CHOWN and SETPCAP just long enough to empty its bounding set and drop to
+its own uid; its system call filter then refuses new namespaces (see `runner.confine`). A cgroup
 caps the session's memory and processes where this machine allows one; rlimits cap each test
 regardless.
 """

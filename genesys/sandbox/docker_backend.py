@@ -2,7 +2,8 @@
 
 Each container starts with no network, a read-only root, a size-capped tmpfs for scratch,
 memory (swap included), process and CPU caps, every capability dropped, no-new-privileges and a
-non-root uid of its own. Its init is the runner's `keep` mode, which exits when the stdin this
+non-root uid of its own for the runner and the programs. Its init is the runner's `keep` mode
+(as nobody, not dumpable: out of the programs' reach), which exits when the stdin this
 process holds attached closes, so containers die with their owner even when it is SIGKILLed;
 `auto_remove` then deletes them. Submissions go over one long-lived `docker exec` of the runner per
 container, reused for `reuse` submissions (the runner serves one submission at a time; a fresh

@@ -11,8 +11,10 @@ its own process group, rlimits (CPU, address space, processes, file size, open f
 deadline, capped output. Python tests fork from this process after the source is compiled once and
 common modules are imported (a fork server), so a test costs a fork instead of an interpreter start.
 When a test ends, every process it left behind is killed: the runner is a child subreaper, so
-detached descendants are re-parented to it and found. Expected outputs never enter the sandbox;
-the host compares what the runner reports.
+detached descendants are re-parented to it and found. In a sandbox (`--sandboxed`) the runner
+also starts and ends every submission with no other process, IPC object or file of the programs
+left, and confines itself and its tests with a system call filter (see `Slate` and `confine`).
+Expected outputs never enter the sandbox; the host compares what the runner reports.
 """
 
 import atexit
