@@ -11,6 +11,10 @@ from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 LANGUAGES = ("python", "cpp", "rust", "javascript")
 # Submissions one runner process serves before a fresh one takes over (1: a runner per submission).
 DEFAULT_REUSE = 200
+# The runner's arguments in a real sandbox: the directories programs can write to besides the
+# scratch directory (emptied before and after every submission), and that the runner is alone in
+# the sandbox's pid and IPC namespaces (see `runner.main`).
+SANDBOXED_RUNNER_ARGS = ["--wipe", "/tmp", "--wipe", "/dev/shm", "--wipe", "/dev/mqueue", "--sandboxed"]
 
 
 class SandboxError(RuntimeError):

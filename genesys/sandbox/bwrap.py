@@ -1,10 +1,12 @@
 """The `bwrap` backend: the runner inside a bubblewrap sandbox.
 
 Every namespace is unshared (no network: a fresh, empty network namespace), the file system is a
-fresh tmpfs root holding read-only binds of the toolchains only (see `toolchains.file_set`) and a
-private size-capped /tmp, all capabilities are dropped and the runner and its tests run as a
-non-root uid. Run as root, bwrap needs no user namespace: the runner keeps CAP_SETUID, SETGID,
-CHOWN and SETPCAP just long enough to empty its bounding set and drop to its own uid. A cgroup
+fresh read-only tmpfs root holding read-only binds of the toolchains only (see
+`toolchains.file_set`), a read-only /dev, a private size-capped /tmp and /dev/shm and the IPC
+namespace's /dev/mqueue (the runner empties those three), all capabilities are dropped and the
+runner and its tests run as a non-root uid. Run as root, bwrap needs no user namespace: the runner
+keeps CAP_SETUID, SETGID, CHOWN and SETPCAP just long enough to empty its bounding set and drop to
+its own uid; its system call filter then refuses new namespaces (see `runner.confine`). A cgroup
 caps the session's memory and processes where this machine allows one; rlimits cap each test
 regardless.
 """
@@ -16,7 +18,7 @@ import os
 import shutil
 import subprocess
 
-from genesys.sandbox.base import SandboxUnavailable
+from genesys.sandbox.base import SANDBOXED_RUNNER_ARGS, SandboxUnavailable
 from genesys.sandbox.cgroups import Cgroup
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.process import RUNNER_PATH, LocalSandbox
@@ -25,6 +27,7 @@ from genesys.sandbox.toolchains import FileSet, Toolchain, file_set, runner_comm
 
 SANDBOX_RUNNER = "/opt/genesys/runner.py"
 SCRATCH = "/tmp/genesys"
+SHM_MB = 64  # /dev/shm, as docker sizes it
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 
@@ -81,7 +84,10 @@ class BwrapSandbox(LocalSandbox):
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for key, value in ENV.items():
             argv += ["--setenv", key, value]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(self.scratch_mb << 20), "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
+        for directory, size_mb in (("/tmp", self.scratch_mb), ("/dev/shm", SHM_MB)):
+            argv += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", directory]
+        argv += ["--remount-ro", "/dev"]  # without a uid of its own, the sandbox would own /dev
         for directory in _parents([*self.files.roots, *self.files.links, SANDBOX_RUNNER]):
             argv += ["--perms", "0755", "--dir", directory]  # bwrap would make them 0700
         for link, target in sorted(self.files.links.items()):
@@ -89,14 +95,14 @@ class BwrapSandbox(LocalSandbox):
         for root in self.files.roots:
             argv += ["--ro-bind", root, root]
         for hidden in self._hidden_dirs:
-            argv += ["--tmpfs", hidden]
+            argv += ["--tmpfs", hidden, "--remount-ro", hidden]  # as a user's own tmpfs it would be writable
         argv += ["--ro-bind", RUNNER_PATH, SANDBOX_RUNNER, "--remount-ro", "/", "--cap-drop", "ALL"]
         if self._uid is not None:
             argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]
         else:
             argv += ["--unshare-user", "--disable-userns"]
         argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]
-        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH) + ["--wipe", "/tmp", "--wipe", "/dev/shm"]
+        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH) + SANDBOXED_RUNNER_ARGS
 
     def _start(self) -> RunnerSession:
         self._cgroup, self.cgroup_note = Cgroup.create(self._cgroup_memory, self._cgroup_pids)

@@ -2,7 +2,8 @@
 
 Each container starts with no network, a read-only root, a size-capped tmpfs for scratch,
 memory (swap included), process and CPU caps, every capability dropped, no-new-privileges and a
-non-root uid of its own. Its init is the runner's `keep` mode, which exits when the stdin this
+non-root uid of its own for the runner and the programs. Its init is the runner's `keep` mode
+(as nobody, not dumpable: out of the programs' reach), which exits when the stdin this
 process holds attached closes, so containers die with their owner even when it is SIGKILLed;
 `auto_remove` then deletes them. Submissions go over one long-lived `docker exec` of the runner per
 container, reused for `reuse` submissions (the runner serves one submission at a time; a fresh
@@ -22,7 +23,15 @@ import threading
 import time
 from typing import Any
 
-from genesys.sandbox.base import DEFAULT_REUSE, RunResult, Sandbox, SandboxError, SandboxUnavailable, Submission
+from genesys.sandbox.base import (
+    DEFAULT_REUSE,
+    SANDBOXED_RUNNER_ARGS,
+    RunResult,
+    Sandbox,
+    SandboxError,
+    SandboxUnavailable,
+    Submission,
+)
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.protocol import RunnerSession, Transport
 
@@ -32,6 +41,8 @@ LABEL = "genesys.sandbox"
 RUNNER_IN_IMAGE = "/opt/genesys/runner.py"
 SCRATCH = "/tmp/genesys"
 CONTAINER_UID_BASE = 20000
+# The container's init runs as another uid than the runner and the programs, out of their reach.
+INIT_UID = 65534
 # A container lives at most this long even if its owner never lets go of it.
 DEFAULT_LIFETIME_S = 6 * 3600
 
@@ -142,11 +153,13 @@ class ExecTransport(Transport):
 
 
 class _Slot:
-    """One pool container, the stdin keeping it alive, and its runner session."""
+    """One pool container, the stdin keeping it alive, the uid its runner and programs run as,
+    and its runner session."""
 
-    def __init__(self, container: Any, keepalive: Any) -> None:
+    def __init__(self, container: Any, keepalive: Any, uid: int) -> None:
         self.container = container
         self.keepalive = keepalive
+        self.uid = uid
         self.session: RunnerSession | None = None
 
 
@@ -198,7 +211,7 @@ class DockerSandbox(Sandbox):
 
     # --- containers -------------------------------------------------------------------------------
 
-    def _container_kwargs(self, uid: int) -> dict[str, Any]:
+    def _container_kwargs(self) -> dict[str, Any]:
         memory = (max(self.limits.memory_mb, COMPILE_LIMITS.memory_mb) + self.scratch_mb + 256) << 20
         api = self.client.api
         host_config = api.create_host_config(
@@ -218,7 +231,7 @@ class DockerSandbox(Sandbox):
         return {
             "image": self.image_name,
             "command": [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, "keep", str(int(self.lifetime_s))],
-            "user": f"{uid}:{uid}",
+            "user": f"{INIT_UID}:{INIT_UID}",
             "stdin_open": True,
             "detach": False,  # makes docker close the container's stdin when our attachment ends
             "network_disabled": True,
@@ -239,12 +252,12 @@ class DockerSandbox(Sandbox):
             uid = CONTAINER_UID_BASE + (os.getpid() * 7 + self._serial) % 30000
         api = self.client.api
         try:
-            created = api.create_container(**self._container_kwargs(uid))
+            created = api.create_container(**self._container_kwargs())
             keepalive = api.attach_socket(created["Id"], params={"stdin": 1, "stream": 1})
             api.start(created["Id"])
         except Exception as exc:  # noqa: BLE001 - docker.errors.APIError and connection errors
             raise SandboxError(f"cannot start a sandbox container: {exc}") from None
-        slot = _Slot(self.client.containers.get(created["Id"]), keepalive)
+        slot = _Slot(self.client.containers.get(created["Id"]), keepalive, uid)
         with self._lock:
             self._all.append(slot)
         return slot
@@ -252,9 +265,10 @@ class DockerSandbox(Sandbox):
     def _start_session(self, slot: _Slot) -> RunnerSession:
         api = self.client.api
         python = self.toolchains["python"]["run"]
-        command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH, "--wipe", "/tmp", "--wipe", "/dev/shm"]
+        command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH, *SANDBOXED_RUNNER_ARGS]
+        user = f"{slot.uid}:{slot.uid}"
         try:
-            exec_id = api.exec_create(slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp")
+            exec_id = api.exec_create(slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp", user=user)
             raw = api.exec_start(exec_id["Id"], socket=True)
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"cannot start the runner in its container: {exc}") from None

@@ -11,8 +11,10 @@ its own process group, rlimits (CPU, address space, processes, file size, open f
 deadline, capped output. Python tests fork from this process after the source is compiled once and
 common modules are imported (a fork server), so a test costs a fork instead of an interpreter start.
 When a test ends, every process it left behind is killed: the runner is a child subreaper, so
-detached descendants are re-parented to it and found. Expected outputs never enter the sandbox;
-the host compares what the runner reports.
+detached descendants are re-parented to it and found. In a sandbox (`--sandboxed`) the runner
+also starts and ends every submission with no other process, IPC object or file of the programs
+left, and confines itself and its tests with a system call filter (see `Slate` and `confine`).
+Expected outputs never enter the sandbox; the host compares what the runner reports.
 """
 
 import atexit
@@ -45,6 +47,10 @@ import typing  # noqa: F401
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+IPC_RMID = 0
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
 EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd can be had
@@ -108,18 +114,25 @@ def children_of(pid):
 
 def _scan_children(pid):
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry, "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[1]) == pid:
-            found.append(int(entry))
+    for entry in _pids():
+        fields = _stat(entry)
+        if fields and int(fields[1]) == pid:
+            found.append(entry)
     return found
+
+
+def _pids():
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _stat(pid):
+    """The fields of /proc/PID/stat after the command name (state first), or None once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
 
 
 def kill_leftovers():
@@ -139,6 +152,54 @@ def kill_leftovers():
             except OSError:
                 pass
         reap_children()
+
+
+def kill_strangers():
+    """Kill every other process in this pid namespace that we may signal, those outside the
+    runner's tree too, and wait until none of them runs. Only for a runner alone in its sandbox."""
+    for _ in range(1000):
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process we may signal here but init and ourselves
+        except ProcessLookupError:
+            pass
+        reap_children()
+        if not _strangers_running():
+            return
+        time.sleep(0.001)
+    raise RuntimeError("processes in the sandbox outlive SIGKILL")
+
+
+def _strangers_running():
+    me = os.getpid()
+    for pid in _pids():
+        if pid in (1, me):
+            continue
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            continue  # gone, or not ours to signal
+        fields = _stat(pid)
+        if fields and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def remove_ipc_objects():
+    """Remove every System V shared memory segment, semaphore set and message queue of this IPC
+    namespace (the sandbox's own; ids from /proc/sysvipc)."""
+    removers = {
+        "shm": lambda ipc_id: _libc.shmctl(ipc_id, IPC_RMID, None),
+        "sem": lambda ipc_id: _libc.semctl(ipc_id, 0, IPC_RMID),
+        "msg": lambda ipc_id: _libc.msgctl(ipc_id, IPC_RMID, None),
+    }
+    for kind, remove in removers.items():
+        try:
+            with open("/proc/sysvipc/" + kind, "rb") as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            remove(int(row.split()[1]))
 
 
 def reap_children():
@@ -196,6 +257,103 @@ def apply_limits(limits, language):
     resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+# --- confinement ---------------------------------------------------------------------------------
+
+# Per machine: the audit architecture and the numbers of the system calls the filter looks at.
+SYSCALLS = {
+    "x86_64": (0xC000003E, {"socket": 41, "clone": 56, "ptrace": 101, "add_key": 248, "request_key": 249, "keyctl": 250,
+                            "unshare": 272, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
+                            "clone3": 435, "pidfd_getfd": 438}),
+    "aarch64": (0xC00000B7, {"unshare": 97, "ptrace": 117, "socket": 198, "add_key": 217, "request_key": 218, "keyctl": 219,
+                             "clone": 220, "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271,
+                             "clone3": 435, "pidfd_getfd": 438}),
+}
+# Refused outright: reaching into other processes, kernel keyrings (they outlive processes), namespaces.
+DENIED_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "add_key", "request_key",
+                   "keyctl", "unshare", "setns")
+CLONE_NEW_NAMESPACES = 0x7E020080  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+INET_FAMILIES = (2, 10)  # AF_INET, AF_INET6: no network, and closed TCP sockets linger (TIME_WAIT)
+X32_SYSCALL_BIT = 0x40000000
+EPERM, EACCES, ENOSYS = 1, 13, 38
+BPF_LD_ABS, BPF_JEQ, BPF_JGE, BPF_JSET, BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+
+
+def seccomp_filter(machine):
+    """The BPF program that confines the runner and its tests (see DENIED_SYSCALLS), as bytes.
+
+    clone with a namespace flag is refused, clone3 (whose flags the filter cannot read) answers
+    ENOSYS so that libc falls back to clone, sockets are Unix sockets only, and system calls of
+    another ABI (32-bit, x32) are refused.
+    """
+    if machine not in SYSCALLS:
+        raise RuntimeError("no system call filter for machine %r" % (machine,))
+    arch, numbers = SYSCALLS[machine]
+    lines = [
+        (BPF_LD_ABS, 0, 0, 4),  # seccomp_data.arch
+        (BPF_JEQ, 1, 0, arch),
+        (BPF_RET, 0, 0, SECCOMP_RET_ERRNO | ENOSYS),
+        (BPF_LD_ABS, 0, 0, 0),  # seccomp_data.nr
+        (BPF_JGE, "eperm", 0, X32_SYSCALL_BIT),
+    ]
+    lines += [(BPF_JEQ, "eperm", 0, numbers[name]) for name in DENIED_SYSCALLS]
+    lines += [
+        (BPF_JEQ, "clone", 0, numbers["clone"]),
+        (BPF_JEQ, "enosys", 0, numbers["clone3"]),
+        (BPF_JEQ, "socket", 0, numbers["socket"]),
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
+        "clone",
+        (BPF_LD_ABS, 0, 0, 16),  # the low half of seccomp_data.args[0]: the flags
+        (BPF_JSET, "eperm", 0, CLONE_NEW_NAMESPACES),
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
+        "socket",
+        (BPF_LD_ABS, 0, 0, 16),  # the address family
+        *[(BPF_JEQ, "eacces", 0, family) for family in INET_FAMILIES],
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
+        "eperm",
+        (BPF_RET, 0, 0, SECCOMP_RET_ERRNO | EPERM),
+        "eacces",
+        (BPF_RET, 0, 0, SECCOMP_RET_ERRNO | EACCES),
+        "enosys",
+        (BPF_RET, 0, 0, SECCOMP_RET_ERRNO | ENOSYS),
+    ]
+    return _assemble(lines)
+
+
+def _assemble(lines):
+    """BPF instructions (code, jump if true, jump if false, k) as bytes; a jump may name a label,
+    a string line that marks the instruction after it."""
+    labels, position = {}, 0
+    for line in lines:
+        if isinstance(line, str):
+            labels[line] = position
+        else:
+            position += 1
+    program = []
+    for line in lines:
+        if isinstance(line, str):
+            continue
+        code, true, false, k = line
+        here = len(program) + 1
+        true, false = (labels[j] - here if isinstance(j, str) else j for j in (true, false))
+        program.append(struct.pack("=HBBI", code, true, false, k))
+    return b"".join(program)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def confine():
+    """Install the system call filter on this process; every test forked from it inherits it."""
+    code = seccomp_filter(os.uname().machine)
+    program = ctypes.create_string_buffer(code, len(code))
+    fprog = _SockFprog(len(code) // 8, ctypes.addressof(program))
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot install the system call filter")
 
 
 # --- running one process --------------------------------------------------------------------------
@@ -643,10 +801,32 @@ def _call_args(value):
 # --- serving --------------------------------------------------------------------------------------
 
 
-def serve_one(job, toolchains, scratch, wipe_dirs, out_fd):
-    """Compile and run one submission, replying frame by frame; leave nothing of it behind."""
+class Slate:
+    """What the runner empties before and after every submission: the scratch directory and the
+    other directories programs can write to and, when the runner is alone in its sandbox
+    (`sandboxed`: its own pid and IPC namespaces), every other process and IPC object there."""
+
+    def __init__(self, scratch, wipe_dirs, sandboxed):
+        self.scratch = scratch
+        self.wipe_dirs = wipe_dirs
+        self.sandboxed = sandboxed
+
+    def clean(self, keep=""):
+        """Kill, remove and empty; `keep` (a directory) stays, emptied."""
+        kill_leftovers()
+        if self.sandboxed:
+            kill_strangers()
+            remove_ipc_objects()
+        for directory in (self.scratch, *self.wipe_dirs):
+            wipe(directory, keep)
+
+
+def serve_one(job, toolchains, slate, out_fd):
+    """Compile and run one submission, replying frame by frame; it finds nothing of an earlier one
+    and leaves nothing behind."""
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
-    workdir = os.path.join(scratch, "work")
+    workdir = os.path.join(slate.scratch, "work")
+    slate.clean(keep=workdir)
     os.makedirs(workdir, exist_ok=True)
     try:
         program, error, seconds = compile_submission(
@@ -665,9 +845,7 @@ def serve_one(job, toolchains, scratch, wipe_dirs, out_fd):
                 reply["index"] = index
                 write_frame(out_fd, reply)
     finally:
-        kill_leftovers()
-        for directory in (scratch, *wipe_dirs):
-            wipe(directory, keep=workdir)
+        slate.clean(keep=workdir)
     write_frame(out_fd, {"event": "done"})
 
 
@@ -681,10 +859,14 @@ def drop_privileges(uid):
 
 
 def main(argv):
-    """`runner.py TOOLCHAINS_JSON SCRATCH_DIR [--uid N] [--wipe DIR]...`: serve submissions until stdin closes.
+    """`runner.py TOOLCHAINS_JSON SCRATCH_DIR [--uid N] [--wipe DIR]... [--sandboxed]`: serve
+    submissions until stdin closes.
 
     --uid: drop to this uid first (when started as root). --wipe: more directories the programs can
-    write to (a private /tmp, /dev/shm), emptied before and after every submission.
+    write to (a private /tmp, /dev/shm, /dev/mqueue), emptied before and after every submission.
+    --sandboxed: the runner is alone in its sandbox's pid and IPC namespaces: it installs the system
+    call filter (see `confine`) and, before and after every submission, kills every other process
+    it may signal there and removes every IPC object. Never pass it outside a sandbox.
     """
     toolchains = json.loads(argv[1])
     scratch = argv[2]
@@ -697,6 +879,9 @@ def main(argv):
         drop_privileges(uid)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    slate = Slate(scratch, wipe_dirs, sandboxed="--sandboxed" in argv)
+    if slate.sandboxed:
+        confine()
     # Forked tests inherit these: default dispositions, as a fresh program would have them.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -705,19 +890,21 @@ def main(argv):
     for fd in (0, 1):
         os.dup2(devnull, fd)
     _prepare_python_tests()
-    for directory in (scratch, *wipe_dirs):  # what an earlier runner may have left
-        wipe(directory)
+    slate.clean()  # what an earlier runner may have left
     gc.freeze()  # forked tests then share the runner's memory instead of copying it on the next collection
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
     while True:
         job = read_frame(in_fd)
         if job is None:
             return 0
-        serve_one(job, toolchains, scratch, wipe_dirs, out_fd)
+        serve_one(job, toolchains, slate, out_fd)
 
 
 def keep(argv):
-    """`runner.py keep SECONDS`: a container's init; it lives until stdin closes or SECONDS pass."""
+    """`runner.py keep SECONDS`: a container's init; it lives until stdin closes or SECONDS pass.
+
+    It runs as a uid of its own, and no process may trace it or read its memory."""
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     deadline = time.monotonic() + float(argv[2])

@@ -1,0 +1,360 @@
+"""Submissions served one after another by the same sandbox cannot reach each other: nothing a
+submission leaves in the kernel (IPC objects, keys, sockets, processes) is there for the next one,
+whatever the runner reuse, and the sandbox's own processes and namespaces are out of reach."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from genesys.sandbox.backends import open_sandbox
+from genesys.sandbox.base import Sandbox, Submission
+from genesys.sandbox.limits import Limits
+from test_sandbox_backends import backend_skip_reason, host_processes_with
+from test_sandbox_lifecycle import wait_until
+
+BACKENDS = ("docker", "bwrap")
+SECRET = "answer-4f2a"
+
+# Publishes its input everywhere a later submission could look; prints what it managed.
+PUBLISHER = """
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+secret = sys.stdin.read().encode()
+done = []
+shm = libc.shmget(0x6E5E, 4096, 0o1000 | 0o666)
+address = libc.shmat(shm, None, 0) if shm >= 0 else None
+if address not in (None, ctypes.c_void_p(-1).value):
+    ctypes.memmove(address, secret, len(secret))
+    done.append("shm")
+if libc.semget(0x6E5F, 1, 0o1000 | 0o666) >= 0:
+    done.append("sem")
+queue = libc.msgget(0x6E60, 0o1000 | 0o666)
+message = (1).to_bytes(8, "little") + secret  # struct msgbuf: mtype 1, then the text
+if queue >= 0 and libc.msgsnd(queue, message, len(secret), 0) == 0:
+    done.append("msg")
+mq = libc.mq_open(b"/genesys-leak", os.O_CREAT | os.O_RDWR, 0o666, None)
+if mq >= 0 and libc.mq_send(mq, secret, len(secret), 0) == 0:
+    done.append("mqueue")
+if libc.syscall(248, b"user", b"genesys-leak", secret, len(secret), -4) >= 0:  # add_key to the user keyring
+    done.append("keyring")
+try:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 40000 + int.from_bytes(secret[:2], "big") % 20000))
+    server.listen(1)
+    client = socket.create_connection(server.getsockname())
+    server.accept()[0].close()
+    client.close()  # the port now waits in TIME_WAIT, listed in /proc/net/tcp
+    done.append("time_wait")
+except OSError:
+    pass
+print(*done)
+"""
+
+# Looks for anything a publisher could have left; prints it, or "nothing".
+SNOOPER = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+found = []
+for kind in ("shm", "sem", "msg"):
+    try:
+        rows = open("/proc/sysvipc/" + kind).read().splitlines()[1:]
+    except OSError:
+        rows = []
+    found += [kind + " " + " ".join(row.split()[:2]) for row in rows]
+for directory in ("/dev/mqueue", "/dev/shm", "/tmp", "/var/tmp"):
+    try:
+        found += [directory + "/" + name for name in os.listdir(directory) if name != "genesys"]
+    except OSError:
+        pass
+mq = libc.mq_open(b"/genesys-leak", os.O_RDONLY | os.O_NONBLOCK, 0, None)
+if mq >= 0:
+    found.append("mqueue /genesys-leak")
+key = libc.syscall(249, b"user", b"genesys-leak", None, 0)  # request_key
+if key >= 0:
+    found.append("key %d" % key)
+for table in ("tcp", "tcp6", "udp", "udp6", "unix"):
+    try:
+        found += [table + " " + row.strip() for row in open("/proc/net/" + table).read().splitlines()[1:]]
+    except OSError:
+        pass
+print(" | ".join(found) or "nothing")
+"""
+
+CPP_PUBLISHER = """
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <mqueue.h>
+#include <fcntl.h>
+#include <cstring>
+#include <iostream>
+int main() {
+    std::string secret;
+    std::cin >> secret;
+    int id = shmget(0x6E61, 4096, IPC_CREAT | 0666);
+    if (id >= 0) { char* p = (char*)shmat(id, nullptr, 0); if (p != (char*)-1) std::strcpy(p, secret.c_str()); }
+    mqd_t mq = mq_open("/genesys-leak-cpp", O_CREAT | O_RDWR, 0666, nullptr);
+    if (mq != (mqd_t)-1) mq_send(mq, secret.c_str(), secret.size(), 0);
+    std::cout << (id >= 0) << (mq != (mqd_t)-1) << std::endl;
+}
+"""
+
+
+def run_one(sandbox: Sandbox, source: str, stdin: str = "", language: str = "python") -> dict:
+    result = sandbox.run(Submission(language, textwrap.dedent(source), [{"type": "stdin_stdout", "input": stdin}]))
+    assert result.compiled, result.compile_message
+    return result.tests[0]
+
+
+@pytest.fixture(scope="module", params=[(kind, reuse) for kind in BACKENDS for reuse in (200, 1)], ids=lambda p: f"{p[0]}-reuse{p[1]}")
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    kind, reuse = request.param
+    reason = backend_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    with open_sandbox(kind, reuse=reuse) as opened:
+        yield opened
+
+
+def test_a_submission_finds_nothing_an_earlier_one_published(sandbox: Sandbox) -> None:
+    clean = run_one(sandbox, SNOOPER)
+    assert clean["stdout"] == "nothing\n", clean
+    published = run_one(sandbox, PUBLISHER, SECRET)
+    assert published["status"] == "ok" and "shm" in published["stdout"], published  # it did publish
+    snooped = run_one(sandbox, SNOOPER)
+    assert snooped["stdout"] == "nothing\n", (published["stdout"], snooped)
+
+
+def test_a_compiled_submission_leaves_nothing_either(sandbox: Sandbox) -> None:
+    if "cpp" not in sandbox.languages():
+        pytest.skip(f"no C++ in the {sandbox.name} sandbox here")
+    published = run_one(sandbox, CPP_PUBLISHER, SECRET, language="cpp")
+    assert published["stdout"] == "11\n", published
+    snooped = run_one(sandbox, SNOOPER)
+    assert snooped["stdout"] == "nothing\n", snooped
+
+
+# Every directory a program can create a file in.
+WRITABLE = """
+import os
+for directory, subdirectories, _ in os.walk("/"):
+    if directory in ("/proc", "/sys"):
+        subdirectories.clear()
+        continue
+    try:
+        os.close(os.open(os.path.join(directory, ".probe"), os.O_CREAT | os.O_WRONLY, 0o600))
+        os.unlink(os.path.join(directory, ".probe"))
+        print(directory)
+    except OSError:
+        pass
+"""
+
+
+def test_programs_write_only_where_the_runner_wipes(sandbox: Sandbox) -> None:
+    walked = sandbox.run(Submission("python", WRITABLE, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30)))
+    writable = walked.tests[0]["stdout"].split()
+    assert walked.tests[0]["status"] == "ok" and "/tmp" in writable, walked.tests
+    assert all(path.startswith(("/tmp", "/dev/shm", "/dev/mqueue")) for path in writable), writable
+
+
+# Fills the sandbox's memory with shared memory segments that no process holds.
+SHM_BOMB = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+made = 0
+for key in range(6):
+    segment = libc.shmget(0x7E00 + key, 400 << 20, 0o1000 | 0o600)
+    address = libc.shmat(segment, None, 0) if segment >= 0 else None
+    if address in (None, ctypes.c_void_p(-1).value):
+        break
+    ctypes.memset(address, 1, 400 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+    made += 1
+print(made)
+"""
+ALLOCATE_400MB = "memory = bytearray(400 << 20)\nmemory[::4096] = bytes(len(range(0, 400 << 20, 4096)))\nprint('fits')"
+
+
+def test_memory_an_earlier_submission_left_in_shared_memory_is_freed(sandbox: Sandbox) -> None:
+    # 2.4 GB of segments plus 400 MB is more than the sandbox's whole memory (about 2.5 GB).
+    bomb = sandbox.run(Submission("python", SHM_BOMB, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30)))
+    assert bomb.tests[0]["status"] in ("ok", "memory_limit", "runtime_error"), bomb.tests
+    allocated = run_one(sandbox, ALLOCATE_400MB)
+    assert allocated["status"] == "ok" and allocated["stdout"] == "fits\n", (bomb.tests, allocated)
+
+
+# Tries to reach every process that is not its own: trace it, read its memory, signal it.
+TRACER = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+reached = []
+for entry in os.listdir("/proc"):
+    if not entry.isdigit() or int(entry) == os.getpid():
+        continue
+    pid = int(entry)
+    if libc.ptrace(0x4206, pid, None, None) == 0:  # PTRACE_SEIZE
+        reached.append("traced %d" % pid)
+    buffer = ctypes.create_string_buffer(8)
+    local = (ctypes.c_void_p * 2)(ctypes.cast(buffer, ctypes.c_void_p), 8)
+    remote = (ctypes.c_void_p * 2)(0x400000, 8)
+    if libc.process_vm_readv(pid, local, 1, remote, 1, 0) >= 0 or ctypes.get_errno() == 14:  # EFAULT: allowed, bad address
+        reached.append("read %d" % pid)
+print(" | ".join(reached) or "unreachable")
+"""
+
+
+def test_the_sandbox_processes_cannot_be_traced(sandbox: Sandbox) -> None:
+    traced = run_one(sandbox, TRACER)
+    assert traced["stdout"] == "unreachable\n", traced
+
+
+NAMESPACES = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+made = []
+for name, flag in [("user", 0x10000000), ("mount", 0x20000), ("net", 0x40000000), ("ipc", 0x08000000), ("pid", 0x20000000), ("uts", 0x04000000)]:
+    if libc.unshare(flag) == 0:
+        made.append(name)
+print(" ".join(made) or "refused")
+"""
+
+
+def test_programs_cannot_make_namespaces(sandbox: Sandbox) -> None:
+    made = run_one(sandbox, NAMESPACES)
+    assert made["stdout"] == "refused\n", made
+
+
+# --- processes that did not come from the runner --------------------------------------------------
+
+MARKER = f"genesys-stranger-{os.getpid()}"
+SLEEPER = f"import time; time.sleep(300)  # {MARKER}"
+FIND_STRANGERS = f"""
+import os
+found = []
+for pid in os.listdir("/proc"):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+            if {MARKER!r}.encode() in handle.read():
+                found.append(pid)
+    except OSError:
+        pass
+print(found or "none")
+"""
+
+
+def plant_stranger(sandbox: Sandbox, uid: str) -> subprocess.Popen | None:
+    """Start, from outside, a process of the programs' uid inside the sandbox: what a program that
+    escaped the runner's process tree would leave."""
+    python = sandbox.toolchains["python"]["run"]
+    if sandbox.name == "docker":
+        (container,) = sandbox.containers()
+        container.exec_run([python, "-c", SLEEPER], user=f"{uid}:{uid}", detach=True)
+        return None
+    if os.geteuid() != 0 or not shutil.which("nsenter"):
+        pytest.skip("planting a process in a bwrap sandbox needs root and nsenter")
+    bwrap = sandbox._session.transport.process.pid
+    with open(f"/proc/{bwrap}/task/{bwrap}/children") as handle:
+        (init,) = handle.read().split()  # the sandbox's pid 1
+    command = ["nsenter", "--target", init, "--pid", "--setuid", uid, "--setgid", uid, python, "-c", SLEEPER]
+    return subprocess.Popen(command, start_new_session=True)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_processes_the_runner_did_not_start_are_killed(kind: str) -> None:
+    reason = backend_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    with open_sandbox(kind) as opened:
+        uid = run_one(opened, "import os\nprint(os.getuid())")["stdout"].strip()
+        planted = plant_stranger(opened, uid)
+        assert wait_until(lambda: host_processes_with(MARKER), 60), "the planted process never started"
+        seen = run_one(opened, FIND_STRANGERS)
+        assert seen["stdout"] == "none\n", seen  # the next submission starts without it
+        assert wait_until(lambda: not host_processes_with(MARKER), 30)
+        if planted is not None:
+            planted.wait(timeout=30)
+
+
+# What the system call filter must leave working: threads (clone3 refused, libc falls back to clone),
+# fork, subprocesses, Unix sockets, asyncio, multiprocessing (its semaphores live in /dev/shm).
+ORDINARY = """
+import asyncio, multiprocessing, os, socket, subprocess, sys, threading
+seen = []
+thread = threading.Thread(target=seen.append, args=("thread",))
+thread.start()
+thread.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+seen.append(subprocess.run([sys.executable, "-c", "print('child')"], capture_output=True, text=True).stdout.strip())
+left, right = socket.socketpair()
+left.send(b"pair")
+seen.append(right.recv(4).decode())
+seen.append(asyncio.run(asyncio.sleep(0, "asyncio")))
+with multiprocessing.Pool(2) as pool:
+    seen.append(sum(pool.map(abs, [-1, -2])))
+print(*seen)
+"""
+
+
+def test_ordinary_programs_still_work(sandbox: Sandbox) -> None:
+    ran = run_one(sandbox, ORDINARY)
+    assert ran["stdout"] == "thread 7 child pair asyncio 3\n", ran
+
+
+# --- the runner's own parts, in this process (no sandbox around them) ---------------------------
+
+
+def test_the_filter_refuses_what_it_must_and_keeps_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from genesys.sandbox import runner
+
+    monkeypatch.setattr(runner, "kill_leftovers", lambda: None)  # here they would be pytest's own children
+
+    def child() -> int:
+        import ctypes
+        import socket
+        import threading
+
+        runner.confine()
+        libc = ctypes.CDLL(None, use_errno=True)
+        refused = {
+            "user namespace": libc.unshare(0x10000000) == -1 and ctypes.get_errno() == 1,
+            "trace": libc.ptrace(0x4206, os.getppid(), None, None) == -1 and ctypes.get_errno() == 1,
+            "keyring": libc.syscall(250, 0, -4, 0) == -1 and ctypes.get_errno() == 1,  # KEYCTL_GET_KEYRING_ID
+        }
+        try:
+            socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        except PermissionError:
+            refused["inet socket"] = True
+        socket.socketpair()[0].close()  # Unix sockets work
+        thread = threading.Thread(target=refused.setdefault, args=("thread ran", True))
+        thread.start()
+        thread.join()
+        os.write(1, " ".join(sorted(name for name, ok in refused.items() if ok)).encode())
+        return 0
+
+    outcome = runner.run_child(child, b"", {"time_s": 5, "memory_mb": 512, "disk_mb": 16, "processes": 16, "output_bytes": 4096, "wall_s": 30})
+    assert bytes(outcome.stdout).decode() == "inet socket keyring thread ran trace user namespace", bytes(outcome.stderr)
+
+
+def test_outside_a_sandbox_the_runner_leaves_other_processes_and_ipc_objects_alone(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genesys.sandbox import runner
+
+    def forbidden() -> None:
+        raise AssertionError("called outside a sandbox")
+
+    monkeypatch.setattr(runner, "kill_leftovers", lambda: None)  # here they would be pytest's own children
+    monkeypatch.setattr(runner, "kill_strangers", forbidden)
+    monkeypatch.setattr(runner, "remove_ipc_objects", forbidden)
+    (tmp_path / "left").write_text("x")
+    runner.Slate(str(tmp_path), [], sandboxed=False).clean()
+    assert not (tmp_path / "left").exists()
