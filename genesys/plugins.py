@@ -141,22 +141,29 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _named_results(pm: pluggy.PluginManager, hook: str, kind: str, is_valid: Any, expected: str, taken: Any = ()) -> dict[str, Any]:
+    """What every plugin's `hook` returns, by `.name`; a name claimed twice (or in `taken`) is a PluginError."""
+    found: dict[str, Any] = {}
+    owners: dict[str, str] = {name: "genesys" for name in taken}
+    for impl in getattr(pm.hook, hook).get_hookimpls():
+        for item in impl.function() or ():
+            if not is_valid(item):
+                raise PluginError(f"plugin {impl.plugin_name!r} returned {item!r} from {hook}, not {expected}")
+            if item.name in owners and found.get(item.name) != item:
+                raise PluginError(f"{kind} {item.name!r} is claimed by two plugins: {owners[item.name]} and {impl.plugin_name}; uninstall one of them")
+            found[item.name] = item
+            owners[item.name] = impl.plugin_name
+    return found
+
+
 def backend_specs(pm: pluggy.PluginManager | None = None) -> dict[str, BackendSpec]:
     """Map each backend name to its spec; two plugins claiming one name is a PluginError."""
     from genesys.generate.backend import AUTO, BackendSpec
 
-    pm = pm or default_plugin_manager()
-    specs: dict[str, BackendSpec] = {}
-    owners: dict[str, str] = {}
-    for impl in pm.hook.genesys_backends.get_hookimpls():
-        for spec in impl.function() or ():
-            if not isinstance(spec, BackendSpec) or not spec.name or spec.name == AUTO:
-                raise PluginError(f"plugin {impl.plugin_name!r} returned {spec!r} from genesys_backends, not a BackendSpec with a name other than {AUTO!r}")
-            if spec.name in specs and specs[spec.name] != spec:
-                raise PluginError(f"backend {spec.name!r} is claimed by two plugins: {owners[spec.name]} and {impl.plugin_name}; uninstall one of them")
-            specs[spec.name] = spec
-            owners[spec.name] = impl.plugin_name
-    return specs
+    def is_valid(spec: Any) -> bool:
+        return isinstance(spec, BackendSpec) and bool(spec.name) and spec.name != AUTO
+
+    return _named_results(pm or default_plugin_manager(), "genesys_backends", "backend", is_valid, f"a BackendSpec with a name other than {AUTO!r}")
 
 
 def plugin_infos(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:
@@ -178,16 +185,7 @@ def plugin_commands(pm: pluggy.PluginManager | None = None) -> dict[str, Any]:
 
     from genesys.cli import BUILTIN_COMMANDS
 
-    pm = pm or default_plugin_manager()
-    commands: dict[str, Any] = {}
-    owners: dict[str, str] = {}
-    for impl in pm.hook.genesys_commands.get_hookimpls():
-        for command in impl.function() or ():
-            if not isinstance(command, click.Command) or not command.name:
-                raise PluginError(f"plugin {impl.plugin_name!r} returned {command!r} from genesys_commands, not a named click.Command")
-            if command.name in BUILTIN_COMMANDS or command.name in commands:
-                taken_by = owners.get(command.name, "genesys")
-                raise PluginError(f"command {command.name!r} of plugin {impl.plugin_name!r} is taken by {taken_by}; uninstall one of them")
-            commands[command.name] = command
-            owners[command.name] = impl.plugin_name
-    return commands
+    def is_valid(command: Any) -> bool:
+        return isinstance(command, click.Command) and bool(command.name)
+
+    return _named_results(pm or default_plugin_manager(), "genesys_commands", "command", is_valid, "a named click.Command", BUILTIN_COMMANDS)
