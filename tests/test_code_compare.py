@@ -20,7 +20,7 @@ from genesys.verifiers.code_tests import TaskDataError, parse_tests
         ("6   \n\n\n", "6\n"),
         ("1 2 3\r\n4\n", "1 2 3\n4\n"),
         ("0.3333333\n", "0.333333333"),
-        ("1e-9\n", "0"),
+        ("1e-9\n", "0.0"),  # a float gold: within tolerance
         ("YES", "YES"),
         ("a  b\n", "a  b"),
     ],
@@ -46,6 +46,48 @@ def test_outputs_that_match(actual: str, expected: str) -> None:
 def test_outputs_that_differ(actual: str, expected: str, why: str) -> None:
     difference = compare_output(actual, expected)
     assert difference is not None and difference.startswith(why)
+
+
+# An integer answer must be matched exactly by an integer-valued one: a tolerance would let a wrong
+# large answer pass, printed as a float. Other numbers compare within 1e-6.
+INTEGER_GOLDS = [
+    ("123456789", "123456789.0", True),
+    ("123456789", "123456790.0", False),
+    ("123456789", "123456789.0000001", False),
+    ("123456789", "1.23456789e8", True),
+    ("1000000000", "1e9", True),
+    ("1000000001", "1e9", False),
+    ("12345678901234567890", "12345678901234567890.0", True),  # beyond float precision
+    ("12345678901234567890", "12345678901234567891.0", False),
+    ("12345678901234567890", "1.2345678901234567e19", False),
+    ("0", "-0", True),
+    ("0", "-0.0", True),
+    ("0", "1e-9", False),
+    ("5", "1e999999999", False),
+    ("-7", "-7.000", True),
+]
+
+
+@pytest.mark.parametrize(("expected", "actual", "same"), INTEGER_GOLDS)
+def test_an_integer_gold_needs_an_equal_integer_valued_token(expected: str, actual: str, same: bool) -> None:
+    assert (compare_output(f"{actual} x\n", f"{expected} x") is None) is same
+
+
+@pytest.mark.parametrize(("expected", "actual", "same"), INTEGER_GOLDS)
+def test_an_integer_gold_needs_an_equal_integer_valued_value(expected: str, actual: str, same: bool) -> None:
+    gold, value = json.loads(expected), json.loads(actual.replace("1e999999999", "1e308"))
+    if actual == "12345678901234567890.0":
+        same = False  # as a JSON value this is the double 12345678901234567168
+    assert values_match(value, gold) is same
+    assert values_match([[value], {"k": value}], [[gold], {"k": gold}]) is same  # nested too
+
+
+def test_float_golds_keep_their_tolerance() -> None:
+    assert compare_output("123456790", "123456789.0") is None  # the gold is a float
+    assert values_match(123456790, 123456789.0)
+    assert values_match(0.1 + 0.2, 0.3) and compare_output("0.30000000000000004", "0.3") is None
+    assert not values_match(True, 1) and not values_match(1, True) and not values_match(1.0, True)
+    assert compare_output("True", "1") is not None
 
 
 def test_values_match_structurally() -> None:
@@ -124,7 +166,8 @@ def test_code_output_prediction() -> None:
     assert verifier.verify(_prediction('{"output": "A"} then {"output": "B"}', "B")).score == 1.0
     assert verifier.verify(_prediction('{"output": "b"}', "B")).score == 0.0  # not case-folded
     assert verifier.verify(_prediction('{"output": 42}', "42")).score == 1.0
-    assert verifier.verify(_prediction('{"output": [1, 2.0000000001]}', [1, 2])).score == 1.0
+    assert verifier.verify(_prediction('{"output": [1, 2.0]}', [1, 2])).score == 1.0
+    assert verifier.verify(_prediction('{"output": [1, 2.0000000001]}', [1, 2])).score == 0.0  # integers exactly
     missing = verifier.verify(_prediction("I think it prints 3", "3"))
     assert missing.score == 0.0 and missing.details["status"] == "no_output"
     bad = verifier.verify(Rollout(task_type="code_output_prediction", verification_info={}, completion='{"output": 1}'))

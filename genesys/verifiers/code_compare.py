@@ -2,17 +2,19 @@
 
 Text: line by line; trailing whitespace on a line and blank lines at the very end are ignored;
 nothing is case-folded or truncated, so a missing or extra line fails. Two tokens that both read as
-numbers are equal within a relative or absolute tolerance of 1e-6 (two integers must be equal: a
-tolerance would let a wrong large integer pass); every other token must match exactly, and so must
-the whitespace between tokens.
-Values (function_call results): JSON values compared structurally, numbers as above, booleans only
-with booleans.
+numbers are equal when the expected one is an integer and the actual one has exactly its value
+(`123456789.0` and `1.23456789e8` match `123456789`, `123456790.0` does not: a tolerance would let a
+wrong large integer pass), or else within a relative or absolute tolerance of 1e-6; every other
+token must match exactly, and so must the whitespace between tokens.
+Values (function_call results): JSON values compared structurally, numbers as above (an integer
+expected value needs a returned number of exactly its value), booleans only with booleans.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import Any
 
 TOLERANCE = 1e-6
@@ -21,18 +23,23 @@ _INTEGER = re.compile(r"[+-]?\d+")
 _SPLIT = re.compile(r"(\s+)")
 
 
-def _as_number(token: str) -> int | float | None:
+def _as_number(token: str) -> int | Decimal | None:
+    """The exact value of a numeric token, or None when it is not one."""
     if len(token) > 1000:  # compared as text
         return None
     if _INTEGER.fullmatch(token):
         return int(token)
-    return float(token) if _NUMBER.fullmatch(token) else None
+    return Decimal(token) if _NUMBER.fullmatch(token) else None
 
 
-def _numbers_close(a: int | float, b: int | float) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+def _numbers_close(actual: int | float | Decimal, expected: int | float | Decimal) -> bool:
+    """An integer expected value needs an actual one of exactly its value; others get the tolerance."""
+    if isinstance(expected, int):
+        return actual == expected  # exact, whatever the type of `actual`
+    try:
+        return math.isclose(float(actual), float(expected), rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+    except OverflowError:  # an integer too large for a float: only its exact value matches
+        return actual == expected
 
 
 def _lines(text: str) -> list[str]:

@@ -3,7 +3,7 @@
 The completion answers with a JSON object holding an `output` field (bare, or in a ```json block);
 it is compared with `verification_info["ground_truth"]`. Strings must match exactly apart from
 leading and trailing whitespace; other values are compared as JSON values (numbers within 1e-6,
-integers exactly). A non-string prediction of a string ground truth is compared as its JSON text.
+except that an integer ground truth needs a number of exactly its value). A non-string prediction of a string ground truth is compared as its JSON text.
 """
 
 from __future__ import annotations
