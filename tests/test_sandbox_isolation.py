@@ -356,5 +356,7 @@ def test_outside_a_sandbox_the_runner_leaves_other_processes_and_ipc_objects_alo
     monkeypatch.setattr(runner, "kill_strangers", forbidden)
     monkeypatch.setattr(runner, "remove_ipc_objects", forbidden)
     (tmp_path / "left").write_text("x")
-    runner.Slate(str(tmp_path), [], sandboxed=False).clean()
+    slate = runner.Slate(str(tmp_path), [], sandboxed=False)
+    slate.check()
+    slate.clean()
     assert not (tmp_path / "left").exists()

@@ -87,7 +87,7 @@ class BwrapSandbox(LocalSandbox):
         argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
         for directory, size_mb in (("/tmp", self.scratch_mb), ("/dev/shm", SHM_MB)):
             argv += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", directory]
-        argv += ["--remount-ro", "/dev"]  # without a uid of its own, the sandbox would own /dev
+        argv += ["--remount-ro", "/dev"]  # in our own user namespace, the sandbox's user owns /dev
         for directory in _parents([*self.files.roots, *self.files.links, SANDBOX_RUNNER]):
             argv += ["--perms", "0755", "--dir", directory]  # bwrap would make them 0700
         for link, target in sorted(self.files.links.items()):
@@ -95,7 +95,9 @@ class BwrapSandbox(LocalSandbox):
         for root in self.files.roots:
             argv += ["--ro-bind", root, root]
         for hidden in self._hidden_dirs:
-            argv += ["--tmpfs", hidden, "--remount-ro", hidden]  # as a user's own tmpfs it would be writable
+            argv += ["--tmpfs", hidden]
+            if self._uid is None:  # made in our own user namespace, the sandbox's user owns it
+                argv += ["--remount-ro", hidden]
         argv += ["--ro-bind", RUNNER_PATH, SANDBOX_RUNNER, "--remount-ro", "/", "--cap-drop", "ALL"]
         if self._uid is not None:
             argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]

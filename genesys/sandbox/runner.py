@@ -11,9 +11,9 @@ its own process group, rlimits (CPU, address space, processes, file size, open f
 deadline, capped output. Python tests fork from this process after the source is compiled once and
 common modules are imported (a fork server), so a test costs a fork instead of an interpreter start.
 When a test ends, every process it left behind is killed: the runner is a child subreaper, so
-detached descendants are re-parented to it and found. In a sandbox (`--sandboxed`) the runner
-also starts and ends every submission with no other process, IPC object or file of the programs
-left, and confines itself and its tests with a system call filter (see `Slate` and `confine`).
+detached descendants are re-parented to it and found. In a sandbox (`--sandboxed`) no other
+process, IPC object or file of the programs outlives a submission, and a system call filter
+confines the runner and its tests (see `Slate` and `confine`).
 Expected outputs never enter the sandbox; the host compares what the runner reports.
 """
 
@@ -156,16 +156,23 @@ def kill_leftovers():
 
 def kill_strangers():
     """Kill every other process in this pid namespace that we may signal, those outside the
-    runner's tree too, and wait until none of them runs. Only for a runner alone in its sandbox."""
+    runner's tree too, and wait until none of them runs; whether there was any. Only for a runner
+    alone in its sandbox."""
+    try:
+        os.kill(-1, signal.SIGKILL)  # every process we may signal here but init and ourselves
+    except ProcessLookupError:
+        return False  # none: the usual case, one system call
+    except PermissionError:
+        pass  # some could not be signalled (not ours), maybe some were
     for _ in range(1000):
-        try:
-            os.kill(-1, signal.SIGKILL)  # every process we may signal here but init and ourselves
-        except ProcessLookupError:
-            pass
         reap_children()
         if not _strangers_running():
-            return
+            return True
         time.sleep(0.001)
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
     raise RuntimeError("processes in the sandbox outlive SIGKILL")
 
 
@@ -802,9 +809,9 @@ def _call_args(value):
 
 
 class Slate:
-    """What the runner empties before and after every submission: the scratch directory and the
-    other directories programs can write to and, when the runner is alone in its sandbox
-    (`sandboxed`: its own pid and IPC namespaces), every other process and IPC object there."""
+    """What the runner empties after every submission (and checks before the next): the scratch
+    directory and the other directories programs can write to and, when the runner is alone in its
+    sandbox (`sandboxed`: its own pid and IPC namespaces), every other process and IPC object there."""
 
     def __init__(self, scratch, wipe_dirs, sandboxed):
         self.scratch = scratch
@@ -812,7 +819,7 @@ class Slate:
         self.sandboxed = sandboxed
 
     def clean(self, keep=""):
-        """Kill, remove and empty; `keep` (a directory) stays, emptied."""
+        """After a submission: kill, remove and empty; `keep` (a directory) stays, emptied."""
         kill_leftovers()
         if self.sandboxed:
             kill_strangers()
@@ -820,13 +827,19 @@ class Slate:
         for directory in (self.scratch, *self.wipe_dirs):
             wipe(directory, keep)
 
+    def check(self, keep=""):
+        """Before a submission: no process of the programs runs (the last `clean` waited until none
+        did), so one that does came from outside; kill it, and clean again what it may have left."""
+        if self.sandboxed and kill_strangers():
+            self.clean(keep)
+
 
 def serve_one(job, toolchains, slate, out_fd):
     """Compile and run one submission, replying frame by frame; it finds nothing of an earlier one
     and leaves nothing behind."""
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
     workdir = os.path.join(slate.scratch, "work")
-    slate.clean(keep=workdir)
+    slate.check(keep=workdir)
     os.makedirs(workdir, exist_ok=True)
     try:
         program, error, seconds = compile_submission(
@@ -865,8 +878,8 @@ def main(argv):
     --uid: drop to this uid first (when started as root). --wipe: more directories the programs can
     write to (a private /tmp, /dev/shm, /dev/mqueue), emptied before and after every submission.
     --sandboxed: the runner is alone in its sandbox's pid and IPC namespaces: it installs the system
-    call filter (see `confine`) and, before and after every submission, kills every other process
-    it may signal there and removes every IPC object. Never pass it outside a sandbox.
+    call filter (see `confine`) and kills every other process it may signal there and removes
+    every IPC object (see `Slate`). Never pass it outside a sandbox.
     """
     toolchains = json.loads(argv[1])
     scratch = argv[2]
