@@ -197,6 +197,11 @@ def test_dataset_answer_markers(gold: str, right: str, near_miss: str) -> None:
     both_ways(gold, right, near_miss)
 
 
+def test_a_gold_sentence_is_read_for_its_result() -> None:
+    both_ways("There are 12 ways to do it.", r"\boxed{12}", r"\boxed{13}")
+    both_ways("The midpoints form a regular hexagon", r"\boxed{\text{The midpoints form a regular hexagon}}", r"\boxed{\text{a square}}")
+
+
 def test_a_long_gold_solution_is_read_for_its_final_answer() -> None:
     solution = "Let us reason at length. " * 60 + "Final Answer: The final answer is $28 \\%$. I hope it is correct."
     both_ways(solution, r"\boxed{28\%}", r"\boxed{72\%}")

@@ -54,7 +54,7 @@ _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
 # Inline math broken over lines (`$ \n 9 \n $`, `\( \n 9 \n \)`) is not read as an answer.
 _BROKEN_MATH = re.compile(r"(?<!\\)\$[^$]*\n[^$]*(?<!\\)\$|\\\(.*?\\\)", re.DOTALL)
 _DELIMITER_CHARS = re.compile(r"\$|\\[()\[\]]")
-_TEXT_ARGUMENT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname)\s*\{[^{}]*\}")
+_TEXT_ARGUMENT = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname|begin|end)\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[a-zA-Z]+")
 _WORD = re.compile(r"[A-Za-z]{3,}")
 GLUED_OR = re.compile(r"(?<=[\d)\]}])or(?=[A-Z(\[\\\d-])")  # `(11,7)or(7,11)`: spaces stripped
@@ -235,7 +235,7 @@ def clean_answer_text(text: str) -> str:
     text = _HOPE.split(text, maxsplit=1)[0].replace('\\"', '"')
     text = text.strip().strip("*_\"'").strip()
     text = re.sub(r"[.;,!]+$", "", text).strip()
-    if not _is_prose(text):
+    if not is_prose(text):
         return _math_of(text)
     copula = None
     for copula in _COPULA.finditer(text):
@@ -262,7 +262,7 @@ def _math_of(text: str) -> str:
     return spans[-1].group(spans[-1].lastgroup).strip()
 
 
-def _is_prose(text: str) -> bool:
+def is_prose(text: str) -> bool:
     """Whether a phrase has words outside its math (`The largest $n$ is 34`), not only math and
     connectors (`$x = 1$ or $x = 2$`, `\\frac{1}{2}`, `5 \\text{ cm}`)."""
     outside = _COMMAND.sub(" ", _TEXT_ARGUMENT.sub(" ", _MATH_SPAN.sub(" ", text)))

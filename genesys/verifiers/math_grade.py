@@ -26,7 +26,7 @@ from genesys.verifiers.math_compare import (
     is_multi_valued,
     stated_value,
 )
-from genesys.verifiers.math_extract import Box, boxed_spans, extract_answer
+from genesys.verifiers.math_extract import Box, boxed_spans, extract_answer, is_prose
 from genesys.verifiers.math_parse import (
     KIND_CASES,
     KIND_EXPR,
@@ -66,12 +66,12 @@ def _gold_answer(gold: str) -> str:
     if boxes:
         return ", ".join(dict.fromkeys(box.content for box in _last_box_group(gold, boxes)))
     extraction = extract_answer(gold)
-    if extraction.method in ("final_answer", "answer_line") and extraction.answer:
-        return extraction.answer
+    if extraction.answer and (extraction.method in ("final_answer", "answer_line") or is_prose(gold)):
+        return extraction.answer  # `#### 72`, "The final answer is 5", "There are 12 ways"
     try:
         parse_answer(gold)
         return gold
-    except ValueError:  # a sentence or a solution: its final answer, when it has one
+    except ValueError:  # a solution written out: its final answer, when it has one
         return extraction.answer or gold
 
 
