@@ -267,6 +267,17 @@ def plant_stranger(sandbox: Sandbox, uid: str) -> subprocess.Popen | None:
     return subprocess.Popen(command, start_new_session=True)
 
 
+def _owned_by(pids: list[int], uid: int) -> list[int]:
+    owned = []
+    for pid in pids:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                owned.append(pid)
+        except OSError:
+            pass
+    return owned
+
+
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_processes_the_runner_did_not_start_are_killed(kind: str) -> None:
     reason = backend_skip_reason(kind)
@@ -275,7 +286,8 @@ def test_processes_the_runner_did_not_start_are_killed(kind: str) -> None:
     with open_sandbox(kind) as opened:
         uid = run_one(opened, "import os\nprint(os.getuid())")["stdout"].strip()
         planted = plant_stranger(opened, uid)
-        assert wait_until(lambda: host_processes_with(MARKER), 60), "the planted process never started"
+        # nsenter's own command line holds the marker too: wait for the process running as the programs' uid
+        assert wait_until(lambda: _owned_by(host_processes_with(MARKER), int(uid)), 60), "the planted process never started"
         seen = run_one(opened, FIND_STRANGERS)
         assert seen["stdout"] == "none\n", seen  # the next submission starts without it
         assert wait_until(lambda: not host_processes_with(MARKER), 30)
