@@ -216,6 +216,18 @@ def test_the_sandbox_processes_cannot_be_traced(sandbox: Sandbox) -> None:
     assert traced["stdout"] == "unreachable\n", traced
 
 
+def test_the_container_init_is_out_of_reach_even_without_the_filter() -> None:
+    reason = backend_skip_reason("docker")
+    if reason:
+        pytest.skip(reason)
+    with open_sandbox("docker") as opened:
+        uid = run_one(opened, "import os\nprint(os.getuid())")["stdout"].strip()
+        (container,) = opened.containers()
+        # A process of the programs' uid started by docker exec: docker's own filter allows ptrace.
+        code, output = container.exec_run([opened.toolchains["python"]["run"], "-c", TRACER], user=f"{uid}:{uid}")
+    assert code == 0 and output.decode() == "unreachable\n", output
+
+
 NAMESPACES = """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)

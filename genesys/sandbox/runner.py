@@ -876,7 +876,7 @@ def main(argv):
     submissions until stdin closes.
 
     --uid: drop to this uid first (when started as root). --wipe: more directories the programs can
-    write to (a private /tmp, /dev/shm, /dev/mqueue), emptied before and after every submission.
+    write to (a private /tmp, /dev/shm, /dev/mqueue), emptied at start and after every submission.
     --sandboxed: the runner is alone in its sandbox's pid and IPC namespaces: it installs the system
     call filter (see `confine`) and kills every other process it may signal there and removes
     every IPC object (see `Slate`). Never pass it outside a sandbox.
