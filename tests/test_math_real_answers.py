@@ -176,6 +176,7 @@ def test_a_gold_that_cannot_be_read_is_an_error_quoting_it() -> None:
     assert verdict.error.startswith("invalid_ground_truth") and r"\\frac{" in verdict.error
 
 
+BOX_THEN_MINERVA = "First $\\boxed{{255}}$ in interest.\nFinal Answer: The final answer is ${}$. I hope it is correct."
 GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether she sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
 
 
@@ -187,8 +188,7 @@ GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether she so
         ("72", "Answer: 72", "Answer: 96"),
         ("42", r"<think>maybe \boxed{41}</think> so \boxed{42}", r"<think>maybe \boxed{42}</think> so \boxed{41}"),
         ("42", "Final Answer: The final answer is 42. I hope it is correct.", "Final Answer: The final answer is 24. I hope it is correct."),
-        ("10455", r"First $\boxed{255}$ in interest." "\nFinal Answer: The final answer is $10,455$. I hope it is correct.",
-         r"First $\boxed{255}$ in interest." "\nFinal Answer: The final answer is $10,545$. I hope it is correct."),
+        ("10455", BOX_THEN_MINERVA.format("10,455"), BOX_THEN_MINERVA.format("10,545")),
         ("34", "Final Answer: The largest $n$ is 34.", "Final Answer: The largest $n$ is 35."),
         (r"28\%", r"Final Answer: The final answer is $28 \%$. I hope it is correct.", r"Final Answer: The final answer is $72 \%$. I hope it is correct."),
     ],

@@ -17,11 +17,10 @@ from fractions import Fraction
 
 import sympy
 from latex2sympy2_extended.logic import And
-from sympy import Basic, Eq, Float, FiniteSet, Interval, Rational, Tuple, Union
+from sympy import Basic, Eq, FiniteSet, Float, Interval, Rational, Tuple, Union
 from sympy.core.function import AppliedUndef
 from sympy.core.relational import Relational
 from sympy.matrices import MatrixBase
-
 from sympy.matrices.expressions import MatrixExpr
 
 from genesys.verifiers.math_parse import KIND_CASES, KIND_EXPR, ParsedAnswer
@@ -264,20 +263,26 @@ def _as_set(value: object) -> object:
     if not relations:
         return value
     if len(set().union(*(r.free_symbols for r in relations))) == 1:
-        try:
-            solved = sympy.And(*relations).as_set()
-            if not solved.has(sympy.ConditionSet):
-                return solved
-        except Exception:  # not solvable for its symbol (`0 < f(x) < 1`): try it as a quantity
-            pass
+        solved = _solved_set(relations)
+        if solved is not None:
+            return solved
     subjects = {side for r in relations for side in (r.lhs, r.rhs) if not side.is_number}
     if len(subjects) == 1:
         quantity = {subjects.pop(): sympy.Dummy("t")}
-        try:
-            return sympy.And(*(r.xreplace(quantity) for r in relations)).as_set()
-        except Exception:  # not solvable as a set; compare as relations
-            return value
+        solved = _solved_set([r.xreplace(quantity) for r in relations])
+        if solved is not None:
+            return solved
     return value
+
+
+def _solved_set(relations: list[Relational]) -> sympy.Set | None:
+    """The set of values of the one symbol that satisfy all `relations`; None when sympy cannot
+    solve them for it (`0 < f(x) < 1` in x)."""
+    try:
+        solved = sympy.And(*relations).as_set()
+    except Exception:  # not solvable as a set; compared as relations instead
+        return None
+    return None if solved.has(sympy.ConditionSet) else solved
 
 
 def _relations_match(gold: object, pred: object) -> bool:

@@ -11,12 +11,14 @@ is read for its final answer like a completion.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import re
+from functools import lru_cache
+from itertools import pairwise
 
 import sympy
-from latex2sympy2_extended.sets import FiniteSet as WrittenOrderSet  # remembers the written order
+from latex2sympy2_extended.sets import (
+    FiniteSet as WrittenOrderSet,  # remembers the written order
+)
 
 from genesys.schema import Verdict
 from genesys.verifiers.math_compare import (
@@ -79,7 +81,7 @@ def _last_box_group(text: str, boxes: list[Box]) -> list[Box]:
     """The last run of boxes separated by at most MAX_BOX_GAP_WORDS words (`\\boxed{1} and
     \\boxed{2}`, `\\boxed{2}, \\boxed{3}`); a box after a longer gap starts a new run."""
     group = [boxes[0]]
-    for previous, box in zip(boxes, boxes[1:]):
+    for previous, box in pairwise(boxes):
         gap = _GAP_NOISE.sub(lambda m: f" {m.group(1) or ''} ", text[previous.end : box.start])
         group = group + [box] if len(re.findall(r"[A-Za-z]+", gap)) <= MAX_BOX_GAP_WORDS else [box]
     return group
