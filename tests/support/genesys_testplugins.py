@@ -160,9 +160,20 @@ class AsyncEcho(genesys.Verifier):
         return genesys.Verdict(score=float(rollout.completion == rollout.verification_info.get("expected")))
 
 
+class DigitShare(genesys.Verifier):
+    """The share of digits among the completion's characters (0 for an empty completion): a toy reward
+    a tiny model can learn quickly, for training tests and benchmarks."""
+
+    task_type = "digit_share"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        text = rollout.completion
+        return genesys.Verdict(score=sum(c.isdigit() for c in text) / len(text) if text else 0.0)
+
+
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
-    return [Echo, EnvProbe, Odd, Preloaded, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
+    return [DigitShare, Echo, EnvProbe, Odd, Preloaded, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
 
 
 class ScriptedBackend:
