@@ -63,6 +63,10 @@ class RunProgress:
         if n:
             self._progress.advance(self._task, n)
 
+    def describe(self, description: str) -> None:
+        """Replace the text before the bar (e.g. with the latest reward)."""
+        self._progress.update(self._task, description=description)
+
     def advance(self, n: int = 1, **amounts: int) -> None:
         """Count `n` units done now, and `amounts` of the rated quantities (the unit's own: `n`)."""
         for name in self.counts:

@@ -19,6 +19,7 @@ BUILTIN_COMMANDS = {
     "generate": "genesys.cli.generate:command",
     "verify": "genesys.cli.verify:command",
     "filter": "genesys.cli.filter:command",
+    "train": "genesys.cli.train:command",
     "report": "genesys.cli.report:command",
     "tasks": "genesys.cli.listings:tasks",
     "plugins": "genesys.cli.listings:plugins",
@@ -58,7 +59,7 @@ def _configure_logging(verbose: int) -> None:
 @click.version_option(package_name="genesys", prog_name="genesys", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:
-    """Verifiable-reward data: generate, verify, filter, report."""
+    """Verifiable-reward data: generate, verify, filter, train, report."""
     _configure_logging(verbose)
 
 

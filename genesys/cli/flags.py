@@ -153,13 +153,16 @@ def _nest(key: Sequence[str], value: Any) -> dict[str, Any]:
 class ConfigCommand(click.Command):
     """A command whose flags come from a config model; its callback receives the validated config.
 
-    A list setting written as `--tasks A B C` takes every value up to the next flag.
+    A list setting written as `--tasks A B C` takes every value up to the next flag. With
+    `config_argument`, the TOML file may also be given as the command's first argument.
     """
 
-    def __init__(self, name: str, model: type, callback: Callable[[Any], int | None], **kwargs: Any) -> None:
+    def __init__(self, name: str, model: type, callback: Callable[[Any], int | None], config_argument: bool = False, **kwargs: Any) -> None:
         self.model = model
         self.settings = list(settings_of(model))
         params: list[click.Parameter] = [click.Option(["--config"], metavar="FILE.toml", help="read settings from a TOML file (flags win)")]
+        if config_argument:
+            params.append(click.Argument(["config_file"], required=False, metavar="[CONFIG.toml]"))
         for setting in self.settings:
             params.extend(_click_params(setting))
         super().__init__(name, params=params, callback=self._invoke, **kwargs)
@@ -169,8 +172,10 @@ class ConfigCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, _repeat_greedy(args, self._greedy))
 
-    def _invoke(self, config: str | None, **values: Any) -> int | None:
-        return self._run(self.load(config, values))
+    def _invoke(self, config: str | None, config_file: str | None = None, **values: Any) -> int | None:
+        if config and config_file:
+            raise click.UsageError(f"give the config file once: as the argument ({config_file}) or as --config ({config})")
+        return self._run(self.load(config or config_file, values))
 
     def load(self, config_file: str | None, values: dict[str, Any]) -> Any:
         """The validated config: the TOML file, if any, with the flags given laid over it."""

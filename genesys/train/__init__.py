@@ -1,1 +1,26 @@
-"""Training on verified rollouts: the rollout source's group filter (`genesys.train.groups`)."""
+"""GRPO training on genesys tasks, verifiers and rewards.
+
+    from genesys.train import TrainConfig, train
+    result = train(TrainConfig.load("run.toml", overrides={"optim": {"lr": 3e-6}}))
+
+Modules: `config` (the typed config), `loss`, `logprobs` and `batch` (pure tensor functions),
+`rollouts` (online generation + verification, or recorded rollout files), `groups` (the online
+group filter), `order` (the seeded task order), `checkpoint`, `distributed`, `metrics`, and
+`trainer` (the loop). Importing this package loads no torch until `train` or `Trainer` is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from genesys.train.config import TrainConfig
+
+__all__ = ["TrainConfig", "TrainResult", "Trainer", "train"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("train", "Trainer", "TrainResult"):
+        from genesys.train import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(name)

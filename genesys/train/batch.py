@@ -1,0 +1,82 @@
+"""Training sequences and their collation into padded micro-batch tensors.
+
+A micro-batch lays each sequence out as its prompt, left-padded to the longest prompt, then its
+completion, right-padded to the longest completion. Every completion then starts at the same
+column, so the logits that predict completion tokens are the last `completion_len + 1` columns
+(`logits_to_keep`), and no prompt position ever reaches the vocabulary projection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TrainingSequence:
+    """One completion to learn from: token ids, the behaviour policy's logprobs, its advantage."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behaviour_logprobs: list[float]
+    advantage: float
+
+    def __post_init__(self) -> None:
+        if len(self.completion_ids) != len(self.behaviour_logprobs):
+            raise ValueError(f"{len(self.completion_ids)} completion ids but {len(self.behaviour_logprobs)} logprobs")
+        if not self.prompt_ids:
+            raise ValueError("a training sequence needs at least one prompt token")
+
+
+@dataclass
+class MicroBatch:
+    """Padded tensors of a few sequences; `completion_mask` marks real completion tokens."""
+
+    input_ids: torch.Tensor  # (batch, prompt_len + completion_len)
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    completion_ids: torch.Tensor  # (batch, completion_len)
+    completion_mask: torch.Tensor
+    behaviour_logprobs: torch.Tensor
+    advantages: torch.Tensor  # (batch,)
+
+    @property
+    def completion_len(self) -> int:
+        return self.completion_ids.shape[1]
+
+    @property
+    def tokens(self) -> int:
+        """Real completion tokens in this micro-batch."""
+        return int(self.completion_mask.sum())
+
+
+def collate(sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device | str = "cpu") -> MicroBatch:
+    """The micro-batch of `sequences`, padded as the module describes."""
+    prompt_len = max(len(s.prompt_ids) for s in sequences)
+    completion_len = max(1, max(len(s.completion_ids) for s in sequences))  # one masked column when all are empty
+    size = len(sequences)
+    input_ids = torch.full((size, prompt_len + completion_len), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    completion_ids = torch.full((size, completion_len), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((size, completion_len), dtype=torch.bool)
+    behaviour = torch.zeros((size, completion_len), dtype=torch.float32)
+    for i, s in enumerate(sequences):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        input_ids[i, prompt_len - p : prompt_len] = torch.tensor(s.prompt_ids)
+        attention_mask[i, prompt_len - p : prompt_len + c] = 1
+        if c:
+            input_ids[i, prompt_len : prompt_len + c] = torch.tensor(s.completion_ids)
+            completion_ids[i, :c] = torch.tensor(s.completion_ids)
+            completion_mask[i, :c] = True
+            behaviour[i, :c] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)
+    tensors = (input_ids, attention_mask, position_ids, completion_ids, completion_mask, behaviour, advantages)
+    return MicroBatch(*(t.to(device) for t in tensors))
+
+
+def split(sequences: Sequence[TrainingSequence], size: int) -> list[list[TrainingSequence]]:
+    """Consecutive chunks of at most `size` sequences."""
+    return [list(sequences[start : start + size]) for start in range(0, len(sequences), size)]

@@ -1,0 +1,93 @@
+"""Data parallel over processes: the process group `torchrun` describes, or one process alone.
+
+`torchrun --nproc-per-node N -m genesys.cli train CONFIG.toml` sets RANK, WORLD_SIZE, LOCAL_RANK and
+the rendezvous address; each process then generates, verifies and trains on its share of the
+batch, gradients are averaged by DistributedDataParallel, and rank 0 writes logs and checkpoints.
+Without those variables everything here is a no-op for a single process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def device(self, requested: str | None) -> torch.device:
+        """The device this rank trains on: `requested`, else its own GPU when there are GPUs, else the CPU."""
+        if requested:
+            return torch.device(requested)
+        if torch.cuda.is_available():
+            return torch.device("cuda", self.local_rank)
+        return torch.device("cpu")
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sums over all ranks."""
+        return self._reduce(values, dist.ReduceOp.SUM)
+
+    def max(self, values: list[float]) -> list[float]:
+        """Element-wise maxima over all ranks."""
+        return self._reduce(values, dist.ReduceOp.MAX)
+
+    def _reduce(self, values: list[float], op: Any) -> list[float]:
+        if not self.distributed:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64, device=_collective_device())
+        dist.all_reduce(tensor, op=op)
+        return tensor.tolist()
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value` (any picklable object), in rank order, on every rank."""
+        if not self.distributed:
+            return [value]
+        gathered: list[Any] = [None] * self.size
+        dist.all_gather_object(gathered, value)
+        return gathered
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+
+def _collective_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def init_world() -> World:
+    """Join the process group torchrun set up (gloo on CPU, nccl on GPUs), or a World of one."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return World()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))
+    return World(rank=rank, size=size, local_rank=local_rank)
+
+
+def close_world(world: World) -> None:
+    """Leave the process group (if this process joined one)."""
+    if world.distributed and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,92 @@
+"""The GRPO objective as small pure functions on tensors: advantages, the clipped token loss, its
+reduction, and the KL estimate.
+
+Per completion token t with advantage A and ratio rho = exp(logp_new - logp_behaviour), the loss is
+INTELLECT-2's two-sided clipped objective
+
+    loss_t = -min(min(rho, delta) * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)
+
+Its branches: A > 0 and rho > 1 + eps_high is clipped (no gradient); A < 0 and rho < 1 - eps_low is
+clipped; A < 0 and rho > delta is bounded at delta * A (no gradient); everything else is rho * A.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, group_sizes: Sequence[int], scale_by_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """`A = r - mean(group)` for consecutive groups of the given sizes, optionally divided by the
+    group's standard deviation (population std, plus `eps`)."""
+    if rewards.ndim != 1 or rewards.numel() != sum(group_sizes):
+        raise ValueError(f"rewards must be a flat tensor of {sum(group_sizes)} rewards (the groups' sizes), got shape {tuple(rewards.shape)}")
+    parts = []
+    for group in torch.split(rewards, list(group_sizes)):
+        advantage = group - group.mean()
+        if scale_by_std:
+            advantage = advantage / (group.std(unbiased=False) + eps)
+        parts.append(advantage)
+    return torch.cat(parts) if parts else rewards.new_zeros(0)
+
+
+@dataclass
+class ClippedLoss:
+    """Per-token losses and where each clipping branch was active, all of shape (batch, tokens)."""
+
+    loss: torch.Tensor
+    ratio: torch.Tensor
+    clipped_low: torch.Tensor
+    clipped_high: torch.Tensor
+    bounded_by_delta: torch.Tensor
+
+
+def clipped_token_loss(
+    logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    delta: float,
+) -> ClippedLoss:
+    """The per-token loss for logprobs (batch, tokens) under the trained and the behaviour policy,
+    with one advantage per sequence (batch,). Masking is left to `reduce_loss`."""
+    ratio = torch.exp(logprobs - behaviour_logprobs)
+    adv = advantages.unsqueeze(1)
+    bounded = torch.clamp(ratio, max=delta) * adv
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    detached = ratio.detach()
+    return ClippedLoss(
+        loss=-torch.minimum(bounded, clipped),
+        ratio=detached,
+        clipped_low=(adv < 0) & (detached < 1.0 - eps_low),
+        clipped_high=(adv > 0) & (detached > 1.0 + eps_high),
+        bounded_by_delta=(adv < 0) & (detached > delta),
+    )
+
+
+def reduce_loss(token_loss: torch.Tensor, mask: torch.Tensor, normalize: str, denominator: float) -> torch.Tensor:
+    """This micro-batch's share of the batch loss.
+
+    `token`: the sum of masked token losses divided by `denominator`, the number of completion tokens
+    in the whole batch (all micro-batches and ranks). `sequence`: each sequence's mean over its own
+    tokens, summed and divided by `denominator`, the number of sequences in the whole batch. Summing
+    the shares of every micro-batch gives the batch's mean, whatever the micro-batch split.
+    """
+    mask = mask.to(token_loss.dtype)
+    if normalize == "token":
+        return (token_loss * mask).sum() / denominator
+    if normalize == "sequence":
+        per_sequence = (token_loss * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return per_sequence.sum() / denominator
+    raise ValueError(f"normalize must be 'token' or 'sequence', got {normalize!r}")
+
+
+def kl_estimate(logprobs: torch.Tensor, reference_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from the sampled tokens' logprobs (the
+    non-negative "k3" estimator: exp(ref - logp) - (ref - logp) - 1)."""
+    log_ratio = reference_logprobs - logprobs
+    return torch.exp(log_ratio) - log_ratio - 1.0

@@ -1,0 +1,446 @@
+"""The GRPO training loop: rollouts in, optimizer steps out, metrics and checkpoints along the way.
+
+One step: take a batch of groups (generated, verified and rewarded now, or read from recorded
+rollouts), compute group advantages, then run micro-batches of forward/backward passes whose
+losses add up to the batch's mean loss, clip the gradient norm and step AdamW. With
+`optim.updates_per_batch = U`, one batch serves U consecutive optimizer steps, the ratio always
+taken against the logprobs recorded at sampling. After the optimizer steps of a batch the
+generation backend receives the new weights in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesys.errors import InputError
+from genesys.train import checkpoint as ckpt
+from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
+from genesys.train.config import TrainConfig
+from genesys.train.distributed import World, close_world, init_world
+from genesys.train.logprobs import completion_logits, token_entropy, token_logprobs
+from genesys.train.loss import clipped_token_loss, group_advantages, kl_estimate, reduce_loss
+from genesys.train.metrics import MetricsLog
+from genesys.train.rollouts import OnlineRollouts, RecordedRollouts, StepRollouts, usable
+from genesys.train.schedule import lr_factor
+
+log = logging.getLogger(__name__)
+CONFIG_FILE = "config.toml"
+# Settings a resumed run may change without changing what it computes.
+RESUMABLE_CHANGES = frozenset({"optim.steps", "progress", "report_to", "checkpoint.every", "checkpoint.keep", "verify.workers"})
+
+
+@dataclass
+class TrainResult:
+    """What a finished run leaves: its directory, the final model and every step's metrics."""
+
+    output_dir: Path
+    final_dir: Path
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    """One generated (or recorded) batch on this rank, ready for one or more optimizer steps."""
+
+    sequences: list[TrainingSequence]
+    stats: dict[str, float]  # this rank's sums, reduced over ranks when logged
+    tokens: float  # completion tokens over all ranks
+    sequences_total: float  # sequences over all ranks
+
+
+def train(config: TrainConfig) -> TrainResult:
+    """Run (or resume) the training run `config` describes; see `genesys.train`."""
+    world = init_world()
+    try:
+        with Trainer(config, world) as trainer:
+            return trainer.run()
+    finally:
+        close_world(world)
+
+
+class Trainer:
+    """Owns the model, optimizer, rollout source and run directory of one rank."""
+
+    def __init__(self, config: TrainConfig, world: World) -> None:
+        if config.rollout.prompts_per_step % world.size:
+            raise InputError(f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be divisible by the number of processes ({world.size})")
+        self.config = config
+        self.world = world
+        self.output_dir = Path(config.output_dir)
+        self.checkpoints = self.output_dir / "checkpoints"
+        self.device = world.device(config.backend_options.device)
+        self._stack = contextlib.ExitStack()
+        resume = ckpt.latest_checkpoint(self.checkpoints)
+        self._check_output_dir(resume is not None)
+        self.state = ckpt.load_state(resume) if resume else None
+        if self.state and self.state["world_size"] != world.size:
+            raise InputError(f"{resume} was written by {self.state['world_size']} processes; resume it with as many (this run has {world.size})")
+        self.step = self.state["step"] if self.state else 0
+        torch.manual_seed(config.seed)
+        self.tasks = None
+        if not config.offline:
+            from genesys.train.rollouts import load_tasks
+
+            self.tasks = load_tasks(config)  # checked before any model is loaded
+        self.source_model = str(resume) if resume else config.model
+        self.tokenizer, self.model = _load_model(self.source_model, self.device, config.gradient_checkpointing)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.reference = _frozen_reference(config, self.device) if config.loss.kl_beta > 0 else None
+        self.trained = self._wrap(self.model)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.optim.lr, betas=(config.optim.beta1, config.optim.beta2),
+            eps=config.optim.adam_eps, weight_decay=config.optim.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda update: lr_factor(update, config.optim))
+        self.rollouts = self._rollout_source()
+        self.batch: Batch | None = None
+        if self.state:
+            self._restore(self.state)
+        self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", self.step) if world.is_main else None
+        self.tracker = self._open_tracker() if world.is_main else None
+
+    # --- setup ------------------------------------------------------------------------------------
+
+    def _check_output_dir(self, resuming: bool) -> None:
+        """Refuse an output_dir that holds a run with other settings; write the resolved config."""
+        from genesys.train.resolved_config import changed_keys, read_config, write_config
+
+        path = self.output_dir / CONFIG_FILE
+        existing = read_config(path)
+        if existing is not None and resuming:
+            changed = [key for key in changed_keys(existing, self.config.as_dict()) if key not in RESUMABLE_CHANGES]
+            if changed:
+                raise InputError(f"{self.output_dir} holds a run with other settings ({', '.join(changed)}); use the same settings to resume it, or another output_dir")
+        if self.world.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            write_config(path, self.config.as_dict())
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.world.distributed:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+
+    def _rollout_source(self) -> OnlineRollouts | RecordedRollouts:
+        if self.config.offline:
+            return RecordedRollouts(self.config, self.world)
+        from genesys.engine import VerificationEngine
+        from genesys.generate.backend import create_backend
+
+        config = self.config
+        options = config.backend_options.for_backend(config.rollout.backend)
+        if config.rollout.backend == "transformers":
+            options.setdefault("batch_size", config.rollout.prompts_per_step * config.rollout.samples_per_prompt // self.world.size)
+            options.setdefault("device", str(self.device))
+        backend = create_backend(config.rollout.backend, self.source_model, config.style, options)
+        self._stack.callback(backend.close)
+        self._sync_weights(backend)  # a backend that cannot take weights in place fails here, before any work
+        pool = self._stack.enter_context(VerificationEngine(config.verify_config()))
+        assert self.tasks is not None
+        return OnlineRollouts(config, self.tasks, backend, pool, self.world)
+
+    def _sync_weights(self, backend: Any) -> None:
+        try:
+            asyncio.run(backend.update_weights(list(self.model.named_parameters())))
+        except NotImplementedError as exc:
+            raise InputError(f"rollout.backend {self.config.rollout.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers)") from None
+
+    def _open_tracker(self) -> Any:
+        if not self.config.report_to:
+            return None
+        from genesys.train.tracking import open_trackers
+
+        return open_trackers(self.config.report_to, self.output_dir, self.config.as_dict(), self.output_dir.name)
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.tracker is not None:
+            self.tracker.close()
+        self._stack.close()
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        """Train until `optim.steps`, checkpointing as configured; returns the run's result."""
+        from genesys.progress import RunProgress
+
+        config = self.config
+        final = self.output_dir / "final"
+        with RunProgress(config.optim.steps, "training", "steps", rated=("steps", "tokens"), enabled=config.progress and self.world.is_main) as progress:
+            progress.skip(self.step)
+            while self.step < config.optim.steps:
+                metrics = self.train_step()
+                progress.advance(1, tokens=int(metrics["tokens"]))
+                progress.describe(f"training  reward {metrics['reward_mean']:.3f}" if metrics["reward_mean"] is not None else "training")
+                if config.checkpoint.every and self.step % config.checkpoint.every == 0 and self.step < config.optim.steps:
+                    self.save_checkpoint()
+        if self.world.is_main:
+            ckpt.save_pretrained(self.model, self.tokenizer, final)
+        self.world.barrier()
+        return TrainResult(self.output_dir, final, self.metrics.records if self.metrics else [])
+
+    def train_step(self) -> dict[str, Any]:
+        """One optimizer step (generating a new batch first when the last one is used up)."""
+        started = time.perf_counter()
+        first_update = self.batch is None
+        if self.batch is None:
+            self.batch = self._next_batch()
+        batch = self.batch
+        totals = self._accumulate_gradients(batch, record_mismatch=first_update)
+        grad_norm = self._optimizer_step()
+        self.step += 1
+        if self.step % self.config.optim.updates_per_batch == 0:
+            self.batch = None
+            if isinstance(self.rollouts, OnlineRollouts):
+                self._sync_weights(self.rollouts.backend)
+        metrics = self._metrics(batch, totals, grad_norm, time.perf_counter() - started, first_update)
+        if self.metrics is not None:
+            self.metrics.write(metrics)
+        if self.tracker is not None:
+            self.tracker.log(metrics, self.step)
+        return metrics
+
+    def _next_batch(self) -> Batch:
+        per_rank = self.config.rollout.prompts_per_step // self.world.size
+        step = self.rollouts.next_batch(per_rank)
+        sequences = self._sequences(step)
+        stats = _rollout_stats(step, sequences)
+        tokens, count = self.world.sum([float(stats["tokens"]), float(len(sequences))])
+        if step.groups_seen and len(step.groups) < per_rank:
+            log.warning("step %d: only %d of %d groups with signal after %d generation rounds", self.step + 1, len(step.groups), per_rank, step.rounds)
+        return Batch(sequences, stats, tokens, count)
+
+    def _sequences(self, step: StepRollouts) -> list[TrainingSequence]:
+        """The batch's training sequences with their group advantages, shortest first (less padding)."""
+        groups = [usable(group) for group in step.groups]
+        groups = [group for group in groups if group]
+        rows = [row for group in groups for row in group]
+        rewards = torch.tensor([float(row["reward"]) for row in rows], dtype=torch.float32)
+        advantages = group_advantages(rewards, [len(g) for g in groups], self.config.loss.scale_by_std).tolist()
+        sequences = [
+            TrainingSequence(list(row["prompt_ids"]), list(row["completion_ids"]), [float(x) for x in row["completion_logprobs"]], advantage)
+            for row, advantage in zip(rows, advantages)
+        ]
+        return sorted(sequences, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+
+    def _micro_batches(self, batch: Batch) -> Iterator[MicroBatch]:
+        """This rank's micro-batches, padded with empty ones to the count of the rank with the most
+        (every rank must take part in every gradient all-reduce)."""
+        size = self.config.optim.micro_batch_size
+        chunks = split(batch.sequences, size)
+        count = int(self.world.max([float(len(chunks))])[0])
+        for index in range(count):
+            if index < len(chunks):
+                yield collate(chunks[index], self.pad_id, self.device)
+            else:
+                yield _empty_micro_batch(self.pad_id, self.device)
+
+    def _accumulate_gradients(self, batch: Batch, record_mismatch: bool) -> dict[str, float]:
+        """Forward and backward over the batch's micro-batches; returns this rank's loss statistics."""
+        config = self.config
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        normalize = config.loss.normalize
+        denominator = max(batch.tokens if normalize == "token" else batch.sequences_total, 1.0)
+        totals = dict.fromkeys(("loss", "tokens", "clip_low", "clip_high", "delta", "ratio_sum", "entropy_sum", "kl_sum"), 0.0)
+        totals["ratio_max"] = 0.0
+        totals["mismatch"] = 0.0
+        micro_batches = list(self._micro_batches(batch))
+        for index, micro in enumerate(micro_batches):
+            last = index == len(micro_batches) - 1
+            sync = contextlib.nullcontext() if last or not self.world.distributed else self.trained.no_sync()
+            with sync:
+                loss = self._micro_batch_loss(micro, denominator, totals, record_mismatch)
+                (loss * self.world.size).backward()  # DDP averages over ranks; the loss is already a global mean
+        return totals
+
+    def _micro_batch_loss(self, micro: MicroBatch, denominator: float, totals: dict[str, float], record_mismatch: bool) -> torch.Tensor:
+        config = self.config
+        with self._autocast():
+            logits = completion_logits(self.trained, micro)
+        logprobs = token_logprobs(logits, micro.completion_ids, config.rollout.temperature)
+        entropy = token_entropy(logits if config.loss.entropy_coef > 0 else logits.detach(), config.rollout.temperature)
+        clipped = clipped_token_loss(logprobs, micro.behaviour_logprobs, micro.advantages, eps_low=config.loss.eps_low, eps_high=config.loss.eps_high, delta=config.loss.delta)
+        token_loss = clipped.loss
+        mask = micro.completion_mask
+        if self.reference is not None:
+            with torch.no_grad(), self._autocast():
+                reference = token_logprobs(completion_logits(self.reference, micro), micro.completion_ids, config.rollout.temperature)
+            kl = kl_estimate(logprobs, reference)
+            token_loss = token_loss + config.loss.kl_beta * kl
+            totals["kl_sum"] += float(kl.detach()[mask].sum())
+        if config.loss.entropy_coef > 0:
+            token_loss = token_loss - config.loss.entropy_coef * entropy
+        loss = reduce_loss(token_loss, mask, config.loss.normalize, denominator)
+        totals["loss"] += float(loss.detach())
+        totals["tokens"] += float(mask.sum())
+        totals["clip_low"] += float(clipped.clipped_low[mask].sum())
+        totals["clip_high"] += float(clipped.clipped_high[mask].sum())
+        totals["delta"] += float(clipped.bounded_by_delta[mask].sum())
+        totals["ratio_sum"] += float(clipped.ratio[mask].sum())
+        totals["entropy_sum"] += float(entropy.detach()[mask].sum())
+        if mask.any():
+            totals["ratio_max"] = max(totals["ratio_max"], float(clipped.ratio[mask].max()))
+            if record_mismatch:
+                difference = (logprobs.detach() - micro.behaviour_logprobs)[mask].abs().max()
+                totals["mismatch"] = max(totals["mismatch"], float(difference))
+        return loss
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.config.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _optimizer_step(self) -> float:
+        max_norm = self.config.optim.max_grad_norm or math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        return grad_norm
+
+    def _metrics(self, batch: Batch, totals: dict[str, float], grad_norm: float, seconds: float, first_update: bool) -> dict[str, Any]:
+        keys = sorted(batch.stats)
+        summed = dict(zip(keys, self.world.sum([batch.stats[k] for k in keys])))
+        loss_keys = ("loss", "tokens", "clip_low", "clip_high", "delta", "ratio_sum", "entropy_sum", "kl_sum")
+        losses = dict(zip(loss_keys, self.world.sum([totals[k] for k in loss_keys])))
+        ratio_max, mismatch = self.world.max([totals["ratio_max"], totals["mismatch"]])
+        tokens = max(losses["tokens"], 1.0)
+        metrics: dict[str, Any] = {
+            "step": self.step,
+            "reward_mean": _mean(summed["reward_sum"], summed["rewarded"]),
+            "reward_std": _std(summed["reward_sum"], summed["reward_sq_sum"], summed["rewarded"]),
+            "score_mean": _mean(summed["score_sum"], summed["scored"]),
+            "loss": losses["loss"],
+            "grad_norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0],
+            "clip_low_frac": losses["clip_low"] / tokens,
+            "clip_high_frac": losses["clip_high"] / tokens,
+            "delta_frac": losses["delta"] / tokens,
+            "ratio_mean": losses["ratio_sum"] / tokens,
+            "ratio_max": ratio_max,
+            "entropy": losses["entropy_sum"] / tokens,
+            "completion_len_mean": _mean(summed["tokens"], summed["sequences"]),
+            "groups_kept": int(summed["groups_kept"]),
+            "groups_dropped": int(summed["groups_dropped"]),
+            "rollout_errors": int(summed["errors"]),
+            "refill_rounds": int(summed["rounds"]),
+            "logprob_mismatch": mismatch if first_update else None,
+            "tokens": losses["tokens"],
+            "tokens_per_s": losses["tokens"] / seconds if seconds > 0 else None,
+            "step_seconds": seconds,
+        }
+        if first_update and "generate_seconds" in summed:
+            metrics["generate_seconds"] = summed["generate_seconds"] / self.world.size
+            metrics["verify_seconds"] = summed["verify_seconds"] / self.world.size
+        if self.reference is not None:
+            metrics["kl"] = losses["kl_sum"] / tokens
+        return metrics
+
+    # --- checkpoints ------------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> None:
+        """Write the checkpoint of the current step (rank 0), with every rank's data position."""
+        per_rank = {"data": self.rollouts.state(), "batch": _batch_state(self.batch), "rng": ckpt.rng_states()}
+        ranks = self.world.gather(per_rank)
+        if self.world.is_main:
+            state = {
+                "step": self.step, "world_size": self.world.size, "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "ranks": ranks,
+            }
+            ckpt.save_checkpoint(self.checkpoints, self.step, self.model, self.tokenizer, state, self.config.checkpoint.keep)
+        self.world.barrier()
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        mine = state["ranks"][self.world.rank]
+        self.rollouts.load_state(mine["data"])
+        self.batch = _batch_from_state(mine["batch"])
+        ckpt.restore_rng_states(mine["rng"])
+
+
+def _load_model(path: str, device: torch.device, gradient_checkpointing: bool = False) -> tuple[Any, torch.nn.Module]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except OSError as exc:
+        raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
+    model.to(device)
+    model.config.use_cache = False
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return tokenizer, model
+
+
+def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Module:
+    """The initial model, frozen, for the KL term (always `config.model`, also when resuming)."""
+    _, reference = _load_model(config.model, device)
+    reference.eval().requires_grad_(False)
+    return reference
+
+
+def _empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:
+    """A one-token micro-batch that counts for nothing (no completion token is real)."""
+    micro = collate([TrainingSequence([pad_id], [pad_id], [0.0], 0.0)], pad_id, device)
+    micro.completion_mask.zero_()
+    return micro
+
+
+def _rollout_stats(step: StepRollouts, sequences: list[TrainingSequence]) -> dict[str, float]:
+    rows = [row for group in step.groups for row in usable(group)]
+    rewards = [float(row["reward"]) for row in rows]
+    scores = [float(row["score"]) for group in step.groups for row in group if row.get("score") is not None]
+    return {
+        "reward_sum": sum(rewards), "reward_sq_sum": sum(r * r for r in rewards), "rewarded": float(len(rewards)),
+        "score_sum": sum(scores), "scored": float(len(scores)),
+        "tokens": float(sum(len(s.completion_ids) for s in sequences)), "sequences": float(len(sequences)),
+        "groups_kept": float(len(step.groups)), "groups_dropped": float(step.groups_dropped),
+        "errors": float(step.errors), "rounds": float(step.rounds),
+        **{name: float(value) for name, value in step.timings.items()},
+    }
+
+
+def _batch_state(batch: Batch | None) -> dict[str, Any] | None:
+    if batch is None:
+        return None
+    return {"sequences": [vars(s) for s in batch.sequences], "stats": batch.stats, "tokens": batch.tokens, "sequences_total": batch.sequences_total}
+
+
+def _batch_from_state(state: dict[str, Any] | None) -> Batch | None:
+    if state is None:
+        return None
+    return Batch([TrainingSequence(**s) for s in state["sequences"]], state["stats"], state["tokens"], state["sequences_total"])
+
+
+def _mean(total: float, count: float) -> float | None:
+    return total / count if count else None
+
+
+def _std(total: float, squares: float, count: float) -> float | None:
+    if not count:
+        return None
+    mean = total / count
+    return math.sqrt(max(squares / count - mean * mean, 0.0))
