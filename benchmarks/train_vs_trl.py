@@ -144,7 +144,7 @@ def run_genesys(setup: Setup) -> RunRecord:
     record.run_seconds = time.perf_counter() - started
     errors = sum(metrics["rollout_errors"] for metrics in result.metrics)
     if errors:
-        raise SystemExit(f"genesys: {errors} rollouts failed verification (is the digit_share test plugin importable?); see {config.output_dir}")
+        raise SystemExit(f"genesys: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (is the digit_share test plugin importable?)")
     for metrics in result.metrics:
         record.step_seconds.append(metrics["step_seconds"])
         record.tokens.append(metrics["tokens"])
