@@ -232,15 +232,17 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def print_report(setup: Setup, size: str, summaries: dict[str, dict[str, Any]], warmup: int) -> None:
     import torch
+    import trl
 
-    print(f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}")
+    print(f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}, TRL {trl.__version__}")
     print(f"batch {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples, {MAX_TOKENS} tokens, {setup.steps} steps, first {warmup} untimed")
     print(f"{'':10s} {'steps/s':>9s} {'tokens/s':>10s} {'median step':>12s} {'reward start':>13s} {'reward end':>11s} {'run (s)':>8s}")
     for name, s in summaries.items():
         print(f"{name:10s} {s['steps_per_s']:9.2f} {s['tokens_per_s']:10,.0f} {s['median_step_s'] * 1000:10.0f}ms "
               f"{s['reward_start']:13.3f} {s['reward_end']:11.3f} {s['run_seconds']:8.1f}")
     g, t = summaries["genesys"], summaries["trl"]
-    print(f"ratio genesys / TRL: {ratio(g['steps_per_s'], t['steps_per_s']):.2f}x steps/s, {ratio(g['tokens_per_s'], t['tokens_per_s']):.2f}x tokens/s (goal >= 1.5x steps/s)")
+    print(f"ratio genesys / TRL: {ratio(g['steps_per_s'], t['steps_per_s']):.2f}x steps/s, {ratio(g['tokens_per_s'], t['tokens_per_s']):.2f}x tokens/s, "
+          f"{ratio(t['median_step_s'], g['median_step_s']):.2f}x by median step time (goal >= 1.5x steps/s)")
 
 
 def main() -> None:
@@ -275,6 +277,7 @@ def main() -> None:
         if len(summaries) == 2:
             out["ratio_steps_per_s"] = ratio(summaries["genesys"]["steps_per_s"], summaries["trl"]["steps_per_s"])
             out["ratio_tokens_per_s"] = ratio(summaries["genesys"]["tokens_per_s"], summaries["trl"]["tokens_per_s"])
+            out["ratio_median_step"] = ratio(summaries["trl"]["median_step_s"], summaries["genesys"]["median_step_s"])
         print(json.dumps(out, indent=2))
     elif len(summaries) == 2:
         print_report(setup, args.model_size, summaries, args.warmup)
