@@ -12,20 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, read_jsonl, write_jsonl  # noqa: E402
+from conftest import GENESYS, digit_tasks, read_jsonl, write_jsonl  # noqa: E402
 from genesys.errors import InputError  # noqa: E402
-from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-def digit_tasks(path: Path, count: int = 16) -> Path:
-    """Tasks rewarded by the share of digits in the completion (the test plugin's digit_share)."""
-    return write_jsonl(path, [{"problem_id": f"p{i}", "source": "toy", "task_type": "digit_share", "prompt": f"Write digits {i}", "verification_info": {}} for i in range(count)])
 
 
 def config(model: str, out: Path, tasks: Path | None = None, **sections: Any) -> TrainConfig:
