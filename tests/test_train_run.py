@@ -69,6 +69,8 @@ def test_run_directory_holds_config_metrics_checkpoints_and_a_loadable_final_mod
     import tomllib
 
     assert tomllib.loads((out / "config.toml").read_text())["optim"]["steps"] == 5
+    again = train(config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 5}, checkpoint={"every": 1, "keep": 2}))
+    assert again.already_complete and len(again.metrics) == 5  # a finished run is not trained again
     final = AutoModelForCausalLM.from_pretrained(out / "final")
     start = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert not torch.equal(final.model.embed_tokens.weight, start.model.embed_tokens.weight)
