@@ -85,9 +85,9 @@ def test_several_updates_per_batch_reuse_the_recorded_logprobs(tiny_model, tmp_p
     assert result.metrics[2]["reward_mean"] != first["reward_mean"]  # a new batch
 
 
-def test_sequence_normalisation_and_kl_and_entropy_terms_run_and_are_logged(tiny_model, tmp_path, plugin_env):
+def test_sequence_normalisation_kl_entropy_and_gradient_checkpointing_run_and_are_logged(tiny_model, tmp_path, plugin_env):
     result = train(config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 2, "micro_batch_size": 7},
-                          loss={"normalize": "sequence", "kl_beta": 0.1, "entropy_coef": 0.01, "scale_by_std": True}))
+                          loss={"normalize": "sequence", "kl_beta": 0.1, "entropy_coef": 0.01, "scale_by_std": True}, gradient_checkpointing=True))
     assert result.metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference before its first update
     assert result.metrics[1]["kl"] > 0.0
 

@@ -405,8 +405,8 @@ def _load_model(path: str, device: torch.device, gradient_checkpointing: bool = 
         raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
     model.to(device)
     model.config.use_cache = False
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if gradient_checkpointing:  # the method's newer name first
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     return tokenizer, model
 
 
