@@ -292,3 +292,18 @@ def test_trailing_zeros_are_not_significant_digits() -> None:
 def test_approximations_of_tuples_and_vectors_are_checked_entry_by_entry(gold: str, right: str, near_miss: str) -> None:
     both_ways(gold, right, near_miss)
     assert grade(gold, near_miss).details["reason"] == "hedging"
+
+
+@pytest.mark.parametrize(
+    ("gold", "right", "near_miss"),
+    [
+        ("[-2, 7)", r"\boxed{-2 \le x < 7}", r"\boxed{-2 < x < 7}"),
+        (r"(\sqrt{2}, \infty)", r"\boxed{x > \sqrt{2}}", r"\boxed{x \ge \sqrt{2}}"),
+        (r"(-\infty, 3]", r"\boxed{3 \ge x}", r"\boxed{3 > x}"),
+        ("x > 3", r"\boxed{3 < x}", r"\boxed{x < 3}"),
+        ("(-2, 2)", r"\boxed{x^2 < 4}", r"\boxed{x < 2}"),
+        ("[-2, 7]", r"\boxed{7 \ge x \ge -2}", r"\boxed{7 \ge x > -2}"),
+    ],
+)
+def test_inequalities_bounding_a_variable_are_the_intervals_they_allow(gold: str, right: str, near_miss: str) -> None:
+    both_ways(gold, right, near_miss)

@@ -286,11 +286,39 @@ def _as_set(value: object) -> object:
 def _solved_set(relations: list[Relational]) -> sympy.Set | None:
     """The set of values of the one symbol that satisfy all `relations`; None when sympy cannot
     solve them for it (`0 < f(x) < 1` in x)."""
+    bounded = _bounded_interval(relations)
+    if bounded is not None:
+        return bounded
+    if any(r.has(AppliedUndef) for r in relations):
+        return None  # an unknown function cannot be inverted
     try:
         solved = sympy.And(*relations).as_set()
     except Exception:  # not solvable as a set; compared as relations instead
         return None
     return None if solved.has(sympy.ConditionSet) else solved
+
+
+_HALF_LINES = {
+    sympy.StrictLessThan: lambda bound: Interval.open(-sympy.oo, bound),
+    sympy.LessThan: lambda bound: Interval(-sympy.oo, bound),
+    sympy.StrictGreaterThan: lambda bound: Interval.open(bound, sympy.oo),
+    sympy.GreaterThan: lambda bound: Interval(bound, sympy.oo),
+}
+
+
+def _bounded_interval(relations: list[Relational]) -> sympy.Set | None:
+    """Relations that each compare a symbol with a real number (`-2 <= x`, `x < 7`) as the set of
+    values they allow, without sympy's general solver (slow on these common answers); None when
+    a relation is of any other form."""
+    allowed: sympy.Set = Interval(-sympy.oo, sympy.oo)
+    for relation in relations:
+        kind, subject, bound = type(relation), relation.lhs, relation.rhs
+        if subject.is_number and kind in _INVERSE:
+            kind, subject, bound = _INVERSE[kind], bound, subject
+        if kind not in _HALF_LINES or not subject.is_Symbol or not (bound.is_number and bound.is_extended_real):
+            return None
+        allowed = allowed.intersect(_HALF_LINES[kind](bound))
+    return allowed
 
 
 def _relations_match(gold: object, pred: object) -> bool:
