@@ -129,14 +129,15 @@ def load_training_run(metrics_file: Path) -> TrainingRun:
         raise InputError(f"{metrics_file} records no step yet")
     series = {}
     for key in dict.fromkeys(key for record in records for key in record if key != "step"):
-        points = [(record["step"], record[key]) for record in records if _is_number(record.get(key))]
+        points = [(record["step"], record[key]) for record in records if is_metric_value(record.get(key))]
         if points:
             steps, values = np.array(points, dtype=float).T
             series[key] = (steps, values)
     return TrainingRun(metrics_file, [record["step"] for record in records], series)
 
 
-def _is_number(value: Any) -> bool:
+def is_metric_value(value: Any) -> bool:
+    """Whether a metric's `value` is a number to draw or log (not null, text, a bool, or infinite)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

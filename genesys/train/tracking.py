@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from genesys.errors import InputError
+from genesys.report_training import is_metric_value
 
 PROJECT_ENV = "GENESYS_PROJECT"
 DEFAULT_PROJECT = "genesys"
@@ -39,11 +39,12 @@ class Tracker:
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Log the numeric metrics at `step`; None and non-numeric values, and `step` itself, are skipped."""
-        values = {key: value for key, value in metrics.items() if key != "step" and _is_number(value)}
+        values = {key: value for key, value in metrics.items() if key != "step" and is_metric_value(value)}
         for backend in self._backends:
             backend.log(values, step)
 
     def close(self) -> None:
+        """Finish every tracker (flushing what they hold); later calls do nothing."""
         for backend in self._backends:
             backend.close()
         self._backends = []
@@ -74,10 +75,6 @@ def _import(name: str) -> ModuleType:
         return importlib.import_module(_TRACKERS[name][0])
     except ImportError as exc:
         raise InputError(f"report_to {name!r} needs the {name} package, which cannot be imported ({exc}): pip install {name}") from None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class _TensorBoard:
