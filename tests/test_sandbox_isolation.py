@@ -85,9 +85,11 @@ if key >= 0:
     found.append("key %d" % key)
 for table in ("tcp", "tcp6", "udp", "udp6", "unix"):
     try:
-        found += [table + " " + row.strip() for row in open("/proc/net/" + table).read().splitlines()[1:]]
+        rows = open("/proc/net/" + table).read().splitlines()[1:]
     except OSError:
-        pass
+        rows = []
+    # Not the runner's channel to its zygote, there from its start: a connected unnamed SOCK_SEQPACKET pair.
+    found += [table + " " + row.strip() for row in rows if not (table == "unix" and row.split()[4:6] == ["0005", "03"] and len(row.split()) == 7)]
 print(" | ".join(found) or "nothing")
 """
 

@@ -17,19 +17,20 @@ system call filter confines the runner and everything it starts (see `Slate` and
 Expected outputs never enter the sandbox; the host compares what the runner reports.
 
 Where tests start from. Compiled programs (and compilers) are forked from the runner and exec'd at
-once, so they start with no memory of it. A Python test forks from its submission's zygote, an
-interpreter with the common modules imported, so a test costs a fork instead of an interpreter
-start. The runner, which reads submissions and every test's output, never forks a Python test: at
-its start, before it reads anything, it forks the seed, which only ever forks a fresh zygote for
-each Python submission; the zygote is killed when its submission ends. Neither reads anything a
-program wrote or chose: the seed gets a socket to serve a zygote on, a zygote gets file descriptors
-to fork a test with and pids to reap (a reaped test's status and resource usage pass through a raw
-buffer it clears at once, never through a Python object). The runner watches the test, reads its
-output and reports, as for any other child; the test loads its own compiled code and input from a
-memfd. So a test's memory holds nothing of an earlier submission (its source, input, output or how
-its tests ended) nor of another test of its own submission (see `Seed` and `Zygote`).
+once, so they start with no memory of it. A Python test forks from the zygote, an interpreter with
+the common modules imported, so a test costs a fork instead of an interpreter start. The runner,
+which reads submissions and every test's output, never forks a Python test: it forks the zygote at
+its start, before it reads anything, and the zygote reads nothing a program wrote or chose: it gets
+file descriptors to fork a test with, then reaps the test (its status and resource usage pass
+through a raw buffer the zygote clears at once, never through a Python object). The runner watches
+the test, reads its output and reports, as for any other child; the test loads its own compiled
+code and input from a memfd. So a test's memory holds nothing of an earlier submission (its
+source, input, output or how its tests ended) nor of another test of its own submission. The
+zygote outlives submissions (killing leftovers and strangers spares it); a runner whose zygote a
+program killed retires after that submission (see `Zygote`).
 """
 
+import _socket
 import atexit
 import ctypes
 import gc
@@ -40,7 +41,6 @@ import os
 import resource
 import select
 import signal
-import socket
 import struct
 import sys
 import time
@@ -57,7 +57,8 @@ import string  # noqa: F401
 import types
 import typing  # noqa: F401
 
-# Not imported here: `threading` (its fork hooks would run in every forked test) and `traceback`.
+# Not imported here: `threading` (its fork hooks would run in every forked test), `traceback`, and
+# `socket` (`_socket` does without the modules `socket` imports, which every test would copy).
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -71,10 +72,10 @@ READ_CHUNK = 1 << 16
 EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd can be had
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
-# Stop signals a program may send; the runner's own processes ignore them (SIGSTOP they cannot: the
-# runner continues its seed and zygote before every request, and the host notices a silent runner).
+# Stop signals a program may send; the runner and its zygote ignore them (SIGSTOP they cannot: the
+# runner continues the zygote before every request, and the host notices a silent runner).
 STOP_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
-FORK_ANSWER_S = 10.0  # how long the seed or a zygote may take to fork before the runner gives up on it
+ZYGOTE_ANSWER_S = 10.0  # how long the zygote may take to fork or reap before the runner gives up on it
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -154,17 +155,18 @@ def _stat(pid):
     return stat[stat.rfind(b")") + 2 :].split()
 
 
-# The runner's own processes besides itself: the seed and, during a Python submission, its zygote
-# (see `ForkServer`). Killing leftovers and strangers spares them and what they forked.
-_own_pids = set()
+_zygote_pid = None  # the runner's zygote (see Zygote), which outlives every test and submission
 
 
 def kill_leftovers():
-    """Kill every descendant of this runner but its own processes, and reap them; orphans come to
-    us as the subreaper. (The seed's subtree is a zygote and its tests, whose supervision kills them.)"""
+    """Kill every descendant of this runner and reap them; orphans come to us as the subreaper.
+
+    The zygote and its children are left alone: those are Python tests, which their supervision
+    kills (their own children, orphaned, come to us).
+    """
     me = os.getpid()
     for _ in range(100):
-        stack, seen = [pid for pid in children_of(me) if pid not in _own_pids], []
+        stack, seen = [pid for pid in children_of(me) if pid != _zygote_pid], []
         while stack:
             pid = stack.pop()
             seen.append(pid)
@@ -180,9 +182,9 @@ def kill_leftovers():
 
 
 def kill_strangers():
-    """Kill every other process in this pid namespace that we may signal but the runner's own,
-    those outside the runner's tree too, and wait until none of them runs; whether there was any.
-    Only for a runner alone in its sandbox.
+    """Kill every other process in this pid namespace that we may signal but the zygote, those
+    outside the runner's tree too, and wait until none of them runs; whether there was any. Only
+    for a runner alone in its sandbox (which is why kill(-1) will not do: it would take the zygote).
 
     The killed are reaped only once none runs: until then they keep their place under the process
     limits, which a fork bomb would otherwise refill between two sweeps."""
@@ -203,10 +205,10 @@ def kill_strangers():
 
 
 def _strangers():
-    """(pid, whether it runs) for every process here we may signal but init, ourselves and our own."""
+    """(pid, whether it runs) for every process here we may signal but init, ourselves and the zygote."""
     me, found = os.getpid(), []
     for pid in _pids():
-        if pid in (1, me) or pid in _own_pids:
+        if pid in (1, me, _zygote_pid):
             continue
         try:
             os.kill(pid, 0)
@@ -237,15 +239,14 @@ def remove_ipc_objects():
 
 
 def reap_children():
-    """Wait until every child of this process but its own processes is gone (they have been sent
-    SIGKILL)."""
+    """Wait until every child of this process but the zygote is gone (they have been sent SIGKILL)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
-            if _own_pids.issuperset(children_of(os.getpid())):
+            if all(child == _zygote_pid for child in children_of(os.getpid())):
                 return
             time.sleep(0.001)
 
@@ -613,90 +614,44 @@ def classify(outcome, limits):
     return "runtime_error"
 
 
-# --- where Python tests fork from (see the module docstring) ----------------------------------------
+# --- the zygote: where Python tests fork from (see the module docstring) -----------------------------
 
 
-class ForkServerLost(Exception):
-    """The seed or a zygote is gone or does not answer (a program killed it)."""
+class ZygoteLost(Exception):
+    """The zygote is gone or does not answer (a program killed it): no more Python tests here."""
 
 
 REAP_BYTES = 8 + 18 * ctypes.sizeof(ctypes.c_long)  # a wait status, padding, then a struct rusage
 GATE_OPEN = b"+"  # what a Python test waits for before it loads its program
 
 
-class ForkServer:
-    """The runner's end of one of its own processes that fork on request: the seed or a zygote.
-    They only ever answer requests, and a program may have stopped them: each request continues
-    them first."""
+class Zygote:
+    """The runner's end of its zygote. The zygote only ever answers requests, and a program may
+    have stopped it: each request continues it first."""
 
-    def __init__(self, pid, sock):
-        self.pid = pid
-        self.sock = sock
-        _own_pids.add(pid)
+    def __init__(self, workdir):
+        global _zygote_pid
+        self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        self.pid = _zygote_pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                keep = theirs.fileno()
+                os.closerange(3, keep)  # the runner's channel to the host among them
+                os.closerange(keep + 1, 65536)
+                code = zygote_main(theirs, workdir)
+            finally:
+                os._exit(code)
+        theirs.close()
 
     def alive(self):
         """Whether it still serves: its socket turns readable only when it has gone."""
-        return not select.select([self.sock], [], [], 0)[0]
-
-    def ask(self, request, fds, size):
-        """Send a request (and file descriptors); its answer of `size` bytes, or ForkServerLost."""
-        if self.sock.fileno() < 0:
-            raise ForkServerLost()  # closed after an earlier loss
-        try:
-            os.kill(self.pid, signal.SIGCONT)
-            socket.send_fds(self.sock, [request], fds, socket.MSG_NOSIGNAL)
-            if not select.select([self.sock], [], [], FORK_ANSWER_S)[0]:
-                raise ForkServerLost()
-            answer = self.sock.recv(size + 1)
-        except OSError:
-            raise ForkServerLost() from None
-        if len(answer) != size:
-            raise ForkServerLost()
-        return answer
-
-    def close(self):
-        """Kill it (and forget it: it is no longer spared)."""
-        _own_pids.discard(self.pid)
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self.sock.close()
-
-
-class Seed(ForkServer):
-    """The process that forks a fresh zygote for every Python submission. Forked from the runner
-    before it reads anything: nothing of a submission ever is in its memory."""
-
-    @classmethod
-    def start(cls, workdir):
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:
-            _serve_in_child(seed_main, theirs, workdir)
-        theirs.close()
-        return cls(pid, ours)
-
-    def zygote(self):
-        """A fresh zygote (ForkServerLost if the seed does not answer)."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            pid = struct.unpack("i", self.ask(b"Z", [theirs.fileno()], 4))[0]
-        except ForkServerLost:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        return Zygote(pid, ours)
-
-
-class Zygote(ForkServer):
-    """A submission's zygote: forks its Python tests and reaps them; killed when it ends."""
+        return self.sock.fileno() >= 0 and not select.select([self.sock], [], [], 0)[0]
 
     def starter(self, code, test, limits):
-        """A `start` for run_child that forks a Python test from here. The test waits at a gate
-        until we know its pid (it exits if we never learn it), then loads its code and input from
-        a memfd."""
+        """A `start` for run_child that forks a Python test from the zygote. The test waits at a
+        gate until we know its pid (it exits if we never learn it), then loads its code and input
+        from a memfd."""
         spec = marshal.dumps((code, test, limits))
 
         def start(stdin_fd, write_ends):
@@ -705,10 +660,10 @@ class Zygote(ForkServer):
             os.lseek(spec_fd, 0, os.SEEK_SET)
             gate_r, gate = os.pipe()
             try:
-                pid = struct.unpack("i", self.ask(b"F", [stdin_fd, *write_ends, spec_fd, gate_r], 4))[0]
+                pid = struct.unpack("i", self._ask([stdin_fd, *write_ends, spec_fd, gate_r], 4))[0]
                 os.write(gate, GATE_OPEN)
-            except ForkServerLost:
-                self.close()
+            except ZygoteLost:
+                self.lose()
                 raise
             finally:
                 for fd in (spec_fd, gate_r, gate):
@@ -717,17 +672,57 @@ class Zygote(ForkServer):
 
         return start
 
-    def reap(self, pid):
-        """Have the zygote reap its dead child `pid`: (wait status, rusage)."""
-        answer = self.ask(struct.pack("i", pid), [], REAP_BYTES)
+    def collect(self):
+        """How the test it forked last ended, (wait status, rusage), once it has exited: the zygote
+        reaps it on its own and sends that; ZygoteLost if it does not."""
+        answer = self._answer(REAP_BYTES)
         status = struct.unpack_from("i", answer)[0]
         fields = struct.unpack_from("18l", answer, 8)
         usage = types.SimpleNamespace(ru_utime=fields[0] + fields[1] / 1e6, ru_stime=fields[2] + fields[3] / 1e6, ru_maxrss=fields[4])
         return status, usage
 
+    def _ask(self, fds, size):
+        """Send a request with file descriptors; its answer of `size` bytes, or ZygoteLost."""
+        try:
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))
+            self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
+        except OSError:
+            raise ZygoteLost() from None
+        return self._answer(size)
+
+    def _answer(self, size):
+        """The zygote's next message, of `size` bytes (continued first: a program may have stopped
+        it), or ZygoteLost."""
+        if self.sock.fileno() < 0:
+            raise ZygoteLost()  # lost already
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+            if not select.select([self.sock], [], [], ZYGOTE_ANSWER_S)[0]:
+                raise ZygoteLost()
+            answer = self.sock.recv(size + 1)
+        except OSError:
+            raise ZygoteLost() from None
+        if len(answer) != size:
+            raise ZygoteLost()
+        return answer
+
+    def lose(self):
+        """Give up on the zygote: kill it and reap it (what it forked is ours then, and killed with
+        the rest of the submission's processes)."""
+        global _zygote_pid
+        if self.sock.fileno() < 0:
+            return  # lost already
+        _zygote_pid = None
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self.sock.close()
+
 
 class ZygoteChild:
-    """A Python test: a child of its zygote, which reaps it when we ask."""
+    """A Python test: a child of the zygote, which reaps it when we ask."""
 
     def __init__(self, zygote, pid):
         self.zygote = zygote
@@ -735,15 +730,13 @@ class ZygoteChild:
 
     def reap(self, block):
         """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
-        it runs and `block` is false. ForkServerLost if its zygote is gone."""
+        it runs and `block` is false. ZygoteLost if the zygote is gone."""
         while not _has_exited(self.pid):
             if not block:
                 return None
             time.sleep(EXIT_POLL_S / 5)  # it has been sent SIGKILL
         kill_leftovers()  # first: no process of the program is left to stop the zygote
-        if not self.zygote.alive():
-            raise ForkServerLost()
-        return self.zygote.reap(self.pid)
+        return self.zygote.collect()
 
 
 def _has_exited(pid):
@@ -751,68 +744,36 @@ def _has_exited(pid):
     return fields is None or fields[0] in (b"Z", b"X")
 
 
-def _serve_in_child(serve, requests, workdir):
-    """In a new fork server: keep only the socket it serves on (fds 0-2 are the runner's /dev/null
-    and stderr) and serve until the runner goes away. Never returns."""
-    code = 1
-    try:
-        keep = requests.fileno()
-        os.closerange(3, keep)  # the runner's channel to the host among them
-        os.closerange(keep + 1, 65536)
-        code = serve(requests, workdir)
-    finally:
-        os._exit(code)
-
-
-def seed_main(requests, workdir):
-    """Fork a zygote for each socket the runner sends. Zygotes are reaped by the kernel (SIGCHLD
-    ignored), so nothing about them ever reaches this process."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    while True:
-        data, fds, _, _ = socket.recv_fds(requests, 1, 1)
-        if not data:
-            return 0
-        pid = os.fork()
-        if pid == 0:
-            requests.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a zygote waits for its tests
-            _serve_in_child(zygote_main, socket.socket(fileno=fds[0]), workdir)
-        for fd in fds:
-            os.close(fd)
-        requests.send(struct.pack("i", pid))
-
-
 def zygote_main(requests, workdir):
-    """Fork a test for each set of file descriptors the runner sends, reap a dead test for each
-    pid. A test's wait status and resource usage go from the kernel into `reaped` and out to the
-    runner, and are cleared at once: no trace of how a test ended stays here."""
+    """Serve the runner until it goes away: for each set of file descriptors, fork a test, send its
+    pid, wait for it to end and send how it did. A test's wait status and resource usage go from the
+    kernel into `reaped` and out to the runner, and are cleared at once: no trace of how a test
+    ended stays here."""
     reaped = ctypes.create_string_buffer(REAP_BYTES)
     while True:
-        data, fds, _, _ = socket.recv_fds(requests, 16, 8)
+        data, ancillary, _, _ = requests.recvmsg(1, _socket.CMSG_SPACE(8 * 4))
         if not data:
             return 0
-        if not fds:
-            done = _libc.wait4(struct.unpack("i", data)[0], reaped, 0, ctypes.byref(reaped, 8))
-            requests.send(reaped if done > 0 else b"?")
-            ctypes.memset(reaped, 0, REAP_BYTES)
-            continue
+        fds = [fd for _, _, rights in ancillary for fd in struct.unpack("%di" % (len(rights) // 4), rights)]
         pid = os.fork()
         if pid == 0:
             _become_test(fds, workdir)
         for fd in fds:
             os.close(fd)
         requests.send(struct.pack("i", pid))
+        done = _libc.wait4(pid, reaped, 0, ctypes.byref(reaped, 8))
+        requests.send(reaped if done > 0 else b"?")
+        ctypes.memset(reaped, 0, REAP_BYTES)
 
 
 def _become_test(fds, workdir):
-    """In a test a zygote forked: wait for the runner, load the test from its memfd, run it.
+    """In a test the zygote forked: wait for the runner, load the test from its memfd, run it.
     Never returns."""
     *wiring, spec_fd, gate_r = fds
     try:
         if os.read(gate_r, 1) != GATE_OPEN:
             os._exit(127)  # the runner never learnt our pid: we would run unwatched
-        with open(spec_fd, "rb") as handle:
-            code, test, limits = marshal.loads(handle.read())
+        code, test, limits = marshal.loads(os.read(spec_fd, os.fstat(spec_fd).st_size))
     except BaseException:  # noqa: BLE001 - never return into the zygote
         os._exit(127)
     body = python_child(code, test, workdir)
@@ -884,9 +845,40 @@ def _prepare_python_tests():
             os.close(original)
         os.close(read_end)
         os.close(write_end)
+    _warm_up_type_caches()
 
 
 _test_stdio = None  # the runner itself never uses these; see _prepare_python_tests
+
+# What a small test usually does: read words and numbers from stdin, compute, print.
+WARM_UP_PROGRAM = """
+import sys
+data = sys.stdin.read().split()
+numbers = list(map(int, data[:2]))
+lengths = {word: len(word) for word in data[2:]}
+print(sum(numbers), max(lengths, key=lengths.get), sorted(lengths.items()), " ".join(map(str, numbers)))
+"""
+
+
+def _warm_up_type_caches():
+    """Run a small program once, here, with streams of the tests' own types. The interpreter's type
+    attribute cache and the types' version tags it fills are then inherited by every test, which
+    would otherwise write them itself: a copy-on-write fault for each page (a third of a small
+    test's faults)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"3 4 alpha beta\n")
+    os.close(write_end)
+    stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(read_end, "r")), encoding="utf-8")
+    stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(os.devnull, "w")), encoding="utf-8")
+    saved = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout = stdin, stdout
+    try:
+        exec(compile(WARM_UP_PROGRAM, "warm_up.py", "exec"), types.ModuleType("warm_up").__dict__)
+        stdout.flush()
+    finally:
+        sys.stdin, sys.stdout = saved
+        stdin.close()
+        stdout.close()
 
 
 def _system_exit_code(exc):
@@ -1119,18 +1111,15 @@ class Slate:
             self.clean(keep)
 
 
-def serve_one(job, toolchains, slate, seed, out_fd):
+def serve_one(job, toolchains, slate, zygote, out_fd):
     """Compile and run one submission, replying frame by frame; it finds nothing of an earlier one
     and leaves nothing behind. False when this runner cannot serve another (a program killed its
-    seed)."""
+    zygote)."""
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
     workdir = os.path.join(slate.scratch, "work")
     slate.check(keep=workdir)
     os.makedirs(workdir, exist_ok=True)
-    zygote = None
     try:
-        if job["language"] == "python":
-            zygote = seed.zygote()  # before any program runs: losing the seed is not this submission's doing
         program, error, seconds = compile_submission(
             job["language"], job["source"], workdir, toolchains, job["compile_limits"], job["limits"]
         )
@@ -1147,20 +1136,19 @@ def serve_one(job, toolchains, slate, seed, out_fd):
                 reply["index"] = index
                 write_frame(out_fd, reply)
     finally:
-        if zygote is not None:
-            zygote.close()
         slate.clean(keep=workdir)
-    alive = seed.alive()
+    alive = zygote.alive()
     write_frame(out_fd, {"event": "done"} if alive else {"event": "done", "retire": True})
     return alive
 
 
 def _run_test_or_charge(language, program, test, workdir, limits, zygote):
-    """run_test; a test whose zygote is lost fails (only a program can kill it)."""
+    """run_test; a test that finds the zygote lost fails (only a program can kill it)."""
     try:
         return run_test(language, program, test, workdir, limits, zygote)
-    except ForkServerLost:
-        return {"event": "test", "status": "runtime_error", "message": "the program killed the process its tests fork from"}
+    except ZygoteLost:
+        zygote.lose()
+        return {"event": "test", "status": "runtime_error", "message": "the program killed the sandbox's test runner"}
 
 
 def drop_privileges(uid):
@@ -1206,13 +1194,13 @@ def main(argv):
     for fd in (0, 1):
         os.dup2(devnull, fd)
     _prepare_python_tests()
-    gc.freeze()  # forked tests then share the seed's memory instead of copying it on the next collection
-    seed = Seed.start(os.path.join(scratch, "work"))  # before anything a program wrote is read
+    gc.freeze()  # forked tests then share the zygote's memory instead of copying it on the next collection
+    zygote = Zygote(os.path.join(scratch, "work"))  # before anything a program wrote is read
     slate.clean()  # what an earlier runner may have left
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
     while True:
         job = read_frame(in_fd)
-        if job is None or not serve_one(job, toolchains, slate, seed, out_fd):
+        if job is None or not serve_one(job, toolchains, slate, zygote, out_fd):
             return 0
 
 
