@@ -73,7 +73,7 @@ EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd ca
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
 # Stop signals a program may send; the runner and its zygote ignore them (SIGSTOP they cannot: the
-# runner continues the zygote before every request, and the host notices a silent runner).
+# runner continues the zygote before waiting for it, and the host notices a silent runner).
 STOP_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 ZYGOTE_ANSWER_S = 10.0  # how long the zygote may take to fork or reap before the runner gives up on it
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -626,8 +626,8 @@ GATE_OPEN = b"+"  # what a Python test waits for before it loads its program
 
 
 class Zygote:
-    """The runner's end of its zygote. The zygote only ever answers requests, and a program may
-    have stopped it: each request continues it first."""
+    """The runner's end of its zygote. The zygote only ever forks tests and reports how they ended,
+    and a program may have stopped it: the runner continues it before waiting for each answer."""
 
     def __init__(self, workdir):
         global _zygote_pid
@@ -722,7 +722,7 @@ class Zygote:
 
 
 class ZygoteChild:
-    """A Python test: a child of the zygote, which reaps it when we ask."""
+    """A Python test: a child of the zygote, which reaps it and sends how it ended."""
 
     def __init__(self, zygote, pid):
         self.zygote = zygote
