@@ -6,10 +6,13 @@ task row each. A task is its `problem_id`, or its prompt when `problem_id` is mi
 pass rate and counted in `n_errors`; a task with no scored rollout has no pass rate and is dropped as
 unscored. A score that is not a number in 0..1 is refused, naming its `file:line`.
 
-The online group filter, for the trainer's rollout source, is `genesys.train.groups`.
+The online group filter of the trainer (`fill_batch`, `split_groups`) lives in `genesys.train.groups`
+and is importable from here too.
 """
 
 from __future__ import annotations
+
+__all__ = ["PassRateFilter", "fill_batch", "filter_tasks", "split_groups"]
 
 import math
 import os
@@ -22,6 +25,7 @@ import orjson
 
 from genesys.config import FilterConfig as PassRateFilter
 from genesys.errors import InputError
+from genesys.train.groups import fill_batch, split_groups
 from genesys.identity import group_key_columns
 from genesys.inputs import InputFile, resolve_inputs
 from genesys.rewards import TARGET_LENGTH_COLUMN

@@ -53,3 +53,17 @@ def plugin_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     default_plugin_manager.cache_clear()
     yield dict(os.environ)
     default_plugin_manager.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random-weight Qwen2 model with a locally trained tokenizer (built once per test session)."""
+    from genesys.generate.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def digit_tasks(path: Path, count: int = 16) -> Path:
+    """Tasks rewarded by the share of digits in the completion (the test plugin's digit_share verifier)."""
+    rows = [{"problem_id": f"p{i}", "source": "toy", "task_type": "digit_share", "prompt": f"Write digits {i}", "verification_info": {}} for i in range(count)]
+    return write_jsonl(path, rows)

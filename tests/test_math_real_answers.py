@@ -246,3 +246,64 @@ def test_exactness_rules_still_hold() -> None:
     assert score(r"\sqrt{2}", r"\boxed{1.4142}") == 0.0  # four decimals of an irrational
     assert score("1.4142", r"\boxed{1.4142}") == 1.0  # unless the gold is that decimal
     assert score(r"\frac{2}{3}", r"\boxed{0.6667}") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("gold", "right", "near_miss"),
+    [
+        (
+            r"\begin{pmatrix}\frac{1}{3}\\ \frac{1}{5}\end{pmatrix}",
+            r"\boxed{\begin{pmatrix}0.333333\\0.2\end{pmatrix}}",
+            r"\boxed{\begin{pmatrix}0.33\\0.2\end{pmatrix}}",
+        ),
+        (r"(\frac{3}{5}, \frac{8}{3}]", r"\boxed{(0.6, 2.666667]}", r"\boxed{(0.6, 2.6667]}"),
+        (r"(\frac{1}{3}, \sqrt{2})", r"\boxed{(0.333333, 1.41421)}", r"\boxed{(0.333333, 1.4142)}"),
+        (r"\{\frac{1}{3}, \sqrt{2}\}", r"\boxed{\{1.41421, 0.333333\}}", r"\boxed{\{1.41421, 0.3333\}}"),
+        (r"\frac{1}{3}", r"\boxed{x = 0.333333}", r"\boxed{x = 0.3333}"),
+        (r"\frac{100}{3}\%", r"\boxed{33.3333\%}", r"\boxed{33.33\%}"),
+    ],
+)
+def test_decimal_entries_approximate_by_the_same_digit_rule(gold: str, right: str, near_miss: str) -> None:
+    both_ways(gold, right, near_miss)
+
+
+def test_trailing_zeros_are_not_significant_digits() -> None:
+    assert score(r"\pi", r"\boxed{3.14160}") == 0.0  # 3.1416: five digits
+    assert score(r"\pi", r"\boxed{3.141590}") == 1.0
+    assert score(r"123456 + \frac{\sqrt{2}}{2}", r"\boxed{123456.0}") == 0.0  # a whole number, not within 0.1
+
+
+@pytest.mark.parametrize(
+    ("gold", "right", "near_miss"),
+    [
+        (
+            r"\left(\frac{1}{3}, \frac{2}{3}\right)",
+            r"\boxed{\left(\frac{1}{3}, \frac{2}{3}\right) \approx (0.33, 0.67)}",
+            r"\boxed{\left(\frac{1}{3}, \frac{2}{3}\right) \approx (0.33, 1.67)}",
+        ),
+        (r"(\sqrt{2}, 2)", r"\boxed{(x, y) = (\sqrt{2}, 2) \approx (1.41, 2)}", r"\boxed{(x, y) = (\sqrt{2}, 2) \approx (1.41, 3)}"),
+        (
+            r"\begin{pmatrix}\frac{1}{3}\\ 2\end{pmatrix}",
+            r"\boxed{\begin{pmatrix}\frac{1}{3}\\ 2\end{pmatrix} \approx \begin{pmatrix}0.333\\ 2\end{pmatrix}}",
+            r"\boxed{\begin{pmatrix}\frac{1}{3}\\ 2\end{pmatrix} \approx \begin{pmatrix}0.333\\ 2.5\end{pmatrix}}",
+        ),
+    ],
+)
+def test_approximations_of_tuples_and_vectors_are_checked_entry_by_entry(gold: str, right: str, near_miss: str) -> None:
+    both_ways(gold, right, near_miss)
+    assert grade(gold, near_miss).details["reason"] == "hedging"
+
+
+@pytest.mark.parametrize(
+    ("gold", "right", "near_miss"),
+    [
+        ("[-2, 7)", r"\boxed{-2 \le x < 7}", r"\boxed{-2 < x < 7}"),
+        (r"(\sqrt{2}, \infty)", r"\boxed{x > \sqrt{2}}", r"\boxed{x \ge \sqrt{2}}"),
+        (r"(-\infty, 3]", r"\boxed{3 \ge x}", r"\boxed{3 > x}"),
+        ("x > 3", r"\boxed{3 < x}", r"\boxed{x < 3}"),
+        ("(-2, 2)", r"\boxed{x^2 < 4}", r"\boxed{x < 2}"),
+        ("[-2, 7]", r"\boxed{7 \ge x \ge -2}", r"\boxed{7 \ge x > -2}"),
+    ],
+)
+def test_inequalities_bounding_a_variable_are_the_intervals_they_allow(gold: str, right: str, near_miss: str) -> None:
+    both_ways(gold, right, near_miss)

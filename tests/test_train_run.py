@@ -12,20 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, read_jsonl, write_jsonl  # noqa: E402
+from conftest import GENESYS, digit_tasks, read_jsonl, write_jsonl  # noqa: E402
 from genesys.errors import InputError  # noqa: E402
-from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-def digit_tasks(path: Path, count: int = 16) -> Path:
-    """Tasks rewarded by the share of digits in the completion (the test plugin's digit_share)."""
-    return write_jsonl(path, [{"problem_id": f"p{i}", "source": "toy", "task_type": "digit_share", "prompt": f"Write digits {i}", "verification_info": {}} for i in range(count)])
 
 
 def config(model: str, out: Path, tasks: Path | None = None, **sections: Any) -> TrainConfig:
@@ -80,6 +69,8 @@ def test_run_directory_holds_config_metrics_checkpoints_and_a_loadable_final_mod
     import tomllib
 
     assert tomllib.loads((out / "config.toml").read_text())["optim"]["steps"] == 5
+    again = train(config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 5}, checkpoint={"every": 1, "keep": 2}))
+    assert again.already_complete and len(again.metrics) == 5  # a finished run is not trained again
     final = AutoModelForCausalLM.from_pretrained(out / "final")
     start = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert not torch.equal(final.model.embed_tokens.weight, start.model.embed_tokens.weight)
@@ -94,9 +85,9 @@ def test_several_updates_per_batch_reuse_the_recorded_logprobs(tiny_model, tmp_p
     assert result.metrics[2]["reward_mean"] != first["reward_mean"]  # a new batch
 
 
-def test_sequence_normalisation_and_kl_and_entropy_terms_run_and_are_logged(tiny_model, tmp_path, plugin_env):
+def test_sequence_normalisation_kl_entropy_and_gradient_checkpointing_run_and_are_logged(tiny_model, tmp_path, plugin_env):
     result = train(config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 2, "micro_batch_size": 7},
-                          loss={"normalize": "sequence", "kl_beta": 0.1, "entropy_coef": 0.01, "scale_by_std": True}))
+                          loss={"normalize": "sequence", "kl_beta": 0.1, "entropy_coef": 0.01, "scale_by_std": True}, gradient_checkpointing=True))
     assert result.metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference before its first update
     assert result.metrics[1]["kl"] > 0.0
 

@@ -29,7 +29,7 @@ from genesys.train.config import TrainConfig
 from genesys.train.distributed import World, close_world, init_world
 from genesys.train.logprobs import completion_logits, token_entropy, token_logprobs
 from genesys.train.loss import clipped_token_loss, group_advantages, kl_estimate, reduce_loss
-from genesys.train.metrics import MetricsLog
+from genesys.train.metrics import MetricsLog, read_metrics
 from genesys.train.rollouts import OnlineRollouts, RecordedRollouts, StepRollouts, usable
 from genesys.train.schedule import lr_factor
 
@@ -46,6 +46,7 @@ class TrainResult:
     output_dir: Path
     final_dir: Path
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    already_complete: bool = False  # the run had finished before; nothing was trained now
 
 
 @dataclass
@@ -59,13 +60,27 @@ class Batch:
 
 
 def train(config: TrainConfig) -> TrainResult:
-    """Run (or resume) the training run `config` describes; see `genesys.train`."""
+    """Run (or resume) the training run `config` describes; see `genesys.train`. A run whose
+    output_dir already holds its final model and all its steps is returned as it is."""
+    finished = finished_run(config)
+    if finished is not None:
+        return finished
     world = init_world()
     try:
         with Trainer(config, world) as trainer:
             return trainer.run()
     finally:
         close_world(world)
+
+
+def finished_run(config: TrainConfig) -> TrainResult | None:
+    """The result of a run that already completed `optim.steps` in `output_dir`, else None."""
+    output_dir = Path(config.output_dir)
+    final = output_dir / "final"
+    records = read_metrics(output_dir / "metrics.jsonl")
+    if (final / "config.json").is_file() and records and records[-1]["step"] >= config.optim.steps:
+        return TrainResult(output_dir, final, records, already_complete=True)
+    return None
 
 
 class Trainer:
@@ -391,8 +406,8 @@ def _load_model(path: str, device: torch.device, gradient_checkpointing: bool = 
         raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
     model.to(device)
     model.config.use_cache = False
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if gradient_checkpointing:  # the method's newer name first
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     return tokenizer, model
 
 

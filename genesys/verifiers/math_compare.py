@@ -3,7 +3,9 @@
 Exact values compare exactly: decimals are read as the rationals they spell, rationals are equal
 only when identical, and other closed forms must simplify to the same value (never "equal after
 rounding"). A written decimal approximates an irrational or repeating gold only when it carries at
-least `MIN_APPROX_DIGITS` significant digits and is within one unit of its last digit.
+least `MIN_APPROX_DIGITS` significant digits (trailing zeros do not count) and is within one unit of
+its last digit, wherever it stands: a bare answer, an entry of a tuple, interval, set or matrix, or
+the value of `x = 0.333333`.
 Tuples and intervals keep order and open/closed ends; sets ignore order; equations compare as
 equations, never by collapsing both sides to `0 = 0`. An equation whose left side is a label (`x`,
 `AB`, `|AB|`, `(p, q)`, `V_1 : V_2`, `f(x)`) states its right side, so `(p, q) = (3, 2)` matches
@@ -13,7 +15,7 @@ only a gold written as a ratio; a case split matches a case split with the same 
 
 from __future__ import annotations
 
-from fractions import Fraction
+from decimal import Decimal
 
 import sympy
 from latex2sympy2_extended.logic import And
@@ -49,9 +51,6 @@ def answers_match(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
         return any(
             equivalent(g, p) for g in _percent_readings(gold) for p in _percent_readings(pred)
         )
-    if gold.decimal or pred.decimal:
-        if _approximates(gold, pred) or _approximates(pred, gold):
-            return True
     return equivalent(gold.value, pred.value)
 
 
@@ -107,18 +106,27 @@ def _percent_readings(answer: ParsedAnswer) -> list[Basic]:
     return [answer.value, sympy.Mul(answer.value, Rational(1, 100))]
 
 
-def _approximates(decimal_side: ParsedAnswer, exact_side: ParsedAnswer) -> bool:
-    """A decimal with enough significant digits, within one unit of its last digit of an exact number."""
-    if decimal_side.decimal is None or exact_side.decimal is not None:
+def decimal_shape(value: object) -> tuple[int, int] | None:
+    """(significant digits, decimal places) of a decimal number as written, trailing zeros left out
+    (`0.3330` -> (3, 3)); None for anything that is not a decimal number."""
+    if not isinstance(value, Float):
+        return None
+    _, digits, exponent = Decimal(str(value)).normalize().as_tuple()
+    return len(digits), max(0, -int(exponent))
+
+
+def _approximates(decimal: object, exact: object) -> bool:
+    """A decimal with enough significant digits and a fractional part (`123456.0` is a whole
+    number), within one unit of its last digit of an exact number (one written without decimals)."""
+    shape = decimal_shape(decimal)
+    if shape is None or shape[0] < MIN_APPROX_DIGITS or shape[1] == 0:
         return False
-    digits, places = decimal_side.decimal
-    value = exact_side.value
-    if digits < MIN_APPROX_DIGITS or not isinstance(value, Basic) or value.free_symbols or not value.is_number:
+    if not isinstance(exact, Basic) or exact.has(Float) or exact.free_symbols or not exact.is_number:
         return False
+    places = shape[1]
     try:
-        exact = sympy.N(value.doit(), places + 20)
-        written = Rational(Fraction(decimal_side.text))
-        return bool(exact.is_real) and abs(exact - written) < Rational(1, 10**places)
+        value = sympy.N(exact.doit(), places + 20)
+        return bool(value.is_real) and abs(value - Rational(str(decimal))) < Rational(1, 10**places)
     except (TypeError, ValueError, ArithmeticError):
         return False
 
@@ -278,11 +286,39 @@ def _as_set(value: object) -> object:
 def _solved_set(relations: list[Relational]) -> sympy.Set | None:
     """The set of values of the one symbol that satisfy all `relations`; None when sympy cannot
     solve them for it (`0 < f(x) < 1` in x)."""
+    bounded = _bounded_interval(relations)
+    if bounded is not None:
+        return bounded
+    if any(r.has(AppliedUndef) for r in relations):
+        return None  # an unknown function cannot be inverted
     try:
         solved = sympy.And(*relations).as_set()
     except Exception:  # not solvable as a set; compared as relations instead
         return None
     return None if solved.has(sympy.ConditionSet) else solved
+
+
+_HALF_LINES = {
+    sympy.StrictLessThan: lambda bound: Interval.open(-sympy.oo, bound),
+    sympy.LessThan: lambda bound: Interval(-sympy.oo, bound),
+    sympy.StrictGreaterThan: lambda bound: Interval.open(bound, sympy.oo),
+    sympy.GreaterThan: lambda bound: Interval(bound, sympy.oo),
+}
+
+
+def _bounded_interval(relations: list[Relational]) -> sympy.Set | None:
+    """Relations that each compare a symbol with a real number (`-2 <= x`, `x < 7`) as the set of
+    values they allow, without sympy's general solver (slow on these common answers); None when
+    a relation is of any other form."""
+    allowed: sympy.Set = Interval(-sympy.oo, sympy.oo)
+    for relation in relations:
+        kind, subject, bound = type(relation), relation.lhs, relation.rhs
+        if subject.is_number and kind in _INVERSE:
+            kind, subject, bound = _INVERSE[kind], bound, subject
+        if kind not in _HALF_LINES or not subject.is_Symbol or not (bound.is_number and bound.is_extended_real):
+            return None
+        allowed = allowed.intersect(_HALF_LINES[kind](bound))
+    return allowed
 
 
 def _relations_match(gold: object, pred: object) -> bool:
@@ -309,12 +345,17 @@ def _matrices_match(gold: object, pred: object) -> bool:
             return False
         g_items, p_items = list(gold), list(pred)
     else:
-        g_items, p_items = _vector_items(gold), _vector_items(pred)
-        g_items = g_items if g_items is not None else _ordered_items(gold)
-        p_items = p_items if p_items is not None else _ordered_items(pred)
+        g_items, p_items = ordered_entries(gold), ordered_entries(pred)
     if g_items is None or p_items is None or len(g_items) != len(p_items):
         return False
     return all(equivalent(g, p) for g, p in zip(g_items, p_items))
+
+
+def ordered_entries(value: object) -> list | None:
+    """The entries of a vector, tuple, list or open interval read as a point, in order; None for
+    other values."""
+    items = _vector_items(value)
+    return items if items is not None else _ordered_items(value)
 
 
 def _vector_items(value: object) -> list | None:
@@ -421,6 +462,8 @@ def _exact_form(value: Basic) -> Basic:
 
 def _expressions_match(gold: Basic, pred: Basic) -> bool:
     if gold == pred:
+        return True
+    if _approximates(gold, pred) or _approximates(pred, gold):
         return True
     gold, pred = _align_imaginary_unit(_exact_form(gold), _exact_form(pred))
     if gold == pred:

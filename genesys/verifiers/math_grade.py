@@ -25,7 +25,9 @@ from genesys.verifiers.math_compare import (
     answers_match,
     candidate_count,
     case_values,
+    decimal_shape,
     is_multi_valued,
+    ordered_entries,
     stated_value,
 )
 from genesys.verifiers.math_extract import Box, boxed_spans, extract_answer, is_prose
@@ -156,23 +158,37 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
 
 
 def _approximates_all(answer: str, approximations: list[str]) -> bool:
-    """Whether every stated approximation of `answer` is right to the precision written: within one
-    unit of its last decimal (`\\frac{1}{3} \\approx 0.33`), or rounding to it (`\\sqrt{120} \\approx 11`).
-    `5 \\approx 6` states two values."""
+    """Whether every stated approximation of `answer` is right to the precision written, entry by
+    entry for a tuple or vector: within one unit of its last decimal (`\\frac{1}{3} \\approx 0.33`),
+    or rounding to it (`\\sqrt{120} \\approx 11`). `5 \\approx 6` states two values."""
     try:
-        exact = stated_value(parse_answer(answer).value)
-        if not isinstance(exact, sympy.Expr) or not exact.is_number:
+        exact = _numeric_entries(stated_value(parse_answer(answer).value))
+        if exact is None:
             return False
         for text in approximations:
             approx = parse_answer(text)
-            if approx.kind != KIND_EXPR or not isinstance(approx.value, sympy.Expr) or not approx.value.is_number:
+            entries = _numeric_entries(approx.value) if approx.kind == KIND_EXPR else None
+            if entries is None or len(entries) != len(exact):
                 return False
-            tolerance = sympy.Rational(1, 10 ** approx.decimal[1]) if approx.decimal else sympy.Rational(1, 2)
-            if not abs(sympy.N(exact, 30) - sympy.N(approx.value, 30)) <= tolerance:
+            if not all(_within_written_precision(e, a) for e, a in zip(exact, entries)):
                 return False
         return True
     except (ValueError, TypeError, ArithmeticError):
         return False
+
+
+def _numeric_entries(value: object) -> list[sympy.Expr] | None:
+    """A number as its one entry, or the entries of a tuple or vector of numbers; None otherwise."""
+    entries = ordered_entries(value) or [value]
+    return entries if all(isinstance(e, sympy.Expr) and e.is_number for e in entries) else None
+
+
+def _within_written_precision(exact: sympy.Expr, approx: sympy.Expr) -> bool:
+    """`approx` is `exact` to the precision written: one unit of its last decimal, or a half for a
+    whole number."""
+    shape = decimal_shape(approx)
+    tolerance = sympy.Rational(1, 10 ** shape[1]) if shape and shape[1] else sympy.Rational(1, 2)
+    return bool(abs(sympy.N(exact, 30) - sympy.N(approx, 30)) <= tolerance)
 
 
 def _parse_prediction(answer: str, alternatives: list[str]) -> ParsedAnswer:

@@ -119,8 +119,7 @@ class ParsedAnswer:
     pairs, the values parsed, the conditions as normalized text). `ratio` marks an answer written as
     a ratio `a : b` (its value is a/b). `too_costly` says why the value may only be compared as written (a power
     tower is never evaluated). `percent` marks a trailing percent sign (the value is the number before
-    it). `decimal` holds (significant digits, decimal places) when the answer is one written-out
-    decimal number, so approximations can be judged by the precision actually given.
+    it). Decimals are sympy Floats, so approximations can be judged by the digits written.
     """
 
     source: str
@@ -128,7 +127,6 @@ class ParsedAnswer:
     value: object = None
     text: str = ""
     percent: bool = False
-    decimal: tuple[int, int] | None = None
     too_costly: str | None = None
     ratio: bool = False
 
@@ -341,7 +339,6 @@ def parse_answer(text: str) -> ParsedAnswer:
     is_percent = bool(percent and percent.group(1).strip())
     if is_percent:
         text = percent.group(1).strip()
-    decimal = _LONE_DECIMAL.match(text)
     check_nesting(text)
     value = _simple_number(text)
     if value is None:
@@ -352,7 +349,6 @@ def parse_answer(text: str) -> ParsedAnswer:
         value=value,
         text=text,
         percent=is_percent,
-        decimal=_decimal_precision(decimal) if decimal else None,
         too_costly=evaluation_cost_problem(value),
         ratio="\\{" not in text and bool(_RATIO.search(text.rsplit("=", 1)[-1])),
     )
@@ -418,9 +414,3 @@ def _simple_number(text: str) -> sympy.Basic | None:
         sign = -1 if fraction.group(1) else 1
         return sympy.Rational(sign * int(fraction.group(2)), int(fraction.group(3)))
     return None
-
-
-def _decimal_precision(match: re.Match[str]) -> tuple[int, int]:
-    integer, fraction = match.group(1), match.group(2)
-    digits = (integer + fraction).lstrip("0")
-    return len(digits), len(fraction)
