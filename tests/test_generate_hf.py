@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,33 @@ def test_a_template_without_system_role_gets_the_system_text_in_the_user_message
     )
     text = render_text(tokenizer, build_messages("Solve it.", "Think for 100 tokens."), PromptStyle(continuation_prefix="<think>"))
     assert text == "<user>Think for 100 tokens.\n\nSolve it.<assistant><think>"
+
+
+def _threads_used(backend: TransformersBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ids of the threads that run the model's batches and weight updates from now on."""
+    threads: list[int] = []
+    for name in ("generate_batch", "_load_weights"):
+        method = getattr(backend, name)
+
+        def recorded(*args, _method=method):
+            threads.append(threading.get_ident())
+            return _method(*args)
+
+        monkeypatch.setattr(backend, name, recorded)
+    return threads
+
+
+def test_without_a_worker_thread_the_model_runs_in_the_callers_thread_with_the_same_samples(tiny_model, monkeypatch):
+    request = _request("a", "Tell me a story.", 3, seed=4)
+    threaded, inline = _backend(tiny_model), TransformersBackend(tiny_model, PromptStyle(continuation_prefix="<think>\n"), batch_size=4, worker_thread=False)
+    used = {backend.worker_thread: _threads_used(backend, monkeypatch) for backend in (threaded, inline)}
+    results = []
+    for backend in (threaded, inline):
+        results.append(_generate(backend, [request])[0])
+        asyncio.run(backend.update_weights({}))
+    assert used[False] == [threading.get_ident()] * 2  # the one batch and the weight update
+    assert len(used[True]) == 2
+    assert threading.get_ident() not in used[True]
+    first, second = results
+    assert [c.completion_ids for c in first.completions] == [c.completion_ids for c in second.completions]
+    assert [c.logprobs for c in first.completions] == [c.logprobs for c in second.completions]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import platform
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import torch
 import transformers
@@ -23,6 +23,8 @@ from transformers.utils import logging as transformers_logging
 from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, Weights, next_weights_version
 from genesys.generate.prompts import render_ids
+
+T = TypeVar("T")
 
 
 class SampledTokenLogprobs(LogitsProcessor):
@@ -72,8 +74,12 @@ def sampling_warpers(sampling: SamplingConfig) -> list[LogitsProcessor]:
 class TransformersBackend:
     """Generation with a transformers causal LM; `batch_size` counts sequences (prompt x sample).
 
-    `dtype` defaults to the checkpoint's own on GPU and float32 on CPU. The model runs in a worker
-    thread, one batch at a time; `update_weights` copies new weights into it between two batches.
+    `dtype` defaults to the checkpoint's own on GPU and float32 on CPU. The model runs one batch at a
+    time, in a worker thread (the event loop stays free for other work meanwhile) or, with
+    `worker_thread=False`, in the caller's thread: a caller with nothing to overlap (the trainer)
+    should ask for that, as torch's CPU thread pool is per calling thread and two pools on the same
+    cores (the trainer's and the worker's) slow each other down about twofold. `update_weights` copies
+    new weights into the model between two batches.
     """
 
     name = "transformers"
@@ -87,8 +93,10 @@ class TransformersBackend:
         device: str | None = None,
         dtype: str | None = None,
         model_kwargs: dict[str, Any] | None = None,
+        worker_thread: bool = True,
     ) -> None:
         self.style = style
+        self.worker_thread = worker_thread
         self.batch_size = batch_size
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         transformers_logging.disable_progress_bar()
@@ -119,7 +127,11 @@ class TransformersBackend:
 
     async def update_weights(self, weights: Weights, version: int | None = None) -> None:
         """Copy `weights` (by parameter or buffer name) into the live model, after the running batch."""
-        await asyncio.to_thread(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+        await self._call(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+
+    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` in the worker thread, or right here without one."""
+        return await asyncio.to_thread(function, *args) if self.worker_thread else function(*args)
 
     def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
         with self._model_lock:
@@ -144,7 +156,7 @@ class TransformersBackend:
         versions: dict[int, int] = {}
         for batch in self._batches(requests, prompts):
             first, sample = batch[0]
-            completions, version = await asyncio.to_thread(
+            completions, version = await self._call(
                 self._run_batch, [prompts[i] for i, _ in batch], requests[first].seed + sample, requests[first].sampling
             )
             for (i, j), completion in zip(batch, completions):

@@ -159,6 +159,7 @@ class Trainer:
         if config.rollout.backend == "transformers":
             options.setdefault("batch_size", config.rollout.prompts_per_step * config.rollout.samples_per_prompt // self.world.size)
             options.setdefault("device", str(self.device))
+            options.setdefault("worker_thread", False)  # nothing to overlap; see TransformersBackend
         backend = create_backend(config.rollout.backend, self.source_model, config.style, options)
         self._stack.callback(backend.close)
         self._sync_weights(backend)  # a backend that cannot take weights in place fails here, before any work
