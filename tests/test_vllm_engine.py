@@ -46,6 +46,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def engine(model: str):
+    # A caller that set its own thread count (as the test suite's other fixtures do): on CPU the
+    # engine's attention kernels refuse a thread whose OpenMP settings differ from the engine's.
+    torch.set_num_threads(1)
     backend = VLLMBackend(model, PromptStyle(), colocate=True, engine_args=ENGINE_ARGS)
     yield backend
     backend.close()

@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import os
 import platform
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -107,11 +107,13 @@ class VLLMBackend:
         if colocate:
             args.setdefault("distributed_executor_backend", "uni")  # the model in this process, not in a worker process
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core too (read when the engine is built)
-        self.llm = LLM(model=model, tensor_parallel_size=tensor_parallel_size, **args)
+        # One thread builds and drives the engine, one call at a time: on CPU vLLM binds that thread's
+        # OpenMP threads when it starts, and its attention kernels refuse a thread configured otherwise.
+        self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
+        self.llm = self._engine_thread.submit(LLM, model=model, tensor_parallel_size=tensor_parallel_size, **args).result()
         self.tokenizer = self.llm.get_tokenizer()
         self.tensor_parallel_size = tensor_parallel_size
         self.weights_version = 0
-        self._engine_lock = threading.Lock()  # one engine call or one weight update at a time
 
     def info(self) -> dict[str, Any]:
         import torch
@@ -126,21 +128,22 @@ class VLLMBackend:
 
     def close(self) -> None:
         self.llm = None
+        self._engine_thread.shutdown(wait=True)
 
     async def update_weights(self, weights: Weights, version: int | None = None) -> None:
         """Load `weights` (Hugging Face names) into the colocated engine's model, after the running
         engine call, and drop the prefix cache computed with the old weights."""
         if not self.colocate:
             raise NotImplementedError("this vLLM engine runs in its own processes; only a colocated engine (colocate=True) takes weights in place")
-        await asyncio.to_thread(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+        pairs = list(weights.items() if isinstance(weights, Mapping) else weights)
+        await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._load_weights, pairs, version)
 
     def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
-        with self._engine_lock:
-            new_version = next_weights_version(self.weights_version, version)
-            tensors = [(name, tensor.detach()) for name, tensor in weights]
-            self.llm.collective_rpc(reload_in_place, args=(tensors,))
-            self.llm.reset_prefix_cache()
-            self.weights_version = new_version
+        new_version = next_weights_version(self.weights_version, version)
+        tensors = [(name, tensor.detach()) for name, tensor in weights]
+        self.llm.collective_rpc(reload_in_place, args=(tensors,))
+        self.llm.reset_prefix_cache()
+        self.weights_version = new_version
 
     def sampling_params(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
@@ -156,14 +159,13 @@ class VLLMBackend:
         )
 
     def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int]:
-        """One engine call with the engine to itself: its outputs and the weights version that made them."""
+        """One engine call (on the engine's thread): its outputs and the weights version that made them."""
         prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
-        with self._engine_lock:
-            return self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False), self.weights_version
+        return self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False), self.weights_version
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         iterator = iter(requests)
         while chunk := list(itertools.islice(iterator, self.batch_size)):
-            outputs, version = await asyncio.to_thread(self._run_chunk, chunk)
+            outputs, version = await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._run_chunk, chunk)
             for request, output in zip(chunk, outputs):
                 yield result_from_request_output(request, output, version)
