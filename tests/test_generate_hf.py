@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
-from genesys.generate.hf import TransformersBackend
+from genesys.generate.hf import TokenSampler, TransformersBackend
 from genesys.generate.prompts import build_messages, render_text
 from genesys.generate.tiny_model import build_tiny_model
 
@@ -221,3 +221,26 @@ def test_without_a_worker_thread_the_model_runs_in_the_callers_thread_with_the_s
     first, second = results
     assert [c.completion_ids for c in first.completions] == [c.completion_ids for c in second.completions]
     assert [c.logprobs for c in first.completions] == [c.logprobs for c in second.completions]
+
+
+def test_the_sampler_draws_from_the_processed_distribution_and_never_a_token_of_probability_zero():
+    draws = 40_000
+    row = torch.tensor([2.0, 1.0, 0.0, float("-inf"), 0.5, float("-inf")])
+    scores = row.expand(draws, -1).contiguous()
+    sampler = TokenSampler(torch.Generator().manual_seed(0))
+    handed_back = sampler(torch.zeros((draws, 1), dtype=torch.long), scores)
+    tokens = handed_back.argmax(dim=-1)
+    assert torch.isfinite(handed_back).sum(dim=-1).eq(1).all()  # `generate` can only take the drawn token
+    frequencies = torch.bincount(tokens, minlength=len(row)) / draws
+    expected = row.softmax(dim=-1)
+    assert frequencies[3] == frequencies[5] == 0
+    assert torch.allclose(frequencies, expected, atol=0.01)  # 4 standard deviations at 40k draws
+    assert torch.allclose(sampler.logprobs().squeeze(1), expected.log()[tokens])
+    again = TokenSampler(torch.Generator().manual_seed(0))(torch.zeros((draws, 1), dtype=torch.long), scores)
+    assert torch.equal(again.argmax(dim=-1), tokens)
+
+
+def test_the_sampler_without_a_generator_takes_the_most_likely_token():
+    sampler = TokenSampler(None)
+    tokens = sampler(torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])).argmax(dim=-1)
+    assert tokens.tolist() == [1, 0]
