@@ -61,7 +61,8 @@ def main() -> None:
     )
     sampling = SamplingConfig(n=1, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, seed=0)
     style = PromptStyle()
-    backend = TransformersBackend(str(model_path), style, batch_size=args.batch_size, device=args.device, dtype=args.dtype)
+    # In this thread, as the plain loop: two threads running torch in one process slow each other down.
+    backend = TransformersBackend(str(model_path), style, batch_size=args.batch_size, device=args.device, dtype=args.dtype, worker_thread=False)
     # A realistic mix of prompt lengths: the bundled tasks, shuffled, repeated up to --prompts.
     tasks = load_sample_file("math_tasks.jsonl") + load_sample_file("code_tasks.jsonl")
     random.Random(0).shuffle(tasks)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
+from genesys.generate import hf
 from genesys.generate.hf import TokenSampler, TransformersBackend
 from genesys.generate.prompts import build_messages, render_text
 from genesys.generate.tiny_model import build_tiny_model
@@ -207,7 +208,15 @@ def _threads_used(backend: TransformersBackend, monkeypatch: pytest.MonkeyPatch)
     return threads
 
 
-def test_without_a_worker_thread_the_model_runs_in_the_callers_thread_with_the_same_samples(tiny_model, monkeypatch):
+def test_the_worker_thread_loads_and_runs_the_model_and_without_it_the_caller_does_with_the_same_samples(tiny_model, monkeypatch):
+    loaded_in: list[int] = []
+    load = hf.AutoModelForCausalLM.from_pretrained
+
+    def recorded_load(*args, **kwargs):
+        loaded_in.append(threading.get_ident())
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(hf.AutoModelForCausalLM, "from_pretrained", recorded_load)
     request = _request("a", "Tell me a story.", 3, seed=4)
     threaded, inline = _backend(tiny_model), TransformersBackend(tiny_model, PromptStyle(continuation_prefix="<think>\n"), batch_size=4, worker_thread=False)
     used = {backend.worker_thread: _threads_used(backend, monkeypatch) for backend in (threaded, inline)}
@@ -215,12 +224,15 @@ def test_without_a_worker_thread_the_model_runs_in_the_callers_thread_with_the_s
     for backend in (threaded, inline):
         results.append(_generate(backend, [request])[0])
         asyncio.run(backend.update_weights({}))
-    assert used[False] == [threading.get_ident()] * 2  # the one batch and the weight update
-    assert len(used[True]) == 2
-    assert threading.get_ident() not in used[True]
-    first, second = results
-    assert [c.completion_ids for c in first.completions] == [c.completion_ids for c in second.completions]
-    assert [c.logprobs for c in first.completions] == [c.logprobs for c in second.completions]
+        results.append(_generate(backend, [request])[0])
+    caller = threading.get_ident()
+    assert used[False] == [caller] * 3  # two batches and the weight update
+    # torch builds a thread pool per thread that runs it: the worker is one thread, which also loaded the model
+    assert len(used[True]) == 3 and len(set(used[True])) == 1
+    assert loaded_in == [used[True][0], caller]
+    assert caller not in used[True]
+    assert all([c.completion_ids for c in r.completions] == [c.completion_ids for c in results[0].completions] for r in results)
+    assert all([c.logprobs for c in r.completions] == [c.logprobs for c in results[0].completions] for r in results)
 
 
 def test_the_sampler_draws_from_the_processed_distribution_and_never_a_token_of_probability_zero():
