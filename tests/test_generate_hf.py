@@ -10,8 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
 from genesys.generate import hf
+from genesys.generate.backend import (
+    GenerationRequest,
+    PromptStyle,
+    SamplingConfig,
+    iterate,
+)
 from genesys.generate.hf import TokenSampler, TransformersBackend
 from genesys.generate.prompts import build_messages, render_text
 from genesys.generate.tiny_model import build_tiny_model
