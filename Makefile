@@ -6,6 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The CPU build of torch; a version range would pull the CUDA build and its packages.
 TORCH_PIN ?= torch==2.13.0
+# TOPLOC proofs (`genesys generate --proofs`, `genesys validate`): the PyPI wheel of toploc is compiled
+# against an older torch and does not import with this one, so it is built from source against the
+# torch installed above (a C++ compiler; about 3 minutes on 2 cores, once per venv).
+TOPLOC_PIN ?= toploc==0.1.6
 # `make demo MODEL=Qwen/Qwen2.5-0.5B-Instruct` generates with a real model; unset, a random-weight
 # stand-in built offline in demo-out/stand-in-model is used.
 MODEL ?=
@@ -20,6 +24,8 @@ $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q setuptools ninja
+	$(PY) -m pip install -q --no-build-isolation --no-binary toploc "$(TOPLOC_PIN)"
 	$(PY) -m pip install -q -e '.[dev]' -e plugins/genesys-countdown
 	touch $(STAMP)
 
