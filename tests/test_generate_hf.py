@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 
 from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
-from genesys.generate.hf import TransformersBackend
+from genesys.generate.hf import TokenSampler, TransformersBackend
 from genesys.generate.prompts import build_messages, render_text
 from genesys.generate.tiny_model import build_tiny_model
 
@@ -190,3 +191,56 @@ def test_a_template_without_system_role_gets_the_system_text_in_the_user_message
     )
     text = render_text(tokenizer, build_messages("Solve it.", "Think for 100 tokens."), PromptStyle(continuation_prefix="<think>"))
     assert text == "<user>Think for 100 tokens.\n\nSolve it.<assistant><think>"
+
+
+def _threads_used(backend: TransformersBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ids of the threads that run the model's batches and weight updates from now on."""
+    threads: list[int] = []
+    for name in ("generate_batch", "_load_weights"):
+        method = getattr(backend, name)
+
+        def recorded(*args, _method=method):
+            threads.append(threading.get_ident())
+            return _method(*args)
+
+        monkeypatch.setattr(backend, name, recorded)
+    return threads
+
+
+def test_without_a_worker_thread_the_model_runs_in_the_callers_thread_with_the_same_samples(tiny_model, monkeypatch):
+    request = _request("a", "Tell me a story.", 3, seed=4)
+    threaded, inline = _backend(tiny_model), TransformersBackend(tiny_model, PromptStyle(continuation_prefix="<think>\n"), batch_size=4, worker_thread=False)
+    used = {backend.worker_thread: _threads_used(backend, monkeypatch) for backend in (threaded, inline)}
+    results = []
+    for backend in (threaded, inline):
+        results.append(_generate(backend, [request])[0])
+        asyncio.run(backend.update_weights({}))
+    assert used[False] == [threading.get_ident()] * 2  # the one batch and the weight update
+    assert len(used[True]) == 2
+    assert threading.get_ident() not in used[True]
+    first, second = results
+    assert [c.completion_ids for c in first.completions] == [c.completion_ids for c in second.completions]
+    assert [c.logprobs for c in first.completions] == [c.logprobs for c in second.completions]
+
+
+def test_the_sampler_draws_from_the_processed_distribution_and_never_a_token_of_probability_zero():
+    draws = 40_000
+    row = torch.tensor([2.0, 1.0, 0.0, float("-inf"), 0.5, float("-inf")])
+    scores = row.expand(draws, -1).contiguous()
+    sampler = TokenSampler(torch.Generator().manual_seed(0))
+    handed_back = sampler(torch.zeros((draws, 1), dtype=torch.long), scores)
+    tokens = handed_back.argmax(dim=-1)
+    assert torch.isfinite(handed_back).sum(dim=-1).eq(1).all()  # `generate` can only take the drawn token
+    frequencies = torch.bincount(tokens, minlength=len(row)) / draws
+    expected = row.softmax(dim=-1)
+    assert frequencies[3] == frequencies[5] == 0
+    assert torch.allclose(frequencies, expected, atol=0.01)  # 4 standard deviations at 40k draws
+    assert torch.allclose(sampler.logprobs().squeeze(1), expected.log()[tokens])
+    again = TokenSampler(torch.Generator().manual_seed(0))(torch.zeros((draws, 1), dtype=torch.long), scores)
+    assert torch.equal(again.argmax(dim=-1), tokens)
+
+
+def test_the_sampler_without_a_generator_takes_the_most_likely_token():
+    sampler = TokenSampler(None)
+    tokens = sampler(torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])).argmax(dim=-1)
+    assert tokens.tolist() == [1, 0]

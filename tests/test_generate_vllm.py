@@ -1,7 +1,9 @@
-"""The vLLM backend's mapping of recorded engine outputs, and backend selection (vLLM itself needs a GPU)."""
+"""The vLLM backend's mapping of recorded engine outputs, how it drives the engine, and backend selection
+(tests/test_vllm_engine.py runs it against a real engine)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -10,7 +12,7 @@ import pytest
 from genesys.errors import InputError
 from genesys.generate import builtin
 from genesys.generate.backend import GenerationRequest, iterate, resolve_backend_name
-from genesys.generate.vllm import WeightLoader, result_from_request_output, sampled_logprobs
+from genesys.generate.vllm import reload_in_place, result_from_request_output, sampled_logprobs
 
 
 # Shaped like vllm.logprobs.Logprob, vllm.outputs.CompletionOutput and vllm.outputs.RequestOutput.
@@ -81,24 +83,6 @@ def test_auto_picks_transformers_without_vllm_and_a_gpu(monkeypatch):
         resolve_backend_name("tgi")
 
 
-def test_vllm_backend_on_a_gpu(tmp_path):
-    pytest.importorskip("vllm", reason="vLLM is not installed (GPU-only)")
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("vLLM needs a CUDA GPU")
-    from genesys.generate.backend import PromptStyle, SamplingConfig
-    from genesys.generate.prompts import build_messages
-    from genesys.generate.tiny_model import build_tiny_model
-    from genesys.generate.vllm import VLLMBackend
-
-    model = build_tiny_model(tmp_path / "model", hidden_size=256, heads=4)  # head size 64 suits every attention kernel
-    backend = VLLMBackend(str(model), PromptStyle(), engine_args={"gpu_memory_utilization": 0.3})
-    [result] = iterate(backend.generate([GenerationRequest("a", build_messages("hi"), [0, 1], seed=0, sampling=SamplingConfig(n=2, max_tokens=8))]))
-    assert len(result.completions) == 2
-    assert all(len(c.logprobs) == len(c.completion_ids) for c in result.completions)
-
-
 def test_missing_vllm_is_a_clear_input_error(monkeypatch):
     import sys
 
@@ -160,7 +144,7 @@ def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
     backend = VLLMBackend("org/model", PromptStyle(continuation_prefix="<think>\n"), tensor_parallel_size=2, batch_size=2, seed=4,
                           engine_args={"gpu_memory_utilization": 0.8})
     assert calls["init"] == {"model": "org/model", "tensor_parallel_size": 2, "enable_prefix_caching": True, "seed": 4, "gpu_memory_utilization": 0.8,
-                             "logprobs_mode": "processed_logprobs", "worker_extension_cls": "genesys.generate.vllm.WeightLoader"}
+                             "logprobs_mode": "processed_logprobs"}
     sampling = [SamplingConfig(n=3, max_tokens=99, temperature=0.7, top_p=0.9, seed=4)] * 2 + [SamplingConfig(max_tokens=5, temperature=0.2)]
     requests = [GenerationRequest(f"t{i}", build_messages(f"question {i}"), [0, 1, 2] if i else [1], seed=10 + i, sampling=sampling[i]) for i in range(3)]
     results = list(iterate(backend.generate(requests)))
@@ -176,7 +160,7 @@ def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
     assert results[1].completions[0].logprobs == [-0.5, -0.5] and results[0].prompt_ids == prompts[0]["prompt_token_ids"]
 
 
-def test_new_weights_go_to_every_worker_and_drop_the_prefix_cache(fake_vllm):
+def test_a_colocated_engine_takes_new_weights_and_drops_the_prefix_cache(fake_vllm, monkeypatch):
     import asyncio
 
     import torch
@@ -186,20 +170,39 @@ def test_new_weights_go_to_every_worker_and_drop_the_prefix_cache(fake_vllm):
     from genesys.generate.vllm import VLLMBackend
 
     calls, _ = fake_vllm
-    backend = VLLMBackend("org/model", PromptStyle())
-    weights = {"model.embed_tokens.weight": torch.ones(2, 2)}
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    backend = VLLMBackend("org/model", PromptStyle(), colocate=True)
+    assert calls["init"]["distributed_executor_backend"] == "uni"
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # the engine core in this process too
+    weights = {"model.embed_tokens.weight": torch.ones(2, 2, requires_grad=True)}
     asyncio.run(backend.update_weights(weights))
     asyncio.run(backend.update_weights(weights.items(), version=7))
-    assert calls["rpc"] == [("load_genesys_weights", (list(weights.items()),))] * 2 and calls["reset_prefix_cache"] == 2
+    assert [method for method, _ in calls["rpc"]] == [reload_in_place] * 2 and calls["reset_prefix_cache"] == 2
+    [(name, sent)] = calls["rpc"][0][1][0]
+    assert name == "model.embed_tokens.weight" and not sent.requires_grad and sent.data_ptr() == weights[name].data_ptr()  # no copy
     with pytest.raises(ValueError, match="not newer"):
         asyncio.run(backend.update_weights(weights, version=7))
     [result] = iterate(backend.generate([GenerationRequest("t", build_messages("q"), [0], seed=0)]))
     assert result.weights_version == backend.weights_version == 7
 
 
-def test_weight_loader_hands_the_weights_to_the_workers_model():
-    loaded = []
-    worker = WeightLoader()
-    worker.model_runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda weights: loaded.append(weights)))
-    worker.load_genesys_weights([("w", 1)])
-    assert loaded == [[("w", 1)]]
+def test_an_engine_in_its_own_processes_refuses_new_weights(fake_vllm):
+    import asyncio
+
+    from genesys.generate.backend import PromptStyle
+    from genesys.generate.vllm import VLLMBackend
+
+    calls, _ = fake_vllm
+    backend = VLLMBackend("org/model", PromptStyle())
+    assert "distributed_executor_backend" not in calls["init"]
+    with pytest.raises(NotImplementedError, match="colocated"):
+        asyncio.run(backend.update_weights({}))
+    assert calls["rpc"] == [] and backend.weights_version == 0
+
+
+def test_a_colocated_engine_is_one_replica(fake_vllm):
+    from genesys.generate.backend import PromptStyle
+    from genesys.generate.vllm import VLLMBackend
+
+    with pytest.raises(InputError, match="tensor_parallel_size must be 1"):
+        VLLMBackend("org/model", PromptStyle(), colocate=True, tensor_parallel_size=2)

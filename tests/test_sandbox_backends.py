@@ -356,7 +356,16 @@ def test_submissions_do_not_see_each_other(verifier: CodeVerifier) -> None:
     assert verifier.verify(code_rollout("python", reader, [{"input": "", "output": "clean"}])).score == 1.0
 
 
-RUNNER_IDENTITY = "import os\nwith open('/proc/%d/stat' % os.getppid()) as f:\n    print(os.getppid(), f.read().rsplit(')', 1)[1].split()[19])"
+# The runner is a test's topmost ancestor in the sandbox (a Python test's parent is its submission's zygote).
+RUNNER_IDENTITY = """
+import os
+def stat(pid):
+    return open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()
+runner = os.getppid()
+while int(stat(runner)[1]) not in (0, 1):
+    runner = int(stat(runner)[1])
+print(runner, stat(runner)[19])
+"""
 
 
 def runner_identities(verifier: CodeVerifier, count: int) -> set[str]:

@@ -5,9 +5,11 @@ whatever the runner reuse, and the sandbox's own processes and namespaces are ou
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +17,8 @@ import pytest
 from genesys.sandbox.backends import open_sandbox
 from genesys.sandbox.base import Sandbox, Submission
 from genesys.sandbox.limits import Limits
-from test_sandbox_backends import backend_skip_reason, host_processes_with
+from genesys.verifiers.code import CodeVerifier
+from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, code_rollout, host_processes_with
 from test_sandbox_lifecycle import wait_until
 
 BACKENDS = ("docker", "bwrap")
@@ -82,9 +85,11 @@ if key >= 0:
     found.append("key %d" % key)
 for table in ("tcp", "tcp6", "udp", "udp6", "unix"):
     try:
-        found += [table + " " + row.strip() for row in open("/proc/net/" + table).read().splitlines()[1:]]
+        rows = open("/proc/net/" + table).read().splitlines()[1:]
     except OSError:
-        pass
+        rows = []
+    # Not the runner's channel to its zygote, there from its start: a connected unnamed SOCK_SEQPACKET pair.
+    found += [table + " " + row.strip() for row in rows if not (table == "unix" and row.split()[4:6] == ["0005", "03"] and len(row.split()) == 7)]
 print(" | ".join(found) or "nothing")
 """
 
@@ -335,6 +340,131 @@ def test_ordinary_programs_still_work(sandbox: Sandbox) -> None:
     assert ran["stdout"] == "thread 7 child pair asyncio 3\n", ran
 
 
+# --- the memory of the processes that run a test, and programs that stop them ---------------------
+
+BUDGET_S = 40.0  # seconds per submission; a runner that stops answering must not cost all of it
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def verifier(request: pytest.FixtureRequest) -> Iterator[CodeVerifier]:
+    reason = backend_skip_reason(request.param)
+    if reason:
+        pytest.skip(reason)
+    instance = CodeVerifier({"sandbox": request.param, "time_limit": 1, "budget": BUDGET_S})
+    instance.setup()
+    yield instance
+    instance.teardown()
+
+
+# Prints every string in its own writable memory that looks like an answer, an input or a source
+# that another submission (or another test) had: what freed buffers of the process it was forked
+# from would hold.
+MEMORY_SCANNER = r"""
+import ctypes, re
+pattern = re.compile(rb"(?:ANSWER|INPUT|SOURCE)=[0-9a-f]{32}")
+found = set()
+for line in open("/proc/self/maps").read().splitlines():
+    fields = line.split()
+    if not fields[1].startswith("rw") or (len(fields) > 5 and not fields[5].startswith("[heap")):
+        continue  # anonymous memory and the heap: where freed buffers stay
+    start, end = (int(x, 16) for x in fields[0].split("-"))
+    for offset in range(start, end, 1 << 22):
+        chunk = ctypes.string_at(offset, min(end, offset + (1 << 22) + 64) - offset)
+        found.update(match.decode() for match in pattern.findall(chunk))
+print(" ".join(sorted(found)) or "nothing")
+"""
+
+# Answers with its input; its source carries a mark of its own.
+PUBLISHER_OF_ANSWERS = "# SOURCE={mark}\nimport sys\nprint('ANSWER=' + sys.stdin.read().strip()[6:])\n\ndef answer(x):\n    return 'ANSWER=' + x[6:]\n"
+
+
+def test_nothing_of_an_earlier_submission_is_in_a_test_s_memory(verifier: CodeVerifier) -> None:
+    answer, call_answer = secrets.token_hex(16), secrets.token_hex(16)
+    publisher = PUBLISHER_OF_ANSWERS.format(mark=secrets.token_hex(16))
+    tests = [
+        {"type": "stdin_stdout", "input": f"INPUT={answer}", "output": f"ANSWER={answer}"},
+        {"type": "function_call", "fn_name": "answer", "input": [f"INPUT={call_answer}"], "output": f"ANSWER={call_answer}"},
+    ]
+    assert verifier.verify(code_rollout("python", publisher, tests)).score == 1.0
+    scan = verifier.verify(code_rollout("python", MEMORY_SCANNER, [{"type": "stdin_stdout", "input": "", "output": "nothing"}]))
+    assert scan.score == 1.0, scan.details
+
+
+def test_a_test_finds_nothing_of_another_test_in_its_memory(verifier: CodeVerifier) -> None:
+    answer = secrets.token_hex(16)
+    program = "import sys\ndata = sys.stdin.read().strip()\nif data != 'scan':\n    print('ANSWER=' + data[6:])\n    raise SystemExit\n" + MEMORY_SCANNER
+    tests = [
+        {"type": "stdin_stdout", "input": f"INPUT={answer}", "output": f"ANSWER={answer}"},
+        {"type": "stdin_stdout", "input": "scan", "output": "nothing"},
+    ]
+    verdict = verifier.verify(code_rollout("python", program, tests))
+    assert verdict.score == 1.0, verdict.details
+
+
+# The pids above a test, its parent first, up to the runner (whose parent is outside the sandbox
+# or its init).
+ANCESTORS = """
+def ancestors():
+    found, pid = [], os.getppid()
+    while pid > 1:
+        found.append(pid)
+        pid = int(open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[1])
+    return found
+"""
+
+# Programs that stop, wedge, signal or kill the processes that run them, then print a wrong answer.
+# Whatever they do, they fail (score 0, a reason given), quickly, and the next submission is fine.
+STOPPERS = {
+    "stop the parent": "os.kill(os.getppid(), signal.SIGSTOP)",
+    "stop every ancestor": "for pid in ancestors():\n    os.kill(pid, signal.SIGSTOP)",
+    "stop the runner": "os.kill(ancestors()[-1], signal.SIGSTOP)",
+    "stop everything": "os.kill(-1, signal.SIGSTOP)",
+    "stop the parent's group": "os.killpg(os.getpgid(os.getppid()), signal.SIGSTOP)",
+    "terminal stop of everything": "os.kill(-1, signal.SIGTSTP)\nos.kill(-1, signal.SIGTTIN)\nos.kill(-1, signal.SIGTTOU)",
+    "stop everything from a leftover": "if os.fork() == 0:\n    time.sleep(0.2)\n    os.kill(-1, signal.SIGSTOP)\n    os._exit(0)",
+    "terminate everything": "os.kill(-1, signal.SIGTERM)",
+    "interrupt everything": "os.kill(-1, signal.SIGINT)",
+    "hang up everything": "os.kill(-1, signal.SIGHUP)",
+    "kill every ancestor but the runner": "for pid in ancestors()[:-1]:\n    os.kill(pid, signal.SIGKILL)",
+    "ptrace the parent": "import ctypes\nctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0)  # PTRACE_ATTACH would stop it",
+}
+
+
+@pytest.mark.parametrize("name", sorted(STOPPERS))
+def test_a_program_that_stops_its_runner_fails(verifier: CodeVerifier, name: str) -> None:
+    source = "import os, signal, time\n" + ANCESTORS + STOPPERS[name] + "\nprint(41)\ntime.sleep(0.5)\n"
+    tests = [{"type": "stdin_stdout", "input": "", "output": "42"}] * 2
+    started = time.monotonic()
+    verdict = verifier.verify(code_rollout("python", source, tests))
+    elapsed = time.monotonic() - started
+    assert verdict.error is None and verdict.score == 0.0, (verdict.error, verdict.details)
+    assert all(test["status"] != "passed" for test in verdict.details["tests"])
+    assert elapsed < BUDGET_S / 2, elapsed  # the runner is not waited on for the whole budget
+    for _ in range(2):  # the runner or its replacement scores what comes next
+        assert verifier.verify(code_rollout("python", PROGRAMS["python"]["correct"], SUM_TESTS)).score == 1.0
+
+
+# What a Python test starts with, whatever an earlier test or submission did to its own process:
+# its streams only (fd 3 is the listing itself), the fixed environment, modules as first imported.
+STATE_PROBE = """
+import builtins, collections, math, os, sys
+marks = (math, builtins, sys, collections, os.environ.__class__)
+leaked = sorted({type(module).__name__ for module in marks if hasattr(module, "left_by_another")})
+print(sorted(os.listdir("/proc/self/fd")), leaked, sorted(os.environ))
+for module in marks:
+    module.left_by_another = 1
+os.environ["LEFT_BY_ANOTHER"] = "1"
+"""
+
+
+def test_a_test_inherits_only_its_own_streams_and_pristine_state(verifier: CodeVerifier) -> None:
+    expected = "['0', '1', '2', '3'] [] ['HOME', 'LANG', 'LC_ALL', 'PATH']"
+    tests = [{"type": "stdin_stdout", "input": "", "output": expected}] * 2
+    for _ in range(2):
+        verdict = verifier.verify(code_rollout("python", STATE_PROBE, tests))
+        assert verdict.score == 1.0, verdict.details
+
+
 # --- the runner's own parts, in this process (no sandbox around them) ---------------------------
 
 
@@ -366,7 +496,7 @@ def test_the_filter_refuses_what_it_must_and_keeps_the_rest(monkeypatch: pytest.
         os.write(1, " ".join(sorted(name for name, ok in refused.items() if ok)).encode())
         return 0
 
-    outcome = runner.run_child(child, b"", {"time_s": 5, "memory_mb": 512, "disk_mb": 16, "processes": 16, "output_bytes": 4096, "wall_s": 30})
+    outcome = runner.run_child(runner.fork_child(child), b"", {"time_s": 5, "memory_mb": 512, "disk_mb": 16, "processes": 16, "output_bytes": 4096, "wall_s": 30})
     assert bytes(outcome.stdout).decode() == "inet socket keyring thread ran trace user namespace", bytes(outcome.stderr)
 
 

@@ -39,7 +39,7 @@ def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_test_that_exits_is_collected_at_once(exit_watch: str) -> None:
     started = time.monotonic()
-    outcome = runner.run_child(echo_stdin, b"input", LIMITS)
+    outcome = runner.run_child(runner.fork_child(echo_stdin), b"input", LIMITS)
     assert bytes(outcome.stdout) == b"got input" and outcome.exit_code == 0 and outcome.killed_for is None
     assert runner.classify(outcome, LIMITS) == "ok"
     assert time.monotonic() - started < 2.5  # not held until the wall limit
@@ -47,7 +47,7 @@ def test_a_test_that_exits_is_collected_at_once(exit_watch: str) -> None:
 
 def test_a_test_past_its_wall_limit_is_killed(exit_watch: str) -> None:
     limits = {**LIMITS, "wall_s": 0.5}
-    outcome = runner.run_child(sleep_forever, b"", limits)
+    outcome = runner.run_child(runner.fork_child(sleep_forever), b"", limits)
     assert outcome.killed_for == "time_limit" and runner.classify(outcome, limits) == "time_limit"
     assert 0.5 <= outcome.wall_s < 4.0
 
@@ -57,7 +57,7 @@ def test_a_program_past_its_file_size_limit_is_an_output_limit(tmp_path) -> None
     # Python ignores SIGXFSZ; an exec'd program must not inherit that and carry on with EFBIG.
     limits = {**LIMITS, "disk_mb": 1}
     fill = runner._exec_child(["/bin/sh", "-c", "exec head -c 4000000 /dev/zero > fill.bin"], str(tmp_path), limits, "cpp")
-    outcome = runner.run_child(fill, b"", limits)
+    outcome = runner.run_child(runner.fork_child(fill), b"", limits)
     assert runner.classify(outcome, limits) == "output_limit", (outcome.exit_code, outcome.signal, bytes(outcome.stderr))
 
 
@@ -86,5 +86,5 @@ EXITS = {
 def test_python_tests_end_as_the_interpreter_would(python_streams: None, case: str) -> None:
     source, exit_code, stdout = EXITS[case]
     program = runner.python_child(compile(source, "main.py", "exec"), {"type": "stdin_stdout"}, "/tmp")
-    outcome = runner.run_child(program, b"", LIMITS)
+    outcome = runner.run_child(runner.fork_child(program), b"", LIMITS)
     assert (outcome.exit_code, bytes(outcome.stdout).decode()) == (exit_code, stdout), bytes(outcome.stderr)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import platform
 import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import transformers
@@ -29,41 +29,49 @@ from genesys.config import ProofConfig
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, Weights, next_weights_version
 from genesys.generate.prompts import render_ids
 
+T = TypeVar("T")
 
-class SampledTokenLogprobs(LogitsProcessor):
-    """A logits processor that records, step by step, the logprob of the token sampled at each step.
 
-    Placed last, after the sampling warpers, it sees the scores the token is drawn from. At step t it
-    keeps those scores; at step t+1 the token sampled at t is the last of `input_ids`, so its logprob
-    (its score minus the log-sum-exp) is read off then. Memory stays at one (batch, vocab) matrix
-    instead of the scores of every step.
+class TokenSampler(LogitsProcessor):
+    """The last logits processor: it draws each token itself and records the token's logprob.
+
+    It sees the scores after temperature and top-p, so the logprob it keeps is that of the
+    distribution the token was drawn from. It draws by inverse transform: one uniform number per
+    sequence, located in the cumulative probabilities (float32, as torch's own sampler sums them).
+    On CPU that costs about a tenth of `torch.multinomial` at a 400-token vocabulary and a fortieth at
+    150k tokens, where `multinomial` spends tens of milliseconds per step drawing one random number
+    per vocabulary entry. It hands `generate` scores that are -inf everywhere but at the drawn token,
+    so `generate` runs greedy and takes that token. Without a generator it picks the most likely
+    token (greedy decoding).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, generator: torch.Generator | None) -> None:
+        self.generator = generator
         self.steps: list[torch.Tensor] = []
-        self._logits: torch.Tensor | None = None
-
-    def _record(self, tokens: torch.Tensor) -> None:
-        logits = self._logits
-        self.steps.append(logits.gather(1, tokens) - logits.logsumexp(dim=1, keepdim=True))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self._logits is not None:
-            self._record(input_ids[:, -1:])
-        self._logits = scores if scores.dtype == torch.float32 else scores.float()
-        return scores
+        logprobs = scores.float().log_softmax(dim=-1)
+        tokens = logprobs.argmax(dim=-1, keepdim=True) if self.generator is None else self._draw(logprobs.exp())
+        self.steps.append(logprobs.gather(1, tokens))
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
 
-    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
-        """The (batch, steps) logprobs of `new_tokens`, the generated part of the sequences."""
-        steps = len(self.steps)
-        if self._logits is not None and steps < new_tokens.shape[1]:
-            self._record(new_tokens[:, steps : steps + 1])
-        self._logits = None
-        return torch.cat(self.steps, dim=1) if self.steps else new_tokens.new_zeros((new_tokens.shape[0], 0), dtype=torch.float32)
+    def _draw(self, probs: torch.Tensor) -> torch.Tensor:
+        """One token per row, token i with probability probs[i]; one of probability 0 never."""
+        cumulative = probs.cumsum(dim=-1)
+        total = cumulative[:, -1:]
+        uniform = torch.rand(total.shape, generator=self.generator, device=probs.device, dtype=probs.dtype)
+        # The first entry whose cumulative sum exceeds u: u below the total keeps it inside the
+        # vocabulary and off the zero-probability entries that end it.
+        u = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
+        return torch.searchsorted(cumulative, u, right=True)
+
+    def logprobs(self) -> torch.Tensor:
+        """The (batch, steps) logprobs of the tokens drawn so far."""
+        return torch.cat(self.steps, dim=1)
 
 
 def sampling_warpers(sampling: SamplingConfig) -> list[LogitsProcessor]:
-    """Temperature then top-p, as transformers would apply them, for a recorder placed after them."""
+    """Temperature then top-p, as transformers would apply them, for the sampler placed after them."""
     if sampling.temperature <= 0:
         return []
     warpers: list[LogitsProcessor] = []
@@ -77,9 +85,12 @@ def sampling_warpers(sampling: SamplingConfig) -> list[LogitsProcessor]:
 class TransformersBackend:
     """Generation with a transformers causal LM; `batch_size` counts sequences (prompt x sample).
 
-    `dtype` defaults to the checkpoint's own on GPU and float32 on CPU. The model runs in a worker
-    thread, one batch at a time; `update_weights` copies new weights into it between two batches.
-    `proofs` turns on TOPLOC proofs of every completion.
+    `dtype` defaults to the checkpoint's own on GPU and float32 on CPU. The model runs one batch at a
+    time, in a worker thread (the event loop stays free for other work meanwhile) or, with
+    `worker_thread=False`, in the caller's thread: a caller with nothing to overlap (the trainer)
+    should ask for that, as torch's CPU thread pool is per calling thread and two pools on the same
+    cores (the trainer's and the worker's) slow each other down about twofold. `update_weights` copies
+    new weights into the model between two batches. `proofs` turns on TOPLOC proofs of every completion.
     """
 
     name = "transformers"
@@ -93,10 +104,12 @@ class TransformersBackend:
         device: str | None = None,
         dtype: str | None = None,
         model_kwargs: dict[str, Any] | None = None,
+        worker_thread: bool = True,
         proofs: ProofConfig | None = None,
     ) -> None:
         self.model_name = model
         self.style = style
+        self.worker_thread = worker_thread
         self.batch_size = batch_size
         self.device, self.tokenizer, self.model = load_causal_lm(model, device, dtype, model_kwargs)
         self.stop_ids = stop_token_ids(self.model, self.tokenizer)
@@ -133,7 +146,11 @@ class TransformersBackend:
 
     async def update_weights(self, weights: Weights, version: int | None = None) -> None:
         """Copy `weights` (by parameter or buffer name) into the live model, after the running batch."""
-        await asyncio.to_thread(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+        await self._call(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+
+    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` in the worker thread, or right here without one."""
+        return await asyncio.to_thread(function, *args) if self.worker_thread else function(*args)
 
     def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
         with self._model_lock:
@@ -160,7 +177,7 @@ class TransformersBackend:
         versions: dict[int, int] = {}
         for batch in self._batches(requests, prompts):
             first, sample = batch[0]
-            completions, version = await asyncio.to_thread(
+            completions, version = await self._call(
                 self._run_batch, [prompts[i] for i, _ in batch], requests[first].seed + sample, requests[first].sampling
             )
             for (i, j), completion in zip(batch, completions):
@@ -189,27 +206,27 @@ class TransformersBackend:
     def generate_batch(self, prompts: list[list[int]], seed: int, sampling: SamplingConfig) -> list[Completion]:
         """Sample one completion for each prompt (token ids) in one `model.generate` call."""
         encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(self.device)
-        recorder = SampledTokenLogprobs()
-        sample = sampling.temperature > 0
-        torch.manual_seed(seed)
+        generator = torch.Generator(self.device).manual_seed(seed) if sampling.temperature > 0 else None
+        sampler = TokenSampler(generator)
         capture = self._capture()
         with torch.inference_mode(), capture:
             sequences = self.model.generate(
                 **encoded,
-                do_sample=sample,
-                # Temperature and top-p come as our own warpers, ahead of the recorder; these neutral
-                # values keep transformers (and the model's generation_config) from adding others.
-                temperature=1.0 if sample else None,
-                top_p=1.0 if sample else None,
-                top_k=0 if sample else None,  # 0: no top-k cut, whatever the model's generation_config says
+                # The sampler draws the tokens (after our own temperature and top-p warpers), so
+                # `generate` decodes greedily; the unset sampling values keep the model's
+                # generation_config from adding warpers of its own.
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
                 repetition_penalty=1.0,
                 max_new_tokens=sampling.max_tokens,
                 eos_token_id=sorted(self.stop_ids),
                 pad_token_id=self.tokenizer.pad_token_id,
-                logits_processor=LogitsProcessorList([*sampling_warpers(sampling), recorder]),
+                logits_processor=LogitsProcessorList([*sampling_warpers(sampling), sampler]),
             )
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
-        logprobs = recorder.finish(new_tokens).cpu().tolist()
+        logprobs = sampler.logprobs().cpu().tolist()
         completions = [self._completion(tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)]
         if self.proofs is not None:
             self._attach_proofs(completions, capture.per_step())

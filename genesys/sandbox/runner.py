@@ -6,22 +6,37 @@ it uses the standard library only. It serves submissions one after another over 
     request:  one frame  {"language", "source", "tests", "limits", "compile_limits", "budget_s"}
     replies:  {"event": "compiled", ...}, one {"event": "test", ...} per test, then {"event": "done"}
 
-A frame is a 4-byte big-endian length and a UTF-8 JSON document. Each test runs in a forked child:
+    (the done frame carries "retire": true when this runner cannot serve another submission)
+
+A frame is a 4-byte big-endian length and a UTF-8 JSON document. Each test runs in a child process:
 its own process group, rlimits (CPU, address space, processes, file size, open files), a wall-clock
-deadline, capped output. Python tests fork from this process after the source is compiled once and
-common modules are imported (a fork server), so a test costs a fork instead of an interpreter start.
-When a test ends, every process it left behind is killed: the runner is a child subreaper, so
-detached descendants are re-parented to it and found. In a sandbox (`--sandboxed`) no other
-process, IPC object or file of the programs outlives a submission, and a system call filter
-confines the runner and its tests (see `Slate` and `confine`).
+deadline, capped output. When a test ends, every process it left behind is killed: the runner is a
+child subreaper, so detached descendants are re-parented to it and found. In a sandbox
+(`--sandboxed`) no other process, IPC object or file of the programs outlives a submission, and a
+system call filter confines the runner and everything it starts (see `Slate` and `confine`).
 Expected outputs never enter the sandbox; the host compares what the runner reports.
+
+Where tests start from. Compiled programs (and compilers) are forked from the runner and exec'd at
+once, so they start with no memory of it. A Python test forks from the zygote, an interpreter with
+the common modules imported, so a test costs a fork instead of an interpreter start. The runner,
+which reads submissions and every test's output, never forks a Python test: it forks the zygote at
+its start, before it reads anything, and the zygote reads nothing a program wrote or chose: it gets
+file descriptors to fork a test with, then reaps the test (its status and resource usage pass
+through a raw buffer the zygote clears at once, never through a Python object). The runner watches
+the test, reads its output and reports, as for any other child; the test loads its own compiled
+code and input from a memfd. So a test's memory holds nothing of an earlier submission (its
+source, input, output or how its tests ended) nor of another test of its own submission. The
+zygote outlives submissions (killing leftovers and strangers spares it); a runner whose zygote a
+program killed retires after that submission (see `Zygote`).
 """
 
+import _socket
 import atexit
 import ctypes
 import gc
 import io
 import json
+import marshal
 import os
 import resource
 import select
@@ -42,7 +57,8 @@ import string  # noqa: F401
 import types
 import typing  # noqa: F401
 
-# Not imported here: `threading` (its fork hooks would run in every forked test) and `traceback`.
+# Not imported here: `threading` (its fork hooks would run in every forked test), `traceback`, and
+# `socket` (`_socket` does without the modules `socket` imports, which every test would copy).
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -56,6 +72,10 @@ READ_CHUNK = 1 << 16
 EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd can be had
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
+# Stop signals a program may send; the runner and its zygote ignore them (SIGSTOP they cannot: the
+# runner continues the zygote before waiting for it, and the host notices a silent runner).
+STOP_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+ZYGOTE_ANSWER_S = 10.0  # how long the zygote may take to fork or reap before the runner gives up on it
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -135,11 +155,18 @@ def _stat(pid):
     return stat[stat.rfind(b")") + 2 :].split()
 
 
+_zygote_pid = None  # the runner's zygote (see Zygote), which outlives every test and submission
+
+
 def kill_leftovers():
-    """Kill every descendant of this runner and reap them; orphans come to us as the subreaper."""
+    """Kill every descendant of this runner and reap them; orphans come to us as the subreaper.
+
+    The zygote and its children are left alone: those are Python tests, which their supervision
+    kills (their own children, orphaned, come to us).
+    """
     me = os.getpid()
     for _ in range(100):
-        stack, seen = children_of(me), []
+        stack, seen = [pid for pid in children_of(me) if pid != _zygote_pid], []
         while stack:
             pid = stack.pop()
             seen.append(pid)
@@ -155,40 +182,42 @@ def kill_leftovers():
 
 
 def kill_strangers():
-    """Kill every other process in this pid namespace that we may signal, those outside the
-    runner's tree too, and wait until none of them runs; whether there was any. Only for a runner
-    alone in its sandbox."""
-    try:
-        os.kill(-1, signal.SIGKILL)  # every process we may signal here but init and ourselves
-    except ProcessLookupError:
-        return False  # none: the usual case, one system call
-    except PermissionError:
-        pass  # some could not be signalled (not ours), maybe some were
+    """Kill every other process in this pid namespace that we may signal but the zygote, those
+    outside the runner's tree too, and wait until none of them runs; whether there was any. Only
+    for a runner alone in its sandbox (which is why kill(-1) will not do: it would take the zygote).
+
+    The killed are reaped only once none runs: until then they keep their place under the process
+    limits, which a fork bomb would otherwise refill between two sweeps."""
+    found = False
     for _ in range(1000):
-        reap_children()
-        if not _strangers_running():
-            return True
+        strangers = _strangers()
+        if not any(running for _, running in strangers):
+            reap_children()
+            return found
+        found = True
+        for pid, _ in strangers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         time.sleep(0.001)
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
     raise RuntimeError("processes in the sandbox outlive SIGKILL")
 
 
-def _strangers_running():
-    me = os.getpid()
+def _strangers():
+    """(pid, whether it runs) for every process here we may signal but init, ourselves and the zygote."""
+    me, found = os.getpid(), []
     for pid in _pids():
-        if pid in (1, me):
+        if pid in (1, me, _zygote_pid):
             continue
         try:
             os.kill(pid, 0)
         except OSError:
             continue  # gone, or not ours to signal
         fields = _stat(pid)
-        if fields and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if fields:
+            found.append((pid, fields[0] not in (b"Z", b"X")))
+    return found
 
 
 def remove_ipc_objects():
@@ -210,13 +239,15 @@ def remove_ipc_objects():
 
 
 def reap_children():
-    """Wait until every child of this process is gone (they have been sent SIGKILL)."""
+    """Wait until every child of this process but the zygote is gone (they have been sent SIGKILL)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
+            if all(child == _zygote_pid for child in children_of(os.getpid())):
+                return
             time.sleep(0.001)
 
 
@@ -381,47 +412,86 @@ class Outcome:
         self.memory_kb = 0
 
 
-def run_child(child_main, stdin_data, limits, with_result_pipe=False):
-    """Fork, run `child_main()` in the child with fds 0/1/2 (and 3 for a result) wired, and wait.
+def run_child(start, stdin_data, limits, with_result_pipe=False):
+    """Start a child with fds 0/1/2 (and 3 for a result) wired, and supervise it until it ends.
 
-    Enforces the wall deadline and the output cap; kills whatever the child left behind.
+    `start(stdin_fd, write_ends)` starts it and returns a handle with its `pid` and `reap(block)`:
+    see `fork_child`, and `Zygote.starter` for Python tests. Enforces the wall deadline and the
+    output cap; kills whatever the child left behind.
     """
     output_limit = int(limits["output_bytes"])
     stdin_fd = os.memfd_create("stdin", 0)
     os.write(stdin_fd, stdin_data)
     os.lseek(stdin_fd, 0, os.SEEK_SET)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    res_r, res_w = os.pipe() if with_result_pipe else (None, None)
+    pipes = [os.pipe() for _ in range(3 if with_result_pipe else 2)]
     started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        code = 127
-        try:
-            os.setpgid(0, 0)
-            os.dup2(stdin_fd, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            if res_w is not None:
-                os.dup2(res_w, 3)
-            os.closerange(4 if res_w is not None else 3, 65536)
-            code = child_main()  # signal dispositions are already the defaults: see main()
-        except BaseException as exc:  # noqa: BLE001 - the child must never return into the runner
-            try:
-                os.write(2, ("runner: %r\n" % (exc,)).encode())
-            except OSError:
-                pass
-        os._exit(code)
-    for fd in (stdin_fd, out_w, err_w, res_w):
-        if fd is not None:
+    try:
+        child = start(stdin_fd, [write_end for _, write_end in pipes])
+    except BaseException:
+        for read_end, _ in pipes:
+            os.close(read_end)
+        raise
+    finally:
+        for fd in (stdin_fd, *(write_end for _, write_end in pipes)):
             os.close(fd)
+    res_r = pipes[2][0] if with_result_pipe else None
     outcome = Outcome()
-    _supervise(pid, outcome, out_r, err_r, res_r, limits, output_limit, started)
+    _supervise(child, outcome, pipes[0][0], pipes[1][0], res_r, limits, output_limit, started)
     return outcome
 
 
-def _supervise(pid, outcome, out_r, err_r, res_r, limits, output_limit, started):
-    wall_limit = float(limits["wall_s"])
+def fork_child(child_main):
+    """A `start` for run_child: fork this process and run `child_main()` in the child."""
+
+    def start(stdin_fd, write_ends):
+        pid = os.fork()
+        if pid == 0:
+            become_child(stdin_fd, write_ends, child_main)
+        return OwnChild(pid)
+
+    return start
+
+
+class OwnChild:
+    """A child of this process."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def reap(self, block):
+        """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
+        it runs and `block` is false."""
+        waited, status, rusage = os.wait4(self.pid, 0 if block else os.WNOHANG)
+        if not waited:
+            return None
+        kill_leftovers()
+        return status, rusage
+
+
+def become_child(stdin_fd, write_ends, child_main):
+    """In a new child: own process group, fds 0/1/2 (and 3) wired and nothing else open, the
+    signal dispositions a fresh program has; then `child_main()`. Never returns."""
+    code = 127
+    try:
+        os.setpgid(0, 0)
+        os.dup2(stdin_fd, 0)
+        for target, fd in enumerate(write_ends, start=1):
+            os.dup2(fd, target)
+        os.closerange(len(write_ends) + 1, 65536)
+        for number in (*STOP_SIGNALS, signal.SIGCHLD):  # the runner's processes ignore them
+            signal.signal(number, signal.SIG_DFL)
+        code = child_main()
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into the runner
+        try:
+            os.write(2, ("runner: %r\n" % (exc,)).encode())
+        except OSError:
+            pass
+    os._exit(code)
+
+
+def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, started):
+    """Collect the child's output into `outcome` until it ends or breaks a limit; then kill what is
+    left of it and record how it ended. The read ends are closed whatever happens."""
     caps = {out_r: output_limit, err_r: None}
     sinks = {out_r: outcome.stdout, err_r: outcome.stderr}
     if res_r is not None:
@@ -429,34 +499,14 @@ def _supervise(pid, outcome, out_r, err_r, res_r, limits, output_limit, started)
     poller = select.poll()
     for fd in sinks:
         poller.register(fd, select.POLLIN)
-    exited = _exit_watch(pid)  # readable once the child has exited
-    if exited is not None:
-        poller.register(exited, select.POLLIN)
-    status = rusage = None
-    while status is None and outcome.killed_for is None:
-        remaining = wall_limit - (time.monotonic() - started)
-        if remaining <= 0:
-            outcome.killed_for = "time_limit"
-            break
-        wait_s = remaining if exited is not None else min(remaining, EXIT_POLL_S)
-        for fd, _ in poller.poll(max(1, int(wait_s * 1000))):
-            if fd != exited and _pump(fd, sinks, caps, poller) == "over":
-                outcome.killed_for = "output_limit"
-        waited, wstatus, rusage = os.wait4(pid, os.WNOHANG)
-        if waited:
-            status = wstatus
-    if exited is not None:
-        os.close(exited)
-    _kill_group(pid)
-    outcome.wall_s = time.monotonic() - started
-    if status is None:
-        _, status, rusage = os.wait4(pid, 0)
-    kill_leftovers()
-    for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
-        while fd in sinks and select.select([fd], [], [], 0)[0]:
-            if _pump(fd, sinks, caps, poller) == "over" and outcome.killed_for is None:
-                outcome.killed_for = "output_limit"
-        if fd in sinks:
+    try:
+        status, rusage = _await_end(child, outcome, sinks, caps, poller, float(limits["wall_s"]), started)
+        for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
+            while fd in sinks and select.select([fd], [], [], 0)[0]:
+                if _pump(fd, sinks, caps, poller) == "over" and outcome.killed_for is None:
+                    outcome.killed_for = "output_limit"
+    finally:
+        for fd in list(sinks):
             _close_sink(fd, sinks, poller)
     del outcome.stdout[output_limit:]
     outcome.cpu_s = rusage.ru_utime + rusage.ru_stime
@@ -465,6 +515,37 @@ def _supervise(pid, outcome, out_r, err_r, res_r, limits, output_limit, started)
         outcome.signal = os.WTERMSIG(status)
     else:
         outcome.exit_code = os.WEXITSTATUS(status)
+
+
+def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
+    """Pump output until the child exits, passes its wall limit or its output cap (then kill its
+    process group); (wait status, rusage) once it is reaped."""
+    exited = _exit_watch(child.pid)  # readable once the child has exited
+    if exited is not None:
+        poller.register(exited, select.POLLIN)
+    try:
+        while outcome.killed_for is None:
+            remaining = wall_limit - (time.monotonic() - started)
+            if remaining <= 0:
+                outcome.killed_for = "time_limit"
+                break
+            wait_s = remaining if exited is not None else min(remaining, EXIT_POLL_S)
+            events = poller.poll(max(1, int(wait_s * 1000)))
+            for fd, _ in events:
+                if fd != exited and _pump(fd, sinks, caps, poller) == "over":
+                    outcome.killed_for = "output_limit"
+            if exited is None or any(fd == exited for fd, _ in events):
+                ended = child.reap(block=False)
+                if ended:  # what it left behind is killed already
+                    outcome.wall_s = time.monotonic() - started
+                    return ended
+    finally:
+        if exited is not None:
+            poller.unregister(exited)
+            os.close(exited)
+    _kill_group(child.pid)
+    outcome.wall_s = time.monotonic() - started
+    return child.reap(block=True)
 
 
 def _pump(fd, sinks, caps, poller):
@@ -533,6 +614,177 @@ def classify(outcome, limits):
     return "runtime_error"
 
 
+# --- the zygote: where Python tests fork from (see the module docstring) -----------------------------
+
+
+class ZygoteLost(Exception):
+    """The zygote is gone or does not answer (a program killed it): no more Python tests here."""
+
+
+REAP_BYTES = 8 + 18 * ctypes.sizeof(ctypes.c_long)  # a wait status, padding, then a struct rusage
+GATE_OPEN = b"+"  # what a Python test waits for before it loads its program
+
+
+class Zygote:
+    """The runner's end of its zygote. The zygote only ever forks tests and reports how they ended,
+    and a program may have stopped it: the runner continues it before waiting for each answer."""
+
+    def __init__(self, workdir):
+        global _zygote_pid
+        self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        self.pid = _zygote_pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                keep = theirs.fileno()
+                os.closerange(3, keep)  # the runner's channel to the host among them
+                os.closerange(keep + 1, 65536)
+                code = zygote_main(theirs, workdir)
+            finally:
+                os._exit(code)
+        theirs.close()
+
+    def alive(self):
+        """Whether it still serves: its socket turns readable only when it has gone."""
+        return self.sock.fileno() >= 0 and not select.select([self.sock], [], [], 0)[0]
+
+    def starter(self, code, test, limits):
+        """A `start` for run_child that forks a Python test from the zygote. The test waits at a
+        gate until we know its pid (it exits if we never learn it), then loads its code and input
+        from a memfd."""
+        spec = marshal.dumps((code, test, limits))
+
+        def start(stdin_fd, write_ends):
+            spec_fd = os.memfd_create("test", 0)
+            os.write(spec_fd, spec)
+            os.lseek(spec_fd, 0, os.SEEK_SET)
+            gate_r, gate = os.pipe()
+            try:
+                pid = struct.unpack("i", self._ask([stdin_fd, *write_ends, spec_fd, gate_r], 4))[0]
+                os.write(gate, GATE_OPEN)
+            except ZygoteLost:
+                self.lose()
+                raise
+            finally:
+                for fd in (spec_fd, gate_r, gate):
+                    os.close(fd)
+            return ZygoteChild(self, pid)
+
+        return start
+
+    def collect(self):
+        """How the test it forked last ended, (wait status, rusage), once it has exited: the zygote
+        reaps it on its own and sends that; ZygoteLost if it does not."""
+        answer = self._answer(REAP_BYTES)
+        status = struct.unpack_from("i", answer)[0]
+        fields = struct.unpack_from("18l", answer, 8)
+        usage = types.SimpleNamespace(ru_utime=fields[0] + fields[1] / 1e6, ru_stime=fields[2] + fields[3] / 1e6, ru_maxrss=fields[4])
+        return status, usage
+
+    def _ask(self, fds, size):
+        """Send a request with file descriptors; its answer of `size` bytes, or ZygoteLost."""
+        try:
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))
+            self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
+        except OSError:
+            raise ZygoteLost() from None
+        return self._answer(size)
+
+    def _answer(self, size):
+        """The zygote's next message, of `size` bytes (continued first: a program may have stopped
+        it), or ZygoteLost."""
+        if self.sock.fileno() < 0:
+            raise ZygoteLost()  # lost already
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+            if not select.select([self.sock], [], [], ZYGOTE_ANSWER_S)[0]:
+                raise ZygoteLost()
+            answer = self.sock.recv(size + 1)
+        except OSError:
+            raise ZygoteLost() from None
+        if len(answer) != size:
+            raise ZygoteLost()
+        return answer
+
+    def lose(self):
+        """Give up on the zygote: kill it and reap it (what it forked is ours then, and killed with
+        the rest of the submission's processes)."""
+        global _zygote_pid
+        if self.sock.fileno() < 0:
+            return  # lost already
+        _zygote_pid = None
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class ZygoteChild:
+    """A Python test: a child of the zygote, which reaps it and sends how it ended."""
+
+    def __init__(self, zygote, pid):
+        self.zygote = zygote
+        self.pid = pid
+
+    def reap(self, block):
+        """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
+        it runs and `block` is false. ZygoteLost if the zygote is gone."""
+        while not _has_exited(self.pid):
+            if not block:
+                return None
+            time.sleep(EXIT_POLL_S / 5)  # it has been sent SIGKILL
+        kill_leftovers()  # first: no process of the program is left to stop the zygote
+        return self.zygote.collect()
+
+
+def _has_exited(pid):
+    fields = _stat(pid)
+    return fields is None or fields[0] in (b"Z", b"X")
+
+
+def zygote_main(requests, workdir):
+    """Serve the runner until it goes away: for each set of file descriptors, fork a test, send its
+    pid, wait for it to end and send how it did. A test's wait status and resource usage go from the
+    kernel into `reaped` and out to the runner, and are cleared at once: no trace of how a test
+    ended stays here."""
+    reaped = ctypes.create_string_buffer(REAP_BYTES)
+    while True:
+        data, ancillary, _, _ = requests.recvmsg(1, _socket.CMSG_SPACE(8 * 4))
+        if not data:
+            return 0
+        fds = [fd for _, _, rights in ancillary for fd in struct.unpack("%di" % (len(rights) // 4), rights)]
+        pid = os.fork()
+        if pid == 0:
+            _become_test(fds, workdir)
+        for fd in fds:
+            os.close(fd)
+        requests.send(struct.pack("i", pid))
+        done = _libc.wait4(pid, reaped, 0, ctypes.byref(reaped, 8))
+        requests.send(reaped if done > 0 else b"?")
+        ctypes.memset(reaped, 0, REAP_BYTES)
+
+
+def _become_test(fds, workdir):
+    """In a test the zygote forked: wait for the runner, load the test from its memfd, run it.
+    Never returns."""
+    *wiring, spec_fd, gate_r = fds
+    try:
+        if os.read(gate_r, 1) != GATE_OPEN:
+            os._exit(127)  # the runner never learnt our pid: we would run unwatched
+        code, test, limits = marshal.loads(os.read(spec_fd, os.fstat(spec_fd).st_size))
+    except BaseException:  # noqa: BLE001 - never return into the zygote
+        os._exit(127)
+    body = python_child(code, test, workdir)
+
+    def main():
+        apply_limits(limits, "python")
+        return body()
+
+    become_child(wiring[0], wiring[1:], main)
+
+
 # --- languages ------------------------------------------------------------------------------------
 
 
@@ -593,9 +845,40 @@ def _prepare_python_tests():
             os.close(original)
         os.close(read_end)
         os.close(write_end)
+    _warm_up_type_caches()
 
 
 _test_stdio = None  # the runner itself never uses these; see _prepare_python_tests
+
+# What a small test usually does: read words and numbers from stdin, compute, print.
+WARM_UP_PROGRAM = """
+import sys
+data = sys.stdin.read().split()
+numbers = list(map(int, data[:2]))
+lengths = {word: len(word) for word in data[2:]}
+print(sum(numbers), max(lengths, key=lengths.get), sorted(lengths.items()), " ".join(map(str, numbers)))
+"""
+
+
+def _warm_up_type_caches():
+    """Run a small program once, here, with streams of the tests' own types. The interpreter's type
+    attribute cache and the types' version tags it fills are then inherited by every test, which
+    would otherwise write them itself: a copy-on-write fault for each page (about 15 of the 300 a
+    small test takes)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"3 4 alpha beta\n")
+    os.close(write_end)
+    stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(read_end, "r")), encoding="utf-8")
+    stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(os.devnull, "w")), encoding="utf-8")
+    saved = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout = stdin, stdout
+    try:
+        exec(compile(WARM_UP_PROGRAM, "warm_up.py", "exec"), types.ModuleType("warm_up").__dict__)
+        stdout.flush()
+    finally:
+        sys.stdin, sys.stdout = saved
+        stdin.close()
+        stdout.close()
 
 
 def _system_exit_code(exc):
@@ -721,7 +1004,7 @@ def compile_submission(language, source, workdir, toolchains, compile_limits, li
         return None, "unknown language %r" % (language,), 0.0
     with open(src, "w", encoding="utf-8") as handle:
         handle.write(source)
-    outcome = run_child(_exec_child(argv, workdir, compile_limits, "compile"), b"", compile_limits)
+    outcome = run_child(fork_child(_exec_child(argv, workdir, compile_limits, "compile")), b"", compile_limits)
     elapsed = time.monotonic() - started
     status = classify(outcome, compile_limits)
     if status != "ok" or not os.path.exists(binary):
@@ -753,26 +1036,20 @@ def _exec_child(argv, workdir, limits=None, language=None):
     return main
 
 
-def run_test(language, program, test, workdir, limits):
-    """Run one test; returns the reply frame for it."""
+def run_test(language, program, test, workdir, limits, zygote=None):
+    """Run one test (a Python one forks from `zygote`); returns the reply frame for it."""
     is_call = test["type"] == "function_call"
     if language == "python":
-        body = python_child(program, test, workdir)
-
-        def child():
-            apply_limits(limits, language)
-            return body()
-
         stdin = b"" if is_call else _stdin_of(test)
-        outcome = run_child(child, stdin, limits, with_result_pipe=is_call)
+        outcome = run_child(zygote.starter(program, test, limits), stdin, limits, with_result_pipe=is_call)
     elif language == "javascript" and is_call:
         argv = program[:-1] + [os.path.join(workdir, "call.js")]
         spec = json.dumps({"fn_name": test["fn_name"], "args": _call_args(test["input"])}).encode("utf-8")
-        outcome = run_child(_exec_child(argv, workdir, limits, language), spec, limits, with_result_pipe=True)
+        outcome = run_child(fork_child(_exec_child(argv, workdir, limits, language)), spec, limits, with_result_pipe=True)
     elif is_call:
         return {"event": "test", "status": "runtime_error", "message": "function_call tests run only in python or javascript"}
     else:
-        outcome = run_child(_exec_child(program, workdir, limits, language), _stdin_of(test), limits)
+        outcome = run_child(fork_child(_exec_child(program, workdir, limits, language)), _stdin_of(test), limits)
     status = classify(outcome, limits)
     reply = {
         "event": "test",
@@ -834,9 +1111,10 @@ class Slate:
             self.clean(keep)
 
 
-def serve_one(job, toolchains, slate, out_fd):
+def serve_one(job, toolchains, slate, zygote, out_fd):
     """Compile and run one submission, replying frame by frame; it finds nothing of an earlier one
-    and leaves nothing behind."""
+    and leaves nothing behind. False when this runner cannot serve another (a program killed its
+    zygote)."""
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
     workdir = os.path.join(slate.scratch, "work")
     slate.check(keep=workdir)
@@ -854,12 +1132,23 @@ def serve_one(job, toolchains, slate, out_fd):
                     reply = {"event": "test", "status": "time_limit", "message": "the submission's time budget ran out"}
                 else:
                     limits["wall_s"] = min(float(limits["wall_s"]), left)
-                    reply = run_test(job["language"], program, test, workdir, limits)
+                    reply = _run_test_or_charge(job["language"], program, test, workdir, limits, zygote)
                 reply["index"] = index
                 write_frame(out_fd, reply)
     finally:
         slate.clean(keep=workdir)
-    write_frame(out_fd, {"event": "done"})
+    alive = zygote.alive()
+    write_frame(out_fd, {"event": "done"} if alive else {"event": "done", "retire": True})
+    return alive
+
+
+def _run_test_or_charge(language, program, test, workdir, limits, zygote):
+    """run_test; a test that finds the zygote lost fails (only a program can kill it)."""
+    try:
+        return run_test(language, program, test, workdir, limits, zygote)
+    except ZygoteLost:
+        zygote.lose()
+        return {"event": "test", "status": "runtime_error", "message": "the program killed the sandbox's test runner"}
 
 
 def drop_privileges(uid):
@@ -891,26 +1180,28 @@ def main(argv):
         os.chown(scratch, uid, uid)
         drop_privileges(uid)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/PID/mem; what we fork inherits it
     slate = Slate(scratch, wipe_dirs, sandboxed="--sandboxed" in argv)
     if slate.sandboxed:
         confine()
     # Forked tests inherit these: default dispositions, as a fresh program would have them.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for number in STOP_SIGNALS:  # a program may send them to our process group; tests get the defaults back
+        signal.signal(number, signal.SIG_IGN)
     in_fd, out_fd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(devnull, fd)
     _prepare_python_tests()
+    gc.freeze()  # forked tests then share the zygote's memory instead of copying it on the next collection
+    zygote = Zygote(os.path.join(scratch, "work"))  # before anything a program wrote is read
     slate.clean()  # what an earlier runner may have left
-    gc.freeze()  # forked tests then share the runner's memory instead of copying it on the next collection
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
     while True:
         job = read_frame(in_fd)
-        if job is None:
+        if job is None or not serve_one(job, toolchains, slate, zygote, out_fd):
             return 0
-        serve_one(job, toolchains, slate, out_fd)
 
 
 def keep(argv):

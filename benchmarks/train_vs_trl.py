@@ -1,0 +1,325 @@
+"""Steps/s of `genesys train` against TRL's `GRPOTrainer`: same model, prompts, reward and settings, one run.
+
+Both trainers start from the same random-weight Qwen2 checkpoint (written here), sample 4 prompts x
+8 completions of at most 32 tokens per step at temperature 1 with the transformers `generate`
+(no vLLM), reward each completion with the `digit_share` test verifier (the share of digits in the
+text, `tests/support/genesys_testplugins.py`: genesys runs it in its verification pool, TRL calls
+the same class in a reward function), and take one AdamW step per batch with the same loss:
+
+| setting | genesys | TRL 1.16 |
+| --- | --- | --- |
+| group baseline, no std scaling | `loss.scale_by_std = false` | `scale_rewards = "none"` |
+| mean over all completion tokens of the batch | `loss.normalize = "token"` | `loss_type = "dapo"` |
+| clip 0.2 / 0.2, two-sided bound 4 | `eps_low`, `eps_high`, `delta` | `epsilon`, `epsilon_high`, `delta` |
+| no KL, no entropy term, one update per batch | `kl_beta = 0`, `updates_per_batch = 1` | `beta = 0`, `num_iterations = 1` |
+| lr 3e-3 constant, grad-norm clip 1.0, fp32 | `[optim]`, `precision` | `learning_rate`, `max_grad_norm`, `bf16 = false` |
+| whole batch in one forward/backward | `micro_batch_size = 32` | `per_device_train_batch_size = 32` |
+| every group trained on | `filter_groups = false` | (TRL has no group filter) |
+
+The prompts are chat messages (a `datasets.Dataset` with a conversational "prompt" column for
+TRL), rendered with the model's chat template by both. Gradient checkpointing is off on both.
+
+Timing: the wall time of each optimizer step from its start to the end of its optimizer update,
+with generation, reward and the weight update in it; for genesys the trainer's own `step_seconds`
+(`time.perf_counter` around `Trainer.train_step`), for TRL a callback's `perf_counter` between
+`on_step_begin` and `on_step_end`. Model loading is outside both; the first `--warmup` steps are
+left out of the rates (their allocations and lazy imports are start-up cost). steps/s is the count
+of timed steps over their summed time; generated tokens/s counts completion tokens (the stop token
+included) over the same time. The whole run's wall time, loading included, is printed beside it.
+Each trainer runs `--rounds` times (2 by default), which one goes first alternating, so that other
+work on a shared machine hits both alike; every round is printed, and the ratio of the best round
+of each (the least disturbed) closes the report.
+
+    python benchmarks/train_vs_trl.py                        # tiny stand-in model, CPU, 60 steps
+    python benchmarks/train_vs_trl.py --steps 20 --json      # machine-readable
+    python benchmarks/train_vs_trl.py --model-size qwen0.5b --device cuda --steps 20   # Qwen2.5-0.5B-sized, random weights
+
+Needs `pip install -e .[train,bench]` (TRL is a benchmark-only dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+SUPPORT = Path(__file__).resolve().parent.parent / "tests" / "support"
+PROMPTS_PER_STEP = 4
+SAMPLES_PER_PROMPT = 8
+MAX_TOKENS = 32
+LEARNING_RATE = 3e-3
+MAX_GRAD_NORM = 1.0
+EPS_LOW = EPS_HIGH = 0.2
+DELTA = 4.0
+TASK_COUNT = 16
+# Random-weight Qwen2 models; `vocab_size` is the tokenizer's, `model_vocab_size` pads the embeddings.
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"hidden_size": 64, "layers": 2, "heads": 4, "vocab_size": 400},
+    "qwen0.5b": {"hidden_size": 896, "layers": 24, "heads": 14, "vocab_size": 400, "model_vocab_size": 151936},
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What both trainers share."""
+
+    model: str
+    prompts: list[str]
+    steps: int
+    device: str
+    precision: str
+    seed: int
+    workdir: Path
+
+
+@dataclass
+class RunRecord:
+    """One trainer's per-step figures, and its whole run's wall time (model loading included)."""
+
+    name: str
+    step_seconds: list[float] = field(default_factory=list)
+    tokens: list[float] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    run_seconds: float = 0.0
+
+    def summary(self, warmup: int) -> dict[str, Any]:
+        """Rates over the steps after `warmup`, and the reward's start and end (means of 5 steps)."""
+        seconds, tokens = self.step_seconds[warmup:], self.tokens[warmup:]
+        total = sum(seconds)
+        window = min(5, len(self.rewards))
+        return {
+            "steps": len(self.step_seconds),
+            "timed_steps": len(seconds),
+            "steps_per_s": len(seconds) / total if total else None,
+            "tokens_per_s": sum(tokens) / total if total else None,
+            "median_step_s": statistics.median(seconds) if seconds else None,
+            "reward_start": statistics.fmean(self.rewards[:window]) if window else None,
+            "reward_end": statistics.fmean(self.rewards[-window:]) if window else None,
+            "run_seconds": self.run_seconds,
+        }
+
+
+def load_test_plugins() -> None:
+    """Make the `digit_share` verifier visible here and in verification worker processes."""
+    os.environ["GENESYS_PLUGINS"] = "genesys_testplugins"
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUPPORT), os.environ.get("PYTHONPATH")) if p)
+    sys.path.insert(0, str(SUPPORT))
+
+
+def build_model(size: str, path: Path) -> str:
+    from genesys.generate.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(path, **MODEL_SIZES[size]))
+
+
+def run_genesys(setup: Setup) -> RunRecord:
+    """`genesys train` through its Python entry point, on the transformers backend."""
+    from genesys.train import TrainConfig, train
+
+    tasks = setup.workdir / "tasks.jsonl"
+    rows = [{"problem_id": f"p{i}", "source": "bench", "task_type": "digit_share", "prompt": p, "verification_info": {}} for i, p in enumerate(setup.prompts)]
+    tasks.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = TrainConfig.load(None, {
+        "model": setup.model, "output_dir": str(setup.workdir / "genesys-run"), "seed": setup.seed, "progress": False,
+        "precision": setup.precision, "gradient_checkpointing": False,
+        "data": {"tasks": [str(tasks)]},
+        "rollout": {"backend": "transformers", "prompts_per_step": PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
+                    "max_tokens": MAX_TOKENS, "temperature": 1.0, "top_p": 1.0, "filter_groups": False},
+        "optim": {"steps": setup.steps, "lr": LEARNING_RATE, "max_grad_norm": MAX_GRAD_NORM, "micro_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
+                  "updates_per_batch": 1, "schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0},
+        "loss": {"eps_low": EPS_LOW, "eps_high": EPS_HIGH, "delta": DELTA, "kl_beta": 0.0, "entropy_coef": 0.0, "normalize": "token", "scale_by_std": False},
+        "checkpoint": {"every": 0},
+        "backend_options": {"device": setup.device},
+        "verify": {"workers": 1},
+    })
+    record = RunRecord("genesys")
+    started = time.perf_counter()
+    result = train(config)
+    record.run_seconds = time.perf_counter() - started
+    errors = sum(metrics["rollout_errors"] for metrics in result.metrics)
+    if errors:
+        raise SystemExit(f"genesys: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (is the digit_share test plugin importable?)")
+    for metrics in result.metrics:
+        record.step_seconds.append(metrics["step_seconds"])
+        record.tokens.append(metrics["tokens"])
+        record.rewards.append(metrics["reward_mean"])
+    return record
+
+
+def digit_share_reward(record: RunRecord) -> Callable[..., list[float]]:
+    """A TRL reward function that scores with the `digit_share` verifier plugin itself, and records
+    each batch's mean reward and completion tokens."""
+    import genesys
+    from genesys.plugins import verifier_entries
+
+    verifier = verifier_entries()["digit_share"].cls()
+
+    def digit_share(completions: list[Any], completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        scores = [verifier.verify(genesys.Rollout(task_type="digit_share", completion=text)).score for text in texts]
+        record.rewards.append(statistics.fmean(scores))
+        record.tokens.append(float(sum(len(ids) for ids in completion_ids)))
+        return scores
+
+    return digit_share
+
+
+def run_trl(setup: Setup) -> RunRecord:
+    """TRL's GRPOTrainer with the settings of the module's table."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    record = RunRecord("trl")
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.started = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            record.step_seconds.append(time.perf_counter() - self.started)
+
+    batch = PROMPTS_PER_STEP * SAMPLES_PER_PROMPT
+    args = GRPOConfig(
+        output_dir=str(setup.workdir / "trl-run"), seed=setup.seed, max_steps=setup.steps, report_to="none",
+        logging_steps=1, save_strategy="no", disable_tqdm=True, use_cpu=setup.device == "cpu",
+        bf16=setup.precision == "bf16", activation_checkpointing=False, use_vllm=False,
+        per_device_train_batch_size=batch, gradient_accumulation_steps=1, generation_batch_size=batch,
+        num_generations=SAMPLES_PER_PROMPT, max_completion_length=MAX_TOKENS, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=LEARNING_RATE, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=MAX_GRAD_NORM,
+        optim="adamw_torch", beta=0.0, num_iterations=1, epsilon=EPS_LOW, epsilon_high=EPS_HIGH, delta=DELTA,
+        scale_rewards="none", loss_type="dapo", model_init_kwargs={"dtype": "float32"},
+    )
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in setup.prompts])
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated names TRL itself still uses
+        trainer = GRPOTrainer(model=setup.model, reward_funcs=digit_share_reward(record), args=args, train_dataset=dataset, callbacks=[StepTimer()])
+        trainer.remove_callback(PrinterCallback)  # it prints every step's logs
+        trainer.train()
+    record.run_seconds = time.perf_counter() - started
+    return record
+
+
+def plot_rewards(records: list[RunRecord], path: Path) -> None:
+    """Reward (batch mean) against step, one line per trainer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for record in records:
+        ax.plot(range(1, len(record.rewards) + 1), record.rewards, label=record.name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean reward (digit share)")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def ratios(genesys: dict[str, Any], trl: dict[str, Any]) -> dict[str, float | None]:
+    """genesys over TRL: steps/s, generated tokens/s, and the inverse ratio of median step times."""
+    return {
+        "steps_per_s": ratio(genesys["steps_per_s"], trl["steps_per_s"]),
+        "tokens_per_s": ratio(genesys["tokens_per_s"], trl["tokens_per_s"]),
+        "median_step": ratio(trl["median_step_s"], genesys["median_step_s"]),
+    }
+
+
+def best(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the most steps/s (the one least disturbed by other work on the machine)."""
+    return max(summaries, key=lambda s: s["steps_per_s"] or 0.0)
+
+
+def print_report(setup: Setup, size: str, rounds: list[dict[str, dict[str, Any]]], warmup: int) -> None:
+    import torch
+    import trl
+
+    print(f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}, TRL {trl.__version__}")
+    print(f"batch {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples, {MAX_TOKENS} tokens, {setup.steps} steps, first {warmup} untimed")
+    print(f"{'':16s} {'steps/s':>9s} {'tokens/s':>10s} {'median step':>12s} {'reward start':>13s} {'reward end':>11s} {'run (s)':>8s}")
+    for index, summaries in enumerate(rounds, 1):
+        for name, s in summaries.items():
+            print(f"{name + ' round ' + str(index):16s} {s['steps_per_s']:9.2f} {s['tokens_per_s']:10,.0f} {s['median_step_s'] * 1000:10.0f}ms "
+                  f"{s['reward_start']:13.3f} {s['reward_end']:11.3f} {s['run_seconds']:8.1f}")
+        if len(summaries) == 2:
+            r = ratios(summaries["genesys"], summaries["trl"])
+            print(f"  round {index} genesys / TRL: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, {r['median_step']:.2f}x by median step")
+    if len(rounds[0]) == 2:
+        r = ratios(best([x["genesys"] for x in rounds]), best([x["trl"] for x in rounds]))
+        print(f"best round of each, genesys / TRL: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, "
+              f"{r['median_step']:.2f}x by median step (goal >= 1.5x steps/s)")
+
+
+def run_rounds(setup: Setup, count: int, only: str | None) -> list[list[RunRecord]]:
+    """`count` rounds of both trainers, the order alternating (genesys first in odd rounds), each
+    round in a directory of its own."""
+    runners = {"genesys": run_genesys, "trl": run_trl}
+    names = [name for name in runners if only in (None, name)]
+    rounds = []
+    for index in range(count):
+        workdir = setup.workdir / f"round-{index + 1}"
+        workdir.mkdir()
+        ordered = names if index % 2 == 0 else names[::-1]
+        records = {name: runners[name](replace(setup, workdir=workdir)) for name in ordered}
+        rounds.append([records[name] for name in names])
+    return rounds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per trainer")
+    parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast in both trainers (GPU)")
+    parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the rates")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each trainer, alternating which goes first")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", choices=("genesys", "trl"), help="run one trainer (for profiling)")
+    parser.add_argument("--plot", type=Path, help="write reward against step of the first round to this PNG")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = parser.parse_args()
+    if args.steps <= args.warmup:
+        parser.error("--steps must exceed --warmup")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    load_test_plugins()
+    with tempfile.TemporaryDirectory(prefix="train-vs-trl-") as tmp:
+        workdir = Path(tmp)
+        model = build_model(args.model_size, workdir / "model")
+        prompts = [f"Write digits {i}" for i in range(TASK_COUNT)]
+        setup = Setup(model, prompts, args.steps, args.device, args.precision, args.seed, workdir)
+        rounds = run_rounds(setup, args.rounds, args.only)
+    summaries = [{record.name: record.summary(args.warmup) for record in records} for records in rounds]
+    if args.plot:
+        plot_rewards(rounds[0], args.plot)
+    if not args.json:
+        print_report(setup, args.model_size, summaries, args.warmup)
+        return
+    out: dict[str, Any] = {"model_size": args.model_size, "device": args.device, "precision": args.precision, "steps": args.steps,
+                           "warmup": args.warmup, "rounds": summaries, "rewards": {r.name: r.rewards for r in rounds[0]}}
+    if args.only is None:
+        out["ratios_per_round"] = [ratios(x["genesys"], x["trl"]) for x in summaries]
+        out["ratios_best_round"] = ratios(best([x["genesys"] for x in summaries]), best([x["trl"] for x in summaries]))
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
