@@ -242,9 +242,9 @@ class TransformersBackend:
 
     def _attach_proofs(self, completions: list[Completion], hidden: torch.Tensor) -> None:
         """Give each completion the proofs of its tokens' hidden states (batch, steps, hidden)."""
-        from genesys.proofs.toploc import build_proofs
+        from genesys.proofs.toploc import as_proof_dtype, build_proofs
 
-        for completion, states in zip(completions, hidden):
+        for completion, states in zip(completions, as_proof_dtype(hidden)):
             completion.proofs = build_proofs(states[: len(completion.completion_ids)], self.proofs)
             completion.proof_settings = self._proof_settings
 

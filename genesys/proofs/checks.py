@@ -1,7 +1,7 @@
 """What a row with proofs must satisfy besides its TOPLOC hash, each a small function over the row.
 
 A proof shows that hidden states came from some weights; it does not show that the row's text is
-what the tokens say, that its logprobs are the model's, or that the sampling and stopping rules were
+what the tokens say (nor its task what the prompt tokens say), that its logprobs are the model's, or that the sampling and stopping rules were
 kept. Each check returns the problems it found as `Problem`s: a category (counted in the summary)
 and a sentence (written to the row's `toploc_reason`).
 """
@@ -94,6 +94,13 @@ def stop_problems(ids: Sequence[int], finish_reason: Any, max_tokens: int, stop_
     elif finish_reason not in ("stop", "length"):
         problems.append(Problem("stop", f"finish_reason {finish_reason!r} is neither 'stop' nor 'length'"))
     return problems
+
+
+def prompt_problem(tokenizer: Any, prompt_ids: Sequence[int], prompt: Any) -> Problem | None:
+    """Whether the row's task prompt is in what `prompt_ids` decode to (the model answered that task)."""
+    if isinstance(prompt, str) and prompt not in tokenizer.decode(list(prompt_ids)):
+        return Problem("text", "prompt_ids do not contain the row's prompt")
+    return None
 
 
 def decode_problem(tokenizer: Any, ids: Sequence[int], text: Any) -> Problem | None:

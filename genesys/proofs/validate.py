@@ -34,9 +34,9 @@ from genesys.inputs import resolve_inputs
 from genesys.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.proofs.capture import FinalHiddenStates
 from genesys.proofs.checks import (
-    Expected, Problem, RowSampling, decode_problem, logprob_problem, model_problems, row_sampling, sampling_problems, stop_problems,
+    Expected, Problem, RowSampling, decode_problem, logprob_problem, model_problems, prompt_problem, row_sampling, sampling_problems, stop_problems,
 )
-from genesys.proofs.toploc import ChunkErrors, ProofError, check_hidden_size, decode_proofs, verify_proofs
+from genesys.proofs.toploc import ChunkErrors, ProofError, as_proof_dtype, check_hidden_size, decode_proofs, verify_proofs
 from genesys.proofs.weights import weights_sha256
 from genesys.schema import SchemaError, parse_json_field
 
@@ -104,7 +104,8 @@ class Validator:
             return _finish(row, False, [sampling], {})
         problems = model_problems(row, toploc_config, self.expected) + sampling_problems(sampling, self.expected.sampling)
         problems += stop_problems(completion_ids, row.get("finish_reason"), sampling.max_tokens, self.stop_ids)
-        problems += [p for p in [decode_problem(self.tokenizer, completion_ids, row.get("llm_response"))] if p]
+        text_problems = [prompt_problem(self.tokenizer, prompt_ids, row.get("prompt")), decode_problem(self.tokenizer, completion_ids, row.get("llm_response"))]
+        problems += [p for p in text_problems if p]
         proofs = None
         if not any(p.category == "proof_format" for p in problems):
             try:
@@ -140,7 +141,7 @@ class Validator:
         problems = list(item.problems)
         errors: dict[str, Any] = {}
         if item.proofs is not None:
-            chunks = verify_proofs(hidden, item.proofs, self.config.proofs)
+            chunks = verify_proofs(as_proof_dtype(hidden), item.proofs, self.config.proofs)
             errors.update(_chunk_summary(chunks, self.config.thresholds))
             if errors["failed_chunks"]:
                 problems.append(Problem("proof", f"{errors['failed_chunks']} of {len(chunks)} chunks beyond the TOPLOC thresholds"))
