@@ -159,6 +159,8 @@ BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "
 
 # --- TOPLOC proofs ---------------------------------------------------------------------------------
 
+REQUIRE_PROOFS_HELP = "use only rollouts `genesys validate` marked valid (toploc_valid true); the others are dropped and counted"
+
 
 @dataclass(frozen=True, config=SECTION)
 class ProofConfig:
@@ -329,16 +331,20 @@ class FilterConfig:
 
     `metric` is "score" (the mean score) or "correct" (the fraction with score == 1).
     With `pass_rate_column`, the input is a task set already holding a solve rate in that column.
+    `require_proofs` counts only rollouts `genesys validate` marked valid (`toploc_valid` true).
     """
 
     min_pass_rate: float = setting(0.0, "lowest pass rate kept", flags=("--min-pass-rate",))
     max_pass_rate: float = setting(1.0, "highest pass rate kept", flags=("--max-pass-rate",))
     metric: str = setting("score", "pass rate as mean score, or as the fraction with score == 1", flags=("--metric",), choices=METRICS)
     pass_rate_column: str | None = setting(None, "the input is a task set with a solve rate in COLUMN: filter on it", flags=("--pass-rate-column",), metavar="COLUMN")
+    require_proofs: bool = setting(False, REQUIRE_PROOFS_HELP, switch=("--require-proofs", True, REQUIRE_PROOFS_HELP))
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if self.require_proofs and self.pass_rate_column is not None:
+            raise ValueError("require_proofs needs rollouts, not a task set with a pass_rate_column")
         if not 0.0 <= self.min_pass_rate <= self.max_pass_rate <= 1.0:
             raise ValueError(
                 f"pass-rate bounds must satisfy 0 <= min <= max <= 1, got min={self.min_pass_rate}, max={self.max_pass_rate}"

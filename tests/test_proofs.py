@@ -109,14 +109,13 @@ def test_rows_of_perturbed_weights_are_rejected_by_the_proofs(honest, tiny_model
     assert_all_rejected_by(validate(tiny_model, forged, work, "perturbed"), "proof")
 
 
-def test_one_swapped_completion_token_is_rejected_by_the_proofs_and_logprobs(honest, tiny_model, work) -> None:
+def test_one_swapped_completion_token_is_rejected_by_the_proofs(honest, tiny_model, work) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     forged = [swap_token(row, tokenizer) for row in honest if len(row["completion_ids"]) > 8]
     validated = validate(tiny_model, forged, work, "swapped")
-    assert_all_rejected_by(validated, "proof")
-    assert_all_rejected_by(validated, "logprobs")
+    assert_all_rejected_by(validated, "proof")  # the logprob check alone misses some: the tiny model's are nearly uniform
     assert all("text" not in row["toploc_problems"] for row in validated)  # the forger decoded the text again
 
 
