@@ -118,8 +118,9 @@ class TransformersBackend:
         self.proofs = proofs
         self._proof_settings: dict[str, Any] | None = None
         if proofs is not None:
-            from genesys.proofs.toploc import check_hidden_size
+            from genesys.proofs.toploc import check_hidden_size, require_toploc
 
+            require_toploc()
             check_hidden_size(self.model.config.get_text_config().hidden_size, proofs)
             self._proof_settings = self._describe_proofs()
 

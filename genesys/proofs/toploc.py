@@ -67,7 +67,8 @@ class ChunkErrors:
         return asdict(self)
 
 
-def _toploc() -> Any:
+def require_toploc() -> Any:
+    """The toploc module, or an InputError saying how to build it."""
     try:
         import toploc
     except ImportError as exc:
@@ -115,7 +116,7 @@ def build_proofs(hidden: torch.Tensor, settings: ProofConfig) -> list[str]:
     rows = _as_rows(hidden, settings)
     if rows.shape[0] == 0:
         return []
-    polys = _toploc().build_proofs(rows, settings.decode_batching_size, settings.topk, skip_prefill=True)
+    polys = require_toploc().build_proofs(rows, settings.decode_batching_size, settings.topk, skip_prefill=True)
     if len(polys) != proof_count(rows.shape[0], settings) or any(poly.modulus == 0 for poly in polys):
         raise RuntimeError("toploc returned null proofs (it logs why)")
     return [poly.to_base64() for poly in polys]
@@ -162,5 +163,5 @@ def verify_proofs(hidden: torch.Tensor, proofs: list[bytes], settings: ProofConf
         _check_proof_bytes(index, raw, settings)
     if not proofs:
         return []
-    results = _toploc().verify_proofs_bytes(rows, proofs, settings.decode_batching_size, settings.topk, skip_prefill=True)
+    results = require_toploc().verify_proofs_bytes(rows, proofs, settings.decode_batching_size, settings.topk, skip_prefill=True)
     return [ChunkErrors(r.exp_mismatches, r.mant_err_mean, r.mant_err_median) for r in results]

@@ -36,7 +36,7 @@ from genesys.proofs.capture import FinalHiddenStates
 from genesys.proofs.checks import (
     Expected, Problem, RowSampling, decode_problem, logprob_problem, model_problems, prompt_problem, row_sampling, sampling_problems, stop_problems,
 )
-from genesys.proofs.toploc import ChunkErrors, ProofError, as_proof_dtype, check_hidden_size, decode_proofs, verify_proofs
+from genesys.proofs.toploc import ChunkErrors, ProofError, as_proof_dtype, check_hidden_size, decode_proofs, require_toploc, verify_proofs
 from genesys.proofs.weights import weights_sha256
 from genesys.schema import SchemaError, parse_json_field
 
@@ -81,6 +81,7 @@ class Validator:
     """The model a run validates against, and the checks of one batch of rows."""
 
     def __init__(self, config: ValidateCommand) -> None:
+        require_toploc()
         self.config = config
         self.device, self.tokenizer, self.model = load_causal_lm(config.model, config.device, config.dtype)
         check_hidden_size(self.model.config.get_text_config().hidden_size, config.proofs)
