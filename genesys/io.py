@@ -126,6 +126,8 @@ def _known_types(pa: Any) -> dict[str, Any]:
         "completion_logprobs": pa.list_(pa.float64()),
         "toploc_proofs": pa.list_(pa.string()),
         "toploc_valid": pa.bool_(),
+        "toploc_reason": pa.string(),
+        "toploc_problems": pa.list_(pa.string()),
         **{name: pa.string() for name in JSON_COLUMNS},
     }
 
