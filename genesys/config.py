@@ -1,10 +1,10 @@
 """Typed settings: one name, one default, one validation and one help text for every setting.
 
-Each concern is a section: `SamplingConfig`, `PromptStyle`, `VerifySettings`, `SandboxConfig`,
+Each concern is a section: `SamplingConfig`, `PromptStyle`, `VerifySettings`, `SandboxConfig`, `ProofConfig`,
 `RewardConfig`, `BackendOptions`, `FilterConfig`. They are pydantic dataclasses, so they are built
 like plain dataclasses (keywords or positions) and check their types and ranges when built.
 
-A command composes sections into one model (`VerifyCommand`, `GenerateCommand`, `FilterCommand`),
+A command composes sections into one model (`VerifyCommand`, `GenerateCommand`, `FilterCommand`, `ValidateCommand`),
 whose shape is the shape of its TOML file: top-level keys, then one table per section. The
 command line is made from the same models (`genesys.cli.flags`): every key is a dotted flag
 (`--sampling.temperature 0.7`), and the short flags users know (`--temperature`) are aliases
@@ -157,6 +157,61 @@ BACKEND_OPTION_OWNERS = {
 BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}
 
 
+# --- TOPLOC proofs ---------------------------------------------------------------------------------
+
+REQUIRE_PROOFS_HELP = "use only rollouts `genesys validate` marked valid (toploc_valid true); the others are dropped and counted"
+
+
+@dataclass(frozen=True, config=SECTION)
+class ProofConfig:
+    """The shape of TOPLOC proofs ([proofs]): one proof per `decode_batching_size` completion tokens,
+    committing to the `topk` largest last-layer hidden-state values of those tokens (`genesys.proofs`)."""
+
+    topk: int = setting(128, "hidden-state values each proof commits to (at most the model's hidden size)", flags=("--proof-topk",), ge=1)
+    decode_batching_size: int = setting(32, "completion tokens per proof", flags=("--proof-chunk",), ge=1)
+
+
+@dataclass(frozen=True, config=SECTION)
+class GenerateProofSettings(ProofConfig):
+    """[proofs] of `genesys generate`: the proofs' shape, and whether to write proofs at all."""
+
+    enabled: bool = setting(False, "write TOPLOC proofs into every row (transformers backend)", switch=("--proofs", True, "write TOPLOC proofs into every row (transformers backend)"))
+
+    def for_backend(self, backend: str) -> ProofConfig | None:
+        """The proof settings `backend` is given, or None when proofs are off; only transformers captures them."""
+        if not self.enabled:
+            return None
+        if backend != "transformers":
+            raise InputError(f"--proofs needs the transformers backend (hidden states are not captured from {backend}); use --backend transformers")
+        return ProofConfig(self.topk, self.decode_batching_size)
+
+
+@dataclass(frozen=True, config=SECTION)
+class ProofThresholds:
+    """When `genesys validate` accepts a row ([thresholds]).
+
+    A TOPLOC chunk passes when, over its top-k values, the exponent mismatches, and the mean and the
+    median of the mantissa differences where exponents match, are all at most these. The defaults are
+    the TOPLOC paper's for bf16 with topk 128 (they tolerate GPU nondeterminism); calibrate them per
+    model, dtype and hardware (`benchmarks/validate_cost.py` prints honest and tampered errors).
+    `logprob_tolerance` bounds |claimed - recomputed| of every completion token's logprob.
+    """
+
+    max_exp_mismatches: int = setting(38, "exponent mismatches per chunk at most", flags=("--max-exp-mismatches",), ge=0)
+    max_mant_err_mean: float = setting(10.0, "mean mantissa difference per chunk at most", flags=("--max-mant-err-mean",), ge=0)
+    max_mant_err_median: float = setting(8.0, "median mantissa difference per chunk at most", flags=("--max-mant-err-median",), ge=0)
+    logprob_tolerance: float = setting(0.05, "largest |claimed - recomputed| logprob of a completion token", flags=("--logprob-tolerance",), ge=0)
+
+
+@dataclass(frozen=True, config=SECTION)
+class ExpectedSampling:
+    """The sampling settings rows must have been generated with ([expect]); unset: not checked."""
+
+    temperature: float | None = setting(None, "the temperature rows must name", flags=("--temperature",), ge=0)
+    top_p: float | None = setting(None, "the top-p rows must name", flags=("--top-p",), gt=0, le=1)
+    max_tokens: int | None = setting(None, "the token limit rows must name", flags=("--max-tokens",), ge=1)
+
+
 # --- verification ---------------------------------------------------------------------------------
 
 
@@ -276,16 +331,20 @@ class FilterConfig:
 
     `metric` is "score" (the mean score) or "correct" (the fraction with score == 1).
     With `pass_rate_column`, the input is a task set already holding a solve rate in that column.
+    `require_proofs` counts only rollouts `genesys validate` marked valid (`toploc_valid` true).
     """
 
     min_pass_rate: float = setting(0.0, "lowest pass rate kept", flags=("--min-pass-rate",))
     max_pass_rate: float = setting(1.0, "highest pass rate kept", flags=("--max-pass-rate",))
     metric: str = setting("score", "pass rate as mean score, or as the fraction with score == 1", flags=("--metric",), choices=METRICS)
     pass_rate_column: str | None = setting(None, "the input is a task set with a solve rate in COLUMN: filter on it", flags=("--pass-rate-column",), metavar="COLUMN")
+    require_proofs: bool = setting(False, REQUIRE_PROOFS_HELP, switch=("--require-proofs", True, REQUIRE_PROOFS_HELP))
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if self.require_proofs and self.pass_rate_column is not None:
+            raise ValueError("require_proofs needs rollouts, not a task set with a pass_rate_column")
         if not 0.0 <= self.min_pass_rate <= self.max_pass_rate <= 1.0:
             raise ValueError(
                 f"pass-rate bounds must satisfy 0 <= min <= max <= 1, got min={self.min_pass_rate}, max={self.max_pass_rate}"
@@ -312,6 +371,7 @@ class GenerateConfig:
     max_tasks: int | None = Field(None, ge=1)
     backend_options: dict[str, Any] = Field(default_factory=dict)
     verify: VerifyConfig | None = None  # None: no verification
+    proofs: ProofConfig | None = None  # None: no TOPLOC proofs
     progress: bool = True
 
 
@@ -358,6 +418,7 @@ class GenerateCommand:
     verify: GenerateVerifySettings = Field(default_factory=GenerateVerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    proofs: GenerateProofSettings = Field(default_factory=GenerateProofSettings)
 
     def build(self, backend: str) -> GenerateConfig:
         """The generation run's settings, for the resolved `backend`."""
@@ -369,7 +430,7 @@ class GenerateCommand:
             tasks=self.tasks, model=self.model, output=self.output, backend=backend, sampling=self.sampling, style=self.style,
             system_prompt=self.system_prompt, target_lengths=self.target_lengths, target_length_prompt=self.target_length_prompt,
             mix=self.mix, max_tasks=self.max_tasks, backend_options=self.backend_options.for_backend(backend),
-            verify=verify, progress=self.progress,
+            verify=verify, proofs=self.proofs.for_backend(backend), progress=self.progress,
         )
 
 
@@ -380,6 +441,23 @@ class FilterCommand:
     inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1)
     output: str = setting(help="output tasks: .jsonl or .parquet", flags=("-o", "--output"))
     filter: FilterConfig = Field(default_factory=FilterConfig)
+
+
+@dataclass(frozen=True, config=SECTION)
+class ValidateCommand:
+    """`genesys validate`: its TOML file and flags."""
+
+    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1)
+    model: str = setting(help="the model the rollouts claim: path or hub name, loaded with transformers", flags=("--model",))
+    output: str = setting(help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
+    model_name: str | None = setting(None, "the model_name rows must carry (default: --model)", flags=("--model-name",))
+    batch_size: int = setting(8, "sequences per prefill", flags=("--batch-size",), ge=1)
+    device: str | None = setting(None, "torch device (default: cuda when available, else cpu)", flags=("--device",))
+    dtype: str | None = setting(None, "torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)", flags=("--dtype",))
+    progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+    proofs: ProofConfig = Field(default_factory=ProofConfig)
+    thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
+    expect: ExpectedSampling = Field(default_factory=ExpectedSampling)
 
 
 

@@ -4,7 +4,9 @@ The rollouts of each task give its pass rate; tasks whose rate lies in [min, max
 task row each. A task is its `problem_id`, or its prompt when `problem_id` is missing
 (`genesys.identity.group_key`). Rollouts whose verification failed (score null) are left out of the
 pass rate and counted in `n_errors`; a task with no scored rollout has no pass rate and is dropped as
-unscored. A score that is not a number in 0..1 is refused, naming its `file:line`.
+unscored. A score that is not a number in 0..1 is refused, naming its `file:line`. With
+`require_proofs`, only rollouts `genesys validate` marked valid count; the others are dropped first and
+counted in `unproven`.
 
 The online group filter of the trainer (`fill_batch`, `split_groups`) lives in `genesys.train.groups`
 and is importable from here too.
@@ -45,7 +47,8 @@ _OUT_OF_RANGE = "__genesys_out_of_range"
 
 @dataclass(frozen=True)
 class FilterSummary:
-    """What a filter run read and kept. `rollouts` and `errors` are None for a task set with a rate column."""
+    """What a filter run read and kept. `rollouts` and `errors` are None for a task set with a rate column;
+    `unproven` (rollouts dropped for want of a valid TOPLOC proof) is None unless proofs were required."""
 
     tasks: int
     kept: int
@@ -54,6 +57,7 @@ class FilterSummary:
     unscored: int
     rollouts: int | None = None
     errors: int | None = None
+    unproven: int | None = None
 
 
 def task_pass_rates(rollouts: pl.LazyFrame, metric: str = "score") -> pl.LazyFrame:
@@ -127,6 +131,9 @@ def filter_tasks(inputs: Sequence[str], output: str | Path, config: PassRateFilt
         raise InputError(f"output {str(output)!r}: expected a .jsonl or .parquet file")
     files = resolve_inputs(inputs)
     frame = scan_rollouts(files)
+    unproven = None
+    if config.require_proofs:
+        frame, unproven = _proven(frame, files)
     rate_column = config.pass_rate_column
     if rate_column is None:
         tasks = collect(_task_rows(frame, config.metric), files, score_problem)
@@ -149,8 +156,22 @@ def filter_tasks(inputs: Sequence[str], output: str | Path, config: PassRateFilt
         kept=kept.height,
         rollouts=int(tasks["n_samples"].sum() + tasks["n_errors"].sum()) if has_counts else None,
         errors=int(tasks["n_errors"].sum()) if has_counts else None,
+        unproven=unproven,
         **counts,
     )
+
+
+def _proven(frame: pl.LazyFrame, files: Sequence[InputFile]) -> tuple[pl.LazyFrame, int]:
+    """The rollouts `genesys validate` marked valid, and how many others (invalid or unvalidated) there were."""
+    import polars as pl
+
+    from genesys.frames import collect
+
+    if "toploc_valid" not in frame.collect_schema():
+        raise InputError("--require-proofs: the rollouts have no 'toploc_valid' column: validate them first (genesys validate)")
+    valid = (pl.col("toploc_valid").cast(pl.String) == "true").fill_null(False)  # a column read as text says "true" too
+    dropped = int(collect(frame.select((~valid).sum()), files).item())
+    return frame.filter(valid), dropped
 
 
 def _checked_rate_column(frame: pl.LazyFrame, column: str) -> pl.LazyFrame:

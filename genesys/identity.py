@@ -14,13 +14,14 @@ Two task identities, for two different jobs:
   or a source label differs, and a problem id names a task whatever else changed.
 
 `derive_response_id(row)` is the id `genesys verify` gives a rollout that arrived without one,
-from its task and completion, so a rerun recognises the rows it already verified.
+from its task and completion, so a rerun recognises the rows it already verified;
+`with_unique_response_ids` gives every row of a run such an id, and tells repeated ones apart.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -60,6 +61,21 @@ def derive_response_id(row: dict[str, Any]) -> str:
         hasher.update(b"\x00" if value is None else str(value).encode("utf-8", "surrogatepass"))
         hasher.update(b"\x1f")
     return "derived-" + hasher.hexdigest()
+
+
+def with_unique_response_ids(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """`rows`, each with a unique `response_id`: derived when missing, suffixed `#n` when repeated."""
+    seen: set[str] = set()
+    for row in rows:
+        key = row.get("response_id")
+        key = derive_response_id(row) if key is None or key == "" else str(key)
+        base, n = key, 0
+        while key in seen:
+            n += 1
+            key = f"{base}#{n}"
+        seen.add(key)
+        row["response_id"] = key
+        yield row
 
 
 def group_key(row: dict[str, Any]) -> GroupKey:

@@ -124,6 +124,10 @@ def _known_types(pa: Any) -> dict[str, Any]:
         "prompt_ids": pa.list_(pa.int64()),
         "completion_ids": pa.list_(pa.int64()),
         "completion_logprobs": pa.list_(pa.float64()),
+        "toploc_proofs": pa.list_(pa.string()),
+        "toploc_valid": pa.bool_(),
+        "toploc_reason": pa.string(),
+        "toploc_problems": pa.list_(pa.string()),
         **{name: pa.string() for name in JSON_COLUMNS},
     }
 

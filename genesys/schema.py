@@ -37,7 +37,7 @@ RESPONSE_COLUMNS = (
 )
 VERDICT_COLUMNS = ("score", "verification_result_info", "reward", "error")
 # Columns holding dicts; written as JSON strings where a file format needs one fixed type.
-JSON_COLUMNS = ("verification_info", "metadata", "generation_config", "machine_info", "verification_result_info")
+JSON_COLUMNS = ("verification_info", "metadata", "generation_config", "machine_info", "verification_result_info", "toploc_config", "toploc_errors")
 
 
 class SchemaError(ValueError):

@@ -18,7 +18,7 @@ import orjson
 
 from genesys.engine import TypeStats, VerificationEngine, VerifyConfig
 from genesys.errors import InputError
-from genesys.identity import derive_response_id
+from genesys.identity import with_unique_response_ids
 from genesys.inputs import InputFile, resolve_inputs
 from genesys.io import BufferedWriter, RolloutWriter, RowRecord, iter_rows
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
@@ -121,20 +121,7 @@ def _scan(files: Sequence[InputFile], rejects_path: Path, reward: RewardConfig, 
 
 def _keyed_rows(files: Sequence[InputFile]) -> Iterator[dict[str, Any]]:
     """Usable rows, each with a unique `response_id` (derived when missing, suffixed when repeated)."""
-    seen: set[str] = set()
-    for record in iter_rows(files):
-        if _unusable(record):
-            continue
-        row = record.row
-        key = row.get("response_id")  # type: ignore[union-attr]
-        key = derive_response_id(row) if key is None or key == "" else str(key)  # type: ignore[arg-type]
-        base, n = key, 0
-        while key in seen:
-            n += 1
-            key = f"{base}#{n}"
-        seen.add(key)
-        row["response_id"] = key  # type: ignore[index]
-        yield row  # type: ignore[misc]
+    return with_unique_response_ids(record.row for record in iter_rows(files) if not _unusable(record))  # type: ignore[misc]
 
 
 def verify_files(

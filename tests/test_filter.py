@@ -253,3 +253,33 @@ def test_jsonl_column_null_in_the_first_rows_still_reads(tmp_path: Path):
     kept, summary = run_filter(tmp_path, rows, min_pass_rate=0.5, max_pass_rate=0.5)
     assert summary.tasks == 151
     assert [(t["problem_id"], json.loads(t["extra"])) for t in kept] == [("late", {"nested": [1, "b"]})]
+
+
+def test_require_proofs_counts_only_validated_rollouts(tmp_path: Path):
+    rows = rollouts({"t0": [1.0, 1.0, 0.0, 0.0], "t1": [1.0, 0.0]})
+    # t0: its two failures carry no valid proof (forged, then never validated), so its rate is 1.0
+    for row, valid in zip(rows, [True, True, False, None, True, True]):
+        row["toploc_valid"] = valid
+    del rows[3]["toploc_valid"]
+    kept, summary = run_filter(tmp_path, rows, max_pass_rate=0.9, require_proofs=True)
+    assert [task["problem_id"] for task in kept] == ["t1"]
+    assert summary.unproven == 2 and summary.rollouts == 4 and summary.too_easy == 1
+    unchecked, summary = run_filter(tmp_path, rows, max_pass_rate=0.9)
+    assert [task["problem_id"] for task in unchecked] == ["t0", "t1"] and summary.unproven is None
+
+
+def test_require_proofs_on_unvalidated_rollouts_is_an_input_error(tmp_path: Path):
+    with pytest.raises(InputError, match="no 'toploc_valid' column: validate them first"):
+        run_filter(tmp_path, rollouts(), require_proofs=True)
+
+
+def test_cli_require_proofs_reports_the_dropped_rollouts(tmp_path: Path):
+    rows = rollouts({"t0": [1.0, 0.0, 0.0]})
+    for row, valid in zip(rows, [True, False, True]):
+        row["toploc_valid"] = valid
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    done = subprocess.run([GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl"), "--require-proofs"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "1 rollouts without a valid TOPLOC proof dropped" in done.stderr
+    assert read_jsonl(tmp_path / "kept.jsonl")[0]["pass_rate"] == 0.5

@@ -185,3 +185,35 @@ def _wait_for(condition, process: subprocess.Popen, timeout: float = 300.0) -> N
 def test_report_to_an_unknown_tracker_is_refused(tiny_model, tmp_path):
     with pytest.raises(InputError, match="report_to: unknown tracker 'mlflow'"):
         config(tiny_model, tmp_path / "run", tmp_path / "tasks.jsonl", report_to=["mlflow"])
+
+
+def recorded(problem_id: str, reward: float, valid: bool | None) -> dict[str, Any]:
+    row = {"problem_id": problem_id, "prompt": f"task {problem_id}", "prompt_ids": [1, 2, 3], "completion_ids": [4, 5], "completion_logprobs": [-1.0, -1.0],
+           "reward": reward}
+    return row if valid is None else row | {"toploc_valid": valid}
+
+
+def test_require_proofs_drops_and_counts_rollouts_without_a_valid_proof(tiny_model, tmp_path):
+    from genesys.train.distributed import World
+    from genesys.train.rollouts import RecordedRollouts
+
+    rows = [recorded("a", 1.0, True), recorded("a", 0.0, True), recorded("a", 1.0, False), recorded("a", 0.0, None),
+            recorded("b", 1.0, False), recorded("b", 0.0, False), recorded("c", 0.5, True), recorded("c", 0.0, True)]
+    path = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    source = RecordedRollouts(config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)], "require_proofs": True}), World())
+    assert source.rows_unproven == 4
+    served = [row for group in source.next_batch(2).groups for row in group]
+    assert sorted(row["problem_id"] for row in served) == ["a", "a", "c", "c"] and all(row["toploc_valid"] is True for row in served)
+    unchecked = RecordedRollouts(config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)]}), World())
+    assert unchecked.rows_unproven == 0 and sum(len(group) for group in unchecked.groups) == 8
+
+
+def test_require_proofs_needs_recorded_rollouts_and_says_when_none_is_valid(tiny_model, tmp_path, plugin_env):
+    with pytest.raises(InputError, match="data.require_proofs applies to recorded rollouts"):
+        config(tiny_model, tmp_path / "a", digit_tasks(tmp_path / "tasks.jsonl"), data={"require_proofs": True})
+    path = write_jsonl(tmp_path / "rollouts.jsonl", [recorded("a", 1.0, False), recorded("a", 0.0, None)])
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'model = "{tiny_model}"\noutput_dir = "{tmp_path / "run"}"\n[data]\nrollouts = ["{path}"]\n')
+    refused = _run_cli(str(toml), "--require-proofs", env=plugin_env)
+    assert refused.returncode == 2, refused.stderr
+    assert "no rollouts with a valid TOPLOC proof (2 without: check them with genesys validate)" in refused.stderr

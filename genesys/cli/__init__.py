@@ -18,6 +18,7 @@ import click
 BUILTIN_COMMANDS = {
     "generate": "genesys.cli.generate:command",
     "verify": "genesys.cli.verify:command",
+    "validate": "genesys.cli.validate:command",
     "filter": "genesys.cli.filter:command",
     "train": "genesys.cli.train:command",
     "report": "genesys.cli.report:command",
@@ -59,7 +60,7 @@ def _configure_logging(verbose: int) -> None:
 @click.version_option(package_name="genesys", prog_name="genesys", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:
-    """Verifiable-reward data: generate, verify, filter, train, report."""
+    """Verifiable-reward data: generate, verify, validate, filter, train, report."""
     _configure_logging(verbose)
 
 

@@ -25,6 +25,8 @@ def command(config: FilterCommand) -> int:
     with console.status("computing pass rates"):
         summary = filter_tasks(config.inputs, config.output, bounds)
     read = f"{summary.tasks} tasks"
+    if summary.unproven is not None:
+        read = f"{summary.unproven} rollouts without a valid TOPLOC proof dropped; " + read
     if summary.rollouts is not None:
         read += f" from {summary.rollouts} rollouts ({summary.errors} with verification errors, not counted)"
     console.print(

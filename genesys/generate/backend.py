@@ -48,12 +48,15 @@ class GenerationRequest:
 @dataclass
 class Completion:
     """One sampled completion. `logprobs[i]` is the logprob of `completion_ids[i]` under the
-    distribution it was sampled from (temperature and top-p applied)."""
+    distribution it was sampled from (temperature and top-p applied). A backend writing TOPLOC
+    proofs sets `proofs` (base64) and `proof_settings` (their shape, the model and its weights' hash)."""
 
     text: str
     completion_ids: list[int] | None
     logprobs: list[float] | None
     finish_reason: str | None
+    proofs: list[str] | None = None
+    proof_settings: dict[str, Any] | None = None
 
 
 @dataclass

@@ -5,6 +5,9 @@ requests with other sampling settings go in other batches. The logprob kept for 
 token is that of the sampled token under the distribution it was sampled from: the model's logits
 after temperature and top-p (the behaviour policy an importance ratio needs). Greedy decoding
 (temperature 0) keeps the logprob under the untempered logits.
+
+With `proofs`, a forward hook records the final hidden state that produced each new token, and
+every completion gets its TOPLOC proofs (`genesys.proofs`) and the settings a validator needs.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import platform
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from functools import partial
 from typing import Any, TypeVar
 
 import torch
@@ -22,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, L
 from transformers.utils import logging as transformers_logging
 
 from genesys.errors import InputError
+from genesys.config import ProofConfig
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, Weights, next_weights_version
 from genesys.generate.prompts import render_ids
 
@@ -86,8 +92,9 @@ class TransformersBackend:
     with `worker_thread=False`, in the caller's thread: a caller with nothing to overlap (the trainer)
     should ask for that, as torch's CPU thread pool is per calling thread and two pools on the same
     cores (the trainer's and the worker's) slow each other down. The worker is always the same
-    thread: a new thread per batch builds a new pool each time, and ran a small model three times
-    slower on 2 cores. `update_weights` copies new weights into the model between two batches.
+    thread, which also loads the model: a new thread per batch builds a new pool each time, and ran a
+    small model three times slower on 2 cores. `update_weights` copies new weights into the model
+    between two batches. `proofs` turns on TOPLOC proofs of every completion.
     """
 
     name = "transformers"
@@ -102,28 +109,37 @@ class TransformersBackend:
         dtype: str | None = None,
         model_kwargs: dict[str, Any] | None = None,
         worker_thread: bool = True,
+        proofs: ProofConfig | None = None,
     ) -> None:
+        self.model_name = model
         self.style = style
         self.worker_thread = worker_thread
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="genesys-transformers") if worker_thread else None
         self.batch_size = batch_size
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        transformers_logging.disable_progress_bar()
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
-        except OSError as exc:
-            raise InputError(f"--model {model!r} cannot be loaded: {exc}") from None
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        # On CPU, bfloat16 weights would run far slower than float32 on most processors.
-        dtype = dtype or ("float32" if self.device == "cpu" else "auto")
-        load = lambda: AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(self.device).eval()  # noqa: E731
         # Loaded by the thread that will run it, so torch builds no thread pool in this one.
-        self.model = load() if self._worker is None else self._worker.submit(load).result()
-        self.stop_ids = _stop_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
+        load = partial(load_causal_lm, model, device, dtype, model_kwargs)
+        self.device, self.tokenizer, self.model = load() if self._worker is None else self._worker.submit(load).result()
+        self.stop_ids = stop_token_ids(self.model, self.tokenizer)
         self.weights_version = 0
         self._model_lock = threading.Lock()  # one batch or one weight update at a time
+        self.proofs = proofs
+        self._proof_settings: dict[str, Any] | None = None
+        if proofs is not None:
+            from genesys.proofs.toploc import check_hidden_size, require_toploc
+
+            require_toploc()
+            check_hidden_size(self.model.config.get_text_config().hidden_size, proofs)
+            self._proof_settings = self._describe_proofs()
+
+    def _describe_proofs(self) -> dict[str, Any]:
+        """What a validator needs besides the proofs: their shape, dtype, and the model and its weights' hash."""
+        from genesys.proofs.toploc import PROOF_DTYPE
+        from genesys.proofs.weights import weights_sha256
+
+        return {
+            "topk": self.proofs.topk, "decode_batching_size": self.proofs.decode_batching_size, "dtype": PROOF_DTYPE,
+            "model": self.model_name, "weights_sha256": weights_sha256(self.model),
+        }
 
     def info(self) -> dict[str, Any]:
         info = {"backend": self.name, "transformers": transformers.__version__, "torch": torch.__version__, "device": self.device}
@@ -163,6 +179,8 @@ class TransformersBackend:
                 for name, tensor in weights:
                     targets[name].copy_(tensor)
             self.weights_version = new_version
+            if self.proofs is not None:
+                self._proof_settings = self._describe_proofs()
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         requests = list(requests)
@@ -202,7 +220,8 @@ class TransformersBackend:
         encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(self.device)
         generator = torch.Generator(self.device).manual_seed(seed) if sampling.temperature > 0 else None
         sampler = TokenSampler(generator)
-        with torch.inference_mode():
+        capture = self._capture()
+        with torch.inference_mode(), capture:
             sequences = self.model.generate(
                 **encoded,
                 # The sampler draws the tokens (after our own temperature and top-p warpers), so
@@ -220,7 +239,26 @@ class TransformersBackend:
             )
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = sampler.logprobs().cpu().tolist()
-        return [self._completion(tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)]
+        completions = [self._completion(tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)]
+        if self.proofs is not None:
+            self._attach_proofs(completions, capture.per_step())
+        return completions
+
+    def _capture(self) -> Any:
+        """The hook recording the hidden states proofs are built from (nothing without proofs)."""
+        if self.proofs is None:
+            return nullcontext()
+        from genesys.proofs.capture import FinalHiddenStates
+
+        return FinalHiddenStates(self.model, last_only=True)
+
+    def _attach_proofs(self, completions: list[Completion], hidden: torch.Tensor) -> None:
+        """Give each completion the proofs of its tokens' hidden states (batch, steps, hidden)."""
+        from genesys.proofs.toploc import as_proof_dtype, build_proofs
+
+        for completion, states in zip(completions, as_proof_dtype(hidden)):
+            completion.proofs = build_proofs(states[: len(completion.completion_ids)], self.proofs)
+            completion.proof_settings = self._proof_settings
 
     def _completion(self, tokens: list[int], logprobs: list[float]) -> Completion:
         end = next((k + 1 for k, t in enumerate(tokens) if t in self.stop_ids), None)
@@ -230,9 +268,30 @@ class TransformersBackend:
         return Completion(text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish)
 
 
-def _stop_token_ids(*candidates: int | list[int] | None) -> set[int]:
+def load_causal_lm(model: str, device: str | None = None, dtype: str | None = None, model_kwargs: dict[str, Any] | None = None) -> tuple[str, Any, Any]:
+    """(device, tokenizer, model) for a model path or hub name; the tokenizer pads on the left.
+
+    `device` defaults to cuda when available, `dtype` to the checkpoint's own on GPU and float32 on CPU.
+    """
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    transformers_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except OSError as exc:
+        raise InputError(f"--model {model!r} cannot be loaded: {exc}") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # On CPU, bfloat16 weights would run far slower than float32 on most processors.
+    dtype = dtype or ("float32" if device == "cpu" else "auto")
+    loaded = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(device).eval()
+    return device, tokenizer, loaded
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The tokens that end a completion: the model's generation eos ids and the tokenizer's eos."""
     ids: set[int] = set()
-    for candidate in candidates:
+    for candidate in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
         if isinstance(candidate, int):
             ids.add(candidate)
         elif candidate:

@@ -16,7 +16,7 @@ import platform
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,8 @@ def generation_settings(config: GenerateConfig, backend_name: str) -> dict[str, 
     }
     if config.target_lengths:
         settings["target_length_prompt"] = config.target_length_prompt
+    if config.proofs is not None:
+        settings["proofs"] = asdict(config.proofs)
     return settings
 
 
@@ -201,6 +203,8 @@ class RowBuilder:
             )
             if plan.target_length is not None:
                 row["target_length"] = plan.target_length
+            if completion.proofs is not None:
+                row.update(toploc_proofs=completion.proofs, toploc_config=completion.proof_settings)
             rows.append(row)
         return rows
 
@@ -234,7 +238,8 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
-        backend = backend or create_backend(backend_name, config.model, config.style, config.backend_options)
+        options = config.backend_options if config.proofs is None else {**config.backend_options, "proofs": config.proofs}
+        backend = backend or create_backend(backend_name, config.model, config.style, options)
         try:
             builder = RowBuilder(config.model, settings, machine_info(backend))
             with RunProgress(len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress) as progress:

@@ -16,6 +16,7 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from genesys.config import (
+    REQUIRE_PROOFS_HELP,
     SECTION,
     BackendOptions,
     PromptStyle,
@@ -42,10 +43,13 @@ class DataConfig:
     rollouts: list[str] | None = setting(None, "rollout files from `genesys generate --verify` (offline mode)", metavar="FILE")
     mix: list[float] | None = setting(None, "ratios of the task sources, one per source", metavar="R1,R2,...")
     system_prompt: str | None = setting(None, "system message put before every task")
+    require_proofs: bool = setting(False, REQUIRE_PROOFS_HELP + " (offline mode)", switch=("--require-proofs", True, REQUIRE_PROOFS_HELP + " (offline mode)"))
 
     def __post_init__(self) -> None:
         if bool(self.tasks) == bool(self.rollouts):
             raise ValueError("give exactly one of data.tasks (online training) and data.rollouts (offline training)")
+        if self.require_proofs and not self.rollouts:
+            raise ValueError("data.require_proofs applies to recorded rollouts (data.rollouts checked by genesys validate)")
         if self.mix is not None and (not self.tasks or len(self.mix) != len(self.tasks)):
             raise ValueError("data.mix needs one ratio per data.tasks source")
 

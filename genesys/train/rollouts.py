@@ -3,12 +3,14 @@
 `OnlineRollouts` samples tasks in a seeded order, generates with a genesys backend, verifies with
 the verification pool and shapes rewards with `genesys.rewards`; groups without signal are dropped
 and refilled (`genesys.train.groups.fill_batch`). `RecordedRollouts` reads rollout files made by
-`genesys generate --verify` and serves their groups in a seeded order. Both keep their position in
+`genesys generate --verify` and serves their groups in a seeded order; with `data.require_proofs` it
+drops, and counts, every rollout `genesys validate` did not mark valid. Both keep their position in
 a small state dict, so a resumed run reads on exactly where it stopped.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from genesys.train.distributed import World
 from genesys.train.groups import fill_batch, group_by_task, has_signal
 from genesys.train.order import ItemOrder
 
+log = logging.getLogger(__name__)
 Row = dict[str, Any]
 DRAW_COLUMN = "train_draw"  # the task's position in the run's task stream: one group per draw
 
@@ -122,7 +125,9 @@ class RecordedRollouts:
 
     def __init__(self, config: TrainConfig, world: World) -> None:
         self.config = config
-        rows = load_recorded_rows(config.data.rollouts or [], config.rollout.temperature)
+        rows, self.rows_unproven = load_recorded_rows(config.data.rollouts or [], config.rollout.temperature, config.data.require_proofs)
+        if self.rows_unproven:
+            log.warning("data.require_proofs: %d rollouts without a valid TOPLOC proof dropped, %d kept", self.rows_unproven, len(rows))
         groups = [group for group in group_by_task(rows) if len(usable(group)) >= 2]
         self.groups_dropped_on_load = 0
         if config.rollout.filter_groups:
@@ -177,14 +182,19 @@ def load_tasks(config: TrainConfig) -> list[Row]:
 REQUIRED_RECORDED = ("prompt_ids", "completion_ids", "completion_logprobs", "reward")
 
 
-def load_recorded_rows(patterns: Sequence[str], temperature: float) -> list[Row]:
-    """Every rollout of the files, checked for what offline training needs; an InputError names
-    the first file:line that lacks it."""
+def load_recorded_rows(patterns: Sequence[str], temperature: float, require_proofs: bool = False) -> tuple[list[Row], int]:
+    """Every rollout of the files, checked for what offline training needs (an InputError names
+    the first file:line that lacks it), and how many were dropped first for want of a valid TOPLOC
+    proof (`toploc_valid` not true) when `require_proofs`."""
     rows = []
+    unproven = 0
     for record in iter_rows(resolve_inputs(patterns)):
         if record.row is None:
             raise InputError(f"{record.location}: {record.error}")
         row = record.row
+        if require_proofs and row.get("toploc_valid") is not True:
+            unproven += 1
+            continue
         missing = [name for name in REQUIRED_RECORDED if name not in row]
         if missing:
             hint = " (the behaviour policy's logprobs: generate with a backend that records them, e.g. transformers or vllm)" if "completion_logprobs" in missing else ""
@@ -196,8 +206,9 @@ def load_recorded_rows(patterns: Sequence[str], temperature: float) -> list[Row]
         row.setdefault("response_id", response_id(task_key(row), len(rows)))
         rows.append(row)
     if not rows:
-        raise InputError(f"data.rollouts: no rollouts in {', '.join(patterns)}")
-    return rows
+        proofs = f" with a valid TOPLOC proof ({unproven} without: check them with genesys validate)" if unproven else ""
+        raise InputError(f"data.rollouts: no rollouts{proofs} in {', '.join(patterns)}")
+    return rows, unproven
 
 
 def _recorded_problem(row: Row, temperature: float) -> str | None:

@@ -1,0 +1,166 @@
+"""What TOPLOC proofs cost and what `genesys validate` catches, on the same rows.
+
+Times (in CPU seconds of this process) `genesys generate` (transformers backend) of the same tasks without and with `--proofs`, then
+`genesys validate` of the rows with proofs: prints the proofs' cost in generation throughput and the
+validation time relative to generation (target: under 10%). Then validates tampered rows (another
+model, perturbed weights, a swapped token, another row's proofs, edited logprobs; each claiming the
+expected model) and prints, per case, how many rows were rejected and by which check, with the
+errors measured next to the honest rows' worst: the thresholds' margins.
+
+    python benchmarks/validate_cost.py                     # stand-in tiny model (hidden 64), CPU
+    python benchmarks/validate_cost.py --hidden 512 --layers 4 --heads 8 --topk 128 --chunk 32 --max-tokens 128 \
+        --max-exp 38 --max-mean 10 --max-median 8             # the TOPLOC paper's thresholds
+    python benchmarks/validate_cost.py --gen-dtype bfloat16   # bf16 proofs and logprobs, fp32 validator
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # the tampered rows, shared with the tests
+
+from toploc_tampering import TINY_THRESHOLDS  # noqa: E402
+
+
+def timed(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """The result and the CPU seconds of this process (all threads) it took: on a shared machine, wall time
+    measures the neighbours as much as the code."""
+    started = time.process_time()
+    result = function(*args, **kwargs)
+    return result, time.process_time() - started
+
+
+def validate(rows: list[dict[str, Any]], work: Path, name: str, args: argparse.Namespace, model: str) -> tuple[list[dict[str, Any]], float]:
+    """`rows` validated against `model` (a fresh output); the rows and the CPU seconds it took (model load included)."""
+    import orjson
+
+    from genesys.config import ProofConfig, ProofThresholds, ValidateCommand
+    from genesys.proofs.validate import validate_files
+    from toploc_tampering import read_rows
+
+    source = work / f"{name}.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    output = work / f"{name}-validated.jsonl"
+    thresholds = ProofThresholds(args.max_exp, args.max_mean, args.max_median, args.logprob_tolerance)
+    config = ValidateCommand(inputs=[str(source)], model=model, output=str(output), batch_size=args.validate_batch_size, device=args.device,
+                             progress=False, proofs=ProofConfig(args.topk, args.chunk), thresholds=thresholds)
+    _, seconds = timed(validate_files, config)
+    return read_rows(output), seconds
+
+
+def load_validator(args: argparse.Namespace, model: str) -> Any:
+    """What a validation run does before its first row: load the model and hash its weights."""
+    from genesys.config import ProofConfig, ValidateCommand
+    from genesys.proofs.validate import Validator
+
+    return Validator(ValidateCommand(inputs=["-"], model=model, output="-", device=args.device, proofs=ProofConfig(args.topk, args.chunk)))
+
+
+def as_bf16_checkpoint(path: str) -> None:
+    """Rewrite the checkpoint at `path` with bfloat16 weights."""
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(path, dtype="bfloat16").save_pretrained(path)
+
+
+def worst(rows: list[dict[str, Any]], key: str, pick: Any) -> float:
+    values = [row["toploc_errors"][key] for row in rows if row.get("toploc_errors") and key in row["toploc_errors"]]
+    return pick(values) if values else float("nan")
+
+
+def report_case(name: str, rows: list[dict[str, Any]], honest: bool) -> None:
+    """One line: rows rejected (by the proofs, by the logprobs) and the errors (worst if honest, least if tampered)."""
+    pick = max if honest else min
+    rejected = sum(row["toploc_valid"] is False for row in rows)
+    by_proof = sum("proof" in (row["toploc_problems"] or ()) for row in rows)
+    by_logprobs = sum("logprobs" in (row["toploc_problems"] or ()) for row in rows)
+    print(
+        f"{name:<22} {len(rows):>4} {rejected:>8} {by_proof:>8} {by_logprobs:>9}"
+        f" {worst(rows, 'max_exp_mismatches', pick):>8.0f} {worst(rows, 'max_mant_err_mean', pick):>8.2f}"
+        f" {worst(rows, 'max_mant_err_median', pick):>8.1f} {worst(rows, 'max_logprob_diff', pick):>10.3g}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--model-vocab", type=int, default=None, help="pad the embeddings to this vocabulary (e.g. 151936, as Qwen's)")
+    parser.add_argument("--tasks", type=int, default=24)
+    parser.add_argument("-n", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per generation batch")
+    parser.add_argument("--validate-batch-size", type=int, default=8, help="sequences per validation prefill")
+    parser.add_argument("--topk", type=int, default=16)
+    parser.add_argument("--chunk", type=int, default=8)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--gen-dtype", default=None, help="dtype of generation (default float32 on CPU); validation runs in float32")
+    parser.add_argument("--repeats", type=int, default=2, help="timed generation rounds per side (best kept)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: CPU seconds count work, not threads spinning on a shared machine)")
+    # Defaults: the calibration for the default tiny model (tests/support/toploc_tampering.py).
+    parser.add_argument("--max-exp", type=int, default=TINY_THRESHOLDS.max_exp_mismatches)
+    parser.add_argument("--max-mean", type=float, default=TINY_THRESHOLDS.max_mant_err_mean)
+    parser.add_argument("--max-median", type=float, default=TINY_THRESHOLDS.max_mant_err_median)
+    parser.add_argument("--logprob-tolerance", type=float, default=TINY_THRESHOLDS.logprob_tolerance)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+
+    from genesys.config import ProofConfig
+    from genesys.generate.tiny_model import build_tiny_model
+    from toploc_tampering import claiming, copy_proofs, edit_logprobs, generate, perturbed_model, swap_token, write_tasks
+
+    work = Path(tempfile.mkdtemp(prefix="validate-cost-"))
+    shape = dict(hidden_size=args.hidden, layers=args.layers, heads=args.heads, model_vocab_size=args.model_vocab)
+    model = str(build_tiny_model(work / "model", **shape))
+    other = str(build_tiny_model(work / "other", seed=1, **shape))
+    perturbed = perturbed_model(model, work / "perturbed")
+    if args.gen_dtype == "bfloat16":  # a bf16 checkpoint: the same weights whether run in bf16 or in float32
+        for path in (model, other, perturbed):
+            as_bf16_checkpoint(path)
+    tasks = write_tasks(work / "tasks.jsonl", args.tasks)
+    proofs = ProofConfig(args.topk, args.chunk)
+    kwargs = dict(n=args.n, max_tokens=args.max_tokens, dtype=args.gen_dtype)
+
+    generate(model, tasks, work / "warmup.jsonl", proofs, n=1, max_tokens=4, dtype=args.gen_dtype)
+    plain_seconds = proof_seconds = float("inf")
+    for round in range(args.repeats):  # alternating rounds, the best of each kept: a loaded machine slows some
+        plain, seconds = timed(generate, model, tasks, work / f"plain-{round}.jsonl", None, **kwargs)
+        plain_seconds = min(plain_seconds, seconds)
+        honest, seconds = timed(generate, model, tasks, work / f"honest-{round}.jsonl", proofs, **kwargs)
+        proof_seconds = min(proof_seconds, seconds)
+    validated, validate_seconds = validate(honest, work, "honest", args, model)
+    load_seconds = min(timed(load_validator, args, model)[1] for _ in range(args.repeats))
+    tokens = sum(len(row["completion_ids"]) for row in honest)
+    print(f"{len(honest)} rows, {tokens} completion tokens; hidden {args.hidden}, layers {args.layers}, topk {args.topk}, chunks of {args.chunk}")
+    print(f"generate without proofs: {plain_seconds:7.2f}s ({sum(len(r['completion_ids']) for r in plain) / plain_seconds:,.0f} tokens/s)")
+    print(f"generate with proofs:    {proof_seconds:7.2f}s ({tokens / proof_seconds:,.0f} tokens/s, {proof_seconds / plain_seconds - 1:+.1%} time)")
+    print(f"validate:                {validate_seconds:7.2f}s ({validate_seconds / proof_seconds:.1%} of generation with proofs), of which "
+          f"{load_seconds:.2f}s loading and hashing the model: {(validate_seconds - load_seconds) / proof_seconds:.1%} without")
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    cases = {
+        "another model": validate(claiming(generate(other, tasks, work / "other.jsonl", proofs, **kwargs), honest[0]), work, "other", args, model)[0],
+        "perturbed weights": validate(claiming(generate(perturbed, tasks, work / "perturbed.jsonl", proofs, **kwargs), honest[0]), work, "perturbed", args, model)[0],
+        "one token swapped": validate([swap_token(row, tokenizer, position=len(row["completion_ids"]) // 2) for row in honest if len(row["completion_ids"]) > 2], work, "swapped", args, model)[0],
+        "another row's proofs": validate(copy_proofs(honest), work, "copied", args, model)[0],
+        "edited logprobs": validate([edit_logprobs(row, -0.5, position=0) for row in honest], work, "logprobs", args, model)[0],
+    }
+    print(f"\nthresholds: exp mismatches <= {args.max_exp}, mantissa mean <= {args.max_mean}, median <= {args.max_median}; |logprob diff| <= {args.logprob_tolerance}")
+    print(f"{'case':<22} {'rows':>4} {'rejected':>8} {'by proof':>8} {'by logprob':>9} {'exp':>8} {'mean':>8} {'median':>8} {'logprob':>10}")
+    report_case("honest (worst)", validated, honest=True)
+    for name, rows in cases.items():
+        report_case(name + " (least)", rows, honest=False)
+
+
+if __name__ == "__main__":
+    main()

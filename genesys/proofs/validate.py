@@ -1,0 +1,297 @@
+"""`genesys validate`: recompute rollouts with the model they claim, and mark each valid or not.
+
+Rows are validated in batches: rows of similar length are left-padded together and the model runs one
+prefill over prompt + completion, with the positions generation used. A forward hook takes the final
+hidden states that produced each completion token (checked against the row's TOPLOC proofs, chunk by
+chunk) and the logits give the logprobs the sampling settings imply (checked against the row's).
+The other checks of `genesys.proofs.checks` need no model. Each row is written with:
+
+- `toploc_valid`: true when every check passed, false when one failed, null when the row has no proofs;
+- `toploc_reason`: why it is not valid (null when valid);
+- `toploc_errors`: the measured errors: the worst chunk's exponent mismatches and mantissa error
+  mean and median, how many chunks failed, and the largest logprob difference;
+- `toploc_problems`: the categories of the problems found (model, proof, proof_format, logprobs,
+  text, stop, sampling, format; unproved for a row without proofs).
+
+Output is appended in atomic units; a rerun skips rows whose `response_id` the output already holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesys.config import ProofThresholds, SamplingConfig, ValidateCommand
+from genesys.generate.hf import load_causal_lm, sampling_warpers, stop_token_ids
+from genesys.identity import with_unique_response_ids
+from genesys.inputs import resolve_inputs
+from genesys.io import BufferedWriter, RolloutWriter, iter_rows
+from genesys.proofs.capture import FinalHiddenStates
+from genesys.proofs.checks import (
+    Expected, Problem, RowSampling, decode_problem, logprob_problem, model_problems, prompt_problem, row_sampling, sampling_problems, stop_problems,
+)
+from genesys.proofs.toploc import ChunkErrors, ProofError, as_proof_dtype, check_hidden_size, decode_proofs, require_toploc, verify_proofs
+from genesys.proofs.weights import weights_sha256
+from genesys.schema import SchemaError, parse_json_field
+
+FLUSH_ROWS = 1024
+WINDOW_BATCHES = 8  # rows are sorted by length within this many batches, so a batch pads little
+NO_PROOFS = "the row has no toploc_proofs"
+
+
+@dataclass
+class ValidateSummary:
+    """What a validation run did; `problems` counts invalid rows by the categories of their problems."""
+
+    output: Path
+    valid: int = 0
+    invalid: int = 0
+    unproved: int = 0
+    resumed: int = 0
+    unreadable: int = 0
+    first_unreadable: str = ""
+    tokens: int = 0
+    seconds: float = 0.0
+    problems: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def validated(self) -> int:
+        return self.valid + self.invalid + self.unproved
+
+
+@dataclass
+class _Pending:
+    """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked), problems so far."""
+
+    row: dict[str, Any]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampling: RowSampling
+    proofs: list[bytes] | None
+    problems: list[Problem]
+
+
+class Validator:
+    """The model a run validates against, and the checks of one batch of rows."""
+
+    def __init__(self, config: ValidateCommand) -> None:
+        require_toploc()
+        self.config = config
+        self.device, self.tokenizer, self.model = load_causal_lm(config.model, config.device, config.dtype)
+        check_hidden_size(self.model.config.get_text_config().hidden_size, config.proofs)
+        self.stop_ids = stop_token_ids(self.model, self.tokenizer)
+        self.vocab_size = self.model.get_input_embeddings().num_embeddings
+        self.expected = Expected(config.model_name or config.model, weights_sha256(self.model), config.proofs, config.expect)
+
+    def prepare(self, row: dict[str, Any]) -> _Pending | dict[str, Any]:
+        """A row needing the model, or the row finished already (no proofs, or unusable ids)."""
+        if row.get("toploc_proofs") is None:
+            return _finish(row, None, [Problem("unproved", NO_PROOFS)], {})
+        prompt_ids, completion_ids = row.get("prompt_ids"), row.get("completion_ids")
+        try:
+            toploc_config = parse_json_field(row.get("toploc_config"), "toploc_config")
+            sampling = row_sampling(parse_json_field(row.get("generation_config"), "generation_config"))
+        except SchemaError as exc:
+            return _finish(row, False, [Problem("format", str(exc))], {})
+        if not _token_list(prompt_ids, self.vocab_size) or not _token_list(completion_ids, self.vocab_size, allow_empty=True):
+            return _finish(row, False, [Problem("format", f"prompt_ids and completion_ids must be lists of token ids below {self.vocab_size}")], {})
+        if isinstance(sampling, Problem):
+            return _finish(row, False, [sampling], {})
+        problems = model_problems(row, toploc_config, self.expected) + sampling_problems(sampling, self.expected.sampling)
+        problems += stop_problems(completion_ids, row.get("finish_reason"), sampling.max_tokens, self.stop_ids)
+        text_problems = [prompt_problem(self.tokenizer, prompt_ids, row.get("prompt")), decode_problem(self.tokenizer, completion_ids, row.get("llm_response"))]
+        problems += [p for p in text_problems if p]
+        proofs = None
+        if not any(p.category == "proof_format" for p in problems):
+            try:
+                proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), self.config.proofs)
+            except ProofError as exc:
+                problems.append(Problem("proof_format", str(exc)))
+        return _Pending(row, list(prompt_ids), list(completion_ids), sampling, proofs, problems)
+
+    def run(self, batch: Sequence[_Pending]) -> list[dict[str, Any]]:
+        """One prefill over the batch; each row finished with its proof and logprob checks."""
+        hidden, logits = self._prefill(batch)
+        return [self._judge(item, states, scores) for item, states, scores in zip(batch, hidden, logits)]
+
+    def _prefill(self, batch: Sequence[_Pending]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per row, the (C, hidden) states and (C, vocab) logits that produced its C completion tokens."""
+        sequences = [item.prompt_ids + item.completion_ids for item in batch]
+        encoded = self.tokenizer.pad({"input_ids": sequences}, padding=True, return_tensors="pt").to(self.device)
+        mask = encoded["attention_mask"]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as `generate` numbers left-padded rows
+        keep = max(len(item.completion_ids) for item in batch) + 1
+        with torch.inference_mode(), FinalHiddenStates(self.model, last_only=False) as capture:
+            logits = self.model(**encoded, position_ids=positions, logits_to_keep=keep).logits
+        states = capture.prefill()
+        width = states.shape[1]
+        hidden, scores = [], []
+        for row, item in enumerate(batch):
+            count = len(item.completion_ids)
+            hidden.append(states[row, width - count - 1 : width - 1])
+            scores.append(logits[row, keep - count - 1 : keep - 1].float())
+        return hidden, scores
+
+    def _judge(self, item: _Pending, hidden: torch.Tensor, logits: torch.Tensor) -> dict[str, Any]:
+        problems = list(item.problems)
+        errors: dict[str, Any] = {}
+        if item.proofs is not None:
+            chunks = verify_proofs(as_proof_dtype(hidden), item.proofs, self.config.proofs)
+            errors.update(_chunk_summary(chunks, self.config.thresholds))
+            if errors["failed_chunks"]:
+                problems.append(Problem("proof", f"{errors['failed_chunks']} of {len(chunks)} chunks beyond the TOPLOC thresholds"))
+        claimed = item.row.get("completion_logprobs")
+        if not isinstance(claimed, (list, tuple)) or len(claimed) != len(item.completion_ids):
+            problems.append(Problem("logprobs", "completion_logprobs is missing or not one per completion token"))
+        else:
+            recomputed = _sampled_logprobs(logits, item.completion_ids, item.sampling)
+            errors["max_logprob_diff"], problem = logprob_problem(claimed, recomputed, self.config.thresholds.logprob_tolerance)
+            problems += [problem] if problem else []
+        return _finish(item.row, not problems, problems, errors)
+
+
+def _token_list(value: Any, vocab_size: int, allow_empty: bool = False) -> bool:
+    return isinstance(value, (list, tuple)) and (allow_empty or bool(value)) and all(isinstance(t, int) and 0 <= t < vocab_size for t in value)
+
+
+def _sampled_logprobs(logits: torch.Tensor, ids: list[int], sampling: RowSampling) -> list[float]:
+    """The logprob of each token under the distribution the row's settings sample from (as generation records it)."""
+    scores = logits
+    for warper in sampling_warpers(SamplingConfig(max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p)):
+        scores = warper(None, scores)
+    tokens = torch.tensor(ids, device=scores.device).unsqueeze(1)
+    return (scores.gather(1, tokens) - scores.logsumexp(dim=1, keepdim=True)).squeeze(1).tolist()
+
+
+def _chunk_summary(chunks: Sequence[ChunkErrors], thresholds: ProofThresholds) -> dict[str, Any]:
+    """The worst chunk's errors and how many chunks fail the thresholds."""
+    return {
+        "chunks": len(chunks),
+        "failed_chunks": sum(not chunk.within(thresholds) for chunk in chunks),
+        "max_exp_mismatches": max((c.exp_mismatches for c in chunks), default=0),
+        "max_mant_err_mean": max((c.mant_err_mean for c in chunks), default=0.0),
+        "max_mant_err_median": max((c.mant_err_median for c in chunks), default=0.0),
+    }
+
+
+def _finish(row: dict[str, Any], valid: bool | None, problems: list[Problem], errors: dict[str, Any]) -> dict[str, Any]:
+    row.update(
+        toploc_valid=valid,
+        toploc_reason="; ".join(p.message for p in problems) or None,
+        toploc_errors=errors or None,
+        toploc_problems=sorted({p.category for p in problems}) or None,
+    )
+    return row
+
+
+def _windows(items: Iterator[_Pending], batch_size: int) -> Iterator[list[_Pending]]:
+    """Batches of `batch_size`, each of rows of similar length from a window of several batches."""
+    window: list[_Pending] = []
+    for item in items:
+        window.append(item)
+        if len(window) == batch_size * WINDOW_BATCHES:
+            yield from _sorted_batches(window, batch_size)
+            window = []
+    yield from _sorted_batches(window, batch_size)
+
+
+def _sorted_batches(window: list[_Pending], batch_size: int) -> Iterator[list[_Pending]]:
+    window.sort(key=lambda item: len(item.prompt_ids) + len(item.completion_ids))
+    for start in range(0, len(window), batch_size):
+        yield window[start : start + batch_size]
+
+
+def validate_files(config: ValidateCommand) -> ValidateSummary:
+    """Validate the rollout files of `config` into its output; prints progress and a summary when asked."""
+    from genesys.progress import RunProgress
+
+    files = resolve_inputs(config.inputs)
+    summary = ValidateSummary(output=Path(config.output))
+    total = sum(1 for _ in iter_rows(files))
+    writer = RolloutWriter(config.output)
+    done = writer.existing_keys()
+    validator = Validator(config)
+    started = time.monotonic()
+
+    def record(rows: list[dict[str, Any]], out: BufferedWriter, progress: RunProgress) -> None:
+        for row in rows:
+            _count(summary, row)
+        tokens = sum(len(row.get("completion_ids") or ()) for row in rows if isinstance(row.get("completion_ids"), list))
+        summary.tokens += tokens
+        out.add(rows)
+        progress.advance(len(rows), tokens=tokens)
+
+    def pending(out: BufferedWriter, progress: RunProgress) -> Iterator[_Pending]:
+        for row in with_unique_response_ids(_readable(files, summary, progress)):
+            if row["response_id"] in done:
+                summary.resumed += 1
+                progress.skip(1)
+                continue
+            prepared = validator.prepare(row)
+            if isinstance(prepared, dict):
+                record([prepared], out, progress)
+            else:
+                yield prepared
+
+    with BufferedWriter(writer, FLUSH_ROWS) as out:
+        with RunProgress(total, "validating", "rows", rated=("rows", "tokens"), enabled=config.progress) as progress:
+            for batch in _windows(pending(out, progress), config.batch_size):
+                record(validator.run(batch), out, progress)
+    writer.close()
+    summary.seconds = time.monotonic() - started
+    if config.progress:
+        print_validate_summary(summary)
+    return summary
+
+
+def _readable(files: Sequence[Any], summary: ValidateSummary, progress: Any) -> Iterator[dict[str, Any]]:
+    """The rows that could be read; the others are counted (and the first named in the summary)."""
+    for record in iter_rows(files):
+        if record.row is None:
+            summary.unreadable += 1
+            summary.first_unreadable = summary.first_unreadable or f"{record.location}: {record.error}"
+            progress.skip(1)
+            continue
+        yield record.row
+
+
+def _count(summary: ValidateSummary, row: dict[str, Any]) -> None:
+    valid = row["toploc_valid"]
+    if valid is None:
+        summary.unproved += 1
+    elif valid:
+        summary.valid += 1
+    else:
+        summary.invalid += 1
+        summary.problems.update(row["toploc_problems"])
+
+
+def print_validate_summary(summary: ValidateSummary) -> None:
+    """The closing table of a validation run, on stderr."""
+    from rich.table import Table
+
+    from genesys.progress import console
+
+    rate = summary.validated / summary.seconds if summary.seconds else 0.0
+    table = Table(title=f"validated {summary.validated:,} rows ({summary.tokens:,} completion tokens) in {summary.seconds:.1f}s ({rate:,.1f} rows/s)")
+    table.add_column("rows")
+    table.add_column("count", justify="right")
+    table.add_row("valid", f"{summary.valid:,}")
+    table.add_row("invalid", f"{summary.invalid:,}")
+    for category, count in sorted(summary.problems.items()):
+        table.add_row(f"  with a {category} problem", f"{count:,}")
+    table.add_row("no proofs (toploc_valid null)", f"{summary.unproved:,}")
+    if summary.resumed:
+        table.add_row("already in the output", f"{summary.resumed:,}")
+    if summary.unreadable:
+        table.add_row("unreadable (skipped)", f"{summary.unreadable:,}")
+    console.print(table)
+    if summary.first_unreadable:
+        console.print(f"first unreadable row: {summary.first_unreadable}")
+    console.print(f"output: {summary.output}")

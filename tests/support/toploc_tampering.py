@@ -1,0 +1,105 @@
+"""Rollouts with TOPLOC proofs, honest and tampered, for the validation tests and benchmarks/validate_cost.py.
+
+Each tampering keeps the row self-consistent where a cheating worker could: it claims the expected
+model's name and weights hash, and a swapped token's text is decoded again. Only the model can tell.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from genesys.config import GenerateConfig, ProofConfig, ProofThresholds, SamplingConfig
+
+# Proofs small enough for the tiny model (hidden size 64).
+TINY_PROOFS = ProofConfig(topk=16, decode_batching_size=8)
+# Thresholds calibrated on the tiny model with benchmarks/validate_cost.py (48 rows): honest rows
+# (float32 or bfloat16 generation, float32 validation) reach at most 1 exponent mismatch, mantissa
+# error mean 0.81 and median 1 in a chunk, while every tampered row has a chunk beyond these (one
+# swapped token: worst chunks from exponent 1, mean 0.88, median 1 up; one weight matrix perturbed by
+# 1e-2: mean 3.1 up). The paper's defaults (38, 10, 8) accept both kinds on this model.
+TINY_THRESHOLDS = ProofThresholds(max_exp_mismatches=1, max_mant_err_mean=1.0, max_mant_err_median=1.5)
+
+TASKS = [f"Compute {a} plus {b}, then explain the steps." for a, b in [(2, 3), (17, 25), (4, 40), (9, 11), (31, 8), (6, 6)]]
+
+
+def write_tasks(path: Path, count: int = len(TASKS)) -> Path:
+    """A task file of `count` small math prompts."""
+    import orjson
+
+    rows = [{"problem_id": f"t{i}", "source": "toploc-tests", "task_type": "verifiable_math", "prompt": TASKS[i % len(TASKS)] + " " * (i // len(TASKS)),
+             "verification_info": {"ground_truth": "0"}} for i in range(count)]
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return path
+
+
+def generate(model: str, tasks: Path, output: Path, proofs: ProofConfig | None, *, n: int = 2, max_tokens: int = 24, dtype: str | None = None) -> list[dict[str, Any]]:
+    """Rollouts of `tasks` by `model` with the transformers backend (proofs on when given); returns the rows."""
+    from genesys.generate.runner import run_generation
+
+    options = {"batch_size": 8} | ({"dtype": dtype} if dtype else {})
+    config = GenerateConfig(
+        tasks=[str(tasks)], model=model, output=output, backend="transformers", sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0),
+        backend_options=options, proofs=proofs, progress=False,
+    )
+    run_generation(config)
+    return read_rows(output)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    import orjson
+
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def perturbed_model(source: str, target: Path, scale: float = 1e-2, parameter: str = "model.layers.0.mlp.down_proj.weight", seed: int = 0) -> str:
+    """A copy of `source` with Gaussian noise of std `scale` added to one weight matrix."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        weight = dict(model.named_parameters())[parameter]
+        weight.add_(torch.randn(weight.shape, generator=generator) * scale)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)
+    return str(target)
+
+
+def claiming(rows: list[dict[str, Any]], honest: dict[str, Any]) -> list[dict[str, Any]]:
+    """`rows` (made by another model) rewritten to claim the model, weights hash and settings of `honest`."""
+    out = []
+    for row in rows:
+        row = copy.deepcopy(row)
+        row.update(model_name=honest["model_name"], toploc_config=copy.deepcopy(honest["toploc_config"]), generation_config=copy.deepcopy(honest["generation_config"]))
+        out.append(row)
+    return out
+
+
+def swap_token(row: dict[str, Any], tokenizer: Any, position: int = 5) -> dict[str, Any]:
+    """`row` with completion token `position` replaced by another ordinary token, its text decoded again."""
+    row = copy.deepcopy(row)
+    ids = row["completion_ids"]
+    special = set(tokenizer.all_special_ids)
+    ids[position] = next(t for t in range(ids[position] + 1, ids[position] + len(tokenizer)) if t % len(tokenizer) not in special) % len(tokenizer)
+    row["llm_response"] = tokenizer.decode(ids, skip_special_tokens=True)
+    return row
+
+
+def copy_proofs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row that has a partner carrying the proofs of its partner: another row with as many, different, proofs."""
+    forged = []
+    for row in rows:
+        partner = next((o for o in rows if len(o["toploc_proofs"]) == len(row["toploc_proofs"]) and o["toploc_proofs"] != row["toploc_proofs"]), None)
+        if partner is not None:
+            forged.append(copy.deepcopy(row) | {"toploc_proofs": list(partner["toploc_proofs"])})
+    return forged
+
+
+def edit_logprobs(row: dict[str, Any], delta: float = -1.0, position: int = 3) -> dict[str, Any]:
+    """`row` claiming a lower behaviour logprob for one token (a larger importance ratio in training)."""
+    row = copy.deepcopy(row)
+    row["completion_logprobs"][position] += delta
+    return row
