@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e '.[dev]' -e plugins/genesys-countdown
+	$(PY) -m pip install -q -e '.[dev,ray]' -e plugins/genesys-countdown
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -157,6 +157,26 @@ BACKEND_OPTION_OWNERS = {
 BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "openai": "request_fields"}
 
 
+# --- scale-out ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=SECTION)
+class ClusterConfig:
+    """Where the work runs ([cluster]): processes on this machine, or Ray actors on a Ray cluster."""
+
+    backend: Literal["local", "ray"] = setting("local", "local: processes on this machine; ray: Ray actors (pip install 'genesys[ray]')", choices=("local", "ray"))
+    address: str | None = setting(None, "Ray cluster to join (e.g. ray://head:10001 or auto); unset: start a Ray instance on this machine")
+    rollout_workers: int = setting(2, "training: generation actors, each with its own copy of the model", ge=1)
+    verifier_workers: int = setting(1, "verification actors, each running the verification engine", ge=1)
+    rollout_cpus: float = setting(1.0, "CPUs one generation actor declares", ge=0)
+    rollout_gpus: float = setting(0.0, "GPUs one generation actor declares (Ray assigns them through CUDA_VISIBLE_DEVICES)", ge=0)
+    verifier_cpus: float = setting(1.0, "CPUs one verification actor declares", ge=0)
+
+    @property
+    def ray(self) -> bool:
+        return self.backend == "ray"
+
+
 # --- verification ---------------------------------------------------------------------------------
 
 
@@ -257,6 +277,7 @@ class VerifyConfig(VerifySettings):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     progress: bool = True
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     def verifier_options(self) -> dict[str, Any]:
         """The options every verifier receives: `options`, then the sandbox settings given."""
@@ -326,10 +347,11 @@ class VerifyCommand:
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
-        return VerifyConfig(**asdict(self.verify), sandbox=self.sandbox, reward=self.reward, progress=self.progress)
+        return VerifyConfig(**asdict(self.verify), sandbox=self.sandbox, reward=self.reward, progress=self.progress, cluster=self.cluster)
 
 
 @dataclass(frozen=True, config=SECTION)
