@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip i
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import REPO, SUPPORT, digit_tasks, read_jsonl, rollout, write_jsonl  # noqa: E402
+from conftest import GENESYS, REPO, SUPPORT, digit_tasks, read_jsonl, rollout, write_jsonl  # noqa: E402
 from genesys.cluster import NAMESPACE  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
 
@@ -71,3 +72,116 @@ def test_staleness_zero_on_ray_trains_on_policy(tiny_model, tmp_path, plugin_env
     result = train(ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=0, steps=4))
     assert all(m["staleness_max"] == 0 for m in result.metrics)
     assert result.metrics[0]["logprob_mismatch"] <= 1e-4  # the first batch comes from the trainer's own weights
+
+
+def _kill_when(metrics: Path, steps: int, name_suffix: str, killed: dict[str, Any]) -> None:
+    """SIGKILL the rollout actor whose name ends in `name_suffix` once `steps` steps are logged."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= steps:
+            break
+        time.sleep(0.05)
+    names = [actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True) if actor["name"].endswith(name_suffix)]
+    pid = ray.get(ray.get_actor(names[0], namespace=NAMESPACE).pid.remote())
+    os.kill(pid, signal.SIGKILL)
+    killed["pid"] = pid
+
+
+def test_a_rollout_worker_killed_mid_run_is_replaced_and_nothing_is_trained_twice(tiny_model, tmp_path, plugin_env, local_ray, caplog):
+    out = tmp_path / "run"
+    killed: dict[str, Any] = {}
+    killer = threading.Thread(target=_kill_when, args=(out / "metrics.jsonl", 3, "-rollout-0.0", killed))
+    killer.start()
+    with caplog.at_level(logging.WARNING, logger="genesys.train.async_rollouts"):
+        result = train(ray_config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=12))
+    killer.join()
+    assert "pid" in killed
+    metrics = result.metrics
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert any("rollout worker 0 died" in record.getMessage() for record in caplog.records)
+    assert sum(m["worker_restarts"] for m in metrics) == 1
+    assert sum(m["requests_resent"] for m in metrics) >= 1
+    draws = [d for m in metrics for d in m["draws"]]
+    assert len(draws) == len(set(draws)) == sum(m["groups_kept"] for m in metrics) == 12 * 4
+    assert all(m["staleness_max"] <= 1 for m in metrics)
+
+
+def _verify_inputs(path: Path, count: int) -> Path:
+    kinds = [("echo", "yes"), ("echo", "no"), ("boom", "x"), ("odd_details", "x"), ("crash", "x")]
+    rows = []
+    for i in range(count):
+        task_type, completion = kinds[i % len(kinds)]
+        row = rollout(task_type, completion, expected="yes")
+        row["problem_id"] = f"p{i}"
+        rows.append(row)
+    return write_jsonl(path, rows)
+
+
+def _comparable(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Rows by response_id, without the verifying process's pid (the only field that may differ)."""
+    out = {}
+    for row in rows:
+        info = row.get("verification_result_info")
+        if isinstance(info, dict):
+            info.pop("pid", None)
+        out[row["response_id"]] = row
+    return out
+
+
+def test_ray_verify_on_two_actors_equals_the_local_result_row_for_row(tmp_path, plugin_env, local_ray):
+    from genesys.config import ClusterConfig, VerifyConfig
+    from genesys.verify import verify_files
+
+    inputs = _verify_inputs(tmp_path / "in.jsonl", 150)
+    local = verify_files([str(inputs)], tmp_path / "local.jsonl", config=VerifyConfig(workers=1, progress=False))
+    spread = verify_files([str(inputs)], tmp_path / "ray.jsonl", config=VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)))
+    assert spread.verified == local.verified == 150
+    assert {t: vars(s) for t, s in spread.stats.items()} == {t: vars(s) for t, s in local.stats.items()}
+    expected, found = _comparable(read_jsonl(tmp_path / "local.jsonl")), _comparable(read_jsonl(tmp_path / "ray.jsonl"))
+    assert len(found) == 150 and found == expected
+
+
+def test_ray_pool_resends_the_rows_of_a_verifier_actor_that_died(plugin_env, local_ray):
+    from genesys.config import ClusterConfig, VerifyConfig
+    from genesys.ray_pool import RayVerificationPool
+
+    rows = [{**rollout("slow", "x", sleep=0.05), "problem_id": f"p{i}"} for i in range(40)]
+    with RayVerificationPool(VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)), chunk_rows=10) as pool:
+        pid = ray.get(pool.actors[0].pid.remote())  # asked first: the actor answers one call at a time
+        for index, row in enumerate(rows):
+            pool.submit(index, row)
+        pool.poll(0)  # sends the chunks
+        os.kill(pid, signal.SIGKILL)
+        verified = dict(pool.drain())
+        assert pool.replaced == 1
+    assert sorted(verified) == list(range(40))
+    assert all(row["score"] == 1.0 for row in verified.values())
+
+
+def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_model, tmp_path, plugin_env):
+    """SIGKILL `genesys train` on Ray after its step-2 checkpoint; the same command (starting its own
+    Ray instance) finishes the run, every step once, no draw trained twice."""
+    out, tasks = tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl")
+    command = [GENESYS, "train", "--model", tiny_model, "-o", str(out), f"--data.tasks={tasks}", "--optim.steps", "6", "--optim.lr", "3e-3",
+               "--optim.micro_batch_size", "32", "--rollout.prompts_per_step", "4", "--rollout.max_tokens", "16", "--checkpoint.every", "2",
+               "--verify.workers", "1", "--async.max_staleness", "1", "--cluster.backend", "ray", "--no-progress"]
+    env = {**plugin_env, "OMP_NUM_THREADS": "1"}
+    metrics = out / "metrics.jsonl"
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            assert first.poll() is None and time.monotonic() < deadline, "the run ended or stalled before it could be killed"
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.wait()
+    assert (out / "checkpoints" / "step-000002").is_dir() and not (out / "final").exists()
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    records = read_jsonl(metrics)
+    assert [m["step"] for m in records] == list(range(1, 7))
+    draws = [d for m in records for d in m["draws"]]
+    assert len(draws) == len(set(draws)) == 6 * 4
+    assert all(m["staleness_max"] <= 1 for m in records)
+    assert (out / "final" / "model.safetensors").is_file()
