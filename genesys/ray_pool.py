@@ -55,7 +55,7 @@ def start_verifier(cluster: ClusterConfig, config: VerifyConfig, verifiers: Mapp
                    expected_types: Collection[str] | None = None) -> Any:
     """A new verifier actor with the resources `cluster` declares for one."""
     ray = import_ray()
-    local = VerifyConfig(**{**vars(config), "cluster": ClusterConfig(), "progress": False})
+    local = replace(config, cluster=ClusterConfig(), progress=False)
     return ray.remote(VerifierActor).options(**actor_options(cluster.verifier_cpus)).remote(local, verifiers, expected_types)
 
 

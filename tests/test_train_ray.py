@@ -51,8 +51,12 @@ def ray_config(model: str, out: Path, tasks: Path, staleness: int = 1, steps: in
     return TrainConfig.load(None, data)
 
 
-def test_two_workers_with_staleness_one_stay_in_bound_and_learn(tiny_model, tmp_path, plugin_env, local_ray):
-    result = train(ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=30))
+def test_two_workers_with_staleness_one_stay_in_bound_and_learn(tiny_model, tmp_path, plugin_env, local_ray, caplog):
+    with caplog.at_level(logging.INFO, logger="genesys.train.async_rollouts"):
+        result = train(ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=30))
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("step 1: waiting for rollouts") for m in messages)  # the actors were still starting
+    assert sum("staleness histogram" in m for m in messages) == 30
     metrics = result.metrics
     assert [m["step"] for m in metrics] == list(range(1, 31))
     for m in metrics:
@@ -185,3 +189,30 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_mode
     assert len(draws) == len(set(draws)) == 6 * 4
     assert all(m["staleness_max"] <= 1 for m in records)
     assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(tmp_path):
+    from genesys.train.async_rollouts import AsyncRollouts, _Group
+
+    config = TrainConfig.load(None, {"model": "m", "output_dir": str(tmp_path), "data": {"tasks": ["t"]}, "async": {"max_staleness": 1}, "cluster": {"backend": "ray"}})
+    rollouts = AsyncRollouts(config, [{"prompt": "p"}], "m", ray)
+    rollouts.taken = 5  # the trainer is about to take step 6: policy steps 4 and 5 are within the bound
+    rollouts.ready = [_Group(position, version, [], 0) for position, version in ((0, 3), (1, 4), (2, 5), (3, 2))]
+    rollouts.live = {0: 0, 1: 0, 2: 0, 3: 0}
+    rollouts._drop_stale()
+    assert [group.version for group in rollouts.ready] == [4, 5]
+    assert rollouts.counts.stale_dropped == 2
+    assert sorted(rollouts.live) == [1, 2]  # the dropped draws no longer hold generation budget
+
+
+def test_weights_whose_checksum_differs_are_refused():
+    from genesys.train.broadcast import checksum, cpu_weights, verified_weights
+
+    weights = cpu_weights([("a", torch.ones(3)), ("b", torch.zeros(2, 2, dtype=torch.bfloat16)), ("c", torch.tensor(1.5))])
+    digest = checksum(weights)
+    assert verified_weights(weights, digest, 1) is weights
+    damaged = {**weights, "b": weights["b"].clone()}
+    damaged["b"][0, 0] = 1.0
+    with pytest.raises(ValueError, match="weights version 7 arrived with checksum"):
+        verified_weights(damaged, digest, 7)
+    assert checksum({"a": weights["a"]}) != checksum({"b": weights["a"]})  # names count, not only bytes

@@ -10,6 +10,7 @@ version) that sampled it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -59,8 +60,6 @@ class RolloutWorker:
 
         if version > self.backend.weights_version:
             weights = verified_weights(ray.get(refs[0]), checksum, version)
-            import asyncio
-
             asyncio.run(self.backend.update_weights(weights, version))
         with self._loaded:
             self._loaded.notify_all()
