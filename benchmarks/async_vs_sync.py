@@ -1,6 +1,6 @@
 """Asynchronous training (max_staleness = 1) against the synchronous loop (max_staleness = 0), on Ray.
 
-Both runs train the same budget of steps on the toy digit task (the test plugin's `digit_share`
+Both runs train the same budget of steps (every group trained, none filtered: the same work per step) on the toy digit task (the test plugin's `digit_share`
 verifier) with a tiny random-weight model, on the same local Ray instance with the same rollout
 and verifier actors; only `async.max_staleness` differs. Each run's first step (actors starting,
 models loading) is left out. Printed per run:
@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace, model: Path, tasks: Path, out: Path, staleness
     config = TrainConfig.load(None, {
         "model": str(model), "output_dir": str(out), "seed": 0, "progress": False,
         "data": {"tasks": [str(tasks)]},
-        "rollout": {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples, "max_tokens": args.max_tokens},
+        "rollout": {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples, "max_tokens": args.max_tokens, "filter_groups": False},
         "optim": {"steps": args.steps, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": args.prompts * args.samples},
         "checkpoint": {"every": 0}, "verify": {"workers": 1},
         "async": {"max_staleness": staleness},
@@ -61,7 +62,7 @@ def summary(metrics: list[dict[str, Any]], workers: int) -> dict[str, float]:
         "steps_per_s": len(steady) / wall,
         "trainer_wait": sum(m["trainer_wait_s"] for m in steady) / wall,
         "generation_idle": 1 - sum(m["generation_busy_s"] for m in steady) / (workers * wall),
-        "staleness_mean": sum(m["staleness_mean"] for m in steady) / len(steady),
+        "staleness_mean": mean([m["staleness_mean"] for m in steady if m["staleness_mean"] is not None]),
         "weights_load_s": max((m["weights_load_s"] for m in steady if m["weights_load_s"] is not None), default=float("nan")),
         "reward_last": metrics[-1]["reward_mean"],
     }

@@ -166,7 +166,7 @@ class ClusterConfig:
 
     backend: Literal["local", "ray"] = setting("local", "local: processes on this machine; ray: Ray actors (pip install 'genesys[ray]')", choices=("local", "ray"))
     address: str | None = setting(None, "Ray cluster to join (e.g. ray://head:10001 or auto); unset: start a Ray instance on this machine")
-    rollout_workers: int = setting(2, "training: generation actors, each with its own copy of the model", ge=1)
+    rollout_workers: int = setting(2, "generation actors (train and generate), each with its own copy of the model", ge=1)
     verifier_workers: int = setting(1, "verification actors, each running the verification engine", ge=1)
     rollout_cpus: float = setting(1.0, "CPUs one generation actor declares", ge=0)
     rollout_gpus: float = setting(0.0, "GPUs one generation actor declares (Ray assigns them through CUDA_VISIBLE_DEVICES)", ge=0)
@@ -334,6 +334,7 @@ class GenerateConfig:
     backend_options: dict[str, Any] = Field(default_factory=dict)
     verify: VerifyConfig | None = None  # None: no verification
     progress: bool = True
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -380,18 +381,19 @@ class GenerateCommand:
     verify: GenerateVerifySettings = Field(default_factory=GenerateVerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     def build(self, backend: str) -> GenerateConfig:
         """The generation run's settings, for the resolved `backend`."""
         verify = None
         if self.verify.enabled:
             settings = {k: v for k, v in asdict(self.verify).items() if k != "enabled"}
-            verify = VerifyConfig(**settings, sandbox=self.sandbox, reward=self.reward, progress=False)
+            verify = VerifyConfig(**settings, sandbox=self.sandbox, reward=self.reward, progress=False, cluster=self.cluster)
         return GenerateConfig(
             tasks=self.tasks, model=self.model, output=self.output, backend=backend, sampling=self.sampling, style=self.style,
             system_prompt=self.system_prompt, target_lengths=self.target_lengths, target_length_prompt=self.target_length_prompt,
             mix=self.mix, max_tasks=self.max_tasks, backend_options=self.backend_options.for_backend(backend),
-            verify=verify, progress=self.progress,
+            verify=verify, progress=self.progress, cluster=self.cluster,
         )
 
 

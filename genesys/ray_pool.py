@@ -74,7 +74,8 @@ def _add(total: TypeStats, part: TypeStats) -> None:
 class _Chunk:
     keys: list[Hashable]
     rows: list[Row]
-    actor: int
+    actor: int  # the slot it was sent to
+    handle: Any = None  # the actor that had the slot then
     sends: int = 1
 
 
@@ -154,7 +155,8 @@ class RayVerificationPool(VerificationPool):
         return min(range(len(load)), key=load.__getitem__)
 
     def _send(self, chunk: _Chunk) -> None:
-        self._flying[self.actors[chunk.actor].verify.remote(chunk.rows)] = chunk
+        chunk.handle = self.actors[chunk.actor]
+        self._flying[chunk.handle.verify.remote(chunk.rows)] = chunk
 
     def _collect(self, timeout: float) -> None:
         """Take the chunks that finished within `timeout` seconds; resend those whose actor died."""
@@ -175,21 +177,9 @@ class RayVerificationPool(VerificationPool):
     def _resend(self, chunk: _Chunk, exc: Exception) -> None:
         if chunk.sends > MAX_RESENDS:
             raise RuntimeError(f"verifier actors died {chunk.sends} times on the same {len(chunk.rows)} rows; the last: {exc}") from exc
-        self._replace(chunk.actor, exc)
+        if self.actors[chunk.actor] is chunk.handle:  # not replaced yet by another of its chunks
+            log.warning("verifier actor %d died (%s); starting a replacement and resending its rows", chunk.actor, type(exc).__name__)
+            self.actors[chunk.actor] = self._new_actor()
+            self.replaced += 1
         chunk.sends += 1
         self._send(chunk)
-
-    def _replace(self, index: int, exc: Exception) -> None:
-        """Start a new actor in slot `index` unless a chunk that failed before already did."""
-        if self._alive(self.actors[index]):
-            return
-        log.warning("verifier actor %d died (%s); starting a replacement and resending its rows", index, type(exc).__name__)
-        self.actors[index] = self._new_actor()
-        self.replaced += 1
-
-    def _alive(self, actor: Any) -> bool:
-        try:
-            self._ray.get(actor.pid.remote(), timeout=60)
-        except self._ray.exceptions.RayActorError:
-            return False
-        return True

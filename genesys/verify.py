@@ -138,7 +138,7 @@ def _keyed_rows(files: Sequence[InputFile]) -> Iterator[dict[str, Any]]:
         yield row  # type: ignore[misc]
 
 
-def verification_pool(config: VerifyConfig, verifiers: Mapping[str, type[Verifier]], expected_types: set[str]) -> VerificationPool:
+def verification_pool(config: VerifyConfig, verifiers: Mapping[str, type[Verifier]] | None = None, expected_types: set[str] | None = None) -> VerificationPool:
     """The pool `config.cluster` asks for: worker processes here, or actors on a Ray cluster."""
     if config.cluster.ray:
         from genesys.ray_pool import RayVerificationPool

@@ -216,3 +216,43 @@ def test_weights_whose_checksum_differs_are_refused():
     with pytest.raises(ValueError, match="weights version 7 arrived with checksum"):
         verified_weights(damaged, digest, 7)
     assert checksum({"a": weights["a"]}) != checksum({"b": weights["a"]})  # names count, not only bytes
+
+
+def _generate_config(model: str, tasks: Path, output: Path, backend: str, cluster: dict[str, Any] | None = None, **sampling: Any) -> Any:
+    from genesys.config import ClusterConfig, GenerateConfig, SamplingConfig, VerifyConfig
+
+    cluster_config = ClusterConfig(**(cluster or {}))
+    return GenerateConfig(tasks=[str(tasks)], model=model, output=output, backend=backend, sampling=SamplingConfig(**sampling),
+                          verify=VerifyConfig(workers=1, progress=False, cluster=cluster_config), progress=False, cluster=cluster_config)
+
+
+def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, plugin_env, local_ray):
+    from genesys.generate.runner import run_generation
+
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", count=30)
+    run_generation(_generate_config("m", tasks, tmp_path / "local.jsonl", "scripted", n=3, max_tokens=20))
+    summary = run_generation(_generate_config("m", tasks, tmp_path / "ray.jsonl", "scripted", {"backend": "ray", "rollout_workers": 2}, n=3, max_tokens=20))
+    assert summary.generated == 90
+
+    def by_id(path: Path) -> dict[str, dict[str, Any]]:
+        return {row["response_id"]: {k: v for k, v in row.items() if k != "machine_info"} for row in read_jsonl(path)}
+
+    assert by_id(tmp_path / "ray.jsonl") == by_id(tmp_path / "local.jsonl")
+    assert all(row["machine_info"]["ray_actors"] == 2 for row in read_jsonl(tmp_path / "ray.jsonl"))
+
+
+def test_ray_generate_resends_the_requests_of_a_killed_actor(tiny_model, tmp_path, plugin_env, local_ray):
+    from genesys.config import ClusterConfig, PromptStyle
+    from genesys.generate.ray_backend import RayBackend
+    from genesys.generate.runner import run_generation
+
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", count=48)
+    cluster = {"backend": "ray", "rollout_workers": 2}
+    config = _generate_config(tiny_model, tasks, tmp_path / "out.jsonl", "transformers", cluster, n=4, max_tokens=16)
+    backend = RayBackend("transformers", tiny_model, PromptStyle(), {"batch_size": 8}, ClusterConfig(**cluster), chunk_requests=4)
+    os.kill(ray.get(backend.actors[0].pid.remote()), signal.SIGKILL)  # the chunks sent to it fail and go to a replacement
+    summary = run_generation(config, backend=backend)
+    assert backend.replaced == 1
+    rows = read_jsonl(tmp_path / "out.jsonl")
+    assert summary.generated == len(rows) == 48 * 4
+    assert len({row["response_id"] for row in rows}) == 48 * 4
