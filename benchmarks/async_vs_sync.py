@@ -1,9 +1,13 @@
 """Asynchronous training (max_staleness = 1) against the synchronous loop (max_staleness = 0), on Ray.
 
-Both runs train the same budget of steps (every group trained, none filtered: the same work per step) on the toy digit task (the test plugin's `digit_share`
+Both runs train the same budget of steps on the toy digit task (the test plugin's `digit_share`
 verifier) with a tiny random-weight model, on the same local Ray instance with the same rollout
-and verifier actors; only `async.max_staleness` differs. Each run's first step (actors starting,
-models loading) is left out. Printed per run:
+and verifier actors; only `async.max_staleness` differs. Every group is trained (no group
+filtering) and the learning rate is 0 unless `--lr` says otherwise: the pipeline (generation,
+verification, the optimizer step, publishing and loading weights) runs in full, but both runs
+sample from the same policy, so every step does the same work (a learning policy changes its
+completion lengths, and the two runs' policies drift apart). Each run's first step (actors
+starting, models loading) is left out. Printed per run:
 
 - steps/s: steps over the wall time of the steps (the trainer's `step_seconds`, waiting included);
 - trainer wait: the fraction of that time the trainer waited for rollouts (`trainer_wait_s`);
@@ -47,7 +51,7 @@ def run(args: argparse.Namespace, model: Path, tasks: Path, out: Path, staleness
         "model": str(model), "output_dir": str(out), "seed": 0, "progress": False,
         "data": {"tasks": [str(tasks)]},
         "rollout": {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples, "max_tokens": args.max_tokens, "filter_groups": False},
-        "optim": {"steps": args.steps, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": args.prompts * args.samples},
+        "optim": {"steps": args.steps, "lr": args.lr, "max_grad_norm": 1.0, "micro_batch_size": args.prompts * args.samples},
         "checkpoint": {"every": 0}, "verify": {"workers": 1},
         "async": {"max_staleness": staleness},
         "cluster": {"backend": "ray", "rollout_workers": args.workers, "verifier_workers": 1, "verifier_cpus": 0},
@@ -77,6 +81,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=0.0, help="0: both runs sample from the same policy, so they do the same work per step")
     args = parser.parse_args()
 
     os.environ.update(OMP_NUM_THREADS="1", GENESYS_PLUGINS="genesys_testplugins")

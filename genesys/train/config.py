@@ -1,9 +1,9 @@
 """The trainer's typed config: one model, read from TOML, any key overridable as a dotted flag.
 
 Sections: `[data]` (where tasks or recorded rollouts come from), `[rollout]` (generation),
-`[optim]`, `[loss]`, `[checkpoint]`, `[async]` (bounded staleness) and `[cluster]` (Ray); verification and rewards take the same tables and defaults as
-`genesys verify` and `genesys generate` (`[verify]`, `[sandbox]`, `[reward]`, `[style]`,
-`[backend_options]`).
+`[optim]`, `[loss]`, `[checkpoint]`, `[async]` (bounded staleness) and `[cluster]` (Ray actors);
+verification and rewards take the same tables and defaults as `genesys verify` and
+`genesys generate` (`[verify]`, `[sandbox]`, `[reward]`, `[style]`, `[backend_options]`).
 """
 
 from __future__ import annotations
