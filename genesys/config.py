@@ -212,6 +212,26 @@ class ExpectedSampling:
     max_tokens: int | None = setting(None, "the token limit rows must name", flags=("--max-tokens",), ge=1)
 
 
+# --- scale-out ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=SECTION)
+class ClusterConfig:
+    """Where the work runs ([cluster]): processes on this machine, or Ray actors on a Ray cluster."""
+
+    backend: Literal["local", "ray"] = setting("local", "local: processes on this machine; ray: Ray actors (pip install 'genesys[ray]')", choices=("local", "ray"))
+    address: str | None = setting(None, "Ray cluster to join (e.g. ray://head:10001 or auto); unset: start a Ray instance on this machine")
+    rollout_workers: int = setting(2, "generation actors (train and generate), each with its own copy of the model", ge=1)
+    verifier_workers: int = setting(1, "verification actors, each running the verification engine", ge=1)
+    rollout_cpus: float = setting(1.0, "CPUs one generation actor declares", ge=0)
+    rollout_gpus: float = setting(0.0, "GPUs one generation actor declares (Ray assigns them through CUDA_VISIBLE_DEVICES)", ge=0)
+    verifier_cpus: float = setting(1.0, "CPUs one verification actor declares", ge=0)
+
+    @property
+    def ray(self) -> bool:
+        return self.backend == "ray"
+
+
 # --- verification ---------------------------------------------------------------------------------
 
 
@@ -312,6 +332,7 @@ class VerifyConfig(VerifySettings):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     progress: bool = True
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     def verifier_options(self) -> dict[str, Any]:
         """The options every verifier receives: `options`, then the sandbox settings given."""
@@ -373,6 +394,7 @@ class GenerateConfig:
     verify: VerifyConfig | None = None  # None: no verification
     proofs: ProofConfig | None = None  # None: no TOPLOC proofs
     progress: bool = True
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -386,10 +408,11 @@ class VerifyCommand:
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
-        return VerifyConfig(**asdict(self.verify), sandbox=self.sandbox, reward=self.reward, progress=self.progress)
+        return VerifyConfig(**asdict(self.verify), sandbox=self.sandbox, reward=self.reward, progress=self.progress, cluster=self.cluster)
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -419,18 +442,19 @@ class GenerateCommand:
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     proofs: GenerateProofSettings = Field(default_factory=GenerateProofSettings)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     def build(self, backend: str) -> GenerateConfig:
         """The generation run's settings, for the resolved `backend`."""
         verify = None
         if self.verify.enabled:
             settings = {k: v for k, v in asdict(self.verify).items() if k != "enabled"}
-            verify = VerifyConfig(**settings, sandbox=self.sandbox, reward=self.reward, progress=False)
+            verify = VerifyConfig(**settings, sandbox=self.sandbox, reward=self.reward, progress=False, cluster=self.cluster)
         return GenerateConfig(
             tasks=self.tasks, model=self.model, output=self.output, backend=backend, sampling=self.sampling, style=self.style,
             system_prompt=self.system_prompt, target_lengths=self.target_lengths, target_length_prompt=self.target_length_prompt,
             mix=self.mix, max_tasks=self.max_tasks, backend_options=self.backend_options.for_backend(backend),
-            verify=verify, proofs=self.proofs.for_backend(backend), progress=self.progress,
+            verify=verify, proofs=self.proofs.for_backend(backend), progress=self.progress, cluster=self.cluster,
         )
 
 

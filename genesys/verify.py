@@ -21,6 +21,7 @@ from genesys.errors import InputError
 from genesys.identity import with_unique_response_ids
 from genesys.inputs import InputFile, resolve_inputs
 from genesys.io import BufferedWriter, RolloutWriter, RowRecord, iter_rows
+from genesys.pool import VerificationPool
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
 from genesys.task_types import TaskTypeCensus, refuse_unknown
 from genesys.verifier import Verifier
@@ -124,6 +125,15 @@ def _keyed_rows(files: Sequence[InputFile]) -> Iterator[dict[str, Any]]:
     return with_unique_response_ids(record.row for record in iter_rows(files) if not _unusable(record))  # type: ignore[misc]
 
 
+def verification_pool(config: VerifyConfig, verifiers: Mapping[str, type[Verifier]] | None = None, expected_types: set[str] | None = None) -> VerificationPool:
+    """The pool `config.cluster` asks for: worker processes here, or actors on a Ray cluster."""
+    if config.cluster.ray:
+        from genesys.ray_pool import RayVerificationPool
+
+        return RayVerificationPool(config, verifiers, expected_types)
+    return VerificationEngine(config, verifiers, expected_types=expected_types)
+
+
 def verify_files(
     inputs: Sequence[str],
     output: str | Path,
@@ -163,7 +173,7 @@ def verify_files(
 
     with BufferedWriter(writer, FLUSH_ROWS) as out:  # on an interruption too, rows verified so far are written
         with RunProgress(scan.valid_rows, "verifying", "rows", enabled=config.progress) as progress:
-            with VerificationEngine(config, verifiers, expected_types=set(scan.task_types.counts)) as engine:
+            with verification_pool(config, verifiers, set(scan.task_types.counts)) as engine:
                 for row in _keyed_rows(files):
                     if row["response_id"] in done:
                         summary.resumed += 1

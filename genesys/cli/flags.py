@@ -71,7 +71,8 @@ class Setting:
 
 def settings_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
     """The leaf settings of a config model (a pydantic dataclass), sections flattened into dotted keys."""
-    for name, info in model.__pydantic_fields__.items():  # type: ignore[attr-defined]
+    for field_name, info in model.__pydantic_fields__.items():  # type: ignore[attr-defined]
+        name = info.alias or field_name  # a section named by a keyword (`async`) is spelled by its alias
         annotation = info.annotation
         if dataclasses.is_dataclass(annotation):
             yield from settings_of(annotation, (*prefix, name))

@@ -238,8 +238,7 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
-        options = config.backend_options if config.proofs is None else {**config.backend_options, "proofs": config.proofs}
-        backend = backend or create_backend(backend_name, config.model, config.style, options)
+        backend = backend or _build_backend(config, backend_name)
         try:
             builder = RowBuilder(config.model, settings, machine_info(backend))
             with RunProgress(len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress) as progress:
@@ -253,6 +252,16 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     if config.progress:
         print_generate_summary(summary)
     return summary
+
+
+def _build_backend(config: GenerateConfig, backend_name: str) -> Backend:
+    """The backend of the run: here, or on Ray actors (`cluster.backend = "ray"`)."""
+    options = config.backend_options if config.proofs is None else {**config.backend_options, "proofs": config.proofs}
+    if config.cluster.ray:
+        from genesys.generate.ray_backend import RayBackend
+
+        return RayBackend(backend_name, config.model, config.style, options, config.cluster)
+    return create_backend(backend_name, config.model, config.style, options)
 
 
 def _generate(
@@ -270,9 +279,9 @@ def _generate(
     with ExitStack() as stack:
         engine = None
         if config.verify is not None:
-            from genesys.engine import VerificationEngine
+            from genesys.verify import verification_pool
 
-            engine = stack.enter_context(VerificationEngine(config.verify))
+            engine = stack.enter_context(verification_pool(config.verify))
         for result in iterate(backend.generate(_requests(todo, config))):
             rows = builder.rows(plans[result.request.key], result)
             tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)

@@ -1,9 +1,9 @@
 """The trainer's typed config: one model, read from TOML, any key overridable as a dotted flag.
 
 Sections: `[data]` (where tasks or recorded rollouts come from), `[rollout]` (generation),
-`[optim]`, `[loss]`, `[checkpoint]`; verification and rewards take the same tables and defaults as
-`genesys verify` and `genesys generate` (`[verify]`, `[sandbox]`, `[reward]`, `[style]`,
-`[backend_options]`).
+`[optim]`, `[loss]`, `[checkpoint]`, `[async]` (bounded staleness) and `[cluster]` (Ray actors);
+verification and rewards take the same tables and defaults as `genesys verify` and
+`genesys generate` (`[verify]`, `[sandbox]`, `[reward]`, `[style]`, `[backend_options]`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from genesys.config import (
     REQUIRE_PROOFS_HELP,
     SECTION,
     BackendOptions,
+    ClusterConfig,
     PromptStyle,
     RewardConfig,
     SamplingConfig,
@@ -116,6 +117,13 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True, config=SECTION)
+class AsyncConfig:
+    """Asynchronous training ([async]): generation runs ahead of the trainer by a bounded number of steps."""
+
+    max_staleness: int = setting(0, "train on rollouts of a policy at most this many steps old (0: synchronous)", ge=0)
+
+
+@dataclass(frozen=True, config=SECTION)
 class TrainConfig:
     """`genesys train`: everything a training run needs; the shape of its TOML file."""
 
@@ -136,11 +144,19 @@ class TrainConfig:
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")  # `async` is a Python keyword
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.report_to if name not in TRACKERS]
         if unknown:
             raise ValueError(f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}")
+        if self.async_.max_staleness and not self.cluster.ray:
+            raise ValueError("async.max_staleness > 0 needs rollout workers apart from the trainer: set cluster.backend = 'ray'")
+        if self.cluster.ray and self.optim.updates_per_batch > 1:
+            raise ValueError("cluster.backend = 'ray' takes one optimizer step per generated batch (optim.updates_per_batch = 1)")
+        if self.cluster.ray and self.offline:
+            raise ValueError("cluster.backend = 'ray' generates rollouts; offline training (data.rollouts) runs without it")
 
     @property
     def offline(self) -> bool:
@@ -152,8 +168,10 @@ class TrainConfig:
         return VerifyConfig(**asdict(self.verify), sandbox=self.sandbox, reward=self.reward, progress=False)
 
     def as_dict(self) -> dict[str, Any]:
-        """The resolved config as plain data (None values left out, as TOML has no null)."""
-        return _drop_none(asdict(self))
+        """The resolved config as plain data, keyed as in TOML (None values left out, as TOML has no null)."""
+        data = asdict(self)
+        data["async"] = data.pop("async_")
+        return _drop_none(data)
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -47,6 +47,7 @@ class StepRollouts:
     errors: int = 0  # rollouts whose verification failed (reward None): never trained on
     generated_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # metrics of the asynchronous mode, logged as they are
 
 
 def usable(group: Sequence[Row]) -> list[Row]:
@@ -63,10 +64,9 @@ class OnlineRollouts:
         self.backend = backend
         self.pool = pool
         self.rewards = RewardStage(config.reward)
-        self.sampling = config.rollout.sampling(config.seed)
         self.order = ItemOrder(len(tasks), config.seed, world.rank, world.size)
         self.carry: list[list[Row]] = []
-        self.builder = RowBuilder(config.model, {"backend": backend.name, **self.sampling.as_dict()}, {"backend": backend.name})
+        self.builder = row_builder(config, backend.name)
         self._current: StepRollouts | None = None
 
     def state(self) -> dict[str, Any]:
@@ -95,25 +95,47 @@ class OnlineRollouts:
         step = self._current
         assert step is not None
         started = time.perf_counter()
-        plans: dict[str, PlannedTask] = {}
-        requests = []
-        for position, index in self.order.take(count):
-            row = {**self.tasks[index], DRAW_COLUMN: position}
-            key = task_key(self.tasks[index])
-            plans[str(position)] = PlannedTask(key, row, list(range(self.sampling.n)))
-            messages = build_messages(row["prompt"], self.config.data.system_prompt)
-            requests.append(GenerationRequest(str(position), messages, list(range(self.sampling.n)), request_seed(self.config.seed, str(position)), self.sampling))
-        rows: list[Row] = []
-        for result in iterate(self.backend.generate(requests)):
-            plan = plans[result.request.key]
-            rows.extend(self.builder.rows(plan, result))
-            step.generated_tokens += sum(len(c.completion_ids or ()) for c in result.completions)
-        generated = time.perf_counter()
-        verified = [self.rewards.apply(row) for row in self.pool.verify_rows(rows)]
+        generated = generate_rows(self.backend, self.builder, self.config, [(position, self.tasks[index]) for position, index in self.order.take(count)])
+        step.generated_tokens += generated.tokens
+        finished = time.perf_counter()
+        verified = [self.rewards.apply(row) for row in self.pool.verify_rows(generated.rows)]
         step.errors += sum(row.get("reward") is None for row in verified)
-        step.timings["generate_seconds"] = step.timings.get("generate_seconds", 0.0) + generated - started
-        step.timings["verify_seconds"] = step.timings.get("verify_seconds", 0.0) + time.perf_counter() - generated
+        step.timings["generate_seconds"] = step.timings.get("generate_seconds", 0.0) + finished - started
+        step.timings["verify_seconds"] = step.timings.get("verify_seconds", 0.0) + time.perf_counter() - finished
         return verified
+
+
+@dataclass
+class GeneratedRows:
+    """Unverified rollouts of some tasks, their completion tokens, and the oldest weights version
+    that sampled them (`None` when there were no tasks)."""
+
+    rows: list[Row]
+    tokens: int
+    weights_version: int | None
+
+
+def generate_rows(backend: Backend, builder: RowBuilder, config: TrainConfig, draws: Sequence[tuple[int, Row]]) -> GeneratedRows:
+    """`samples_per_prompt` rollouts of each (stream position, task) draw, each row marked with its draw."""
+    sampling = config.rollout.sampling(config.seed)
+    plans: dict[str, PlannedTask] = {}
+    requests = []
+    for position, task in draws:
+        row = {**task, DRAW_COLUMN: position}
+        plans[str(position)] = PlannedTask(task_key(task), row, list(range(sampling.n)))
+        messages = build_messages(row["prompt"], config.data.system_prompt)
+        requests.append(GenerationRequest(str(position), messages, list(range(sampling.n)), request_seed(config.seed, str(position)), sampling))
+    out = GeneratedRows([], 0, None)
+    for result in iterate(backend.generate(requests)):
+        out.rows.extend(builder.rows(plans[result.request.key], result))
+        out.tokens += sum(len(c.completion_ids or ()) for c in result.completions)
+        out.weights_version = result.weights_version if out.weights_version is None else min(out.weights_version, result.weights_version)
+    return out
+
+
+def row_builder(config: TrainConfig, backend_name: str) -> RowBuilder:
+    """The row builder of the run's rollouts (model, generation settings, backend)."""
+    return RowBuilder(config.model, {"backend": backend_name, **config.rollout.sampling(config.seed).as_dict()}, {"backend": backend_name})
 
 
 def _draw(row: Row) -> int:

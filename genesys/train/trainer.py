@@ -24,6 +24,7 @@ import torch
 
 from genesys.errors import InputError
 from genesys.train import checkpoint as ckpt
+from genesys.train.async_rollouts import AsyncRollouts
 from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
 from genesys.train.config import TrainConfig
 from genesys.train.distributed import World, close_world, init_world
@@ -38,7 +39,10 @@ CONFIG_FILE = "config.toml"
 # Settings a resumed run may change without changing what it computes.
 # Devices with torch's fused AdamW kernel: one pass over all parameters, 2.5-4.5x faster on CPU.
 FUSED_ADAMW_DEVICES = frozenset({"cpu", "cuda"})
-RESUMABLE_CHANGES = frozenset({"optim.steps", "progress", "report_to", "checkpoint.every", "checkpoint.keep", "verify.workers"})
+RESUMABLE_CHANGES = frozenset({
+    "optim.steps", "progress", "report_to", "checkpoint.every", "checkpoint.keep", "verify.workers",
+    "cluster.address", "cluster.rollout_workers", "cluster.verifier_workers", "cluster.rollout_cpus", "cluster.rollout_gpus", "cluster.verifier_cpus",
+})
 
 
 @dataclass
@@ -59,6 +63,7 @@ class Batch:
     stats: dict[str, float]  # this rank's sums, reduced over ranks when logged
     tokens: float  # completion tokens over all ranks
     sequences_total: float  # sequences over all ranks
+    extra: dict[str, Any] = field(default_factory=dict)  # metrics logged as they are (asynchronous mode)
 
 
 def train(config: TrainConfig) -> TrainResult:
@@ -89,6 +94,8 @@ class Trainer:
     """Owns the model, optimizer, rollout source and run directory of one rank."""
 
     def __init__(self, config: TrainConfig, world: World) -> None:
+        if config.cluster.ray and world.distributed:
+            raise InputError("cluster.backend = 'ray' trains in one process (its rollout workers are Ray actors); run it without torchrun")
         if config.rollout.prompts_per_step % world.size:
             raise InputError(f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be divisible by the number of processes ({world.size})")
         self.config = config
@@ -124,6 +131,8 @@ class Trainer:
         self.batch: Batch | None = None
         if self.state:
             self._restore(self.state)
+        if isinstance(self.rollouts, AsyncRollouts):
+            self.rollouts.start(self.model.named_parameters(), self.step)
         self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", self.step) if world.is_main else None
         self.tracker = self._open_tracker() if world.is_main else None
 
@@ -151,9 +160,11 @@ class Trainer:
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
 
-    def _rollout_source(self) -> OnlineRollouts | RecordedRollouts:
+    def _rollout_source(self) -> OnlineRollouts | RecordedRollouts | AsyncRollouts:
         if self.config.offline:
             return RecordedRollouts(self.config, self.world)
+        if self.config.cluster.ray:
+            return self._async_rollouts()
         from genesys.engine import VerificationEngine
         from genesys.generate.backend import create_backend
 
@@ -171,6 +182,18 @@ class Trainer:
         pool = self._stack.enter_context(VerificationEngine(config.verify_config()))
         assert self.tasks is not None
         return OnlineRollouts(config, self.tasks, backend, pool, self.world)
+
+    def _async_rollouts(self) -> AsyncRollouts:
+        """Rollout and verifier actors on Ray (started by `AsyncRollouts.start` once the state is restored)."""
+        from genesys.cluster import ray_session
+
+        cluster = self.config.cluster
+        needed = cluster.rollout_workers * cluster.rollout_cpus + cluster.verifier_workers * cluster.verifier_cpus
+        ray = self._stack.enter_context(ray_session(cluster, needed))
+        assert self.tasks is not None
+        rollouts = AsyncRollouts(self.config, self.tasks, self.source_model, ray)
+        self._stack.callback(rollouts.close)
+        return rollouts
 
     def _sync_weights(self, backend: Any) -> None:
         try:
@@ -233,6 +256,8 @@ class Trainer:
             self.batch = None
             if isinstance(self.rollouts, OnlineRollouts):
                 self._sync_weights(self.rollouts.backend)
+            elif isinstance(self.rollouts, AsyncRollouts):
+                self.rollouts.publish(self.model.named_parameters(), self.step)
         metrics = self._metrics(batch, totals, grad_norm, time.perf_counter() - started, first_update)
         if self.metrics is not None:
             self.metrics.write(metrics)
@@ -248,7 +273,7 @@ class Trainer:
         tokens, count = self.world.sum([float(stats["tokens"]), float(len(sequences))])
         if step.groups_seen and len(step.groups) < per_rank:
             log.warning("step %d: only %d of %d groups with signal after %d generation rounds", self.step + 1, len(step.groups), per_rank, step.rounds)
-        return Batch(sequences, stats, tokens, count)
+        return Batch(sequences, stats, tokens, count, step.extra)
 
     def _sequences(self, step: StepRollouts) -> list[TrainingSequence]:
         """The batch's training sequences with their group advantages, shortest first (less padding)."""
@@ -374,6 +399,8 @@ class Trainer:
             metrics["verify_seconds"] = summed["verify_seconds"] / self.world.size
         if self.reference is not None:
             metrics["kl"] = losses["kl_sum"] / tokens
+        if first_update:
+            metrics.update(batch.extra)
         return metrics
 
     # --- checkpoints ------------------------------------------------------------------------------
@@ -455,13 +482,13 @@ def _rollout_stats(step: StepRollouts, sequences: list[TrainingSequence]) -> dic
 def _batch_state(batch: Batch | None) -> dict[str, Any] | None:
     if batch is None:
         return None
-    return {"sequences": [vars(s) for s in batch.sequences], "stats": batch.stats, "tokens": batch.tokens, "sequences_total": batch.sequences_total}
+    return {"sequences": [vars(s) for s in batch.sequences], "stats": batch.stats, "tokens": batch.tokens, "sequences_total": batch.sequences_total, "extra": batch.extra}
 
 
 def _batch_from_state(state: dict[str, Any] | None) -> Batch | None:
     if state is None:
         return None
-    return Batch([TrainingSequence(**s) for s in state["sequences"]], state["stats"], state["tokens"], state["sequences_total"])
+    return Batch([TrainingSequence(**s) for s in state["sequences"]], state["stats"], state["tokens"], state["sequences_total"], state.get("extra", {}))
 
 
 def _mean(total: float, count: float) -> float | None:

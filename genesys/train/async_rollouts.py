@@ -1,0 +1,371 @@
+"""Asynchronous rollouts on Ray: generation and verification run apart from the trainer, at most
+`async.max_staleness` (k) policy steps behind it.
+
+`cluster.rollout_workers` generation actors (`genesys.train.workers.RolloutWorker`) each take one
+job of task draws at a time; their rows go to verification actors (`genesys.ray_pool`), so a slow
+sandbox never holds up generation; rewarded groups with signal wait in a ready queue, each tagged
+with the policy step that sampled it. A thread of the trainer's process keeps this pipeline moving
+while the trainer computes.
+
+How far generation may run ahead: weights of version v serve the steps v+1 .. v+k+1, so while the
+trainer has taken `taken` batches and published version `version`, the groups in flight or ready
+are capped at `(version + k + 1 - taken)` batches. With k = 0 that is the synchronous loop (the
+next batch is generated only once the weights that must make it are published); with k = 1 the
+next batch is generated while the trainer trains on the current one.
+
+The trainer takes a group only if its policy step is at least `step - k`; an older one is dropped
+and counted, and its place is generated again. A rollout worker that dies is replaced, gets the
+newest weights and its unfinished job is sent again (to the replacement). The data position (the
+task stream's counter, and the draws sent but not yet trained) is saved with each checkpoint; a
+resumed run sends those draws again first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from genesys.config import VerifyConfig
+from genesys.ray_pool import RayVerificationPool
+from genesys.rewards import RewardStage
+from genesys.train.broadcast import PublishedWeights, publish
+from genesys.train.config import TrainConfig
+from genesys.train.groups import has_signal
+from genesys.train.order import ItemOrder
+from genesys.train.rollouts import DRAW_COLUMN, Row, StepRollouts, usable
+
+log = logging.getLogger(__name__)
+TICK_S = 0.02
+MAX_FAILED_STARTS = 3  # a worker slot whose actors die before finishing any job: the setup is broken
+
+
+@dataclass
+class _Job:
+    """Task draws sent to one worker: (stream position, task index) pairs."""
+
+    draws: list[tuple[int, int]]
+    slot: int
+
+
+@dataclass
+class _Slot:
+    """A rollout worker and its history: `incarnation` counts replacements."""
+
+    actor: Any
+    incarnation: int = 0
+    busy: bool = False
+    failed_starts: int = 0
+
+
+@dataclass
+class _Group:
+    """The rollouts of one draw: filled in as verification returns them."""
+
+    position: int
+    version: int
+    rows: list[Row | None]
+    pending: int
+
+
+@dataclass
+class _Broadcast:
+    """The load of one published version on every worker, for the publish-to-loaded time."""
+
+    weights: PublishedWeights
+    waiting: set[int]
+    last_loaded: float = 0.0
+
+
+@dataclass
+class _Counts:
+    """What happened since the last batch was taken."""
+
+    groups_seen: int = 0
+    groups_dropped: int = 0
+    stale_dropped: int = 0
+    worker_restarts: int = 0
+    requests_resent: int = 0
+    generation_busy_s: float = 0.0
+    generated_tokens: int = 0
+    jobs: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class AsyncRollouts:
+    """The rollout source of `cluster.backend = "ray"`: groups within the staleness bound."""
+
+    def __init__(self, config: TrainConfig, tasks: list[Row], source_model: str, ray: Any) -> None:
+        self.config = config
+        self.tasks = tasks
+        self.source_model = source_model
+        self.ray = ray
+        self.size = config.rollout.prompts_per_step
+        self.bound = config.async_.max_staleness
+        self.cluster = config.cluster
+        self.run_id = uuid.uuid4().hex[:8]  # names this run's actors apart from other runs' on the cluster
+        self.job_groups = math.ceil(self.size / self.cluster.rollout_workers)
+        self.order = ItemOrder(len(tasks), config.seed)
+        self.requeue: deque[tuple[int, int]] = deque()
+        self.rewards = RewardStage(config.reward)
+        self.pool = RayVerificationPool(VerifyConfig(**asdict(config.verify), sandbox=config.sandbox, reward=config.reward, progress=False, cluster=self.cluster))
+        self.taken = 0  # batches taken by the trainer (the trainer's step when it asks for the next)
+        self.version = 0  # the newest published weights version
+        self.published: PublishedWeights | None = None
+        self.broadcast: _Broadcast | None = None
+        self.last_broadcast_s: float | None = None
+        self.slots: list[_Slot] = []
+        self.live: dict[int, int] = {}  # position -> task index: sent, and neither trained on nor dropped
+        self.jobs: dict[Any, _Job] = {}
+        self.loads: dict[Any, tuple[int, int]] = {}  # ref -> (slot, version)
+        self.verifying: dict[int, _Group] = {}
+        self.ready: list[_Group] = []
+        self.counts = _Counts()
+        self.cond = threading.Condition()
+        self.failure: BaseException | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="genesys-async-rollouts", daemon=True)
+
+    # --- the trainer's side -------------------------------------------------------------------------
+
+    def start(self, named_parameters: Any, step: int) -> None:
+        """Bring the actors up for a run at `step` (the checkpoint's weights, published as version `step`)."""
+        self.pool.start()
+        self.taken = self.version = step
+        self.slots = [_Slot(self._new_worker(index, 0)) for index in range(self.cluster.rollout_workers)]
+        if step:
+            self.publish(named_parameters, step)
+        self._thread.start()
+
+    def publish(self, named_parameters: Any, version: int) -> None:
+        """Publish the trainer's weights as `version`; every worker loads them before its next job."""
+        weights = publish(self.ray, named_parameters, version)
+        with self.cond:
+            self.published, self.version = weights, version
+            self.broadcast = _Broadcast(weights, set(range(len(self.slots))))
+            for index in range(len(self.slots)):
+                self._send_weights(index)
+            self.cond.notify_all()
+
+    def next_batch(self, size: int) -> StepRollouts:
+        """`size` groups whose policy step is within the bound (fewer when refilling gives up)."""
+        started = time.perf_counter()
+        waited = False
+        with self.cond:
+            while True:
+                if self.failure is not None:
+                    raise RuntimeError(f"asynchronous rollouts failed: {self.failure}") from self.failure
+                self._drop_stale()
+                if len(self.ready) >= size or self.counts.groups_dropped >= self.config.rollout.max_refill_rounds * size:
+                    break
+                if not waited:
+                    log.info("step %d: waiting for rollouts (%d of %d groups ready, %d in flight)", self.taken + 1, len(self.ready), size, len(self.live) - len(self.ready))
+                    waited = True
+                self.cond.wait(0.5)
+            batch, self.ready = self.ready[:size], self.ready[size:]
+            for group in batch:
+                self.live.pop(group.position)
+            step = self._step_rollouts(batch, time.perf_counter() - started)
+            self.taken += 1
+            self.cond.notify_all()
+        hist = step.extra["staleness_hist"]
+        log.info("step %d: staleness histogram %s, waited %.2f s", self.taken, hist, step.extra["trainer_wait_s"])
+        return step
+
+    def state(self) -> dict[str, Any]:
+        """The data position: the stream counter and the draws sent but not trained on (sent again on resume)."""
+        with self.cond:
+            return {"taken": self.order.taken, "requeue": [*self.requeue, *self.live.items()]}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.order.taken = state["taken"]
+        self.requeue = deque((int(position), int(index)) for position, index in state["requeue"])
+
+    def close(self) -> None:
+        """Stop the pipeline and its actors."""
+        with self.cond:
+            self._stopping = True
+            self.cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        for slot in self.slots:
+            self.ray.kill(slot.actor)
+        self.pool.close()
+
+    # --- the pipeline thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self.cond:
+                    if self._stopping:
+                        return
+                    self._dispatch()
+                    refs = [*self.jobs, *self.loads]
+                ready = self._wait(refs)
+                with self.cond:
+                    for ref in ready:
+                        if ref in self.jobs:
+                            self._job_done(ref)
+                        else:
+                            self._load_done(ref)
+                    for key, row in self.pool.poll(0):
+                        self._verified(key, row)
+                    self.cond.notify_all()
+        except BaseException as exc:  # the trainer hears of it at its next batch
+            log.exception("asynchronous rollouts stopped")
+            with self.cond:
+                self.failure = exc
+                self.cond.notify_all()
+
+    def _wait(self, refs: list[Any]) -> list[Any]:
+        """The refs that are done, after at most one tick."""
+        if not refs:
+            time.sleep(TICK_S)
+            return []
+        return self.ray.wait(refs, num_returns=len(refs), timeout=TICK_S)[0]
+
+    def _dispatch(self) -> None:
+        """Send jobs to idle workers while the staleness budget allows more groups."""
+        budget = (self.version + self.bound + 1 - self.taken) * self.size - len(self.live)
+        for index, slot in enumerate(self.slots):
+            if budget <= 0:
+                return
+            if slot.busy:
+                continue
+            count = min(self.job_groups, budget)
+            draws = [self.requeue.popleft() for _ in range(min(count, len(self.requeue)))]
+            draws += self.order.take(count - len(draws))
+            self.live.update(draws)
+            self._send_job(_Job(draws, index))
+            budget -= count
+
+    def _send_job(self, job: _Job) -> None:
+        slot = self.slots[job.slot]
+        draws = [(position, self.tasks[index]) for position, index in job.draws]
+        self.jobs[slot.actor.generate.remote(draws, self.version)] = job
+        slot.busy = True
+        self.counts.jobs += 1
+
+    def _send_weights(self, index: int) -> None:
+        weights = self.published
+        if weights is not None:
+            self.loads[self.slots[index].actor.load_weights.remote(weights.version, weights.checksum, [weights.ref])] = (index, weights.version)
+
+    def _job_done(self, ref: Any) -> None:
+        job = self.jobs.pop(ref)
+        slot = self.slots[job.slot]
+        slot.busy = False
+        try:
+            result = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            self._replace_worker(job, exc)
+            return
+        slot.failed_starts = 0
+        self.counts.generation_busy_s += result.busy_seconds
+        self.counts.generated_tokens += result.tokens
+        by_draw: dict[int, list[Row]] = {}
+        for row in result.rows:
+            by_draw.setdefault(row[DRAW_COLUMN], []).append(row)
+        for position, rows in by_draw.items():
+            self.verifying[position] = _Group(position, result.weights_version, [None] * len(rows), len(rows))
+            for sample, row in enumerate(rows):
+                self.pool.submit((position, sample), row)
+
+    def _replace_worker(self, job: _Job, exc: BaseException) -> None:
+        """A worker died: start another in its slot, give it the newest weights, resend the job."""
+        slot = self.slots[job.slot]
+        slot.failed_starts += 1
+        if slot.failed_starts > MAX_FAILED_STARTS:
+            raise RuntimeError(f"rollout worker {job.slot} died {slot.failed_starts} times without finishing a job; the last: {exc}") from exc
+        log.warning("rollout worker %d died (%s); replacing it and resending its %d unfinished tasks", job.slot, type(exc).__name__, len(job.draws))
+        slot.incarnation += 1
+        slot.actor = self._new_worker(job.slot, slot.incarnation)
+        self.counts.worker_restarts += 1
+        self.counts.requests_resent += len(job.draws)
+        self._send_weights(job.slot)
+        self._send_job(job)
+
+    def _load_done(self, ref: Any) -> None:
+        index, version = self.loads.pop(ref)
+        try:
+            _, loaded_at = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError:
+            return  # the worker died; its replacement is sent the weights
+        broadcast = self.broadcast
+        if broadcast is None or broadcast.weights.version != version:
+            return
+        broadcast.waiting.discard(index)
+        broadcast.last_loaded = max(broadcast.last_loaded, loaded_at)
+        if not broadcast.waiting:
+            self.last_broadcast_s = broadcast.last_loaded - broadcast.weights.published_at
+            self.broadcast = None
+
+    def _verified(self, key: tuple[int, int], row: Row) -> None:
+        position, sample = key
+        group = self.verifying[position]
+        group.rows[sample] = self.rewards.apply(row)
+        group.pending -= 1
+        if group.pending:
+            return
+        del self.verifying[position]
+        self.counts.groups_seen += 1
+        rows = [r for r in group.rows if r is not None]
+        if self.config.rollout.filter_groups and not has_signal(rows, self.config.rollout.filter_signal):
+            self.counts.groups_dropped += 1
+            self.live.pop(position)
+            return
+        group.rows = rows  # type: ignore[assignment]
+        self.ready.append(group)
+
+    def _drop_stale(self) -> None:
+        """Drop ready groups sampled by a policy more than `bound` steps older than the trainer's."""
+        oldest = self.taken - self.bound
+        stale = [group for group in self.ready if group.version < oldest]
+        if not stale:
+            return
+        self.ready = [group for group in self.ready if group.version >= oldest]
+        for group in stale:
+            self.live.pop(group.position)
+        self.counts.stale_dropped += len(stale)
+        log.info("step %d: dropped %d groups older than policy step %d", self.taken + 1, len(stale), oldest)
+
+    def _step_rollouts(self, batch: list[_Group], waited: float) -> StepRollouts:
+        counts, self.counts = self.counts, _Counts()
+        staleness = [self.taken - group.version for group in batch]
+        groups = [group.rows for group in batch]
+        step = StepRollouts(
+            groups=groups,  # type: ignore[arg-type]
+            groups_seen=counts.groups_seen, groups_dropped=counts.groups_dropped, rounds=counts.jobs,
+            errors=sum(len(g) - len(usable(g)) for g in groups), generated_tokens=counts.generated_tokens,  # type: ignore[arg-type]
+        )
+        step.extra = {
+            "staleness_mean": sum(staleness) / len(staleness) if staleness else None,
+            "staleness_max": max(staleness, default=None),
+            "staleness_hist": {str(s): n for s, n in sorted(Counter(staleness).items())},
+            "trainer_wait_s": waited,
+            "groups_stale_dropped": counts.stale_dropped,
+            "worker_restarts": counts.worker_restarts,
+            "requests_resent": counts.requests_resent,
+            "generation_busy_s": counts.generation_busy_s,
+            "weights_load_s": self.last_broadcast_s,
+            "draws": sorted(group.position for group in batch),
+        }
+        return step
+
+    def _new_worker(self, index: int, incarnation: int) -> Any:
+        from genesys.cluster import actor_options
+        from genesys.train.workers import RolloutWorker
+
+        cluster, config = self.cluster, self.config
+        options = config.backend_options.for_backend(config.rollout.backend)
+        if config.rollout.backend == "transformers":
+            options.setdefault("batch_size", self.job_groups * config.rollout.samples_per_prompt)
+            options.setdefault("device", "cuda" if cluster.rollout_gpus > 0 else "cpu")
+        name = f"{self.run_id}-rollout-{index}.{incarnation}"
+        return RolloutWorker.options(**actor_options(cluster.rollout_cpus, cluster.rollout_gpus, name)).remote(config, self.source_model, options, config.style)

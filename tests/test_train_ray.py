@@ -1,0 +1,258 @@
+"""Asynchronous training and verification on a local Ray instance: bounded staleness, weight
+broadcast, a rollout worker killed mid-run, and `genesys verify` spread over Ray actors."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install 'genesys[ray]'")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from conftest import GENESYS, REPO, SUPPORT, digit_tasks, read_jsonl, rollout, write_jsonl  # noqa: E402
+from genesys.cluster import NAMESPACE  # noqa: E402
+from genesys.train import TrainConfig, train  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance for the module (4 logical CPUs: 2 rollout, 1 verifier actor, spare),
+    whose actors load the test plugins."""
+    env = {"GENESYS_PLUGINS": "genesys_testplugins", "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(REPO)]), "OMP_NUM_THREADS": "1"}
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE, runtime_env={"env_vars": env})
+    yield ray
+    ray.shutdown()
+
+
+def ray_config(model: str, out: Path, tasks: Path, staleness: int = 1, steps: int = 12, **sections: Any) -> TrainConfig:
+    data: dict[str, Any] = {
+        "model": model, "output_dir": str(out), "seed": 0, "progress": False,
+        "data": {"tasks": [str(tasks)]},
+        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 8, "max_tokens": 32},
+        "optim": {"steps": steps, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
+        "checkpoint": {"every": 0},
+        "verify": {"workers": 1},
+        "async": {"max_staleness": staleness},
+        "cluster": {"backend": "ray", "rollout_workers": 2, "verifier_workers": 1},
+    }
+    for section, values in sections.items():
+        data[section] = {**data[section], **values} if isinstance(values, dict) and isinstance(data.get(section), dict) else values
+    return TrainConfig.load(None, data)
+
+
+def test_two_workers_with_staleness_one_stay_in_bound_and_learn(tiny_model, tmp_path, plugin_env, local_ray, caplog):
+    with caplog.at_level(logging.INFO, logger="genesys.train.async_rollouts"):
+        result = train(ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=30))
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("step 1: waiting for rollouts") for m in messages)  # the actors were still starting
+    assert sum("staleness histogram" in m for m in messages) == 30
+    metrics = result.metrics
+    assert [m["step"] for m in metrics] == list(range(1, 31))
+    for m in metrics:
+        assert m["staleness_max"] <= 1 and 0 <= m["staleness_mean"] <= 1
+        assert sum(m["staleness_hist"].values()) == m["groups_kept"] == 4
+        assert set(m["staleness_hist"]) <= {"0", "1"}
+        assert m["trainer_wait_s"] >= 0
+    assert any(m["staleness_max"] == 1 for m in metrics)  # generation did run ahead of the trainer
+    draws = [d for m in metrics for d in m["draws"]]
+    assert len(draws) == len(set(draws)) == 30 * 4  # no group trained twice
+    assert all(m["weights_load_s"] is not None for m in metrics[2:])
+    rewards = [m["reward_mean"] for m in metrics]
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.2, rewards
+
+
+def test_staleness_zero_on_ray_trains_on_policy(tiny_model, tmp_path, plugin_env, local_ray):
+    result = train(ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=0, steps=4))
+    assert all(m["staleness_max"] == 0 for m in result.metrics)
+    assert result.metrics[0]["logprob_mismatch"] <= 1e-4  # the first batch comes from the trainer's own weights
+
+
+def _kill_when(metrics: Path, steps: int, name_suffix: str, killed: dict[str, Any]) -> None:
+    """SIGKILL the rollout actor whose name ends in `name_suffix` once `steps` steps are logged."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= steps:
+            break
+        time.sleep(0.05)
+    names = [actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True) if actor["name"].endswith(name_suffix)]
+    pid = ray.get(ray.get_actor(names[0], namespace=NAMESPACE).pid.remote())
+    os.kill(pid, signal.SIGKILL)
+    killed["pid"] = pid
+
+
+def test_a_rollout_worker_killed_mid_run_is_replaced_and_nothing_is_trained_twice(tiny_model, tmp_path, plugin_env, local_ray, caplog):
+    out = tmp_path / "run"
+    killed: dict[str, Any] = {}
+    killer = threading.Thread(target=_kill_when, args=(out / "metrics.jsonl", 3, "-rollout-0.0", killed))
+    killer.start()
+    with caplog.at_level(logging.WARNING, logger="genesys.train.async_rollouts"):
+        result = train(ray_config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=12))
+    killer.join()
+    assert "pid" in killed
+    metrics = result.metrics
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert any("rollout worker 0 died" in record.getMessage() for record in caplog.records)
+    assert sum(m["worker_restarts"] for m in metrics) == 1
+    assert sum(m["requests_resent"] for m in metrics) >= 1
+    draws = [d for m in metrics for d in m["draws"]]
+    assert len(draws) == len(set(draws)) == sum(m["groups_kept"] for m in metrics) == 12 * 4
+    assert all(m["staleness_max"] <= 1 for m in metrics)
+
+
+def _verify_inputs(path: Path, count: int) -> Path:
+    kinds = [("echo", "yes"), ("echo", "no"), ("boom", "x"), ("odd_details", "x"), ("crash", "x")]
+    rows = []
+    for i in range(count):
+        task_type, completion = kinds[i % len(kinds)]
+        row = rollout(task_type, completion, expected="yes")
+        row["problem_id"] = f"p{i}"
+        rows.append(row)
+    return write_jsonl(path, rows)
+
+
+def _comparable(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Rows by response_id, without the verifying process's pid (the only field that may differ)."""
+    out = {}
+    for row in rows:
+        info = row.get("verification_result_info")
+        if isinstance(info, dict):
+            info.pop("pid", None)
+        out[row["response_id"]] = row
+    return out
+
+
+def test_ray_verify_on_two_actors_equals_the_local_result_row_for_row(tmp_path, plugin_env, local_ray):
+    from genesys.config import ClusterConfig, VerifyConfig
+    from genesys.verify import verify_files
+
+    inputs = _verify_inputs(tmp_path / "in.jsonl", 150)
+    local = verify_files([str(inputs)], tmp_path / "local.jsonl", config=VerifyConfig(workers=1, progress=False))
+    spread = verify_files([str(inputs)], tmp_path / "ray.jsonl", config=VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)))
+    assert spread.verified == local.verified == 150
+    assert {t: vars(s) for t, s in spread.stats.items()} == {t: vars(s) for t, s in local.stats.items()}
+    expected, found = _comparable(read_jsonl(tmp_path / "local.jsonl")), _comparable(read_jsonl(tmp_path / "ray.jsonl"))
+    assert len(found) == 150 and found == expected
+
+
+def test_ray_pool_resends_the_rows_of_a_verifier_actor_that_died(plugin_env, local_ray):
+    from genesys.config import ClusterConfig, VerifyConfig
+    from genesys.ray_pool import RayVerificationPool
+
+    rows = [{**rollout("slow", "x", sleep=0.05), "problem_id": f"p{i}"} for i in range(40)]
+    with RayVerificationPool(VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)), chunk_rows=10) as pool:
+        pid = ray.get(pool.actors[0].pid.remote())  # asked first: the actor answers one call at a time
+        for index, row in enumerate(rows):
+            pool.submit(index, row)
+        pool.poll(0)  # sends the chunks
+        os.kill(pid, signal.SIGKILL)
+        verified = dict(pool.drain())
+        assert pool.replaced == 1
+    assert sorted(verified) == list(range(40))
+    assert all(row["score"] == 1.0 for row in verified.values())
+
+
+def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_model, tmp_path, plugin_env):
+    """SIGKILL `genesys train` on Ray after its step-2 checkpoint; the same command (starting its own
+    Ray instance) finishes the run, every step once, no draw trained twice."""
+    out, tasks = tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl")
+    command = [GENESYS, "train", "--model", tiny_model, "-o", str(out), f"--data.tasks={tasks}", "--optim.steps", "6", "--optim.lr", "3e-3",
+               "--optim.micro_batch_size", "32", "--rollout.prompts_per_step", "4", "--rollout.max_tokens", "16", "--checkpoint.every", "2",
+               "--verify.workers", "1", "--async.max_staleness", "1", "--cluster.backend", "ray", "--no-progress"]
+    env = {**plugin_env, "OMP_NUM_THREADS": "1"}
+    metrics = out / "metrics.jsonl"
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            assert first.poll() is None and time.monotonic() < deadline, "the run ended or stalled before it could be killed"
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.wait()
+    assert (out / "checkpoints" / "step-000002").is_dir() and not (out / "final").exists()
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    records = read_jsonl(metrics)
+    assert [m["step"] for m in records] == list(range(1, 7))
+    draws = [d for m in records for d in m["draws"]]
+    assert len(draws) == len(set(draws)) == 6 * 4
+    assert all(m["staleness_max"] <= 1 for m in records)
+    assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(tmp_path):
+    from genesys.train.async_rollouts import AsyncRollouts, _Group
+
+    config = TrainConfig.load(None, {"model": "m", "output_dir": str(tmp_path), "data": {"tasks": ["t"]}, "async": {"max_staleness": 1}, "cluster": {"backend": "ray"}})
+    rollouts = AsyncRollouts(config, [{"prompt": "p"}], "m", ray)
+    rollouts.taken = 5  # the trainer is about to take step 6: policy steps 4 and 5 are within the bound
+    rollouts.ready = [_Group(position, version, [], 0) for position, version in ((0, 3), (1, 4), (2, 5), (3, 2))]
+    rollouts.live = {0: 0, 1: 0, 2: 0, 3: 0}
+    rollouts._drop_stale()
+    assert [group.version for group in rollouts.ready] == [4, 5]
+    assert rollouts.counts.stale_dropped == 2
+    assert sorted(rollouts.live) == [1, 2]  # the dropped draws no longer hold generation budget
+
+
+def test_weights_whose_checksum_differs_are_refused():
+    from genesys.train.broadcast import checksum, cpu_weights, verified_weights
+
+    weights = cpu_weights([("a", torch.ones(3)), ("b", torch.zeros(2, 2, dtype=torch.bfloat16)), ("c", torch.tensor(1.5))])
+    digest = checksum(weights)
+    assert verified_weights(weights, digest, 1) is weights
+    damaged = {**weights, "b": weights["b"].clone()}
+    damaged["b"][0, 0] = 1.0
+    with pytest.raises(ValueError, match="weights version 7 arrived with checksum"):
+        verified_weights(damaged, digest, 7)
+    assert checksum({"a": weights["a"]}) != checksum({"b": weights["a"]})  # names count, not only bytes
+
+
+def _generate_config(model: str, tasks: Path, output: Path, backend: str, cluster: dict[str, Any] | None = None, **sampling: Any) -> Any:
+    from genesys.config import ClusterConfig, GenerateConfig, SamplingConfig, VerifyConfig
+
+    cluster_config = ClusterConfig(**(cluster or {}))
+    return GenerateConfig(tasks=[str(tasks)], model=model, output=output, backend=backend, sampling=SamplingConfig(**sampling),
+                          verify=VerifyConfig(workers=1, progress=False, cluster=cluster_config), progress=False, cluster=cluster_config)
+
+
+def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, plugin_env, local_ray):
+    from genesys.generate.runner import run_generation
+
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", count=30)
+    run_generation(_generate_config("m", tasks, tmp_path / "local.jsonl", "scripted", n=3, max_tokens=20))
+    summary = run_generation(_generate_config("m", tasks, tmp_path / "ray.jsonl", "scripted", {"backend": "ray", "rollout_workers": 2}, n=3, max_tokens=20))
+    assert summary.generated == 90
+
+    def by_id(path: Path) -> dict[str, dict[str, Any]]:
+        return {row["response_id"]: {k: v for k, v in row.items() if k != "machine_info"} for row in read_jsonl(path)}
+
+    assert by_id(tmp_path / "ray.jsonl") == by_id(tmp_path / "local.jsonl")
+    assert all(row["machine_info"]["ray_actors"] == 2 for row in read_jsonl(tmp_path / "ray.jsonl"))
+
+
+def test_ray_generate_resends_the_requests_of_a_killed_actor(tiny_model, tmp_path, plugin_env, local_ray):
+    from genesys.config import ClusterConfig, PromptStyle
+    from genesys.generate.ray_backend import RayBackend
+    from genesys.generate.runner import run_generation
+
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", count=48)
+    cluster = {"backend": "ray", "rollout_workers": 2}
+    config = _generate_config(tiny_model, tasks, tmp_path / "out.jsonl", "transformers", cluster, n=4, max_tokens=16)
+    backend = RayBackend("transformers", tiny_model, PromptStyle(), {"batch_size": 8}, ClusterConfig(**cluster), chunk_requests=4)
+    os.kill(ray.get(backend.actors[0].pid.remote()), signal.SIGKILL)  # the chunks sent to it fail and go to a replacement
+    summary = run_generation(config, backend=backend)
+    assert backend.replaced == 1
+    rows = read_jsonl(tmp_path / "out.jsonl")
+    assert summary.generated == len(rows) == 48 * 4
+    assert len({row["response_id"] for row in rows}) == 48 * 4
