@@ -113,6 +113,19 @@ def test_behaviour_logprobs_are_those_of_the_sampled_distribution(engine, refere
             assert (torch.tensor(completion.logprobs) - recomputed(reference, result.prompt_ids, completion.completion_ids, 1.0)).abs().max() > 1e-2
 
 
+def test_seeded_requests_beyond_one_engine_step_are_sampled(engine):
+    # Prompts, n times over, past the engine's token budget per step: with chunked prefill on, the
+    # prompt split across two steps made vLLM 0.32's CPU runner rewind the request's seeded
+    # generator, which a CPU generator cannot do, and the engine died.
+    budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    sampling = SamplingConfig(n=4, max_tokens=4)
+    words = " ".join(str(k) for k in range(60))
+    requests = [GenerationRequest(str(i), build_messages(f"Write digits {i}: {words}"), list(range(4)), seed=i, sampling=sampling) for i in range(40)]
+    results = list(iterate(engine.generate(requests)))
+    assert sum(len(result.prompt_ids) * 4 for result in results) > budget
+    assert len(results) == 40 and all(len(c.completion_ids) == len(c.logprobs) > 0 for result in results for c in result.completions)
+
+
 def test_cli_generates_n_samples_per_task_reproducibly_and_resumes_after_a_kill(engine, model, tmp_path):
     output = tmp_path / "out"
     # 400 rollouts in engine calls of 8 tasks: the first shard (256 rows, or 2 s) comes well before the end.

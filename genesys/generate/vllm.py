@@ -48,6 +48,15 @@ def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
         module.quant_method.process_weights_after_loading(module)
 
 
+def platform_defaults() -> dict[str, Any]:
+    """Engine defaults for the platform vLLM runs on. On CPU, chunked prefill is off: vLLM 0.32's CPU
+    runner dies on a seeded request whose prompt is split across engine steps (it rewinds the
+    request's generator, which a CPU generator cannot do), and every genesys request is seeded."""
+    from vllm.platforms import current_platform
+
+    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
+
+
 def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float] | None:
     """The logprob of each sampled token from vLLM's per-position `{token_id: Logprob}` mappings."""
     if logprobs is None:
@@ -103,7 +112,7 @@ class VLLMBackend:
         self.style = style
         self.batch_size = batch_size
         self.colocate = colocate
-        args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **(engine_args or {})}
+        args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **platform_defaults(), **(engine_args or {})}
         if colocate:
             args.setdefault("distributed_executor_backend", "uni")  # the model in this process, not in a worker process
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core too (read when the engine is built)
