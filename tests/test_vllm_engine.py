@@ -113,6 +113,23 @@ def test_behaviour_logprobs_are_those_of_the_sampled_distribution(engine, refere
             assert (torch.tensor(completion.logprobs) - recomputed(reference, result.prompt_ids, completion.completion_ids, 1.0)).abs().max() > 1e-2
 
 
+def test_texts_decoded_by_the_backend_are_the_engines_own(engine):
+    # The backend has the engine skip detokenizing and decodes each request's completions itself.
+    from vllm import SamplingParams
+
+    result = sample(engine, 1.0, n=8)
+    params = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_tokens=24, seed=result.request.seed)
+    [output] = engine.llm.generate([{"prompt_token_ids": result.prompt_ids}], params, use_tqdm=False)
+    engine_side = sorted(output.outputs, key=lambda c: c.index)
+    assert [c.completion_ids for c in result.completions] == [list(c.token_ids) for c in engine_side]
+    # The same text, except where a completion's last bytes are an unfinished multi-byte character
+    # (this random model makes many): decoding the ids ends the text with U+FFFD (as the
+    # transformers backend does), vLLM leaves them out.
+    for ours, theirs in zip(result.completions, engine_side):
+        assert ours.text == theirs.text or ours.text.rstrip("\ufffd") == theirs.text, (ours.text, theirs.text)
+    assert sum(ours.text == theirs.text != "" for ours, theirs in zip(result.completions, engine_side)) >= 4
+
+
 def test_seeded_requests_beyond_one_engine_step_are_sampled(engine):
     # Prompts, n times over, past the engine's token budget per step: with chunked prefill on, the
     # prompt split across two steps made vLLM 0.32's CPU runner rewind the request's seeded
