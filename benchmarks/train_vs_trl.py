@@ -222,7 +222,7 @@ def run_trl(setup: Setup, use_vllm: bool = False) -> RunRecord:
     args = GRPOConfig(
         output_dir=str(setup.workdir / "trl-run"), seed=setup.seed, max_steps=setup.steps, report_to="none",
         logging_steps=1, save_strategy="no", disable_tqdm=True, use_cpu=setup.device == "cpu",
-        bf16=setup.precision == "bf16", activation_checkpointing=False, use_vllm=use_vllm, vllm_mode="colocate",
+        bf16=setup.precision == "bf16", gradient_checkpointing=False, use_vllm=use_vllm, vllm_mode="colocate",
         vllm_gpu_memory_utilization=setup.vllm_memory, vllm_max_model_length=setup.max_model_len,
         per_device_train_batch_size=batch, gradient_accumulation_steps=1, generation_batch_size=batch,
         num_generations=SAMPLES_PER_PROMPT, max_completion_length=MAX_TOKENS, temperature=1.0, top_p=1.0, top_k=0,
