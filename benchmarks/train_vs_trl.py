@@ -154,11 +154,12 @@ def run_genesys(setup: Setup, backend: str = "transformers") -> RunRecord:
     """`genesys train` through its Python entry point, generating with `backend` (transformers, or a colocated vLLM engine)."""
     from genesys.train import TrainConfig, train
 
+    record = RunRecord("genesys" if backend == "transformers" else f"genesys-{backend}")
     tasks = setup.workdir / "tasks.jsonl"
     rows = [{"problem_id": f"p{i}", "source": "bench", "task_type": "digit_share", "prompt": p, "verification_info": {}} for i, p in enumerate(setup.prompts)]
     tasks.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = TrainConfig.load(None, {
-        "model": setup.model, "output_dir": str(setup.workdir / "genesys-run"), "seed": setup.seed, "progress": False,
+        "model": setup.model, "output_dir": str(setup.workdir / f"{record.name}-run"), "seed": setup.seed, "progress": False,
         "precision": setup.precision, "gradient_checkpointing": False,
         "data": {"tasks": [str(tasks)]},
         "rollout": {"backend": backend, "prompts_per_step": PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
@@ -170,7 +171,6 @@ def run_genesys(setup: Setup, backend: str = "transformers") -> RunRecord:
         "backend_options": genesys_rollout_options(setup, backend),
         "verify": {"workers": 1},
     })
-    record = RunRecord("genesys" if backend == "transformers" else f"genesys-{backend}")
     started = time.perf_counter()
     result = train(config)
     record.run_seconds = time.perf_counter() - started
@@ -220,7 +220,7 @@ def run_trl(setup: Setup, use_vllm: bool = False) -> RunRecord:
 
     batch = PROMPTS_PER_STEP * SAMPLES_PER_PROMPT
     args = GRPOConfig(
-        output_dir=str(setup.workdir / "trl-run"), seed=setup.seed, max_steps=setup.steps, report_to="none",
+        output_dir=str(setup.workdir / f"{record.name}-run"), seed=setup.seed, max_steps=setup.steps, report_to="none",
         logging_steps=1, save_strategy="no", disable_tqdm=True, use_cpu=setup.device == "cpu",
         bf16=setup.precision == "bf16", gradient_checkpointing=False, use_vllm=use_vllm, vllm_mode="colocate",
         vllm_gpu_memory_utilization=setup.vllm_memory, vllm_max_model_length=setup.max_model_len,
