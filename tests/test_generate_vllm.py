@@ -15,21 +15,24 @@ from genesys.generate.backend import GenerationRequest, iterate, resolve_backend
 from genesys.generate.vllm import reload_in_place, result_from_request_output, sampled_logprobs
 
 
-# Shaped like vllm.logprobs.Logprob, vllm.outputs.CompletionOutput and vllm.outputs.RequestOutput.
+# Shaped like vllm.logprobs.FlatLogprobs, vllm.outputs.CompletionOutput and vllm.outputs.RequestOutput.
 @dataclass
-class Logprob:
-    logprob: float
-    rank: int | None = None
-    decoded_token: str | None = None
+class FlatLogprobs:
+    start_indices: list[int] = field(default_factory=list)
+    end_indices: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    ranks: list[int | None] = field(default_factory=list)
+    decoded_tokens: list[str | None] = field(default_factory=list)
 
 
 @dataclass
 class CompletionOutput:
     index: int
-    text: str
+    text: str  # empty: the backend asks for no detokenization
     token_ids: list[int]
     cumulative_logprob: float | None
-    logprobs: list[dict[int, Logprob]] | None
+    logprobs: FlatLogprobs | None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
@@ -44,33 +47,51 @@ class RequestOutput:
     finished: bool = True
 
 
-def _position(sampled: int, logprob: float, others: dict[int, float]) -> dict[int, Logprob]:
-    """One position as vLLM records it: the sampled token first, then the top-k alternatives."""
-    return {sampled: Logprob(logprob, rank=3), **{t: Logprob(lp, rank=i + 1) for i, (t, lp) in enumerate(others.items())}}
+def _flat(*positions: tuple[int, float, dict[int, float]]) -> FlatLogprobs:
+    """Positions as vLLM records them: at each, the sampled token first, then the top-k alternatives."""
+    flat = FlatLogprobs()
+    for sampled, logprob, others in positions:
+        flat.start_indices.append(len(flat.logprobs))
+        for rank, (token, value) in enumerate([(sampled, logprob), *others.items()]):
+            flat.token_ids.append(token)
+            flat.logprobs.append(value)
+            flat.ranks.append(rank or 3)
+            flat.decoded_tokens.append(None)
+        flat.end_indices.append(len(flat.logprobs))
+    return flat
 
 
-def test_request_output_maps_to_completions_in_index_order():
+@pytest.fixture(scope="module")
+def tokenizer():
+    from genesys.generate.tiny_model import train_tokenizer
+
+    return train_tokenizer(["a few words of text to learn from, yes and no", "and a few more"], vocab_size=300)
+
+
+def test_request_output_maps_to_completions_in_index_order(tokenizer):
+    yes, no = tokenizer.encode(" yes"), tokenizer.encode(" no") + [tokenizer.eos_token_id]
     recorded = RequestOutput(
         request_id="7",
         prompt=None,
         prompt_token_ids=[101, 102, 103],
         prompt_logprobs=None,
         outputs=[
-            CompletionOutput(1, " no", [9, 2], -3.5, [_position(9, -3.0, {5: -0.1}), _position(2, -0.5, {})], "stop", None),
-            CompletionOutput(0, " yes", [7, 8, 4], -1.0, [_position(7, -0.2, {}), _position(8, -0.3, {1: -0.05}), _position(4, -0.5, {})], "length"),
+            CompletionOutput(1, "", no, -3.5, _flat(*[(t, -1.0, {5: -0.1}) for t in no[:-1]], (no[-1], -0.5, {})), "stop", None),
+            CompletionOutput(0, "", yes, -1.0, _flat(*[(t, -0.2 * (k + 1), {1: -0.05} if k else {}) for k, t in enumerate(yes)]), "length"),
         ],
     )
     request = GenerationRequest("task", [{"role": "user", "content": "?"}], [2, 3], seed=1)
-    result = result_from_request_output(request, recorded)
+    result = result_from_request_output(request, recorded, tokenizer)
     assert result.request is request and result.prompt_ids == [101, 102, 103]
     first, second = result.completions
-    assert (first.text, first.completion_ids, first.finish_reason) == (" yes", [7, 8, 4], "length")
-    assert first.logprobs == [-0.2, -0.3, -0.5]  # the sampled token's, not the top alternative's
-    assert (second.completion_ids, second.logprobs, second.finish_reason) == ([9, 2], [-3.0, -0.5], "stop")
+    assert (first.text, first.completion_ids, first.finish_reason) == (" yes", yes, "length")
+    assert first.logprobs == pytest.approx([-0.2 * (k + 1) for k in range(len(yes))])  # the sampled token's, not the top alternative's
+    assert (second.text, second.completion_ids, second.finish_reason) == (" no", no, "stop")  # the stop token in the ids, not in the text
+    assert second.logprobs == [-1.0] * (len(no) - 1) + [-0.5]
 
 
 def test_missing_logprobs_stay_missing():
-    assert sampled_logprobs([1, 2], None) is None
+    assert sampled_logprobs(None) is None
 
 
 def test_auto_picks_transformers_without_vllm_and_a_gpu(monkeypatch):
@@ -109,6 +130,8 @@ def fake_vllm(monkeypatch):
             self.kwargs = kwargs
 
     class LLM:
+        platform_is_cpu = False
+
         def __init__(self, **kwargs):
             calls["init"] = kwargs
 
@@ -119,7 +142,7 @@ def fake_vllm(monkeypatch):
             calls["generate"].append((prompts, params, use_tqdm))
             return [
                 RequestOutput(str(i), None, p["prompt_token_ids"], None,
-                              [CompletionOutput(k, f"c{k}", [5, 6], -1.0, [_position(5, -0.5, {}), _position(6, -0.5, {})], "stop")
+                              [CompletionOutput(k, "", [5, 6], -1.0, _flat((5, -0.5, {}), (6, -0.5, {})), "stop")
                                for k in range(sp.kwargs["n"])])
                 for i, (p, sp) in enumerate(zip(prompts, params))
             ]
@@ -132,6 +155,8 @@ def fake_vllm(monkeypatch):
             calls["reset_prefix_cache"] += 1
 
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams, __version__="test"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", SimpleNamespace(current_platform=SimpleNamespace(is_cpu=lambda: LLM.platform_is_cpu)))
+    calls["llm"] = LLM
     return calls, tokenizer
 
 
@@ -152,12 +177,26 @@ def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
     prompts, params, use_tqdm = calls["generate"][0]
     assert use_tqdm is False
     assert tokenizer.decode(prompts[0]["prompt_token_ids"]).endswith("question 0<|im_end|>\n<|im_start|>assistant\n<think>\n")
-    assert params[0].kwargs == {"n": 1, "temperature": 0.7, "top_p": 0.9, "max_tokens": 99, "seed": 10, "logprobs": 0}
+    fast = {"logprobs": 0, "flat_logprobs": True, "detokenize": False}  # the sampled token's logprob, no detokenizing in the engine
+    assert params[0].kwargs == {"n": 1, "temperature": 0.7, "top_p": 0.9, "max_tokens": 99, "seed": 10, **fast}
     assert params[1].kwargs["n"] == 3
-    assert calls["generate"][1][1][0].kwargs == {"n": 3, "temperature": 0.2, "top_p": 1.0, "max_tokens": 5, "seed": 12, "logprobs": 0}
+    assert calls["generate"][1][1][0].kwargs == {"n": 3, "temperature": 0.2, "top_p": 1.0, "max_tokens": 5, "seed": 12, **fast}
     assert [r.request.key for r in results] == ["t0", "t1", "t2"]
     assert [len(r.completions) for r in results] == [1, 3, 3]
     assert results[1].completions[0].logprobs == [-0.5, -0.5] and results[0].prompt_ids == prompts[0]["prompt_token_ids"]
+    assert results[1].completions[0].text == tokenizer.decode([5, 6])
+
+
+def test_on_cpu_chunked_prefill_is_off_unless_asked_for(fake_vllm):
+    from genesys.generate.backend import PromptStyle
+    from genesys.generate.vllm import VLLMBackend
+
+    calls, _ = fake_vllm
+    calls["llm"].platform_is_cpu = True
+    VLLMBackend("org/model", PromptStyle())
+    assert calls["init"]["enable_chunked_prefill"] is False
+    VLLMBackend("org/model", PromptStyle(), engine_args={"enable_chunked_prefill": True})
+    assert calls["init"]["enable_chunked_prefill"] is True
 
 
 def test_a_colocated_engine_takes_new_weights_and_drops_the_prefix_cache(fake_vllm, monkeypatch):

@@ -113,6 +113,36 @@ def test_behaviour_logprobs_are_those_of_the_sampled_distribution(engine, refere
             assert (torch.tensor(completion.logprobs) - recomputed(reference, result.prompt_ids, completion.completion_ids, 1.0)).abs().max() > 1e-2
 
 
+def test_texts_decoded_by_the_backend_are_the_engines_own(engine):
+    # The backend has the engine skip detokenizing and decodes each request's completions itself.
+    from vllm import SamplingParams
+
+    result = sample(engine, 1.0, n=8)
+    params = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_tokens=24, seed=result.request.seed)
+    [output] = engine.llm.generate([{"prompt_token_ids": result.prompt_ids}], params, use_tqdm=False)
+    engine_side = sorted(output.outputs, key=lambda c: c.index)
+    assert [c.completion_ids for c in result.completions] == [list(c.token_ids) for c in engine_side]
+    # The same text, except where a completion's last bytes are an unfinished multi-byte character
+    # (this random model makes many): decoding the ids ends the text with U+FFFD (as the
+    # transformers backend does), vLLM leaves them out.
+    for ours, theirs in zip(result.completions, engine_side):
+        assert ours.text == theirs.text or ours.text.rstrip("\ufffd") == theirs.text, (ours.text, theirs.text)
+    assert sum(ours.text == theirs.text != "" for ours, theirs in zip(result.completions, engine_side)) >= 4
+
+
+def test_seeded_requests_beyond_one_engine_step_are_sampled(engine):
+    # Prompts, n times over, past the engine's token budget per step: with chunked prefill on, the
+    # prompt split across two steps made vLLM 0.32's CPU runner rewind the request's seeded
+    # generator, which a CPU generator cannot do, and the engine died.
+    budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    sampling = SamplingConfig(n=4, max_tokens=4)
+    words = " ".join(str(k) for k in range(60))
+    requests = [GenerationRequest(str(i), build_messages(f"Write digits {i}: {words}"), list(range(4)), seed=i, sampling=sampling) for i in range(40)]
+    results = list(iterate(engine.generate(requests)))
+    assert sum(len(result.prompt_ids) * 4 for result in results) > budget
+    assert len(results) == 40 and all(len(c.completion_ids) == len(c.logprobs) > 0 for result in results for c in result.completions)
+
+
 def test_cli_generates_n_samples_per_task_reproducibly_and_resumes_after_a_kill(engine, model, tmp_path):
     output = tmp_path / "out"
     # 400 rollouts in engine calls of 8 tasks: the first shard (256 rows, or 2 s) comes well before the end.

@@ -16,6 +16,11 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# The layer shapes of real models, for speed measurements with random weights (`build_tiny_model(path, **SHAPES[name])`).
+SHAPES: dict[str, dict[str, int]] = {
+    "qwen2.5-0.5b": {"hidden_size": 896, "intermediate_size": 4864, "layers": 24, "heads": 14, "kv_heads": 2, "model_vocab_size": 151936},
+    "qwen2.5-1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "layers": 28, "heads": 12, "kv_heads": 2, "model_vocab_size": 151936},
+}
 LABEL = "STAND-IN MODEL: random weights and a tokenizer trained on a few KB of text; its output is gibberish."
 
 
@@ -54,6 +59,8 @@ def build_tiny_model(
     hidden_size: int = 64,
     layers: int = 2,
     heads: int = 4,
+    kv_heads: int | None = None,
+    intermediate_size: int | None = None,
     vocab_size: int = 512,
     model_vocab_size: int | None = None,
     seed: int = 0,
@@ -62,7 +69,8 @@ def build_tiny_model(
     """Write a random-weight Qwen2-architecture model and its tokenizer to `path`; returns `path`.
 
     `vocab_size` is the tokenizer's; `model_vocab_size` pads the embedding and output layers to a
-    realistic size (e.g. 151936) for speed measurements.
+    realistic size (e.g. 151936) for speed measurements. By default the MLP is twice `hidden_size`
+    wide and there are half as many key/value heads as heads.
     """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -74,10 +82,10 @@ def build_tiny_model(
     config = Qwen2Config(
         vocab_size=max(len(tokenizer), model_vocab_size or 0),
         hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
+        intermediate_size=intermediate_size or hidden_size * 2,
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2),
+        num_key_value_heads=kv_heads or max(1, heads // 2),
         max_position_embeddings=4096,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

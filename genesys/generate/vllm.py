@@ -4,6 +4,9 @@ vLLM is imported when the backend is built. Prompts are sent as token ids render
 model's chat template, and `SamplingParams(n=..., logprobs=0)` returns the logprob of each sampled
 token, so rollouts carry the same fields as with the other backends. The engine reports them after
 temperature and top-p (`logprobs_mode="processed_logprobs"`), from the distribution actually sampled.
+They come as flat lists (`flat_logprobs=True`), and the engine does not detokenize
+(`detokenize=False`): it would otherwise decode every sampled token twice, for the text and for its
+logprob entry, one at a time. Each request's completions are decoded here in one batch.
 
 A colocated engine (`colocate=True`, as `genesys train` builds it) runs inside this process, so new
 weights reach its model as the trainer's own tensors: the worker's `reload_weights` loads them in
@@ -48,26 +51,33 @@ def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
         module.quant_method.process_weights_after_loading(module)
 
 
-def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float] | None:
-    """The logprob of each sampled token from vLLM's per-position `{token_id: Logprob}` mappings."""
+def platform_defaults() -> dict[str, Any]:
+    """Engine defaults for the platform vLLM runs on. On CPU, chunked prefill is off: vLLM 0.32's CPU
+    runner dies on a seeded request whose prompt is split across engine steps (it rewinds the
+    request's generator, which a CPU generator cannot do), and every genesys request is seeded."""
+    from vllm.platforms import current_platform
+
+    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
+
+
+def sampled_logprobs(logprobs: Any) -> list[float] | None:
+    """The logprob of each sampled token from vLLM's `FlatLogprobs`, whose entries for a position
+    start at `start_indices[position]` with the sampled token's."""
     if logprobs is None:
         return None
-    return [float(position[token].logprob) for token, position in zip(token_ids, logprobs)]
+    return [float(logprobs.logprobs[start]) for start in logprobs.start_indices]
 
 
-def result_from_request_output(request: GenerationRequest, output: Any, weights_version: int = 0) -> GenerationResult:
-    """Map a vLLM `RequestOutput` (its `CompletionOutput`s in `outputs`) to a GenerationResult."""
-    completions = []
-    for choice in sorted(output.outputs, key=lambda c: c.index):
-        token_ids = list(choice.token_ids)
-        completions.append(
-            Completion(
-                text=choice.text,
-                completion_ids=token_ids,
-                logprobs=sampled_logprobs(token_ids, choice.logprobs),
-                finish_reason=choice.finish_reason,
-            )
-        )
+def result_from_request_output(request: GenerationRequest, output: Any, tokenizer: Any, weights_version: int = 0) -> GenerationResult:
+    """Map a vLLM `RequestOutput` (its `CompletionOutput`s in `outputs`, not detokenized) to a
+    GenerationResult, decoding the completions' texts with `tokenizer`."""
+    choices = sorted(output.outputs, key=lambda c: c.index)
+    token_ids = [list(choice.token_ids) for choice in choices]
+    texts = tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+    completions = [
+        Completion(text=text, completion_ids=ids, logprobs=sampled_logprobs(choice.logprobs), finish_reason=choice.finish_reason)
+        for choice, ids, text in zip(choices, token_ids, texts)
+    ]
     return GenerationResult(request, list(output.prompt_token_ids or []), completions, weights_version)
 
 
@@ -103,7 +113,7 @@ class VLLMBackend:
         self.style = style
         self.batch_size = batch_size
         self.colocate = colocate
-        args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **(engine_args or {})}
+        args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **platform_defaults(), **(engine_args or {})}
         if colocate:
             args.setdefault("distributed_executor_backend", "uni")  # the model in this process, not in a worker process
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core too (read when the engine is built)
@@ -156,6 +166,8 @@ class VLLMBackend:
             max_tokens=sampling.max_tokens,
             seed=request.seed,
             logprobs=0,
+            flat_logprobs=True,
+            detokenize=False,
         )
 
     def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int]:
@@ -168,4 +180,4 @@ class VLLMBackend:
         while chunk := list(itertools.islice(iterator, self.batch_size)):
             outputs, version = await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._run_chunk, chunk)
             for request, output in zip(chunk, outputs):
-                yield result_from_request_output(request, output, version)
+                yield result_from_request_output(request, output, self.tokenizer, version)
