@@ -30,6 +30,7 @@ zygote outlives submissions (killing leftovers and strangers spares it); a runne
 program killed retires after that submission (see `Zygote`).
 """
 
+import _signal
 import _socket
 import atexit
 import ctypes
@@ -278,23 +279,30 @@ def wipe(path, keep=""):
 # --- limits ---------------------------------------------------------------------------------------
 
 
-def apply_limits(limits, language):
-    """Set this (child) process's rlimits; called between fork and running the test."""
+def rlimits(limits, language):
+    """The (resource, (soft, hard)) pairs a test of `language` runs under."""
     seconds = max(1, int(limits["time_s"] + 0.999))
-    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
     memory = int(limits["memory_mb"]) << 20
     if language in ("javascript", "compile"):
         # V8 and compilers reserve large address ranges up front and run helper threads:
         # cap writable data (with room for thread stacks) instead of the address space.
-        resource.setrlimit(resource.RLIMIT_DATA, (memory + (256 << 20),) * 2)
-        resource.setrlimit(resource.RLIMIT_STACK, (8 << 20,) * 2)
+        space = [(resource.RLIMIT_DATA, (memory + (256 << 20),) * 2), (resource.RLIMIT_STACK, (8 << 20,) * 2)]
     else:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_STACK, (min(memory // 4, 64 << 20),) * 2)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits["disk_mb"]) << 20,) * 2)
-    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        space = [(resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_STACK, (min(memory // 4, 64 << 20),) * 2)]
+    return [
+        (resource.RLIMIT_CPU, (seconds, seconds + 1)),
+        *space,
+        (resource.RLIMIT_FSIZE, (int(limits["disk_mb"]) << 20,) * 2),
+        (resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2),
+        (resource.RLIMIT_NOFILE, (256, 256)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+
+
+def apply_limits(limits, language):
+    """Set this (child) process's rlimits; called between fork and exec."""
+    for kind, value in rlimits(limits, language):
+        resource.setrlimit(kind, value)
 
 
 # --- confinement ---------------------------------------------------------------------------------
@@ -479,7 +487,7 @@ def become_child(stdin_fd, write_ends, child_main):
             os.dup2(fd, target)
         os.closerange(len(write_ends) + 1, 65536)
         for number in (*STOP_SIGNALS, signal.SIGCHLD):  # the runner's processes ignore them
-            signal.signal(number, signal.SIG_DFL)
+            _signal.signal(number, _signal.SIG_DFL)  # not signal.signal: its enums cost a forked test page copies
         code = child_main()
     except BaseException as exc:  # noqa: BLE001 - the child must never return into the runner
         try:
@@ -650,9 +658,11 @@ class Zygote:
 
     def starter(self, code, test, limits):
         """A `start` for run_child that forks a Python test from the zygote. The test waits at a
-        gate until we know its pid (it exits if we never learn it), then loads its code and input
-        from a memfd."""
-        spec = marshal.dumps((code, test, limits))
+        gate until we know its pid and have set its rlimits (it exits if we never open the gate),
+        then loads its code (and a function's name and arguments) from a memfd: the less a test
+        builds, the fewer of the zygote's pages it copies."""
+        call = (test["fn_name"], test["input"]) if test["type"] == "function_call" else None
+        spec = marshal.dumps((code, call))
 
         def start(stdin_fd, write_ends):
             spec_fd = os.memfd_create("test", 0)
@@ -661,7 +671,8 @@ class Zygote:
             gate_r, gate = os.pipe()
             try:
                 pid = struct.unpack("i", self._ask([stdin_fd, *write_ends, spec_fd, gate_r], 4))[0]
-                os.write(gate, GATE_OPEN)
+                if _limit_process(pid, limits):
+                    os.write(gate, GATE_OPEN)
             except ZygoteLost:
                 self.lose()
                 raise
@@ -721,6 +732,17 @@ class Zygote:
         self.sock.close()
 
 
+def _limit_process(pid, limits):
+    """Set the rlimits of a Python test waiting at its gate; False if it has gone already (then it
+    never runs its program)."""
+    try:
+        for kind, value in rlimits(limits, "python"):
+            resource.prlimit(pid, kind, value)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class ZygoteChild:
     """A Python test: a child of the zygote, which reaps it and sends how it ended."""
 
@@ -767,29 +789,24 @@ def zygote_main(requests, workdir):
 
 
 def _become_test(fds, workdir):
-    """In a test the zygote forked: wait for the runner, load the test from its memfd, run it.
-    Never returns."""
+    """In a test the zygote forked: wait for the runner (which sets our rlimits), load the test
+    from its memfd, run it. Never returns."""
     *wiring, spec_fd, gate_r = fds
     try:
         if os.read(gate_r, 1) != GATE_OPEN:
-            os._exit(127)  # the runner never learnt our pid: we would run unwatched
-        code, test, limits = marshal.loads(os.read(spec_fd, os.fstat(spec_fd).st_size))
+            os._exit(127)  # the runner never learnt our pid: we would run unwatched and unlimited
+        code, call = marshal.loads(os.pread(spec_fd, os.lseek(spec_fd, 0, os.SEEK_END), 0))
     except BaseException:  # noqa: BLE001 - never return into the zygote
         os._exit(127)
-    body = python_child(code, test, workdir)
-
-    def main():
-        apply_limits(limits, "python")
-        return body()
-
-    become_child(wiring[0], wiring[1:], main)
+    become_child(wiring[0], wiring[1:], python_child(code, call, workdir))
 
 
 # --- languages ------------------------------------------------------------------------------------
 
 
-def python_child(code, test, workdir):
-    """Child body for a Python test: run the compiled module as __main__ in this forked interpreter."""
+def python_child(code, call, workdir):
+    """Child body for a Python test: run the compiled module as __main__ in this forked interpreter;
+    `call` is None (a stdin/stdout test) or the (name, arguments) of the function to call."""
 
     def main():
         os.chdir(workdir)
@@ -802,8 +819,8 @@ def python_child(code, test, workdir):
         exit_code = 0
         try:
             exec(code, module.__dict__)
-            if test["type"] == "function_call":
-                value = call_function(module, test["fn_name"], test["input"])
+            if call is not None:
+                value = call_function(module, *call)
                 os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
         except SystemExit as exc:
             exit_code = _system_exit_code(exc)
