@@ -127,3 +127,13 @@ def test_a_test_gone_before_its_gate_opens_is_not_limited_and_never_runs() -> No
         os._exit(0)
     os.waitpid(pid, 0)
     assert runner._limit_process(pid, LIMITS) is False
+
+
+def test_a_python_test_that_stops_its_zygote_is_still_collected_at_once(zygote: runner.Zygote, tmp_path) -> None:
+    # The zygote's report is how the runner learns that a Python test ended; a stopped zygote
+    # sends none until the runner continues it, which it does while it waits.
+    code = compile("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint(42)", "main.py", "exec")
+    for _ in range(2):
+        reply = runner.run_test("python", code, {"type": "stdin_stdout", "input": ""}, str(tmp_path), LIMITS, zygote)
+        assert (reply["status"], reply["stdout"]) == ("ok", "42\n"), reply
+        assert reply["wall_s"] < LIMITS["wall_s"] / 2, reply

@@ -77,6 +77,7 @@ MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"
 # runner continues the zygote before waiting for it, and the host notices a silent runner).
 STOP_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 ZYGOTE_ANSWER_S = 10.0  # how long the zygote may take to fork or reap before the runner gives up on it
+ZYGOTE_NUDGE_S = 0.1  # how often the runner continues the zygote while a Python test runs
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -124,8 +125,7 @@ def children_of(pid):
         return found
     for tid in tasks:
         try:
-            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as handle:
-                found.extend(int(child) for child in handle.read().split())
+            found.extend(int(child) for child in read_file("/proc/%d/task/%s/children" % (pid, tid)).split())
         except FileNotFoundError:
             return _scan_children(pid)
         except OSError:
@@ -142,6 +142,19 @@ def _scan_children(pid):
     return found
 
 
+def read_file(path):
+    """All of a (/proc) file: open, read and close, the fewest system calls Python allows (the
+    runner reads several /proc files per test)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, READ_CHUNK):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def _pids():
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
@@ -149,8 +162,7 @@ def _pids():
 def _stat(pid):
     """The fields of /proc/PID/stat after the command name (state first), or None once it is gone."""
     try:
-        with open("/proc/%d/stat" % pid, "rb") as handle:
-            stat = handle.read()
+        stat = read_file("/proc/%d/stat" % pid)
     except OSError:
         return None
     return stat[stat.rfind(b")") + 2 :].split()
@@ -231,8 +243,7 @@ def remove_ipc_objects():
     }
     for kind, remove in removers.items():
         try:
-            with open("/proc/sysvipc/" + kind, "rb") as handle:
-                rows = handle.read().splitlines()[1:]
+            rows = read_file("/proc/sysvipc/" + kind).splitlines()[1:]
         except OSError:
             continue
         for row in rows:
@@ -465,6 +476,15 @@ class OwnChild:
 
     def __init__(self, pid):
         self.pid = pid
+        self.recheck_s = float("inf")  # its pidfd tells at once
+
+    def watch(self):
+        """An fd that turns readable once it has exited (a pidfd, closed with `unwatch`), or None
+        where none can be had: then its exit is polled for."""
+        return _exit_watch(self.pid)
+
+    def unwatch(self, fd):
+        os.close(fd)
 
     def reap(self, block):
         """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
@@ -528,7 +548,7 @@ def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, starte
 def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
     """Pump output until the child exits, passes its wall limit or its output cap (then kill its
     process group); (wait status, rusage) once it is reaped."""
-    exited = _exit_watch(child.pid)  # readable once the child has exited
+    exited = child.watch()  # readable once the child has exited
     if exited is not None:
         poller.register(exited, select.POLLIN)
     try:
@@ -537,12 +557,12 @@ def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
             if remaining <= 0:
                 outcome.killed_for = "time_limit"
                 break
-            wait_s = remaining if exited is not None else min(remaining, EXIT_POLL_S)
+            wait_s = min(remaining, child.recheck_s if exited is not None else EXIT_POLL_S)
             events = poller.poll(max(1, int(wait_s * 1000)))
             for fd, _ in events:
                 if fd != exited and _pump(fd, sinks, caps, poller) == "over":
                     outcome.killed_for = "output_limit"
-            if exited is None or any(fd == exited for fd, _ in events):
+            if exited is None or not events or any(fd == exited for fd, _ in events):
                 ended = child.reap(block=False)
                 if ended:  # what it left behind is killed already
                     outcome.wall_s = time.monotonic() - started
@@ -550,7 +570,7 @@ def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
     finally:
         if exited is not None:
             poller.unregister(exited)
-            os.close(exited)
+            child.unwatch(exited)
     _kill_group(child.pid)
     outcome.wall_s = time.monotonic() - started
     return child.reap(block=True)
@@ -744,26 +764,31 @@ def _limit_process(pid, limits):
 
 
 class ZygoteChild:
-    """A Python test: a child of the zygote, which reaps it and sends how it ended."""
+    """A Python test: a child of the zygote, which reaps it and sends how it ended. That message
+    is how the runner learns that the test has exited."""
 
     def __init__(self, zygote, pid):
         self.zygote = zygote
         self.pid = pid
+        self.recheck_s = ZYGOTE_NUDGE_S  # a stopped zygote says nothing: look again, continuing it
+
+    def watch(self):
+        """The zygote's socket: it turns readable once the zygote has reaped the test (or gone)."""
+        return self.zygote.sock.fileno()
+
+    def unwatch(self, fd):
+        """The socket stays open for the next test."""
 
     def reap(self, block):
         """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
-        it runs and `block` is false. ZygoteLost if the zygote is gone."""
-        while not _has_exited(self.pid):
-            if not block:
-                return None
-            time.sleep(EXIT_POLL_S / 5)  # it has been sent SIGKILL
-        kill_leftovers()  # first: no process of the program is left to stop the zygote
-        return self.zygote.collect()
-
-
-def _has_exited(pid):
-    fields = _stat(pid)
-    return fields is None or fields[0] in (b"Z", b"X")
+        it runs and `block` is false (the zygote is continued then: the program may have stopped
+        it). ZygoteLost if the zygote is gone."""
+        if not block and not select.select([self.zygote.sock], [], [], 0)[0]:
+            os.kill(self.zygote.pid, signal.SIGCONT)
+            return None
+        ended = self.zygote.collect()  # waits, when `block`, until the test is dead and reaped
+        kill_leftovers()  # then what it left behind has come to us
+        return ended
 
 
 def zygote_main(requests, workdir):
@@ -810,7 +835,7 @@ def python_child(code, call, workdir):
 
     def main():
         os.chdir(workdir)
-        sys.argv = ["main.py"]
+        sys.argv = list(TEST_ARGV)
         sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
         module = types.ModuleType("__main__")
         module.__file__ = os.path.join(workdir, "main.py")
@@ -862,10 +887,15 @@ def _prepare_python_tests():
             os.close(original)
         os.close(read_end)
         os.close(write_end)
+    # Installed here, once: a test that replaced the interpreter's own streams and argv would free
+    # them, writing to many pages it shares with the zygote (python_child sets them all the same).
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
+    sys.argv = list(TEST_ARGV)
     _warm_up_type_caches()
 
 
 _test_stdio = None  # the runner itself never uses these; see _prepare_python_tests
+TEST_ARGV = ("main.py",)
 
 # What a small test usually does: read words and numbers from stdin, compute, print.
 WARM_UP_PROGRAM = """
