@@ -22,9 +22,10 @@ the common modules imported, so a test costs a fork instead of an interpreter st
 which reads submissions and every test's output, never forks a Python test: it forks the zygote at
 its start, before it reads anything, and the zygote reads nothing a program wrote or chose: it gets
 file descriptors to fork a test with, then reaps the test (its status and resource usage pass
-through a raw buffer the zygote clears at once, never through a Python object). The runner watches
-the test, reads its output and reports, as for any other child; the test loads its own compiled
-code and input from a memfd. So a test's memory holds nothing of an earlier submission (its
+through a raw buffer the zygote clears at once, never through a Python object). A test waits at a
+gate until the runner has learnt its pid and set its rlimits, then loads its own compiled code (and
+a function's name and arguments) from a memfd; its input is its stdin. The runner reads its output
+and learns from the zygote's report that it ended. So a test's memory holds nothing of an earlier submission (its
 source, input, output or how its tests ended) nor of another test of its own submission. The
 zygote outlives submissions (killing leftovers and strangers spares it); a runner whose zygote a
 program killed retires after that submission (see `Zygote`).
