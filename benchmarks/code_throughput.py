@@ -7,12 +7,18 @@ fresh sandboxed interpreter per test (a `docker exec` of python into a warm cont
 hardening, or a fresh `bwrap ... python3` with the same binds), as many at once as there are workers.
 The baseline runs a sample of the tests (--baseline-tests) and is reported in tests/s.
 
+Where this process can make a cgroup of its own (root, cgroup v1 `cpuacct` or v2), it also reports
+the CPU time per test of both sides (every process of the run, the sandboxes included; docker's
+containers run outside it, so for bwrap only): on a machine that other jobs share, a ratio of CPU
+times moves much less than one of wall-clock rates.
+
     python benchmarks/code_throughput.py [--submissions 1000] [--workers N] [--baseline-tests 600]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -20,10 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 GENESYS = str(Path(sys.executable).with_name("genesys"))
+CGROUP_ROOT = "/sys/fs/cgroup"
 PROGRAM = "import sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(sum(nums[1:1 + nums[0]]))  # submission {index}\n"
 
 
@@ -68,6 +77,61 @@ def time_genesys(inputs: Path, kind: str, workers: int, reuse: int | None = None
             raise RuntimeError(done.stderr)
         scores = [json.loads(line)["score"] for line in output.read_text().splitlines()]
     return seconds, sum(s or 0.0 for s in scores) / len(scores)
+
+
+class CpuMeter:
+    """The CPU time of this process and everything it starts, from a cgroup it moves itself into."""
+
+    def __init__(self) -> None:
+        self.directory: str | None = None
+        self.parent = ""
+        for parent, counter in _cpu_hierarchies():
+            directory = os.path.join(parent, f"code-throughput-{os.getpid()}")
+            try:
+                os.makedirs(directory, exist_ok=True)
+                with open(os.path.join(directory, "cgroup.procs"), "w") as handle:
+                    handle.write(str(os.getpid()))
+            except OSError:
+                continue
+            self.directory, self.parent, self.counter = directory, parent, counter
+            return
+
+    def seconds(self) -> float | None:
+        """CPU seconds used so far, or None where no cgroup could be made."""
+        if self.directory is None:
+            return None
+        with open(os.path.join(self.directory, self.counter)) as handle:
+            text = handle.read()
+        if self.counter == "cpu.stat":
+            return int(dict(line.split() for line in text.splitlines())["usage_usec"]) / 1e6
+        return int(text) / 1e9
+
+    def close(self) -> None:
+        if self.directory is not None:
+            with open(os.path.join(self.parent, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+            os.rmdir(self.directory)
+
+
+def _cpu_hierarchies() -> list[tuple[str, str]]:
+    """(our cgroup directory, its CPU counter file) for cgroup v2 and v1's cpuacct."""
+    found = []
+    with open("/proc/self/cgroup") as handle:
+        for line in handle:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if controllers == "":
+                found.append((os.path.join(CGROUP_ROOT, path.lstrip("/")), "cpu.stat"))
+            elif "cpuacct" in controllers.split(","):
+                found.append((os.path.join(CGROUP_ROOT, controllers, path.lstrip("/")), "cpuacct.usage"))
+    return [(parent, counter) for parent, counter in found if os.path.exists(os.path.join(parent, counter))]
+
+
+def cpu_spent(meter: CpuMeter, run: Callable[[], Any]) -> tuple[Any, float | None]:
+    """`run()`'s result and the CPU seconds spent meanwhile (None where they cannot be measured)."""
+    before = meter.seconds()
+    result = run()
+    after = meter.seconds()
+    return result, (None if before is None or after is None else after - before)
 
 
 # --- baselines: one fresh sandboxed interpreter per test --------------------------------------------
@@ -140,6 +204,15 @@ def main() -> None:
 
     from genesys.sandbox.backends import check_backend
 
+    meter = CpuMeter()
+    try:
+        run_all(args, meter, check_backend)
+    finally:
+        meter.close()
+
+
+def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[str], Any]) -> None:
+    """Time genesys and the baseline on every backend asked for that works here."""
     with tempfile.TemporaryDirectory() as tmp:
         inputs = Path(tmp) / "rollouts.jsonl"
         pairs = make_rollouts(inputs, args.submissions)
@@ -151,13 +224,17 @@ def main() -> None:
             if not check.available or check.languages.get("python") != "ok":
                 print(f"{kind:>8}: skipped ({check.note or check.languages.get('python')})")
                 continue
-            seconds, mean_score = time_genesys(inputs, kind, args.workers)
+            (seconds, mean_score), our_cpu = cpu_spent(meter, functools.partial(time_genesys, inputs, kind, args.workers))
             ours = tests / seconds
-            baseline = len(sample) / BASELINES[kind](sample, args.workers)
+            baseline_s, baseline_cpu = cpu_spent(meter, functools.partial(BASELINES[kind], sample, args.workers))
+            baseline = len(sample) / baseline_s
             print(
                 f"{kind:>8}: genesys verify {ours:7.1f} tests/s ({seconds:.1f}s, mean score {mean_score:.3f}); "
                 f"one interpreter per test {baseline:6.1f} tests/s ({len(sample)} tests); speed-up {ours / baseline:.1f}x"
             )
+            if kind == "bwrap" and our_cpu is not None and baseline_cpu is not None:
+                ours_ms, theirs_ms = our_cpu / tests * 1e3, baseline_cpu / len(sample) * 1e3
+                print(f"{'':>8}  CPU per test: genesys {ours_ms:.2f} ms, one interpreter per test {theirs_ms:.2f} ms ({theirs_ms / ours_ms:.1f}x)")
             if args.runner_reuse:
                 seconds, _ = time_genesys(inputs, kind, args.workers, args.runner_reuse)
                 print(f"{'':>8}  with runner_reuse={args.runner_reuse}: {tests / seconds:7.1f} tests/s ({tests / seconds / baseline:.1f}x)")

@@ -221,6 +221,26 @@ def test_the_sandbox_processes_cannot_be_traced(sandbox: Sandbox) -> None:
     assert traced["stdout"] == "unreachable\n", traced
 
 
+# A process that is not dumpable keeps its /proc files (memory, environment) from its own uid.
+PEEKER = """
+import os
+readable = []
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) != os.getpid():
+        try:
+            with open("/proc/%s/environ" % entry, "rb"):
+                readable.append(entry)
+        except OSError:
+            pass
+print(readable)
+"""
+
+
+def test_the_runner_and_its_zygote_keep_their_proc_files_closed(sandbox: Sandbox) -> None:
+    peeked = run_one(sandbox, PEEKER)
+    assert peeked["stdout"] == "[]\n", peeked
+
+
 def test_the_container_init_is_out_of_reach_even_without_the_filter() -> None:
     reason = backend_skip_reason("docker")
     if reason:

@@ -85,6 +85,55 @@ EXITS = {
 @pytest.mark.parametrize("case", sorted(EXITS))
 def test_python_tests_end_as_the_interpreter_would(python_streams: None, case: str) -> None:
     source, exit_code, stdout = EXITS[case]
-    program = runner.python_child(compile(source, "main.py", "exec"), {"type": "stdin_stdout"}, "/tmp")
+    program = runner.python_child(compile(source, "main.py", "exec"), None, "/tmp")
     outcome = runner.run_child(runner.fork_child(program), b"", LIMITS)
     assert (outcome.exit_code, bytes(outcome.stdout).decode()) == (exit_code, stdout), bytes(outcome.stderr)
+
+
+RLIMITS_PROGRAM = """
+import resource
+for name in ("CPU", "AS", "STACK", "FSIZE", "NPROC", "NOFILE", "CORE"):
+    print(name, *resource.getrlimit(getattr(resource, "RLIMIT_" + name)))
+"""
+
+
+@pytest.fixture
+def zygote(python_streams: None, tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """A zygote forked from this process, as the runner forks its own."""
+    monkeypatch.setattr(runner, "_zygote_pid", None)
+    started = runner.Zygote(str(tmp_path))
+    yield started
+    started.lose()
+
+
+def test_a_python_test_runs_under_the_limits_the_runner_set(zygote: runner.Zygote, tmp_path) -> None:
+    code = compile(RLIMITS_PROGRAM, "main.py", "exec")
+    reply = runner.run_test("python", code, {"type": "stdin_stdout", "input": ""}, str(tmp_path), LIMITS, zygote)
+    assert reply["status"] == "ok", reply
+    assert reply["stdout"].split("\n")[:-1] == [
+        "CPU 2 3",
+        f"AS {256 << 20} {256 << 20}",
+        f"STACK {64 << 20} {64 << 20}",
+        f"FSIZE {16 << 20} {16 << 20}",
+        "NPROC 16 16",
+        "NOFILE 256 256",
+        "CORE 0 0",
+    ]
+
+
+def test_a_test_gone_before_its_gate_opens_is_not_limited_and_never_runs() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert runner._limit_process(pid, LIMITS) is False
+
+
+def test_a_python_test_that_stops_its_zygote_is_still_collected_at_once(zygote: runner.Zygote, tmp_path) -> None:
+    # The zygote's report is how the runner learns that a Python test ended; a stopped zygote
+    # sends none until the runner continues it, which it does while it waits.
+    code = compile("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint(42)", "main.py", "exec")
+    for _ in range(2):
+        reply = runner.run_test("python", code, {"type": "stdin_stdout", "input": ""}, str(tmp_path), LIMITS, zygote)
+        assert (reply["status"], reply["stdout"]) == ("ok", "42\n"), reply
+        assert reply["wall_s"] < LIMITS["wall_s"] / 2, reply

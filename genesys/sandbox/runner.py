@@ -22,14 +22,16 @@ the common modules imported, so a test costs a fork instead of an interpreter st
 which reads submissions and every test's output, never forks a Python test: it forks the zygote at
 its start, before it reads anything, and the zygote reads nothing a program wrote or chose: it gets
 file descriptors to fork a test with, then reaps the test (its status and resource usage pass
-through a raw buffer the zygote clears at once, never through a Python object). The runner watches
-the test, reads its output and reports, as for any other child; the test loads its own compiled
-code and input from a memfd. So a test's memory holds nothing of an earlier submission (its
+through a raw buffer the zygote clears at once, never through a Python object). A test waits at a
+gate until the runner has learnt its pid and set its rlimits, then loads its own compiled code (and
+a function's name and arguments) from a memfd; its input is its stdin. The runner reads its output
+and learns from the zygote's report that it ended. So a test's memory holds nothing of an earlier submission (its
 source, input, output or how its tests ended) nor of another test of its own submission. The
 zygote outlives submissions (killing leftovers and strangers spares it); a runner whose zygote a
 program killed retires after that submission (see `Zygote`).
 """
 
+import _signal
 import _socket
 import atexit
 import ctypes
@@ -76,6 +78,7 @@ MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"
 # runner continues the zygote before waiting for it, and the host notices a silent runner).
 STOP_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 ZYGOTE_ANSWER_S = 10.0  # how long the zygote may take to fork or reap before the runner gives up on it
+ZYGOTE_NUDGE_S = 0.1  # how often the runner continues the zygote while a Python test runs
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -123,8 +126,7 @@ def children_of(pid):
         return found
     for tid in tasks:
         try:
-            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as handle:
-                found.extend(int(child) for child in handle.read().split())
+            found.extend(int(child) for child in read_file("/proc/%d/task/%s/children" % (pid, tid)).split())
         except FileNotFoundError:
             return _scan_children(pid)
         except OSError:
@@ -141,6 +143,19 @@ def _scan_children(pid):
     return found
 
 
+def read_file(path):
+    """All of a (/proc) file: open, read and close, the fewest system calls Python allows (the
+    runner reads several /proc files per test)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, READ_CHUNK):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def _pids():
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
@@ -148,8 +163,7 @@ def _pids():
 def _stat(pid):
     """The fields of /proc/PID/stat after the command name (state first), or None once it is gone."""
     try:
-        with open("/proc/%d/stat" % pid, "rb") as handle:
-            stat = handle.read()
+        stat = read_file("/proc/%d/stat" % pid)
     except OSError:
         return None
     return stat[stat.rfind(b")") + 2 :].split()
@@ -230,8 +244,7 @@ def remove_ipc_objects():
     }
     for kind, remove in removers.items():
         try:
-            with open("/proc/sysvipc/" + kind, "rb") as handle:
-                rows = handle.read().splitlines()[1:]
+            rows = read_file("/proc/sysvipc/" + kind).splitlines()[1:]
         except OSError:
             continue
         for row in rows:
@@ -278,23 +291,30 @@ def wipe(path, keep=""):
 # --- limits ---------------------------------------------------------------------------------------
 
 
-def apply_limits(limits, language):
-    """Set this (child) process's rlimits; called between fork and running the test."""
+def rlimits(limits, language):
+    """The (resource, (soft, hard)) pairs a test of `language` runs under."""
     seconds = max(1, int(limits["time_s"] + 0.999))
-    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
     memory = int(limits["memory_mb"]) << 20
     if language in ("javascript", "compile"):
         # V8 and compilers reserve large address ranges up front and run helper threads:
         # cap writable data (with room for thread stacks) instead of the address space.
-        resource.setrlimit(resource.RLIMIT_DATA, (memory + (256 << 20),) * 2)
-        resource.setrlimit(resource.RLIMIT_STACK, (8 << 20,) * 2)
+        space = [(resource.RLIMIT_DATA, (memory + (256 << 20),) * 2), (resource.RLIMIT_STACK, (8 << 20,) * 2)]
     else:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_STACK, (min(memory // 4, 64 << 20),) * 2)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits["disk_mb"]) << 20,) * 2)
-    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        space = [(resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_STACK, (min(memory // 4, 64 << 20),) * 2)]
+    return [
+        (resource.RLIMIT_CPU, (seconds, seconds + 1)),
+        *space,
+        (resource.RLIMIT_FSIZE, (int(limits["disk_mb"]) << 20,) * 2),
+        (resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2),
+        (resource.RLIMIT_NOFILE, (256, 256)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+
+
+def apply_limits(limits, language):
+    """Set this (child) process's rlimits; called between fork and exec."""
+    for kind, value in rlimits(limits, language):
+        resource.setrlimit(kind, value)
 
 
 # --- confinement ---------------------------------------------------------------------------------
@@ -457,6 +477,15 @@ class OwnChild:
 
     def __init__(self, pid):
         self.pid = pid
+        self.recheck_s = float("inf")  # its pidfd tells at once
+
+    def watch(self):
+        """An fd that turns readable once it has exited (a pidfd, closed with `unwatch`), or None
+        where none can be had: then its exit is polled for."""
+        return _exit_watch(self.pid)
+
+    def unwatch(self, fd):
+        os.close(fd)
 
     def reap(self, block):
         """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
@@ -479,7 +508,7 @@ def become_child(stdin_fd, write_ends, child_main):
             os.dup2(fd, target)
         os.closerange(len(write_ends) + 1, 65536)
         for number in (*STOP_SIGNALS, signal.SIGCHLD):  # the runner's processes ignore them
-            signal.signal(number, signal.SIG_DFL)
+            _signal.signal(number, _signal.SIG_DFL)  # not signal.signal: its enums cost a forked test page copies
         code = child_main()
     except BaseException as exc:  # noqa: BLE001 - the child must never return into the runner
         try:
@@ -520,7 +549,7 @@ def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, starte
 def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
     """Pump output until the child exits, passes its wall limit or its output cap (then kill its
     process group); (wait status, rusage) once it is reaped."""
-    exited = _exit_watch(child.pid)  # readable once the child has exited
+    exited = child.watch()  # readable once the child has exited
     if exited is not None:
         poller.register(exited, select.POLLIN)
     try:
@@ -529,12 +558,12 @@ def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
             if remaining <= 0:
                 outcome.killed_for = "time_limit"
                 break
-            wait_s = remaining if exited is not None else min(remaining, EXIT_POLL_S)
+            wait_s = min(remaining, child.recheck_s if exited is not None else EXIT_POLL_S)
             events = poller.poll(max(1, int(wait_s * 1000)))
             for fd, _ in events:
                 if fd != exited and _pump(fd, sinks, caps, poller) == "over":
                     outcome.killed_for = "output_limit"
-            if exited is None or any(fd == exited for fd, _ in events):
+            if exited is None or not events or any(fd == exited for fd, _ in events):
                 ended = child.reap(block=False)
                 if ended:  # what it left behind is killed already
                     outcome.wall_s = time.monotonic() - started
@@ -542,7 +571,7 @@ def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
     finally:
         if exited is not None:
             poller.unregister(exited)
-            os.close(exited)
+            child.unwatch(exited)
     _kill_group(child.pid)
     outcome.wall_s = time.monotonic() - started
     return child.reap(block=True)
@@ -650,9 +679,11 @@ class Zygote:
 
     def starter(self, code, test, limits):
         """A `start` for run_child that forks a Python test from the zygote. The test waits at a
-        gate until we know its pid (it exits if we never learn it), then loads its code and input
-        from a memfd."""
-        spec = marshal.dumps((code, test, limits))
+        gate until we know its pid and have set its rlimits (it exits if we never open the gate),
+        then loads its code (and a function's name and arguments) from a memfd: the less a test
+        builds, the fewer of the zygote's pages it copies."""
+        call = (test["fn_name"], test["input"]) if test["type"] == "function_call" else None
+        spec = marshal.dumps((code, call))
 
         def start(stdin_fd, write_ends):
             spec_fd = os.memfd_create("test", 0)
@@ -661,7 +692,8 @@ class Zygote:
             gate_r, gate = os.pipe()
             try:
                 pid = struct.unpack("i", self._ask([stdin_fd, *write_ends, spec_fd, gate_r], 4))[0]
-                os.write(gate, GATE_OPEN)
+                if _limit_process(pid, limits):
+                    os.write(gate, GATE_OPEN)
             except ZygoteLost:
                 self.lose()
                 raise
@@ -721,27 +753,43 @@ class Zygote:
         self.sock.close()
 
 
+def _limit_process(pid, limits):
+    """Set the rlimits of a Python test waiting at its gate; False if it has gone already (then it
+    never runs its program)."""
+    try:
+        for kind, value in rlimits(limits, "python"):
+            resource.prlimit(pid, kind, value)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class ZygoteChild:
-    """A Python test: a child of the zygote, which reaps it and sends how it ended."""
+    """A Python test: a child of the zygote, which reaps it and sends how it ended. That message
+    is how the runner learns that the test has exited."""
 
     def __init__(self, zygote, pid):
         self.zygote = zygote
         self.pid = pid
+        self.recheck_s = ZYGOTE_NUDGE_S  # a stopped zygote says nothing: look again, continuing it
+
+    def watch(self):
+        """The zygote's socket: it turns readable once the zygote has reaped the test (or gone)."""
+        return self.zygote.sock.fileno()
+
+    def unwatch(self, fd):
+        """The socket stays open for the next test."""
 
     def reap(self, block):
         """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
-        it runs and `block` is false. ZygoteLost if the zygote is gone."""
-        while not _has_exited(self.pid):
-            if not block:
-                return None
-            time.sleep(EXIT_POLL_S / 5)  # it has been sent SIGKILL
-        kill_leftovers()  # first: no process of the program is left to stop the zygote
-        return self.zygote.collect()
-
-
-def _has_exited(pid):
-    fields = _stat(pid)
-    return fields is None or fields[0] in (b"Z", b"X")
+        it runs and `block` is false (the zygote is continued then: the program may have stopped
+        it). ZygoteLost if the zygote is gone."""
+        if not block and not select.select([self.zygote.sock], [], [], 0)[0]:
+            os.kill(self.zygote.pid, signal.SIGCONT)
+            return None
+        ended = self.zygote.collect()  # waits, when `block`, until the test is dead and reaped
+        kill_leftovers()  # then what it left behind has come to us
+        return ended
 
 
 def zygote_main(requests, workdir):
@@ -767,33 +815,28 @@ def zygote_main(requests, workdir):
 
 
 def _become_test(fds, workdir):
-    """In a test the zygote forked: wait for the runner, load the test from its memfd, run it.
-    Never returns."""
+    """In a test the zygote forked: wait for the runner (which sets our rlimits), load the test
+    from its memfd, run it. Never returns."""
     *wiring, spec_fd, gate_r = fds
     try:
         if os.read(gate_r, 1) != GATE_OPEN:
-            os._exit(127)  # the runner never learnt our pid: we would run unwatched
-        code, test, limits = marshal.loads(os.read(spec_fd, os.fstat(spec_fd).st_size))
+            os._exit(127)  # the runner never learnt our pid: we would run unwatched and unlimited
+        code, call = marshal.loads(os.pread(spec_fd, os.lseek(spec_fd, 0, os.SEEK_END), 0))
     except BaseException:  # noqa: BLE001 - never return into the zygote
         os._exit(127)
-    body = python_child(code, test, workdir)
-
-    def main():
-        apply_limits(limits, "python")
-        return body()
-
-    become_child(wiring[0], wiring[1:], main)
+    become_child(wiring[0], wiring[1:], python_child(code, call, workdir))
 
 
 # --- languages ------------------------------------------------------------------------------------
 
 
-def python_child(code, test, workdir):
-    """Child body for a Python test: run the compiled module as __main__ in this forked interpreter."""
+def python_child(code, call, workdir):
+    """Child body for a Python test: run the compiled module as __main__ in this forked interpreter;
+    `call` is None (a stdin/stdout test) or the (name, arguments) of the function to call."""
 
     def main():
         os.chdir(workdir)
-        sys.argv = ["main.py"]
+        sys.argv = list(TEST_ARGV)
         sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
         module = types.ModuleType("__main__")
         module.__file__ = os.path.join(workdir, "main.py")
@@ -802,8 +845,8 @@ def python_child(code, test, workdir):
         exit_code = 0
         try:
             exec(code, module.__dict__)
-            if test["type"] == "function_call":
-                value = call_function(module, test["fn_name"], test["input"])
+            if call is not None:
+                value = call_function(module, *call)
                 os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
         except SystemExit as exc:
             exit_code = _system_exit_code(exc)
@@ -845,10 +888,15 @@ def _prepare_python_tests():
             os.close(original)
         os.close(read_end)
         os.close(write_end)
+    # Installed here, once: a test that replaced the interpreter's own streams and argv would free
+    # them, writing to many pages it shares with the zygote (python_child sets them all the same).
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
+    sys.argv = list(TEST_ARGV)
     _warm_up_type_caches()
 
 
 _test_stdio = None  # the runner itself never uses these; see _prepare_python_tests
+TEST_ARGV = ("main.py",)
 
 # What a small test usually does: read words and numbers from stdin, compute, print.
 WARM_UP_PROGRAM = """
