@@ -159,6 +159,8 @@ BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "
 
 # --- TOPLOC proofs ---------------------------------------------------------------------------------
 
+PROOF_BACKENDS = ("transformers", "vllm")
+PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
 REQUIRE_PROOFS_HELP = "use only rollouts `genesys validate` marked valid (toploc_valid true); the others are dropped and counted"
 
 
@@ -175,14 +177,14 @@ class ProofConfig:
 class GenerateProofSettings(ProofConfig):
     """[proofs] of `genesys generate`: the proofs' shape, and whether to write proofs at all."""
 
-    enabled: bool = setting(False, "write TOPLOC proofs into every row (transformers backend)", switch=("--proofs", True, "write TOPLOC proofs into every row (transformers backend)"))
+    enabled: bool = setting(False, PROOFS_HELP, switch=("--proofs", True, PROOFS_HELP))
 
     def for_backend(self, backend: str) -> ProofConfig | None:
-        """The proof settings `backend` is given, or None when proofs are off; only transformers captures them."""
+        """The proof settings `backend` is given, or None when proofs are off; transformers and vLLM capture them."""
         if not self.enabled:
             return None
-        if backend != "transformers":
-            raise InputError(f"--proofs needs the transformers backend (hidden states are not captured from {backend}); use --backend transformers")
+        if backend not in PROOF_BACKENDS:
+            raise InputError(f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_BACKENDS)}), not {backend}")
         return ProofConfig(self.topk, self.decode_batching_size)
 
 

@@ -13,6 +13,9 @@ weights reach its model as the trainer's own tensors: the worker's `reload_weigh
 place through the model's `load_weights` (which fuses projections) and redoes the processing vLLM
 applied after loading (on CPU: the packed matrices of its linear kernels). An engine in its own
 processes (the default, for `genesys generate`) takes no new weights.
+
+With `proofs`, every completion gets its TOPLOC proofs, built from the hidden states the engine
+computed while generating it (`genesys.generate.vllm_proofs`), and the settings a validator needs.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
+from genesys.config import ProofConfig
 from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights, next_weights_version
 from genesys.generate.prompts import render_ids
+from genesys.generate.vllm_proofs import EXTENSION, V2_RUNNER_ENV, proof_extra_args, sample_name
 
 
 def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
@@ -60,6 +65,24 @@ def platform_defaults() -> dict[str, Any]:
     return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
 
 
+def proof_engine_args(args: dict[str, Any], colocate: bool, tensor_parallel_size: int) -> dict[str, Any]:
+    """What an engine writing TOPLOC proofs needs over `args`: the capture as its worker extension,
+    and vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's processes)."""
+    from genesys.proofs.toploc import require_toploc
+
+    require_toploc()
+    if colocate:
+        raise InputError("TOPLOC proofs commit to fixed weights: a colocated engine, whose weights the trainer updates, writes none")
+    if tensor_parallel_size != 1:
+        raise InputError(f"TOPLOC proofs with vLLM capture hidden states in one worker; tensor_parallel_size must be 1, got {tensor_parallel_size}")
+    if args.get("worker_extension_cls") not in (None, EXTENSION):
+        raise InputError(f"TOPLOC proofs need vLLM's worker_extension_cls {EXTENSION}, not {args['worker_extension_cls']}")
+    if os.environ.get(V2_RUNNER_ENV, "0").lower() not in ("0", "false"):
+        raise InputError(f"TOPLOC proofs with vLLM need its V1 model runner; unset {V2_RUNNER_ENV} (it is {os.environ[V2_RUNNER_ENV]!r})")
+    os.environ[V2_RUNNER_ENV] = "0"
+    return {"worker_extension_cls": EXTENSION}
+
+
 def sampled_logprobs(logprobs: Any) -> list[float] | None:
     """The logprob of each sampled token from vLLM's `FlatLogprobs`, whose entries for a position
     start at `start_indices[position]` with the sampled token's."""
@@ -87,7 +110,8 @@ class VLLMBackend:
     `engine_args` go to `vllm.LLM` (e.g. `gpu_memory_utilization`, `max_model_len`, `dtype`,
     `enable_sleep_mode`) over the defaults here. `seed` seeds the engine; each request carries its
     own sampling seed. `colocate` runs the engine in this process, so that `update_weights` can
-    hand it tensors in place (one model replica: `tensor_parallel_size` 1).
+    hand it tensors in place (one model replica: `tensor_parallel_size` 1). `proofs` turns on TOPLOC
+    proofs of every completion (an engine that keeps its weights: not colocated).
     """
 
     name = "vllm"
@@ -102,6 +126,7 @@ class VLLMBackend:
         seed: int = 0,
         colocate: bool = False,
         engine_args: dict[str, Any] | None = None,
+        proofs: ProofConfig | None = None,
     ) -> None:
         try:
             from vllm import LLM
@@ -114,6 +139,8 @@ class VLLMBackend:
         self.batch_size = batch_size
         self.colocate = colocate
         args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **platform_defaults(), **(engine_args or {})}
+        if proofs is not None:
+            args.update(proof_engine_args(args, colocate, tensor_parallel_size))
         if colocate:
             args.setdefault("distributed_executor_backend", "uni")  # the model in this process, not in a worker process
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core too (read when the engine is built)
@@ -124,6 +151,23 @@ class VLLMBackend:
         self.tokenizer = self.llm.get_tokenizer()
         self.tensor_parallel_size = tensor_parallel_size
         self.weights_version = 0
+        self.proofs = proofs
+        self._proof_settings: dict[str, Any] | None = None
+        if proofs is not None:
+            self._proof_settings = self._start_proofs(model, proofs)
+        self._request_ids = itertools.count()
+
+    def _start_proofs(self, model: str, proofs: ProofConfig) -> dict[str, Any]:
+        """Install the capture in the engine's worker; what a validator needs besides the proofs."""
+        from genesys.proofs.toploc import PROOF_DTYPE, check_hidden_size
+        from genesys.proofs.weights import checkpoint_weights_sha256
+
+        check_hidden_size(self.llm.llm_engine.model_config.get_hidden_size(), proofs)
+        self._engine_thread.submit(self.llm.collective_rpc, "genesys_install_proof_capture").result()
+        return {
+            "topk": proofs.topk, "decode_batching_size": proofs.decode_batching_size, "dtype": PROOF_DTYPE,
+            "model": model, "weights_sha256": checkpoint_weights_sha256(model),
+        }
 
     def info(self) -> dict[str, Any]:
         import torch
@@ -155,7 +199,8 @@ class VLLMBackend:
         self.llm.reset_prefix_cache()
         self.weights_version = new_version
 
-    def sampling_params(self, request: GenerationRequest) -> Any:
+    def sampling_params(self, request: GenerationRequest, proof_key: str | None = None) -> Any:
+        """vLLM's settings for `request`; `proof_key` marks it for hidden-state capture."""
         from vllm import SamplingParams
 
         sampling = request.sampling
@@ -168,16 +213,37 @@ class VLLMBackend:
             logprobs=0,
             flat_logprobs=True,
             detokenize=False,
+            extra_args=None if proof_key is None else proof_extra_args(proof_key, request.n),
         )
 
-    def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int]:
-        """One engine call (on the engine's thread): its outputs and the weights version that made them."""
+    def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int, list[list[list[str] | None]] | None]:
+        """One engine call (on the engine's thread): its outputs, the weights version that made them
+        and, with proofs, the proofs of each output's completions in sample order."""
         prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
-        return self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False), self.weights_version
+        keys = [str(next(self._request_ids)) if self.proofs is not None else None for _ in chunk]
+        outputs = self.llm.generate(prompts, [self.sampling_params(r, key) for r, key in zip(chunk, keys)], use_tqdm=False)
+        if self.proofs is None:
+            return outputs, self.weights_version, None
+        names = [[(sample_name(key, c.index), len(c.token_ids)) for c in sorted(output.outputs, key=lambda c: c.index)] for key, output in zip(keys, outputs)]
+        lengths = dict(pair for samples in names for pair in samples)
+        proofs = self.llm.collective_rpc("genesys_take_proofs", args=(lengths, self.proofs.topk, self.proofs.decode_batching_size))[0]
+        return outputs, self.weights_version, [[proofs[name] for name, _ in samples] for samples in names]
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         iterator = iter(requests)
         while chunk := list(itertools.islice(iterator, self.batch_size)):
-            outputs, version = await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._run_chunk, chunk)
-            for request, output in zip(chunk, outputs):
-                yield result_from_request_output(request, output, self.tokenizer, version)
+            outputs, version, proofs = await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._run_chunk, chunk)
+            for position, (request, output) in enumerate(zip(chunk, outputs)):
+                result = result_from_request_output(request, output, self.tokenizer, version)
+                if proofs is not None:
+                    self._attach_proofs(result, proofs[position])
+                yield result
+
+    def _attach_proofs(self, result: GenerationResult, proofs: list[list[str] | None]) -> None:
+        """Give each completion of `result` its proofs; a completion whose hidden states were not all
+        captured is an engine failure, never a row without proofs."""
+        for index, (completion, sample_proofs) in enumerate(zip(result.completions, proofs)):
+            if sample_proofs is None:
+                raise RuntimeError(f"vLLM did not hand over the hidden states of every token of {result.request.key} sample {index}")
+            completion.proofs = sample_proofs
+            completion.proof_settings = self._proof_settings

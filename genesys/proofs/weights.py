@@ -22,3 +22,11 @@ def weights_sha256(model: Any) -> str:
             hasher.update(f"{name}:{tuple(values.shape)}\x00".encode())
             hasher.update(values.numpy())
     return hasher.hexdigest()
+
+
+def checkpoint_weights_sha256(model: str) -> str:
+    """`weights_sha256` of the checkpoint `model` (a hub name or a path), loaded on the CPU for the
+    hash alone: for an engine whose own copy of the weights is laid out otherwise (vLLM fuses them)."""
+    from transformers import AutoModelForCausalLM
+
+    return weights_sha256(AutoModelForCausalLM.from_pretrained(model, dtype="auto"))
