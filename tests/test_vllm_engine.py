@@ -29,6 +29,7 @@ from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.generate.vllm import VLLMBackend  # noqa: E402
 from genesys.inputs import resolve_inputs  # noqa: E402
 from genesys.io import RolloutWriter, iter_rows  # noqa: E402
+from backends import KeptOpen  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TOLERANCE = 1e-4
@@ -60,20 +61,6 @@ def reference(model: str):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-
-
-class Shared:
-    """The module's engine for `run_generation`, which closes the backend it is given when done."""
-
-    def __init__(self, backend: VLLMBackend) -> None:
-        self.backend = backend
-        self.name = backend.name
-
-    def __getattr__(self, name: str):
-        return getattr(self.backend, name)
-
-    def close(self) -> None:
-        pass
 
 
 def recomputed(model, prompt_ids: list[int], completion_ids: list[int], temperature: float) -> torch.Tensor:
@@ -177,7 +164,7 @@ def test_cli_generates_n_samples_per_task_reproducibly_and_resumes_after_a_kill(
     again = run_generation(GenerateConfig(
         tasks=["countdown:count=200"], model=model, output=tmp_path / "again", backend="vllm", max_tasks=12,
         sampling=SamplingConfig(n=2, max_tokens=16, temperature=0.7, seed=5), style=PromptStyle(), progress=False,
-    ), backend=Shared(engine))
+    ), backend=KeptOpen(engine))
     assert again.generated == 24
     by_id = {row["response_id"]: row for row in generated}
     for row in rows(tmp_path / "again"):

