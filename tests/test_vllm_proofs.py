@@ -113,3 +113,11 @@ def test_a_topk_beyond_the_hidden_size_is_refused_before_the_engine_starts(model
 
     with pytest.raises(InputError, match="exceeds the model's hidden size 128"):
         VLLMBackend(model, PromptStyle(), proofs=ProofConfig(topk=129, decode_batching_size=8), engine_args=ENGINE_ARGS)
+
+
+def test_proofs_from_a_backend_without_capture_are_refused() -> None:
+    from genesys.config import GenerateProofSettings
+
+    assert GenerateProofSettings(enabled=True).for_backend("vllm") == ProofConfig()
+    with pytest.raises(InputError, match="transformers, vllm"):
+        GenerateProofSettings(enabled=True).for_backend("openai")
