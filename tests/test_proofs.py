@@ -254,3 +254,14 @@ def test_a_null_modulus_proof_is_refused_without_killing_the_process() -> None:
     run = subprocess.run([sys.executable, "-c", NULL_PROOF_SCRIPT], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.returncode, run.stderr)
     assert "refused: proof 0 has modulus 0" in run.stdout
+
+
+@pytest.mark.parametrize(("tokens", "hidden_size", "settings"), [(21, 64, TINY_PROOFS), (70, 4096, ProofConfig(topk=128, decode_batching_size=32))])
+def test_proofs_are_those_the_package_builds_one_chunk_at_a_time(tokens: int, hidden_size: int, settings: ProofConfig) -> None:
+    """Full chunks and a shorter last one; at hidden 4096 a chunk has more values than the largest modulus."""
+    import toploc
+
+    hidden = as_proof_dtype(torch.randn(tokens, hidden_size, generator=torch.Generator().manual_seed(1)))
+    expected = toploc.build_proofs_base64(hidden, settings.decode_batching_size, settings.topk, skip_prefill=True)
+    assert build_proofs(hidden, settings) == expected
+    assert len(expected) == -(-tokens // settings.decode_batching_size)

@@ -89,6 +89,11 @@ def test_captured_rows_are_assembled_by_position_later_pieces_winning() -> None:
     assert rows.tolist() == [*prefill.tolist(), [9.0, 9.0]]
     assert sample.assemble(6) is None  # position 8 was never computed
     assert _Rows(first=0).assemble(1) is None
+    # Without a preemption the pieces run on from the last prompt position: joined as they are.
+    steps = [(3, prefill[:2]), (5, prefill[2:3]), (6, prefill[3:])]
+    assert _Rows(first=3, pieces=steps).assemble(4).tolist() == prefill.tolist()
+    assert _Rows(first=3, pieces=steps).assemble(3).tolist() == prefill[:3].tolist()
+    assert _Rows(first=3, pieces=steps).assemble(5) is None
 
 
 def test_proofs_are_refused_where_the_capture_cannot_run(model, monkeypatch) -> None:

@@ -49,6 +49,10 @@ class _Rows:
 
         if not self.pieces:
             return None
+        ends = [start + piece.shape[0] for start, piece in self.pieces]
+        if all(start == end for (start, _), end in zip(self.pieces[1:], ends)) and self.pieces[0][0] == self.first:
+            rows = torch.cat([piece for _, piece in self.pieces])  # one run of positions (no preemption)
+            return rows[:count] if rows.shape[0] >= count else None
         rows = torch.empty(count, self.pieces[0][1].shape[1], dtype=torch.bfloat16)
         filled = torch.zeros(count, dtype=torch.bool)
         for start, piece in self.pieces:
@@ -57,6 +61,66 @@ class _Rows:
                 rows[lo - self.first : hi - self.first] = piece[lo - start : hi - start]
                 filled[lo - self.first : hi - self.first] = True
         return rows if bool(filled.all()) else None
+
+
+class Capture:
+    """What one worker captured: the rows of each marked sample, found once per request id."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, _Rows] = {}  # by sample name
+        self._by_request: dict[str, _Rows | None] = {}  # None: a request not marked for proofs
+
+    def _sample_of(self, req_id: str, state: Any) -> _Rows | None:
+        """The rows of request `req_id` (`state`: its state in the runner), or None when it is not marked."""
+        if req_id not in self._by_request:
+            mark = (state.sampling_params.extra_args or {}).get(PROOF_KEY) if state.sampling_params else None
+            sample = None
+            if mark is not None:
+                index = int(req_id.split("_", 1)[0]) if mark["n"] > 1 else 0
+                sample = self.samples.setdefault(sample_name(mark["key"], index), _Rows(first=len(state.prompt_token_ids) - 1))
+            self._by_request[req_id] = sample
+        return self._by_request[req_id]
+
+    def step(self, runner: Any, hidden_states: Any, num_scheduled_tokens: dict[str, int]) -> None:
+        """Keep the rows of this step's marked requests, from their last prompt position on: one
+        gather and one copy to the CPU for the whole step."""
+        import numpy as np
+        import torch
+
+        samples, starts, firsts, counts = [], [], [], []
+        step_starts = runner.query_start_loc.np
+        for req_id, count in num_scheduled_tokens.items():
+            state = runner.requests[req_id]
+            sample = self._sample_of(req_id, state)
+            if sample is None:
+                continue
+            skip = max(0, sample.first - state.num_computed_tokens)  # prompt positions before the last one are not needed
+            if skip < count:
+                samples.append(sample)
+                starts.append(state.num_computed_tokens + skip)
+                firsts.append(int(step_starts[runner.input_batch.req_id_to_index[req_id]]) + skip)
+                counts.append(count - skip)
+        if not samples:
+            return
+        # Row indices of every kept token in the step's hidden states: each sample's run of `count` rows from `first`.
+        lengths = np.asarray(counts)
+        index = np.repeat(np.asarray(firsts) - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
+        rows = hidden_states.index_select(0, torch.from_numpy(index).to(hidden_states.device)).to(torch.bfloat16).cpu()
+        for sample, start, piece in zip(samples, starts, rows.split(counts)):
+            sample.pieces.append((start, piece))
+
+    def take(self, lengths: dict[str, int], settings: Any) -> dict[str, list[str] | None]:
+        """The proofs of each finished sample named in `lengths` (its completion's token count); None
+        for one whose rows were not all captured. Everything captured is forgotten."""
+        from genesys.proofs.toploc import build_proofs
+
+        proofs: dict[str, list[str] | None] = {}
+        for name, count in lengths.items():
+            rows = self.samples[name].assemble(count) if count and name in self.samples else None
+            proofs[name] = [] if count == 0 else None if rows is None else build_proofs(rows, settings)
+        self.samples.clear()
+        self._by_request.clear()
+        return proofs
 
 
 class ProofCapture:
@@ -69,60 +133,19 @@ class ProofCapture:
             raise RuntimeError(
                 f"TOPLOC proofs with vLLM need its V1 model runner, got {type(runner).__name__}; set {V2_RUNNER_ENV}=0 before the engine starts"
             )
-        if getattr(runner, "genesys_captured", None) is not None:
+        if getattr(runner, "genesys_capture", None) is not None:
             return
-        runner.genesys_captured = {}
+        capture = runner.genesys_capture = Capture()
         original = runner._get_prompt_logprobs_dict
 
         def capture_then_continue(hidden_states: Any, num_scheduled_tokens: dict[str, int]) -> Any:
-            _capture_step(runner, hidden_states, num_scheduled_tokens)
+            capture.step(runner, hidden_states, num_scheduled_tokens)
             return original(hidden_states, num_scheduled_tokens)
 
         runner._get_prompt_logprobs_dict = capture_then_continue
 
     def genesys_take_proofs(self, lengths: dict[str, int], topk: int, decode_batching_size: int) -> dict[str, list[str] | None]:
-        """The proofs of each finished sample named in `lengths` (its completion's token count); None
-        for one whose rows were not all captured. Every captured row is forgotten."""
+        """The proofs of the finished samples named in `lengths` (`Capture.take`)."""
         from genesys.config import ProofConfig
-        from genesys.proofs.toploc import build_proofs
 
-        settings = ProofConfig(topk, decode_batching_size)
-        captured: dict[str, _Rows] = self.model_runner.genesys_captured
-        proofs: dict[str, list[str] | None] = {}
-        for name, count in lengths.items():
-            if count == 0:
-                proofs[name] = []
-                continue
-            rows = captured[name].assemble(count) if name in captured else None
-            proofs[name] = None if rows is None else build_proofs(rows, settings)
-        captured.clear()
-        return proofs
-
-
-def _capture_step(runner: Any, hidden_states: Any, num_scheduled_tokens: dict[str, int]) -> None:
-    """Keep the rows of this step's marked requests (from their last prompt position on)."""
-    import torch
-
-    captured: dict[str, _Rows] = runner.genesys_captured
-    wanted: list[tuple[_Rows, int, int, int]] = []  # (sample, start position, first row in the step, rows)
-    for req_id, count in num_scheduled_tokens.items():
-        state = runner.requests.get(req_id)
-        mark = (state.sampling_params.extra_args or {}).get(PROOF_KEY) if state is not None and state.sampling_params else None
-        if mark is None:
-            continue
-        index = int(req_id.split("_", 1)[0]) if mark["n"] > 1 else 0
-        name = sample_name(mark["key"], index)
-        sample = captured.get(name)
-        if sample is None:
-            sample = captured[name] = _Rows(first=len(state.prompt_token_ids) - 1)
-        start = state.num_computed_tokens
-        skip = max(0, sample.first - start)  # prompt positions before the last one are not needed
-        if skip < count:
-            offset = int(runner.query_start_loc.np[runner.input_batch.req_id_to_index[req_id]])
-            wanted.append((sample, start + skip, offset + skip, count - skip))
-    if not wanted:
-        return
-    index = torch.cat([torch.arange(offset, offset + count) for _, _, offset, count in wanted]).to(hidden_states.device)
-    rows = hidden_states.index_select(0, index).to(torch.bfloat16).cpu()
-    for (sample, start, _, count), piece in zip(wanted, rows.split([count for *_, count in wanted])):
-        sample.pieces.append((start, piece))
+        return self.model_runner.genesys_capture.take(lengths, ProofConfig(topk, decode_batching_size))

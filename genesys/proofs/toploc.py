@@ -7,9 +7,13 @@ proof: a polynomial through the positions (reduced by a modulus) and the bfloat1
 `topk` largest values by magnitude. A validator recomputes the rows with one prefill and compares, per
 chunk, exponents and mantissas at its own top-k positions.
 
-Building and verifying both take the package's 2-D tensor path with `skip_prefill=True`; its other
-paths and inputs fail in ways that are guarded here:
-- float32 activations make it log an error and return all-zero proofs, float16 ones make its
+Building takes each chunk's top-k positions and values itself, for all the full chunks of a
+completion in one `topk` on the states' own device, and hands them to the package's
+`ProofPoly.from_points_tensor`: the same proofs as the package's `build_proofs`, which takes the
+top-k of one chunk at a time through Python and costs about four times as much per proof at topk 16
+(the polynomial's interpolation dominates at topk 128). Verifying takes the package's 2-D tensor path
+with `skip_prefill=True`; its other paths and inputs fail in ways that are guarded here:
+- float32 activations make its builder log an error and return all-zero proofs, float16 ones make its
   verifier abort the process: only bfloat16 and float16 activations are accepted (a float32 model's
   states are rounded to bfloat16 by the caller, `as_proof_dtype`), and float16 ones are cast to
   bfloat16 before they reach the package;
@@ -97,9 +101,9 @@ def as_proof_dtype(hidden: torch.Tensor) -> torch.Tensor:
     return hidden.to(torch.bfloat16)
 
 
-def _as_rows(hidden: torch.Tensor, settings: ProofConfig) -> torch.Tensor:
-    """`hidden` (tokens, hidden size; bfloat16 or float16) as the contiguous bfloat16 CPU tensor the
-    package's 2-D tensor path needs; any other shape or dtype is refused."""
+def _as_rows(hidden: torch.Tensor, settings: ProofConfig, device: str | None = "cpu") -> torch.Tensor:
+    """`hidden` (tokens, hidden size; bfloat16 or float16) as a contiguous bfloat16 tensor on `device`
+    (None: where it is), as the package's 2-D tensor path needs; any other shape or dtype is refused."""
     import torch
 
     if hidden.dim() != 2:
@@ -108,18 +112,28 @@ def _as_rows(hidden: torch.Tensor, settings: ProofConfig) -> torch.Tensor:
     if dtype not in ACCEPTED_DTYPES:
         raise ValueError(f"hidden states must be bfloat16 or float16, got {dtype} (toploc returns null proofs for it); round them with as_proof_dtype")
     check_hidden_size(hidden.shape[1], settings)
-    return hidden.detach().to(device="cpu", dtype=torch.bfloat16).contiguous()
+    return hidden.detach().to(device=device or hidden.device, dtype=torch.bfloat16).contiguous()
 
 
 def build_proofs(hidden: torch.Tensor, settings: ProofConfig) -> list[str]:
-    """The base64 proofs of a completion's hidden states (tokens, hidden size; bfloat16 or float16)."""
-    rows = _as_rows(hidden, settings)
-    if rows.shape[0] == 0:
-        return []
-    polys = require_toploc().build_proofs(rows, settings.decode_batching_size, settings.topk, skip_prefill=True)
-    if len(polys) != proof_count(rows.shape[0], settings) or any(poly.modulus == 0 for poly in polys):
-        raise RuntimeError("toploc returned null proofs (it logs why)")
-    return [poly.to_base64() for poly in polys]
+    """The base64 proofs of a completion's hidden states (tokens, hidden size; bfloat16 or float16),
+    one per chunk of `decode_batching_size` rows (the last one may be shorter)."""
+    rows = _as_rows(hidden, settings, device=None)
+    chunk, full = settings.decode_batching_size, rows.shape[0] // settings.decode_batching_size
+    groups = [rows[: full * chunk].view(full, chunk * rows.shape[1]), rows[full * chunk :].reshape(1, -1)]
+    proof_poly = require_toploc().ProofPoly
+    proofs = []
+    for group in groups:
+        if group.numel() == 0:
+            continue
+        positions = group.abs().topk(settings.topk, dim=1).indices  # by magnitude, in the chunk's flattened rows
+        values = group.gather(1, positions)
+        for chunk_positions, chunk_values in zip(positions.cpu(), values.cpu()):
+            try:
+                proofs.append(proof_poly.from_points_tensor(chunk_positions, chunk_values).to_base64())
+            except RuntimeError as exc:  # no modulus below 65,498 keeps the chunk's top-k positions apart
+                raise RuntimeError(f"toploc could not build a proof: {exc}") from None
+    return proofs
 
 
 def decode_proofs(proofs: Any, tokens: int, settings: ProofConfig) -> list[bytes]:
