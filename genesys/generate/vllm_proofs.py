@@ -10,7 +10,8 @@ on (bfloat16, on the CPU) by position, so a request recomputed after a preemptio
 A finished completion of C tokens then has the C rows that produced them; the worker builds their
 proofs (only base64 strings come back) and forgets them.
 
-The cost is a gather and a copy to the CPU of one row per sampled token, and the proofs' building.
+The cost is a gather and a copy to the CPU of one row per sampled token (issued without waiting for
+the device), and the proofs' building when the engine call ends, on the worker's thread.
 vLLM's V2 model runner (the GPU default in recent releases) has no such method: the engine of a run
 with proofs is built with the V1 runner (`VLLM_USE_V2_MODEL_RUNNER=0`).
 """
@@ -83,7 +84,7 @@ class Capture:
 
     def step(self, runner: Any, hidden_states: Any, num_scheduled_tokens: dict[str, int]) -> None:
         """Keep the rows of this step's marked requests, from their last prompt position on: one
-        gather and one copy to the CPU for the whole step."""
+        gather and one copy to the CPU for the whole step, neither waiting for the device."""
         import numpy as np
         import torch
 
@@ -105,15 +106,20 @@ class Capture:
         # Row indices of every kept token in the step's hidden states: each sample's run of `count` rows from `first`.
         lengths = np.asarray(counts)
         index = np.repeat(np.asarray(firsts) - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
-        rows = hidden_states.index_select(0, torch.from_numpy(index).to(hidden_states.device)).to(torch.bfloat16).cpu()
+        # Without waiting for the device: the copy is read once the engine call has ended.
+        rows = hidden_states.index_select(0, torch.from_numpy(index).to(hidden_states.device)).to(torch.bfloat16).to("cpu", non_blocking=True)
         for sample, start, piece in zip(samples, starts, rows.split(counts)):
             sample.pieces.append((start, piece))
 
     def take(self, lengths: dict[str, int], settings: Any) -> dict[str, list[str] | None]:
         """The proofs of each finished sample named in `lengths` (its completion's token count); None
         for one whose rows were not all captured. Everything captured is forgotten."""
+        import torch
+
         from genesys.proofs.toploc import build_proofs
 
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # the last steps' copies to the CPU have landed
         proofs: dict[str, list[str] | None] = {}
         for name, count in lengths.items():
             rows = self.samples[name].assemble(count) if count and name in self.samples else None
