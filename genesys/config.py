@@ -474,12 +474,17 @@ class ValidateCommand:
     """`genesys validate`: its TOML file and flags."""
 
     inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1)
-    model: str = setting(help="the model the rollouts claim: path or hub name, loaded with transformers", flags=("--model",))
+    model: str = setting(help="the model the rollouts claim: path or hub name", flags=("--model",))
     output: str = setting(help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
     model_name: str | None = setting(None, "the model_name rows must carry (default: --model)", flags=("--model-name",))
-    batch_size: int = setting(8, "sequences per prefill", flags=("--batch-size",), ge=1)
-    device: str | None = setting(None, "torch device (default: cuda when available, else cpu)", flags=("--device",))
-    dtype: str | None = setting(None, "torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)", flags=("--dtype",))
+    backend: Literal["transformers", "vllm"] = setting(
+        "transformers", "what recomputes the rows: transformers (CPU or GPU) or vllm (its engine, with the capture of generate --proofs)",
+        flags=("--backend",), choices=("transformers", "vllm"),
+    )
+    batch_size: int = setting(8, "rows per prefill (transformers) or per engine call (vllm)", flags=("--batch-size",), ge=1)
+    device: str | None = setting(None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",))
+    dtype: str | None = setting(None, "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)", flags=("--dtype",))
+    engine_args: dict[str, Any] = setting(help="vllm: vllm.LLM engine arguments (dtype, max_model_len, ...)", flags=("-B", "--backend-arg"), metavar="KEY=VALUE", default_factory=dict)
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
     proofs: ProofConfig = Field(default_factory=ProofConfig)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)

@@ -24,7 +24,7 @@ from genesys.errors import InputError  # noqa: E402
 from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.generate.vllm_proofs import V2_RUNNER_ENV, _Rows  # noqa: E402
 from genesys.proofs.validate import validate_files  # noqa: E402
-from toploc_tampering import TINY_PROOFS, TINY_THRESHOLDS, generate, read_rows, swap_token, write_tasks  # noqa: E402
+from toploc_tampering import TINY_PROOFS, TINY_THRESHOLDS, edit_logprobs, generate, read_rows, swap_token, write_tasks  # noqa: E402
 
 # A KV cache of 512 tokens (the least one request of max_model_len needs); metrics on to count preemptions.
 ENGINE_ARGS = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 1 << 20, "enforce_eager": True, "disable_log_stats": False}
@@ -126,3 +126,21 @@ def test_proofs_from_a_backend_without_capture_are_refused() -> None:
     assert GenerateProofSettings(enabled=True).for_backend("vllm") == ProofConfig()
     with pytest.raises(InputError, match="transformers, vllm"):
         GenerateProofSettings(enabled=True).for_backend("openai")
+
+
+@pytest.mark.slow
+def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine, model, tmp_path):
+    rows = generate(model, write_tasks(tmp_path / "tasks.jsonl", 6), tmp_path / "rows.jsonl", TINY_PROOFS, n=2, max_tokens=60, backend=engine)
+    tampered = [swap_token(rows[0], engine.tokenizer, position=len(rows[0]["completion_ids"]) // 2), edit_logprobs(rows[1], -0.5, position=0)]
+    tampered = [row | {"response_id": f"tampered-{i}"} for i, row in enumerate(tampered)]
+    (tmp_path / "all.jsonl").write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows + tampered))
+    config = ValidateCommand(inputs=[str(tmp_path / "all.jsonl")], model=model, output=str(tmp_path / "validated.jsonl"), backend="vllm",
+                             engine_args=ENGINE_ARGS, progress=False, proofs=TINY_PROOFS, thresholds=TINY_THRESHOLDS)
+    validate_files(config)
+    validated = {row["response_id"]: row for row in read_rows(tmp_path / "validated.jsonl")}
+    honest = [validated[row["response_id"]] for row in rows]
+    assert all(row["toploc_valid"] for row in honest), [row["toploc_reason"] for row in honest if not row["toploc_valid"]]
+    assert max(row["toploc_errors"]["max_mant_err_mean"] for row in honest) <= 0.1
+    assert max(row["toploc_errors"]["max_logprob_diff"] for row in honest) < 1e-3
+    assert validated["tampered-0"]["toploc_valid"] is False and "proof" in validated["tampered-0"]["toploc_problems"]
+    assert validated["tampered-1"]["toploc_valid"] is False and validated["tampered-1"]["toploc_problems"] == ["logprobs"]

@@ -84,6 +84,16 @@ def sampling_warpers(sampling: SamplingConfig) -> list[LogitsProcessor]:
     return warpers
 
 
+def sampled_logprobs(logits: torch.Tensor, ids: list[int], temperature: float, top_p: float) -> list[float]:
+    """The logprob of each token of `ids` under the distribution sampled from at that position
+    (`logits`: one row per token): the logits after temperature and top-p, as generation records them."""
+    scores = logits
+    for warper in sampling_warpers(SamplingConfig(temperature=temperature, top_p=top_p)):
+        scores = warper(None, scores)
+    tokens = torch.tensor(ids, device=scores.device).unsqueeze(1)
+    return (scores.gather(1, tokens) - scores.logsumexp(dim=1, keepdim=True)).squeeze(1).tolist()
+
+
 class TransformersBackend:
     """Generation with a transformers causal LM; `batch_size` counts sequences (prompt x sample).
 
@@ -119,7 +129,7 @@ class TransformersBackend:
         # Loaded by the thread that will run it, so torch builds no thread pool in this one.
         load = partial(load_causal_lm, model, device, dtype, model_kwargs)
         self.device, self.tokenizer, self.model = load() if self._worker is None else self._worker.submit(load).result()
-        self.stop_ids = stop_token_ids(self.model, self.tokenizer)
+        self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
         self.weights_version = 0
         self._model_lock = threading.Lock()  # one batch or one weight update at a time
         self.proofs = proofs
@@ -288,10 +298,10 @@ def load_causal_lm(model: str, device: str | None = None, dtype: str | None = No
     return device, tokenizer, loaded
 
 
-def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+def stop_token_ids(generation_config: Any, tokenizer: Any) -> set[int]:
     """The tokens that end a completion: the model's generation eos ids and the tokenizer's eos."""
     ids: set[int] = set()
-    for candidate in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+    for candidate in (generation_config.eos_token_id, tokenizer.eos_token_id):
         if isinstance(candidate, int):
             ids.add(candidate)
         elif candidate:

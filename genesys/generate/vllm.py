@@ -32,7 +32,7 @@ from genesys.config import ProofConfig
 from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights, next_weights_version
 from genesys.generate.prompts import render_ids
-from genesys.generate.vllm_proofs import EXTENSION, V2_RUNNER_ENV, proof_extra_args, sample_name
+from genesys.generate.vllm_proofs import EXTENSION, V2_RUNNER_ENV, Recomputation, proof_extra_args, sample_name
 
 
 def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
@@ -156,9 +156,9 @@ class VLLMBackend:
         self.tensor_parallel_size = tensor_parallel_size
         self.weights_version = 0
         self.proofs = proofs
-        self._proof_settings: dict[str, Any] | None = None
+        self.proof_settings: dict[str, Any] | None = None
         if proofs is not None:
-            self._proof_settings = self._start_proofs(model, proofs)
+            self.proof_settings = self._start_proofs(model, proofs)
         self._request_ids = itertools.count()
 
     def _start_proofs(self, model: str, proofs: ProofConfig) -> dict[str, Any]:
@@ -202,8 +202,8 @@ class VLLMBackend:
         self.llm.reset_prefix_cache()
         self.weights_version = new_version
 
-    def sampling_params(self, request: GenerationRequest, proof_key: str | None = None) -> Any:
-        """vLLM's settings for `request`; `proof_key` marks it for hidden-state capture."""
+    def sampling_params(self, request: GenerationRequest, mark: dict[str, Any] | None = None) -> Any:
+        """vLLM's settings for `request`; `mark` (`proof_extra_args`) marks it for hidden-state capture."""
         from vllm import SamplingParams
 
         sampling = request.sampling
@@ -216,17 +216,18 @@ class VLLMBackend:
             logprobs=0,
             flat_logprobs=True,
             detokenize=False,
-            extra_args=None if proof_key is None else proof_extra_args(proof_key, request.n),
+            extra_args=mark,
         )
 
     def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int, list[list[list[str] | None]] | None]:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
         and, with proofs, the proofs of each output's completions in sample order."""
         prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
-        keys = [str(next(self._request_ids)) if self.proofs is not None else None for _ in chunk]
-        outputs = self.llm.generate(prompts, [self.sampling_params(r, key) for r, key in zip(chunk, keys)], use_tqdm=False)
         if self.proofs is None:
-            return outputs, self.weights_version, None
+            return self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False), self.weights_version, None
+        keys = [str(next(self._request_ids)) for _ in chunk]
+        marks = [proof_extra_args(key, r.n, len(p["prompt_token_ids"]) - 1) for key, r, p in zip(keys, chunk, prompts)]
+        outputs = self.llm.generate(prompts, [self.sampling_params(r, mark) for r, mark in zip(chunk, marks)], use_tqdm=False)
         names = [[(sample_name(key, c.index), len(c.token_ids)) for c in sorted(output.outputs, key=lambda c: c.index)] for key, output in zip(keys, outputs)]
         lengths = dict(pair for samples in names for pair in samples)
         proofs = self.llm.collective_rpc("genesys_take_proofs", args=(lengths, self.proofs.topk, self.proofs.decode_batching_size))[0]
@@ -242,6 +243,28 @@ class VLLMBackend:
                     self._attach_proofs(result, proofs[position])
                 yield result
 
+    def recompute(self, rows: list[Recomputation]) -> list[dict[str, Any] | None]:
+        """For `genesys validate`: each row's completion recomputed with one prefill of prompt +
+        completion (every position computed, the prefix cache not read), checked in the worker
+        against the row's proofs and turned into logprobs under its sampling settings
+        (`Capture.check`); None for a row whose states did not all come back. Needs `proofs` set."""
+        return self._engine_thread.submit(self._recompute, rows).result()
+
+    def _recompute(self, rows: list[Recomputation]) -> list[dict[str, Any] | None]:
+        from vllm import SamplingParams
+
+        keys = [str(next(self._request_ids)) for _ in rows]
+        prompts = [{"prompt_token_ids": row.prompt_ids + row.completion_ids[:-1]} for row in rows]
+        params = [
+            SamplingParams(max_tokens=1, temperature=0.0, detokenize=False, skip_reading_prefix_cache=True,
+                           extra_args=proof_extra_args(key, 1, len(row.prompt_ids) - 1))
+            for key, row in zip(keys, rows)
+        ]
+        self.llm.generate(prompts, params, use_tqdm=False)
+        requests = {sample_name(key, 0): row.request() for key, row in zip(keys, rows)}
+        checks = self.llm.collective_rpc("genesys_take_checks", args=(requests, self.proofs.topk, self.proofs.decode_batching_size))[0]
+        return [checks[name] for name in requests]
+
     def _attach_proofs(self, result: GenerationResult, proofs: list[list[str] | None]) -> None:
         """Give each completion of `result` its proofs; a completion whose hidden states were not all
         captured is an engine failure, never a row without proofs."""
@@ -249,4 +272,4 @@ class VLLMBackend:
             if sample_proofs is None:
                 raise RuntimeError(f"vLLM did not hand over the hidden states of every token of {result.request.key} sample {index}")
             completion.proofs = sample_proofs
-            completion.proof_settings = self._proof_settings
+            completion.proof_settings = self.proof_settings

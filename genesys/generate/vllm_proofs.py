@@ -5,10 +5,16 @@ vLLM returns no hidden states. Its V1 model runner passes every step's final hid
 output layer reads: one row per scheduled token) to `_get_prompt_logprobs_dict`, together with the
 tokens scheduled per request, while the requests' state still describes that step. `ProofCapture`,
 mixed into the worker through vLLM's `worker_extension_cls`, wraps that method: for each request whose
-sampling params carry `PROOF_KEY` in `extra_args`, it keeps the rows from the last prompt position
-on (bfloat16, on the CPU) by position, so a request recomputed after a preemption overwrites its rows.
-A finished completion of C tokens then has the C rows that produced them; the worker builds their
-proofs (only base64 strings come back) and forgets them.
+sampling params carry `PROOF_KEY` in `extra_args`, it keeps the rows from the position the mark
+names on (on the CPU, in the model's dtype) by position, so a request recomputed after a preemption
+overwrites its rows. A finished completion of C tokens then has the C rows that produced them (from
+its last prompt position on); the worker builds their proofs (only base64 strings come back) and
+forgets them.
+
+The same capture recomputes rows for `genesys validate`: a prefill of prompt + completion (all but
+its last token; the prefix cache not read, so every position is computed) gives the C rows at once.
+The worker checks them against the row's proofs and computes the completion's logprobs under the
+row's temperature and top-p with the model's own output layer, so only a few numbers per row come back.
 
 The cost is a gather and a copy to the CPU of one row per sampled token (issued without waiting for
 the device), and the proofs' building when the engine call ends, on the worker's thread.
@@ -26,10 +32,11 @@ V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 EXTENSION = f"{__name__}.ProofCapture"
 
 
-def proof_extra_args(key: str, n: int) -> dict[str, Any]:
-    """The `extra_args` that mark a request for capture: its key, and how many samples it asks for
-    (vLLM runs the samples of n > 1 as child requests named `{index}_{parent id}`)."""
-    return {PROOF_KEY: {"key": key, "n": n}}
+def proof_extra_args(key: str, n: int, first: int) -> dict[str, Any]:
+    """The `extra_args` that mark a request for capture: its key, how many samples it asks for (vLLM
+    runs the samples of n > 1 as child requests named `{index}_{parent id}`) and the first position
+    to keep (the last prompt position: its state produced the first completion token)."""
+    return {PROOF_KEY: {"key": key, "n": n, "first": first}}
 
 
 def sample_name(key: str, index: int) -> str:
@@ -38,10 +45,26 @@ def sample_name(key: str, index: int) -> str:
 
 
 @dataclass
+class Recomputation:
+    """A row for the engine to recompute: its ids, its proofs' bytes (None: none to check) and the
+    sampling settings its logprobs were recorded under. The completion has at least one token."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    proofs: list[bytes] | None
+    temperature: float
+    top_p: float
+
+    def request(self) -> dict[str, Any]:
+        """What the worker's `Capture.check` takes of it."""
+        return {"ids": self.completion_ids, "proofs": self.proofs, "temperature": self.temperature, "top_p": self.top_p}
+
+
+@dataclass
 class _Rows:
     """The captured rows of one sample: hidden states by position, from the last prompt position on."""
 
-    first: int  # the last prompt position: its state produced the first completion token
+    first: int  # the first position kept: the last prompt position
     pieces: list[tuple[int, Any]] = field(default_factory=list)  # (start position, rows), in step order
 
     def assemble(self, count: int) -> Any:
@@ -54,7 +77,7 @@ class _Rows:
         if all(start == end for (start, _), end in zip(self.pieces[1:], ends)) and self.pieces[0][0] == self.first:
             rows = torch.cat([piece for _, piece in self.pieces])  # one run of positions (no preemption)
             return rows[:count] if rows.shape[0] >= count else None
-        rows = torch.empty(count, self.pieces[0][1].shape[1], dtype=torch.bfloat16)
+        rows = torch.empty(count, self.pieces[0][1].shape[1], dtype=self.pieces[0][1].dtype)
         filled = torch.zeros(count, dtype=torch.bool)
         for start, piece in self.pieces:
             lo, hi = max(start, self.first), min(start + piece.shape[0], self.first + count)
@@ -78,7 +101,7 @@ class Capture:
             sample = None
             if mark is not None:
                 index = int(req_id.split("_", 1)[0]) if mark["n"] > 1 else 0
-                sample = self.samples.setdefault(sample_name(mark["key"], index), _Rows(first=len(state.prompt_token_ids) - 1))
+                sample = self.samples.setdefault(sample_name(mark["key"], index), _Rows(first=mark["first"]))
             self._by_request[req_id] = sample
         return self._by_request[req_id]
 
@@ -95,7 +118,7 @@ class Capture:
             sample = self._sample_of(req_id, state)
             if sample is None:
                 continue
-            skip = max(0, sample.first - state.num_computed_tokens)  # prompt positions before the last one are not needed
+            skip = max(0, sample.first - state.num_computed_tokens)  # positions before the first kept are not needed
             if skip < count:
                 samples.append(sample)
                 starts.append(state.num_computed_tokens + skip)
@@ -107,26 +130,54 @@ class Capture:
         lengths = np.asarray(counts)
         index = np.repeat(np.asarray(firsts) - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
         # Without waiting for the device: the copy is read once the engine call has ended.
-        rows = hidden_states.index_select(0, torch.from_numpy(index).to(hidden_states.device)).to(torch.bfloat16).to("cpu", non_blocking=True)
+        rows = hidden_states.index_select(0, torch.from_numpy(index).to(hidden_states.device)).to("cpu", non_blocking=True)
         for sample, start, piece in zip(samples, starts, rows.split(counts)):
             sample.pieces.append((start, piece))
 
     def take(self, lengths: dict[str, int], settings: Any) -> dict[str, list[str] | None]:
         """The proofs of each finished sample named in `lengths` (its completion's token count); None
         for one whose rows were not all captured. Everything captured is forgotten."""
+        from genesys.proofs.toploc import as_proof_dtype, build_proofs
+
+        proofs: dict[str, list[str] | None] = {}
+        for name, rows in self._take_rows(lengths).items():
+            proofs[name] = [] if lengths[name] == 0 else None if rows is None else build_proofs(as_proof_dtype(rows), settings)
+        return proofs
+
+    def check(self, requests: dict[str, dict[str, Any]], settings: Any, model: Any) -> dict[str, dict[str, Any] | None]:
+        """For each recomputed row named in `requests` ({"ids": its completion ids, "proofs": their
+        bytes or None, "temperature", "top_p"}): each chunk's errors against the proofs (None without
+        proofs) and the completion tokens' logprobs; None for a row whose rows were not all captured."""
+        from genesys.generate.hf import sampled_logprobs
+        from genesys.proofs.toploc import as_proof_dtype, verify_proofs
+
+        lengths = {name: len(request["ids"]) for name, request in requests.items()}
+        device = next(model.parameters()).device
+        checks: dict[str, dict[str, Any] | None] = {}
+        for name, rows in self._take_rows(lengths).items():
+            if rows is None:
+                checks[name] = None
+                continue
+            request = requests[name]
+            chunks = None if request["proofs"] is None else verify_proofs(as_proof_dtype(rows), request["proofs"], settings)
+            logits = model.compute_logits(rows.to(device)).float()
+            checks[name] = {
+                "chunks": None if chunks is None else [[c.exp_mismatches, c.mant_err_mean, c.mant_err_median] for c in chunks],
+                "logprobs": sampled_logprobs(logits, request["ids"], request["temperature"], request["top_p"]),
+            }
+        return checks
+
+    def _take_rows(self, lengths: dict[str, int]) -> dict[str, Any]:
+        """The assembled rows of each sample in `lengths` (None where some are missing or none are
+        wanted), once the device's last copies have landed; everything captured is forgotten."""
         import torch
 
-        from genesys.proofs.toploc import build_proofs
-
         if torch.cuda.is_available():
-            torch.cuda.synchronize()  # the last steps' copies to the CPU have landed
-        proofs: dict[str, list[str] | None] = {}
-        for name, count in lengths.items():
-            rows = self.samples[name].assemble(count) if count and name in self.samples else None
-            proofs[name] = [] if count == 0 else None if rows is None else build_proofs(rows, settings)
+            torch.cuda.synchronize()
+        rows = {name: self.samples[name].assemble(count) if count and name in self.samples else None for name, count in lengths.items()}
         self.samples.clear()
         self._by_request.clear()
-        return proofs
+        return rows
 
 
 class ProofCapture:
@@ -155,3 +206,9 @@ class ProofCapture:
         from genesys.config import ProofConfig
 
         return self.model_runner.genesys_capture.take(lengths, ProofConfig(topk, decode_batching_size))
+
+    def genesys_take_checks(self, requests: dict[str, dict[str, Any]], topk: int, decode_batching_size: int) -> dict[str, dict[str, Any] | None]:
+        """The checks of the recomputed rows named in `requests` (`Capture.check`)."""
+        from genesys.config import ProofConfig
+
+        return self.model_runner.genesys_capture.check(requests, ProofConfig(topk, decode_batching_size), self.model_runner.get_model())

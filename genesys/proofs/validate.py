@@ -1,10 +1,10 @@
 """`genesys validate`: recompute rollouts with the model they claim, and mark each valid or not.
 
-Rows are validated in batches: rows of similar length are left-padded together and the model runs one
-prefill over prompt + completion, with the positions generation used. A forward hook takes the final
+Rows are validated in batches of similar length: the model (transformers or vLLM,
+`genesys.proofs.recompute`) runs one prefill over prompt + completion and recomputes the final
 hidden states that produced each completion token (checked against the row's TOPLOC proofs, chunk by
-chunk) and the logits give the logprobs the sampling settings imply (checked against the row's).
-The other checks of `genesys.proofs.checks` need no model. Each row is written with:
+chunk) and the logprobs the sampling settings imply (checked against the row's). The other checks
+of `genesys.proofs.checks` need no model. Each row is written with:
 
 - `toploc_valid`: true when every check passed, false when one failed, null when the row has no proofs;
 - `toploc_reason`: why it is not valid (null when valid);
@@ -25,19 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from genesys.config import ProofThresholds, SamplingConfig, ValidateCommand
-from genesys.generate.hf import load_causal_lm, sampling_warpers, stop_token_ids
+from genesys.config import ProofThresholds, ValidateCommand
 from genesys.identity import with_unique_response_ids
 from genesys.inputs import resolve_inputs
 from genesys.io import BufferedWriter, RolloutWriter, iter_rows
-from genesys.proofs.capture import FinalHiddenStates
 from genesys.proofs.checks import (
-    Expected, Problem, RowSampling, decode_problem, logprob_problem, model_problems, prompt_problem, row_sampling, sampling_problems, stop_problems,
+    Expected, Problem, decode_problem, logprob_problem, model_problems, prompt_problem, row_sampling, sampling_problems, stop_problems,
 )
-from genesys.proofs.toploc import ChunkErrors, ProofError, as_proof_dtype, check_hidden_size, decode_proofs, require_toploc, verify_proofs
-from genesys.proofs.weights import weights_sha256
+from genesys.proofs.recompute import Pending, Recomputed, recomputer
+from genesys.proofs.toploc import ChunkErrors, ProofError, decode_proofs, require_toploc
 from genesys.schema import SchemaError, parse_json_field
 
 FLUSH_ROWS = 1024
@@ -65,31 +61,16 @@ class ValidateSummary:
         return self.valid + self.invalid + self.unproved
 
 
-@dataclass
-class _Pending:
-    """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked), problems so far."""
-
-    row: dict[str, Any]
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    sampling: RowSampling
-    proofs: list[bytes] | None
-    problems: list[Problem]
-
-
 class Validator:
-    """The model a run validates against, and the checks of one batch of rows."""
+    """The model a run validates against (`genesys.proofs.recompute`), and the checks of one batch of rows."""
 
     def __init__(self, config: ValidateCommand) -> None:
         require_toploc()
         self.config = config
-        self.device, self.tokenizer, self.model = load_causal_lm(config.model, config.device, config.dtype)
-        check_hidden_size(self.model.config.get_text_config().hidden_size, config.proofs)
-        self.stop_ids = stop_token_ids(self.model, self.tokenizer)
-        self.vocab_size = self.model.get_input_embeddings().num_embeddings
-        self.expected = Expected(config.model_name or config.model, weights_sha256(self.model), config.proofs, config.expect)
+        self.model = recomputer(config)
+        self.expected = Expected(config.model_name or config.model, self.model.weights_sha256, config.proofs, config.expect)
 
-    def prepare(self, row: dict[str, Any]) -> _Pending | dict[str, Any]:
+    def prepare(self, row: dict[str, Any]) -> Pending | dict[str, Any]:
         """A row needing the model, or the row finished already (no proofs, or unusable ids)."""
         if row.get("toploc_proofs") is None:
             return _finish(row, None, [Problem("unproved", NO_PROOFS)], {})
@@ -99,13 +80,14 @@ class Validator:
             sampling = row_sampling(parse_json_field(row.get("generation_config"), "generation_config"))
         except SchemaError as exc:
             return _finish(row, False, [Problem("format", str(exc))], {})
-        if not _token_list(prompt_ids, self.vocab_size) or not _token_list(completion_ids, self.vocab_size, allow_empty=True):
-            return _finish(row, False, [Problem("format", f"prompt_ids and completion_ids must be lists of token ids below {self.vocab_size}")], {})
+        vocab_size, tokenizer = self.model.vocab_size, self.model.tokenizer
+        if not _token_list(prompt_ids, vocab_size) or not _token_list(completion_ids, vocab_size, allow_empty=True):
+            return _finish(row, False, [Problem("format", f"prompt_ids and completion_ids must be lists of token ids below {vocab_size}")], {})
         if isinstance(sampling, Problem):
             return _finish(row, False, [sampling], {})
         problems = model_problems(row, toploc_config, self.expected) + sampling_problems(sampling, self.expected.sampling)
-        problems += stop_problems(completion_ids, row.get("finish_reason"), sampling.max_tokens, self.stop_ids)
-        text_problems = [prompt_problem(self.tokenizer, prompt_ids, row.get("prompt")), decode_problem(self.tokenizer, completion_ids, row.get("llm_response"))]
+        problems += stop_problems(completion_ids, row.get("finish_reason"), sampling.max_tokens, self.model.stop_ids)
+        text_problems = [prompt_problem(tokenizer, prompt_ids, row.get("prompt")), decode_problem(tokenizer, completion_ids, row.get("llm_response"))]
         problems += [p for p in text_problems if p]
         proofs = None
         if not any(p.category == "proof_format" for p in problems):
@@ -113,60 +95,30 @@ class Validator:
                 proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), self.config.proofs)
             except ProofError as exc:
                 problems.append(Problem("proof_format", str(exc)))
-        return _Pending(row, list(prompt_ids), list(completion_ids), sampling, proofs, problems)
+        return Pending(row, list(prompt_ids), list(completion_ids), sampling, proofs, problems)
 
-    def run(self, batch: Sequence[_Pending]) -> list[dict[str, Any]]:
-        """One prefill over the batch; each row finished with its proof and logprob checks."""
-        hidden, logits = self._prefill(batch)
-        return [self._judge(item, states, scores) for item, states, scores in zip(batch, hidden, logits)]
+    def run(self, batch: Sequence[Pending]) -> list[dict[str, Any]]:
+        """The batch recomputed at once; each row finished with its proof and logprob checks."""
+        return [self._judge(item, recomputed) for item, recomputed in zip(batch, self.model.recompute(batch))]
 
-    def _prefill(self, batch: Sequence[_Pending]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per row, the (C, hidden) states and (C, vocab) logits that produced its C completion tokens."""
-        sequences = [item.prompt_ids + item.completion_ids for item in batch]
-        encoded = self.tokenizer.pad({"input_ids": sequences}, padding=True, return_tensors="pt").to(self.device)
-        mask = encoded["attention_mask"]
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as `generate` numbers left-padded rows
-        keep = max(len(item.completion_ids) for item in batch) + 1
-        with torch.inference_mode(), FinalHiddenStates(self.model, last_only=False) as capture:
-            logits = self.model(**encoded, position_ids=positions, logits_to_keep=keep).logits
-        states = capture.prefill()
-        width = states.shape[1]
-        hidden, scores = [], []
-        for row, item in enumerate(batch):
-            count = len(item.completion_ids)
-            hidden.append(states[row, width - count - 1 : width - 1])
-            scores.append(logits[row, keep - count - 1 : keep - 1].float())
-        return hidden, scores
-
-    def _judge(self, item: _Pending, hidden: torch.Tensor, logits: torch.Tensor) -> dict[str, Any]:
+    def _judge(self, item: Pending, recomputed: Recomputed) -> dict[str, Any]:
         problems = list(item.problems)
         errors: dict[str, Any] = {}
-        if item.proofs is not None:
-            chunks = verify_proofs(as_proof_dtype(hidden), item.proofs, self.config.proofs)
-            errors.update(_chunk_summary(chunks, self.config.thresholds))
+        if recomputed.chunks is not None:
+            errors.update(_chunk_summary(recomputed.chunks, self.config.thresholds))
             if errors["failed_chunks"]:
-                problems.append(Problem("proof", f"{errors['failed_chunks']} of {len(chunks)} chunks beyond the TOPLOC thresholds"))
+                problems.append(Problem("proof", f"{errors['failed_chunks']} of {len(recomputed.chunks)} chunks beyond the TOPLOC thresholds"))
         claimed = item.row.get("completion_logprobs")
         if not isinstance(claimed, (list, tuple)) or len(claimed) != len(item.completion_ids):
             problems.append(Problem("logprobs", "completion_logprobs is missing or not one per completion token"))
         else:
-            recomputed = _sampled_logprobs(logits, item.completion_ids, item.sampling)
-            errors["max_logprob_diff"], problem = logprob_problem(claimed, recomputed, self.config.thresholds.logprob_tolerance)
+            errors["max_logprob_diff"], problem = logprob_problem(claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance)
             problems += [problem] if problem else []
         return _finish(item.row, not problems, problems, errors)
 
 
 def _token_list(value: Any, vocab_size: int, allow_empty: bool = False) -> bool:
     return isinstance(value, (list, tuple)) and (allow_empty or bool(value)) and all(isinstance(t, int) and 0 <= t < vocab_size for t in value)
-
-
-def _sampled_logprobs(logits: torch.Tensor, ids: list[int], sampling: RowSampling) -> list[float]:
-    """The logprob of each token under the distribution the row's settings sample from (as generation records it)."""
-    scores = logits
-    for warper in sampling_warpers(SamplingConfig(max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p)):
-        scores = warper(None, scores)
-    tokens = torch.tensor(ids, device=scores.device).unsqueeze(1)
-    return (scores.gather(1, tokens) - scores.logsumexp(dim=1, keepdim=True)).squeeze(1).tolist()
 
 
 def _chunk_summary(chunks: Sequence[ChunkErrors], thresholds: ProofThresholds) -> dict[str, Any]:
@@ -190,9 +142,9 @@ def _finish(row: dict[str, Any], valid: bool | None, problems: list[Problem], er
     return row
 
 
-def _windows(items: Iterator[_Pending], batch_size: int) -> Iterator[list[_Pending]]:
+def _windows(items: Iterator[Pending], batch_size: int) -> Iterator[list[Pending]]:
     """Batches of `batch_size`, each of rows of similar length from a window of several batches."""
-    window: list[_Pending] = []
+    window: list[Pending] = []
     for item in items:
         window.append(item)
         if len(window) == batch_size * WINDOW_BATCHES:
@@ -201,7 +153,7 @@ def _windows(items: Iterator[_Pending], batch_size: int) -> Iterator[list[_Pendi
     yield from _sorted_batches(window, batch_size)
 
 
-def _sorted_batches(window: list[_Pending], batch_size: int) -> Iterator[list[_Pending]]:
+def _sorted_batches(window: list[Pending], batch_size: int) -> Iterator[list[Pending]]:
     window.sort(key=lambda item: len(item.prompt_ids) + len(item.completion_ids))
     for start in range(0, len(window), batch_size):
         yield window[start : start + batch_size]
@@ -227,7 +179,7 @@ def validate_files(config: ValidateCommand) -> ValidateSummary:
         out.add(rows)
         progress.advance(len(rows), tokens=tokens)
 
-    def pending(out: BufferedWriter, progress: RunProgress) -> Iterator[_Pending]:
+    def pending(out: BufferedWriter, progress: RunProgress) -> Iterator[Pending]:
         for row in with_unique_response_ids(_readable(files, summary, progress)):
             if row["response_id"] in done:
                 summary.resumed += 1

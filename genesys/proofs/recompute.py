@@ -1,0 +1,143 @@
+"""What `genesys validate` recomputes of a row: the final hidden states that produced its completion
+tokens (checked against its TOPLOC proofs, chunk by chunk) and those tokens' logprobs under the
+temperature and top-p the row names, from one prefill over prompt + completion.
+
+Two engines do it, with the same answers (`Recomputed`):
+- `TransformersRecomputer`: rows of similar length left-padded together, the positions generation
+  used, a forward hook on the base model for the hidden states and the logits for the logprobs;
+- `VLLMRecomputer`: vLLM's engine with the capture `genesys generate --proofs` uses, the proofs
+  checked and the logprobs computed inside the engine's worker (`genesys.generate.vllm_proofs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from genesys.config import PromptStyle, ValidateCommand
+from genesys.proofs.checks import Problem, RowSampling
+from genesys.proofs.toploc import ChunkErrors
+
+
+@dataclass
+class Pending:
+    """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked), problems so far."""
+
+    row: dict[str, Any]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampling: RowSampling
+    proofs: list[bytes] | None
+    problems: list[Problem]
+
+
+@dataclass
+class Recomputed:
+    """A row's recomputation: each chunk's errors against its proofs (None: none to check) and the
+    logprob of each completion token."""
+
+    chunks: list[ChunkErrors] | None
+    logprobs: list[float]
+
+
+class Recomputer(Protocol):
+    """A model that recomputes rows, and what the checks without a model need of it."""
+
+    tokenizer: Any
+    stop_ids: set[int]
+    vocab_size: int
+    weights_sha256: str
+
+    def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]: ...
+
+
+def recomputer(config: ValidateCommand) -> Recomputer:
+    """The recomputer `config.backend` names."""
+    return VLLMRecomputer(config) if config.backend == "vllm" else TransformersRecomputer(config)
+
+
+class TransformersRecomputer:
+    """One left-padded prefill per batch with a transformers model (CPU or GPU)."""
+
+    def __init__(self, config: ValidateCommand) -> None:
+        from genesys.generate.hf import load_causal_lm, stop_token_ids
+        from genesys.proofs.toploc import check_hidden_size
+        from genesys.proofs.weights import weights_sha256
+
+        self.proofs = config.proofs
+        self.device, self.tokenizer, self.model = load_causal_lm(config.model, config.device, config.dtype)
+        check_hidden_size(self.model.config.get_text_config().hidden_size, config.proofs)
+        self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
+        self.vocab_size = self.model.get_input_embeddings().num_embeddings
+        self.weights_sha256 = weights_sha256(self.model)
+
+    def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]:
+        from genesys.generate.hf import sampled_logprobs
+        from genesys.proofs.toploc import as_proof_dtype, verify_proofs
+
+        recomputed = []
+        for item, (hidden, logits) in zip(batch, self._prefill(batch)):
+            chunks = None if item.proofs is None else verify_proofs(as_proof_dtype(hidden), item.proofs, self.proofs)
+            recomputed.append(Recomputed(chunks, sampled_logprobs(logits, item.completion_ids, item.sampling.temperature, item.sampling.top_p)))
+        return recomputed
+
+    def _prefill(self, batch: Sequence[Pending]) -> list[tuple[Any, Any]]:
+        """Per row, the (C, hidden) states and (C, vocab) logits that produced its C completion tokens."""
+        import torch
+
+        from genesys.proofs.capture import FinalHiddenStates
+
+        sequences = [item.prompt_ids + item.completion_ids for item in batch]
+        encoded = self.tokenizer.pad({"input_ids": sequences}, padding=True, return_tensors="pt").to(self.device)
+        mask = encoded["attention_mask"]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as `generate` numbers left-padded rows
+        keep = max(len(item.completion_ids) for item in batch) + 1
+        with torch.inference_mode(), FinalHiddenStates(self.model, last_only=False) as capture:
+            logits = self.model(**encoded, position_ids=positions, logits_to_keep=keep).logits
+        states = capture.prefill()
+        width = states.shape[1]
+        rows = []
+        for row, item in enumerate(batch):
+            count = len(item.completion_ids)
+            rows.append((states[row, width - count - 1 : width - 1], logits[row, keep - count - 1 : keep - 1].float()))
+        return rows
+
+
+class VLLMRecomputer:
+    """vLLM's engine: one engine call per batch, the checks made in its worker."""
+
+    def __init__(self, config: ValidateCommand) -> None:
+        from transformers import AutoConfig, GenerationConfig
+
+        from genesys.generate.hf import stop_token_ids
+        from genesys.generate.vllm import VLLMBackend
+
+        self.engine = VLLMBackend(config.model, PromptStyle(), batch_size=config.batch_size, proofs=config.proofs, engine_args=config.engine_args)
+        self.tokenizer = self.engine.tokenizer
+        model_config = AutoConfig.from_pretrained(config.model)
+        try:
+            generation_config = GenerationConfig.from_pretrained(config.model)
+        except OSError:  # a checkpoint without generation_config.json: what transformers derives from its config
+            generation_config = GenerationConfig.from_model_config(model_config)
+        self.stop_ids = stop_token_ids(generation_config, self.tokenizer)
+        self.vocab_size = model_config.get_text_config().vocab_size
+        self.weights_sha256 = self.engine.proof_settings["weights_sha256"]
+
+    def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]:
+        from genesys.generate.vllm_proofs import Recomputation
+
+        todo = [item for item in batch if item.completion_ids]  # an empty completion has nothing to recompute
+        rows = [Recomputation(item.prompt_ids, item.completion_ids, item.proofs, item.sampling.temperature, item.sampling.top_p) for item in todo]
+        checks = dict(zip(map(id, todo), self.engine.recompute(rows)))
+        recomputed = []
+        for item in batch:
+            if not item.completion_ids:
+                recomputed.append(Recomputed(None if item.proofs is None else [], []))
+                continue
+            check = checks[id(item)]
+            if check is None:
+                raise RuntimeError(f"vLLM did not hand over the hidden states of every token of row {item.row.get('response_id')!r}")
+            chunks = None if check["chunks"] is None else [ChunkErrors(*errors) for errors in check["chunks"]]
+            recomputed.append(Recomputed(chunks, check["logprobs"]))
+        return recomputed
