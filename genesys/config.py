@@ -490,6 +490,12 @@ class ValidateCommand:
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
     expect: ExpectedSampling = Field(default_factory=ExpectedSampling)
 
+    def __post_init__(self) -> None:
+        if self.backend == "vllm" and (self.device is not None or self.dtype is not None):
+            raise ValueError("--device and --dtype apply to the transformers backend; give vLLM's dtype as -B dtype=...")
+        if self.backend == "transformers" and self.engine_args:
+            raise ValueError("-B engine arguments apply to the vllm backend")
+
 
 
 # --- loading --------------------------------------------------------------------------------------

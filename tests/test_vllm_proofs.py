@@ -144,3 +144,10 @@ def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine
     assert max(row["toploc_errors"]["max_logprob_diff"] for row in honest) < 1e-3
     assert validated["tampered-0"]["toploc_valid"] is False and "proof" in validated["tampered-0"]["toploc_problems"]
     assert validated["tampered-1"]["toploc_valid"] is False and validated["tampered-1"]["toploc_problems"] == ["logprobs"]
+
+
+def test_validation_settings_of_the_other_backend_are_refused() -> None:
+    with pytest.raises(ValueError, match="apply to the transformers backend"):
+        ValidateCommand(inputs=["rows.jsonl"], model="m", output="out.jsonl", backend="vllm", dtype="float32")
+    with pytest.raises(ValueError, match="apply to the vllm backend"):
+        ValidateCommand(inputs=["rows.jsonl"], model="m", output="out.jsonl", engine_args={"dtype": "float32"})
