@@ -4,7 +4,8 @@ Times `genesys generate` of the same tasks without and with `--proofs`, then `ge
 (transformers) of the rows with proofs: prints the proofs' cost in generation throughput and the
 validation time relative to generation (target: under 10%). With the transformers backend the times
 are CPU seconds of this process; with `--backend vllm` (two engines kept running, one writing
-proofs) they are wall-clock seconds, as the engines compute in processes of their own. Then validates tampered rows (another
+proofs) or `--validate-backend vllm` they are wall-clock seconds, as the engines compute in
+processes of their own. Then validates tampered rows (another
 model, perturbed weights, a swapped token, another row's proofs, edited logprobs; each claiming the
 expected model) and prints, per case, how many rows were rejected and by which check, with the
 errors measured next to the honest rows' worst: the thresholds' margins.
@@ -14,6 +15,7 @@ errors measured next to the honest rows' worst: the thresholds' margins.
         --max-exp 38 --max-mean 10 --max-median 8             # the TOPLOC paper's thresholds
     python benchmarks/validate_cost.py --gen-dtype bfloat16   # bf16 proofs and logprobs, fp32 validator
     python benchmarks/validate_cost.py --backend vllm --hidden 128 --heads 2   # vLLM (a head dim of 64 at least on CPU)
+    python benchmarks/validate_cost.py --backend vllm --validate-backend vllm --hidden 128 --heads 2
 """
 
 from __future__ import annotations
@@ -62,18 +64,25 @@ def validate(rows: list[dict[str, Any]], work: Path, name: str, args: argparse.N
     source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     output = work / f"{name}-validated.jsonl"
     thresholds = ProofThresholds(args.max_exp, args.max_mean, args.max_median, args.logprob_tolerance)
-    config = ValidateCommand(inputs=[str(source)], model=model, output=str(output), batch_size=args.validate_batch_size, device=args.device,
-                             progress=False, proofs=ProofConfig(args.topk, args.chunk), thresholds=thresholds)
+    config = ValidateCommand(inputs=[str(source)], model=model, output=str(output), batch_size=args.validate_batch_size,
+                             progress=False, proofs=ProofConfig(args.topk, args.chunk), thresholds=thresholds, **validator_settings(args))
     _, seconds = timed(validate_files, config)
     return read_rows(output), seconds
 
 
-def load_validator(args: argparse.Namespace, model: str) -> Any:
-    """What a validation run does before its first row: load the model and hash its weights."""
+def load_validator(args: argparse.Namespace, model: str) -> None:
+    """What a validation run does before its first row: load the model and hash its weights (and close it)."""
     from genesys.config import ProofConfig, ValidateCommand
     from genesys.proofs.validate import Validator
 
-    return Validator(ValidateCommand(inputs=["-"], model=model, output="-", device=args.device, proofs=ProofConfig(args.topk, args.chunk)))
+    Validator(ValidateCommand(inputs=["-"], model=model, output="-", proofs=ProofConfig(args.topk, args.chunk), **validator_settings(args))).model.close()
+
+
+def validator_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ValidateCommand settings of the validating backend."""
+    if args.validate_backend == "vllm":
+        return {"backend": "vllm", "engine_args": {"max_model_len": 1024, "kv_cache_memory_bytes": 256 << 20}}
+    return {"device": args.device}
 
 
 def as_bf16_checkpoint(path: str) -> None:
@@ -114,7 +123,8 @@ def main() -> None:
     parser.add_argument("--validate-batch-size", type=int, default=8, help="sequences per validation prefill")
     parser.add_argument("--topk", type=int, default=16)
     parser.add_argument("--chunk", type=int, default=8)
-    parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers", help="what generates the rows (validation runs on transformers)")
+    parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers", help="what generates the rows")
+    parser.add_argument("--validate-backend", choices=("transformers", "vllm"), default="transformers", help="what validates them")
     parser.add_argument("--device", default=None)
     parser.add_argument("--gen-dtype", default=None, help="dtype of generation (default float32 on CPU); validation runs in float32")
     parser.add_argument("--repeats", type=int, default=2, help="timed generation rounds per side (best kept)")
@@ -148,9 +158,10 @@ def main() -> None:
     kwargs = dict(n=args.n, max_tokens=args.max_tokens, dtype=args.gen_dtype)
 
     engines: tuple[Any, Any] = (None, None)  # (plain, with proofs); None: a transformers backend per run
-    if args.backend == "vllm":
+    if "vllm" in (args.backend, args.validate_backend):
         global CLOCK
         CLOCK = time.perf_counter
+    if args.backend == "vllm":
         engines = (vllm_engine(model, args, None), vllm_engine(model, args, proofs))
     for engine, engine_proofs in zip(engines, (None, proofs)):
         generate(model, tasks, work / "warmup.jsonl", engine_proofs, n=1, max_tokens=4, dtype=args.gen_dtype, backend=engine)

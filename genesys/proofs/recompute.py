@@ -51,6 +51,9 @@ class Recomputer(Protocol):
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]: ...
 
+    def close(self) -> None:
+        """Free what the model holds (an engine's processes)."""
+
 
 def recomputer(config: ValidateCommand) -> Recomputer:
     """The recomputer `config.backend` names."""
@@ -81,6 +84,9 @@ class TransformersRecomputer:
             chunks = None if item.proofs is None else verify_proofs(as_proof_dtype(hidden), item.proofs, self.proofs)
             recomputed.append(Recomputed(chunks, sampled_logprobs(logits, item.completion_ids, item.sampling.temperature, item.sampling.top_p)))
         return recomputed
+
+    def close(self) -> None:
+        """Nothing to free but memory, which goes with the object."""
 
     def _prefill(self, batch: Sequence[Pending]) -> list[tuple[Any, Any]]:
         """Per row, the (C, hidden) states and (C, vocab) logits that produced its C completion tokens."""
@@ -141,3 +147,6 @@ class VLLMRecomputer:
             chunks = None if check["chunks"] is None else [ChunkErrors(*errors) for errors in check["chunks"]]
             recomputed.append(Recomputed(chunks, check["logprobs"]))
         return recomputed
+
+    def close(self) -> None:
+        self.engine.close()

@@ -191,10 +191,13 @@ def validate_files(config: ValidateCommand) -> ValidateSummary:
             else:
                 yield prepared
 
-    with BufferedWriter(writer, FLUSH_ROWS) as out:
-        with RunProgress(total, "validating", "rows", rated=("rows", "tokens"), enabled=config.progress) as progress:
-            for batch in _windows(pending(out, progress), config.batch_size):
-                record(validator.run(batch), out, progress)
+    try:
+        with BufferedWriter(writer, FLUSH_ROWS) as out:
+            with RunProgress(total, "validating", "rows", rated=("rows", "tokens"), enabled=config.progress) as progress:
+                for batch in _windows(pending(out, progress), config.batch_size):
+                    record(validator.run(batch), out, progress)
+    finally:
+        validator.model.close()
     writer.close()
     summary.seconds = time.monotonic() - started
     if config.progress:
