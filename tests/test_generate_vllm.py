@@ -178,9 +178,10 @@ def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
     assert use_tqdm is False
     assert tokenizer.decode(prompts[0]["prompt_token_ids"]).endswith("question 0<|im_end|>\n<|im_start|>assistant\n<think>\n")
     fast = {"logprobs": 0, "flat_logprobs": True, "detokenize": False}  # the sampled token's logprob, no detokenizing in the engine
-    assert params[0].kwargs == {"n": 1, "temperature": 0.7, "top_p": 0.9, "max_tokens": 99, "seed": 10, **fast}
+    unmarked = {"extra_args": None}  # no TOPLOC proofs asked for: no hidden states captured
+    assert params[0].kwargs == {"n": 1, "temperature": 0.7, "top_p": 0.9, "max_tokens": 99, "seed": 10, **fast, **unmarked}
     assert params[1].kwargs["n"] == 3
-    assert calls["generate"][1][1][0].kwargs == {"n": 3, "temperature": 0.2, "top_p": 1.0, "max_tokens": 5, "seed": 12, **fast}
+    assert calls["generate"][1][1][0].kwargs == {"n": 3, "temperature": 0.2, "top_p": 1.0, "max_tokens": 5, "seed": 12, **fast, **unmarked}
     assert [r.request.key for r in results] == ["t0", "t1", "t2"]
     assert [len(r.completions) for r in results] == [1, 3, 3]
     assert results[1].completions[0].logprobs == [-0.5, -0.5] and results[0].prompt_ids == prompts[0]["prompt_token_ids"]
