@@ -72,6 +72,7 @@ IPC_RMID = 0
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
 EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd can be had
+QUIET_S = 0.01  # how long a child's output is left in its pipes before the runner reads it as it comes
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
 # Stop signals a program may send; the runner and its zygote ignore them (SIGSTOP they cannot: the
@@ -548,8 +549,6 @@ def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, starte
     if res_r is not None:
         caps[res_r], sinks[res_r] = output_limit, outcome.result
     poller = select.poll()
-    for fd in sinks:
-        poller.register(fd, select.POLLIN)
     try:
         status, rusage = _await_end(child, outcome, sinks, caps, poller, float(limits["wall_s"]), started)
         for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
@@ -570,11 +569,23 @@ def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, starte
 
 def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
     """Pump output until the child exits, passes its wall limit or its output cap (then kill its
-    process group); (wait status, rusage) once it is reaped."""
+    process group); (wait status, rusage) once it is reaped.
+
+    For its first QUIET_S the output waits in its pipes: most tests end by then, and the runner
+    wakes once, when the child has exited, instead of at every write. After that (or at once
+    where the end cannot be watched) it is pumped as it comes."""
     exited = child.watch()  # readable once the child has exited
     if exited is not None:
         poller.register(exited, select.POLLIN)
     try:
+        quiet = exited is not None and poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000)))
+        for fd in sinks:
+            poller.register(fd, select.POLLIN)
+        if quiet:
+            ended = child.reap(block=False)
+            if ended:
+                outcome.wall_s = time.monotonic() - started
+                return ended
         while outcome.killed_for is None:
             remaining = wall_limit - (time.monotonic() - started)
             if remaining <= 0:
