@@ -1,6 +1,7 @@
 """The in-sandbox runner: compiles a submission once and runs each of its tests under its own limits.
 
-This file runs inside the sandbox with the sandbox's own interpreter (`python3 -I -S runner.py`), so
+This file runs inside the sandbox with the sandbox's own interpreter (`python3 -I -S runner.py`; the
+bwrap backend runs it as bytecode that interpreter compiled ahead, see `bwrap.compiled_runner`), so
 it uses the standard library only. It serves submissions one after another over stdin/stdout:
 
     request:  one frame  {"language", "source", "tests", "limits", "compile_limits", "budget_s"}
