@@ -3,8 +3,10 @@ and hostile programs are contained while the sandbox keeps scoring what comes ne
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -384,3 +386,20 @@ def test_runner_reuse(verifier: CodeVerifier) -> None:
         assert len(runner_identities(fresh, 3)) == 3  # a runner per submission
     finally:
         fresh.teardown()
+
+
+def test_bwrap_runner_is_compiled_once_by_the_sandbox_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genesys.sandbox.bwrap import compiled_runner
+    from genesys.sandbox.process import RUNNER_PATH
+
+    python = sys.executable
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = compiled_runner(python)
+    assert path.startswith(str(tmp_path / "cache")) and path.endswith(".pyc")
+    with open(path, "rb") as handle:
+        assert handle.read(4) == importlib.util.MAGIC_NUMBER  # bytecode for this interpreter
+    made = os.stat(path).st_mtime_ns
+    assert compiled_runner(python) == path and os.stat(path).st_mtime_ns == made  # from the cache
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # no cache can be made under a file
+    assert compiled_runner(python) == RUNNER_PATH

@@ -28,9 +28,11 @@ def test_build_without_a_registry_builds_offline_and_reuses_the_image() -> None:
     reason = backend_skip_reason("docker")  # builds the image if it is not current
     if reason:
         pytest.skip(reason)
+    from genesys.sandbox.docker_backend import DEFAULT_IMAGE  # $GENESYS_SANDBOX_IMAGE or the usual tag
+
     done = run("build")  # no registry reachable: falls back to the offline build, which is cached
     assert done.returncode == 0, done.stderr
-    assert "genesys-sandbox:latest is up to date" in done.stderr or "built (online)" in done.stderr
+    assert f"{DEFAULT_IMAGE} is up to date" in done.stderr or "built (online)" in done.stderr
 
 
 def test_build_with_an_unknown_python_says_so() -> None:

@@ -14,21 +14,25 @@ regardless.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
 
 from genesys.sandbox.base import SANDBOXED_RUNNER_ARGS, SandboxUnavailable
 from genesys.sandbox.cgroups import Cgroup
+from genesys.sandbox.host import cache_dir
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.process import RUNNER_PATH, LocalSandbox
 from genesys.sandbox.protocol import RunnerSession
 from genesys.sandbox.toolchains import FileSet, Toolchain, file_set, runner_commands
 
-SANDBOX_RUNNER = "/opt/genesys/runner.py"
+SANDBOX_DIR = "/opt/genesys"
 SCRATCH = "/tmp/genesys"
 SHM_MB = 64  # /dev/shm, as docker sizes it
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+# Run by the sandbox's interpreter on the host: compile runner.py (argv 1) to argv 2, naming it argv 3.
+COMPILE_RUNNER = "import py_compile, sys; py_compile.compile(sys.argv[1], sys.argv[2], sys.argv[3], doraise=True)"
 
 
 def find_bwrap() -> str:
@@ -54,6 +58,30 @@ def _probe(path: str) -> None:
         raise SandboxUnavailable(f"bubblewrap cannot create namespaces here: {probe.stderr.strip()}")
 
 
+def compiled_runner(python: str) -> str:
+    """runner.py compiled by the sandbox's interpreter `python`, cached on disk (keyed by the source
+    and the interpreter); runner.py itself where that cannot be done (a read-only home, say).
+
+    A runner started from its source keeps in memory what the compiler left (about 3 MB: live code
+    objects scattered among freed ones). Its zygote and every Python test forked from it inherit
+    those pages, and each fork copies, and each exit drops, their page-table entries.
+    """
+    real = os.path.realpath(python)
+    with open(RUNNER_PATH, "rb") as handle:
+        hasher = hashlib.sha256(handle.read())
+    try:
+        stat = os.stat(real)
+        hasher.update(f"{real}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        path = os.path.join(cache_dir(), f"runner-{hasher.hexdigest()[:20]}.pyc")
+        if not os.path.exists(path):
+            os.makedirs(cache_dir(), exist_ok=True)
+            shown_as = os.path.join(SANDBOX_DIR, "runner.py")  # the file name its tracebacks give
+            subprocess.run([real, "-I", "-S", "-c", COMPILE_RUNNER, RUNNER_PATH, path, shown_as], capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return RUNNER_PATH
+    return path
+
+
 class BwrapSandbox(LocalSandbox):
     """Runs submissions in a bubblewrap sandbox that shows the toolchains and nothing else."""
 
@@ -71,6 +99,8 @@ class BwrapSandbox(LocalSandbox):
         super().__init__(runner_commands(toolchains), **kwargs)  # type: ignore[arg-type]
         self.bwrap = find_bwrap()
         self.files = files or file_set(toolchains)
+        self.runner = compiled_runner(self.toolchains["python"]["run"])
+        self._sandbox_runner = os.path.join(SANDBOX_DIR, "runner.pyc" if self.runner.endswith(".pyc") else "runner.py")
         self._hidden_dirs = self.files.skipped_dirs()
         self.scratch_mb = scratch_mb
         limits = limits or Limits()
@@ -88,7 +118,7 @@ class BwrapSandbox(LocalSandbox):
         for directory, size_mb in (("/tmp", self.scratch_mb), ("/dev/shm", SHM_MB)):
             argv += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", directory]
         argv += ["--remount-ro", "/dev"]  # in our own user namespace, the sandbox's user owns /dev
-        for directory in _parents([*self.files.roots, *self.files.links, SANDBOX_RUNNER]):
+        for directory in _parents([*self.files.roots, *self.files.links, self._sandbox_runner]):
             argv += ["--perms", "0755", "--dir", directory]  # bwrap would make them 0700
         for link, target in sorted(self.files.links.items()):
             argv += ["--symlink", target, link]
@@ -98,13 +128,13 @@ class BwrapSandbox(LocalSandbox):
             argv += ["--tmpfs", hidden]
             if self._uid is None:  # made in our own user namespace, the sandbox's user owns it
                 argv += ["--remount-ro", hidden]
-        argv += ["--ro-bind", RUNNER_PATH, SANDBOX_RUNNER, "--remount-ro", "/", "--cap-drop", "ALL"]
+        argv += ["--ro-bind", self.runner, self._sandbox_runner, "--remount-ro", "/", "--cap-drop", "ALL"]
         if self._uid is not None:
             argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]
         else:
             argv += ["--unshare-user", "--disable-userns"]
         argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]
-        return argv + self.runner_args(SANDBOX_RUNNER, SCRATCH) + SANDBOXED_RUNNER_ARGS
+        return argv + self.runner_args(self._sandbox_runner, SCRATCH) + SANDBOXED_RUNNER_ARGS
 
     def _start(self) -> RunnerSession:
         self._cgroup, self.cgroup_note = Cgroup.create(self._cgroup_memory, self._cgroup_pids)

@@ -44,14 +44,14 @@ class Cgroup:
     def remove(self) -> None:
         """Delete the cgroup directories, giving their last processes a moment to be reaped."""
         for directory in self.dirs:
-            for _ in range(50):
+            for _ in range(500):  # a second at most
                 try:
                     os.rmdir(directory)
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    time.sleep(0.02)
+                    time.sleep(0.002)
 
 
 def _remove_orphans() -> None:

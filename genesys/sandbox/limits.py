@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 # Verifier option name -> Limits field; `genesys verify` flags and `-O key=value` both land here.
@@ -43,7 +43,7 @@ class Limits:
 
     def to_runner(self) -> dict[str, Any]:
         """The limits as the in-sandbox runner reads them."""
-        data = asdict(self)
+        data = {item.name: getattr(self, item.name) for item in fields(self)}  # asdict would deep-copy
         data["wall_s"] = self.wall_limit
         return data
 

@@ -1,6 +1,7 @@
 """The in-sandbox runner: compiles a submission once and runs each of its tests under its own limits.
 
-This file runs inside the sandbox with the sandbox's own interpreter (`python3 -I -S runner.py`), so
+This file runs inside the sandbox with the sandbox's own interpreter (`python3 -I -S runner.py`; the
+bwrap backend runs it as bytecode that interpreter compiled ahead, see `bwrap.compiled_runner`), so
 it uses the standard library only. It serves submissions one after another over stdin/stdout:
 
     request:  one frame  {"language", "source", "tests", "limits", "compile_limits", "budget_s"}
@@ -72,6 +73,7 @@ IPC_RMID = 0
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
 EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd can be had
+QUIET_S = 0.01  # how long a child's output is left in its pipes before the runner reads it as it comes
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
 # Stop signals a program may send; the runner and its zygote ignore them (SIGSTOP they cannot: the
@@ -169,7 +171,30 @@ def _stat(pid):
     return stat[stat.rfind(b")") + 2 :].split()
 
 
+_reopened = {}  # the /proc files the runner reads again and again, each with the fd kept open on it
+
+
+def reread(path):
+    """All of a /proc file the runner reads after every test or submission, from an fd it keeps
+    open: one system call where read_file takes four."""
+    fd = _reopened.get(path)
+    if fd is None:
+        fd = _reopened[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    chunks = [os.pread(fd, READ_CHUNK, 0)]
+    while len(chunks[-1]) == READ_CHUNK:  # a short read is the end
+        chunks.append(os.pread(fd, READ_CHUNK, READ_CHUNK * len(chunks)))
+    return b"".join(chunks)
+
+
 _zygote_pid = None  # the runner's zygote (see Zygote), which outlives every test and submission
+
+
+def own_children():
+    """children_of(this runner), which has a single thread."""
+    try:
+        return [int(child) for child in reread("/proc/thread-self/children").split()]
+    except FileNotFoundError:
+        return _scan_children(os.getpid())
 
 
 def kill_leftovers():
@@ -178,9 +203,8 @@ def kill_leftovers():
     The zygote and its children are left alone: those are Python tests, which their supervision
     kills (their own children, orphaned, come to us).
     """
-    me = os.getpid()
     for _ in range(100):
-        stack, seen = [pid for pid in children_of(me) if pid != _zygote_pid], []
+        stack, seen = [pid for pid in own_children() if pid != _zygote_pid], []
         while stack:
             pid = stack.pop()
             seen.append(pid)
@@ -244,7 +268,7 @@ def remove_ipc_objects():
     }
     for kind, remove in removers.items():
         try:
-            rows = read_file("/proc/sysvipc/" + kind).splitlines()[1:]
+            rows = reread("/proc/sysvipc/" + kind).splitlines()[1:]
         except OSError:
             continue
         for row in rows:
@@ -259,7 +283,7 @@ def reap_children():
         except ChildProcessError:
             return
         if pid == 0:
-            if all(child == _zygote_pid for child in children_of(os.getpid())):
+            if all(child == _zygote_pid for child in own_children()):
                 return
             time.sleep(0.001)
 
@@ -526,8 +550,6 @@ def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, starte
     if res_r is not None:
         caps[res_r], sinks[res_r] = output_limit, outcome.result
     poller = select.poll()
-    for fd in sinks:
-        poller.register(fd, select.POLLIN)
     try:
         status, rusage = _await_end(child, outcome, sinks, caps, poller, float(limits["wall_s"]), started)
         for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
@@ -548,11 +570,23 @@ def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, starte
 
 def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
     """Pump output until the child exits, passes its wall limit or its output cap (then kill its
-    process group); (wait status, rusage) once it is reaped."""
+    process group); (wait status, rusage) once it is reaped.
+
+    For its first QUIET_S the output waits in its pipes: most tests end by then, and the runner
+    wakes once, when the child has exited, instead of at every write. After that (or at once
+    where the end cannot be watched) it is pumped as it comes."""
     exited = child.watch()  # readable once the child has exited
     if exited is not None:
         poller.register(exited, select.POLLIN)
     try:
+        quiet = exited is not None and poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000)))
+        for fd in sinks:
+            poller.register(fd, select.POLLIN)
+        if quiet:
+            ended = child.reap(block=False)
+            if ended:
+                outcome.wall_s = time.monotonic() - started
+                return ended
         while outcome.killed_for is None:
             remaining = wall_limit - (time.monotonic() - started)
             if remaining <= 0:
@@ -704,10 +738,13 @@ class Zygote:
 
         return start
 
-    def collect(self):
+    def collect(self, block):
         """How the test it forked last ended, (wait status, rusage), once it has exited: the zygote
-        reaps it on its own and sends that; ZygoteLost if it does not."""
-        answer = self._answer(REAP_BYTES)
+        reaps it on its own and sends that; None while it runs and `block` is false (the zygote is
+        continued then); ZygoteLost if it does not answer."""
+        answer = self._answer(REAP_BYTES) if block else self._answer_now(REAP_BYTES)
+        if answer is None:
+            return None
         status = struct.unpack_from("i", answer)[0]
         fields = struct.unpack_from("18l", answer, 8)
         usage = types.SimpleNamespace(ru_utime=fields[0] + fields[1] / 1e6, ru_stime=fields[2] + fields[3] / 1e6, ru_maxrss=fields[4])
@@ -734,9 +771,21 @@ class Zygote:
             answer = self.sock.recv(size + 1)
         except OSError:
             raise ZygoteLost() from None
-        if len(answer) != size:
+        return _checked(answer, size)
+
+    def _answer_now(self, size):
+        """The zygote's next message if it has come, else None (and the zygote is continued: a
+        program may have stopped it); ZygoteLost if it has gone."""
+        if self.sock.fileno() < 0:
             raise ZygoteLost()
-        return answer
+        try:
+            answer = self.sock.recv(size + 1, _socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            os.kill(self.pid, signal.SIGCONT)
+            return None
+        except OSError:
+            raise ZygoteLost() from None
+        return _checked(answer, size)
 
     def lose(self):
         """Give up on the zygote: kill it and reap it (what it forked is ours then, and killed with
@@ -751,6 +800,13 @@ class Zygote:
         except OSError:
             pass
         self.sock.close()
+
+
+def _checked(answer, size):
+    """A message from the zygote, which is of `size` bytes unless the zygote has gone."""
+    if len(answer) != size:
+        raise ZygoteLost()
+    return answer
 
 
 def _limit_process(pid, limits):
@@ -784,11 +840,9 @@ class ZygoteChild:
         """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
         it runs and `block` is false (the zygote is continued then: the program may have stopped
         it). ZygoteLost if the zygote is gone."""
-        if not block and not select.select([self.zygote.sock], [], [], 0)[0]:
-            os.kill(self.zygote.pid, signal.SIGCONT)
-            return None
-        ended = self.zygote.collect()  # waits, when `block`, until the test is dead and reaped
-        kill_leftovers()  # then what it left behind has come to us
+        ended = self.zygote.collect(block)  # waits, when `block`, until the test is dead and reaped
+        if ended is not None:
+            kill_leftovers()  # then what it left behind has come to us
         return ended
 
 
@@ -1140,8 +1194,10 @@ class Slate:
 
     def __init__(self, scratch, wipe_dirs, sandboxed):
         self.scratch = scratch
-        self.wipe_dirs = wipe_dirs
         self.sandboxed = sandboxed
+        # The scratch directory is emptied with the directory it is in, where that is one of them.
+        inside = any(scratch.startswith(directory.rstrip("/") + "/") for directory in wipe_dirs)
+        self.emptied = wipe_dirs if inside else [scratch, *wipe_dirs]
 
     def clean(self, keep=""):
         """After a submission: kill, remove and empty; `keep` (a directory) stays, emptied."""
@@ -1149,7 +1205,7 @@ class Slate:
         if self.sandboxed:
             kill_strangers()
             remove_ipc_objects()
-        for directory in (self.scratch, *self.wipe_dirs):
+        for directory in self.emptied:
             wipe(directory, keep)
 
     def check(self, keep=""):
@@ -1280,4 +1336,6 @@ def reap_exited():
 
 
 if __name__ == "__main__":
-    sys.exit(keep(sys.argv) if sys.argv[1:2] == ["keep"] else main(sys.argv))
+    # Nothing of the runner needs finalizing (its frames are written unbuffered): exit at once, so
+    # that a runner being replaced is gone sooner.
+    os._exit(keep(sys.argv) if sys.argv[1:2] == ["keep"] else main(sys.argv))
