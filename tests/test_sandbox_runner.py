@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from genesys.sandbox import runner
+
+SUPPORT = Path(__file__).parent / "support"
 
 LIMITS = {"time_s": 2, "memory_mb": 256, "disk_mb": 16, "processes": 16, "output_bytes": 1 << 16, "wall_s": 5.0}
 
@@ -97,18 +103,19 @@ for name in ("CPU", "AS", "STACK", "FSIZE", "NPROC", "NOFILE", "CORE"):
 """
 
 
-@pytest.fixture
-def zygote(python_streams: None, tmp_path, monkeypatch: pytest.MonkeyPatch):
-    """A zygote forked from this process, as the runner forks its own."""
-    monkeypatch.setattr(runner, "_zygote_pid", None)
-    started = runner.Zygote(str(tmp_path))
-    yield started
-    started.lose()
+def zygote_replies(source: str, runs: int, workdir: Path, before: str = "") -> list[dict]:
+    """The replies to `runs` runs of `source` as a Python test, forked from a zygote of a fresh
+    interpreter that first ran `before` (see support/fresh_zygote.py for why not this process)."""
+    request = {"source": source, "runs": runs, "limits": LIMITS, "workdir": str(workdir), "before": before}
+    done = subprocess.run(
+        [sys.executable, str(SUPPORT / "fresh_zygote.py"), json.dumps(request)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-def test_a_python_test_runs_under_the_limits_the_runner_set(zygote: runner.Zygote, tmp_path) -> None:
-    code = compile(RLIMITS_PROGRAM, "main.py", "exec")
-    reply = runner.run_test("python", code, {"type": "stdin_stdout", "input": ""}, str(tmp_path), LIMITS, zygote)
+def test_a_python_test_runs_under_the_limits_the_runner_set(tmp_path: Path) -> None:
+    [reply] = zygote_replies(RLIMITS_PROGRAM, 1, tmp_path)
     assert reply["status"] == "ok", reply
     assert reply["stdout"].split("\n")[:-1] == [
         "CPU 2 3",
@@ -129,11 +136,19 @@ def test_a_test_gone_before_its_gate_opens_is_not_limited_and_never_runs() -> No
     assert runner._limit_process(pid, LIMITS) is False
 
 
-def test_a_python_test_that_stops_its_zygote_is_still_collected_at_once(zygote: runner.Zygote, tmp_path) -> None:
+def test_a_python_test_that_stops_its_zygote_is_still_collected_at_once(tmp_path: Path) -> None:
     # The zygote's report is how the runner learns that a Python test ended; a stopped zygote
     # sends none until the runner continues it, which it does while it waits.
-    code = compile("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint(42)", "main.py", "exec")
-    for _ in range(2):
-        reply = runner.run_test("python", code, {"type": "stdin_stdout", "input": ""}, str(tmp_path), LIMITS, zygote)
+    source = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint(42)"
+    for reply in zygote_replies(source, 2, tmp_path):
         assert (reply["status"], reply["stdout"]) == ("ok", "42\n"), reply
         assert reply["wall_s"] < LIMITS["wall_s"] / 2, reply
+
+
+def test_a_python_test_runs_only_its_own_exit_hooks(tmp_path: Path) -> None:
+    # A hook the runner's interpreter registered before its zygote forked (a library it imported)
+    # is not the program's: a test runs those its program registered, and no others.
+    before = "import atexit, os\natexit.register(os.write, 1, b'inherited\\n')"
+    source = "import atexit\natexit.register(print, 'bye')\nprint('hello')"
+    [reply] = zygote_replies(source, 1, tmp_path, before)
+    assert (reply["status"], reply["stdout"]) == ("ok", "hello\nbye\n"), reply

@@ -851,6 +851,7 @@ def zygote_main(requests, workdir):
     pid, wait for it to end and send how it did. A test's wait status and resource usage go from the
     kernel into `reaped` and out to the runner, and are cleared at once: no trace of how a test
     ended stays here."""
+    atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
     reaped = ctypes.create_string_buffer(REAP_BYTES)
     while True:
         data, ancillary, _, _ = requests.recvmsg(1, _socket.CMSG_SPACE(8 * 4))
