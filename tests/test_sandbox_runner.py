@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -67,15 +66,15 @@ def test_a_program_past_its_file_size_limit_is_an_output_limit(tmp_path) -> None
     assert runner.classify(outcome, limits) == "output_limit", (outcome.exit_code, outcome.signal, bytes(outcome.stderr))
 
 
-@pytest.fixture
-def python_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The streams a forked Python test starts with (the runner makes them once, at its start)."""
-    streams = (
-        io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
-        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
-        io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
+def zygote_replies(source: str, runs: int, workdir: Path, before: str = "") -> list[dict]:
+    """The replies to `runs` runs of `source` as a Python test, forked from a zygote of a fresh
+    interpreter that first ran `before` (see support/fresh_zygote.py for why not this process)."""
+    request = {"source": source, "runs": runs, "limits": LIMITS, "workdir": str(workdir), "before": before}
+    done = subprocess.run(
+        [sys.executable, str(SUPPORT / "fresh_zygote.py"), json.dumps(request)], capture_output=True, text=True, timeout=60
     )
-    monkeypatch.setattr(runner, "_test_stdio", streams)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 EXITS = {
@@ -89,11 +88,10 @@ EXITS = {
 
 
 @pytest.mark.parametrize("case", sorted(EXITS))
-def test_python_tests_end_as_the_interpreter_would(python_streams: None, case: str) -> None:
+def test_python_tests_end_as_the_interpreter_would(case: str, tmp_path: Path) -> None:
     source, exit_code, stdout = EXITS[case]
-    program = runner.python_child(compile(source, "main.py", "exec"), None, "/tmp")
-    outcome = runner.run_child(runner.fork_child(program), b"", LIMITS)
-    assert (outcome.exit_code, bytes(outcome.stdout).decode()) == (exit_code, stdout), bytes(outcome.stderr)
+    [reply] = zygote_replies(source, 1, tmp_path)
+    assert (reply["exit_code"], reply["stdout"]) == (exit_code, stdout), reply
 
 
 RLIMITS_PROGRAM = """
@@ -101,17 +99,6 @@ import resource
 for name in ("CPU", "AS", "STACK", "FSIZE", "NPROC", "NOFILE", "CORE"):
     print(name, *resource.getrlimit(getattr(resource, "RLIMIT_" + name)))
 """
-
-
-def zygote_replies(source: str, runs: int, workdir: Path, before: str = "") -> list[dict]:
-    """The replies to `runs` runs of `source` as a Python test, forked from a zygote of a fresh
-    interpreter that first ran `before` (see support/fresh_zygote.py for why not this process)."""
-    request = {"source": source, "runs": runs, "limits": LIMITS, "workdir": str(workdir), "before": before}
-    done = subprocess.run(
-        [sys.executable, str(SUPPORT / "fresh_zygote.py"), json.dumps(request)], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def test_a_python_test_runs_under_the_limits_the_runner_set(tmp_path: Path) -> None:
