@@ -5,14 +5,16 @@ backend that works here (wall clock of the whole command, start-up included). Th
 in the same run on the same machine, runs every test the way GENESYS's code verifier does: one
 fresh sandboxed interpreter per test (a `docker exec` of python into a warm container with the same
 hardening, or a fresh `bwrap ... python3` with the same binds), as many at once as there are workers.
-The baseline runs a sample of the tests (--baseline-tests) and is reported in tests/s.
+The baseline runs a sample of the tests (--baseline-tests) and is reported in tests/s. The two
+sides alternate for --rounds rounds, and the speed-up of each round and their median are printed:
+on a shared machine one round can be 30% off the next.
 
 Where this process can make a cgroup of its own (root, cgroup v1 `cpuacct` or v2), it also reports
 the CPU time per test of both sides (every process of the run, the sandboxes included; docker's
 containers run outside it, so for bwrap only): on a machine that other jobs share, a ratio of CPU
 times moves much less than one of wall-clock rates.
 
-    python benchmarks/code_throughput.py [--submissions 1000] [--workers N] [--baseline-tests 600]
+    python benchmarks/code_throughput.py [--submissions 1000] [--workers N] [--baseline-tests 600] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import functools
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -199,6 +202,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--baseline-tests", type=int, default=600, help="tests the per-test baseline runs (a sample)")
     parser.add_argument("--backends", default="docker,bwrap")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of genesys and the baseline per backend")
     parser.add_argument("--runner-reuse", type=int, help="also time genesys with this many submissions per runner (1: a runner per submission)")
     args = parser.parse_args()
 
@@ -224,17 +228,25 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
             if not check.available or check.languages.get("python") != "ok":
                 print(f"{kind:>8}: skipped ({check.note or check.languages.get('python')})")
                 continue
-            (seconds, mean_score), our_cpu = cpu_spent(meter, functools.partial(time_genesys, inputs, kind, args.workers))
-            ours = tests / seconds
-            baseline_s, baseline_cpu = cpu_spent(meter, functools.partial(BASELINES[kind], sample, args.workers))
-            baseline = len(sample) / baseline_s
-            print(
-                f"{kind:>8}: genesys verify {ours:7.1f} tests/s ({seconds:.1f}s, mean score {mean_score:.3f}); "
-                f"one interpreter per test {baseline:6.1f} tests/s ({len(sample)} tests); speed-up {ours / baseline:.1f}x"
-            )
-            if kind == "bwrap" and our_cpu is not None and baseline_cpu is not None:
-                ours_ms, theirs_ms = our_cpu / tests * 1e3, baseline_cpu / len(sample) * 1e3
-                print(f"{'':>8}  CPU per test: genesys {ours_ms:.2f} ms, one interpreter per test {theirs_ms:.2f} ms ({theirs_ms / ours_ms:.1f}x)")
+            wall_ratios, cpu_ratios = [], []
+            for round_number in range(1, args.rounds + 1):
+                (seconds, mean_score), our_cpu = cpu_spent(meter, functools.partial(time_genesys, inputs, kind, args.workers))
+                ours = tests / seconds
+                baseline_s, baseline_cpu = cpu_spent(meter, functools.partial(BASELINES[kind], sample, args.workers))
+                baseline = len(sample) / baseline_s
+                wall_ratios.append(ours / baseline)
+                print(
+                    f"{kind:>8} round {round_number}: genesys verify {ours:7.1f} tests/s ({seconds:.1f}s, mean score {mean_score:.3f}); "
+                    f"one interpreter per test {baseline:6.1f} tests/s ({len(sample)} tests); speed-up {ours / baseline:.1f}x"
+                )
+                if kind == "bwrap" and our_cpu is not None and baseline_cpu is not None:
+                    ours_ms, theirs_ms = our_cpu / tests * 1e3, baseline_cpu / len(sample) * 1e3
+                    cpu_ratios.append(theirs_ms / ours_ms)
+                    print(f"{'':>8}  CPU per test: genesys {ours_ms:.2f} ms, one interpreter per test {theirs_ms:.2f} ms ({theirs_ms / ours_ms:.1f}x)")
+            summary = f"median speed-up over {args.rounds} rounds {statistics.median(wall_ratios):.1f}x by wall clock"
+            if cpu_ratios:
+                summary += f", {statistics.median(cpu_ratios):.1f}x by CPU time"
+            print(f"{kind:>8}: {summary}")
             if args.runner_reuse:
                 seconds, _ = time_genesys(inputs, kind, args.workers, args.runner_reuse)
                 print(f"{'':>8}  with runner_reuse={args.runner_reuse}: {tests / seconds:7.1f} tests/s ({tests / seconds / baseline:.1f}x)")

@@ -852,21 +852,35 @@ def zygote_main(requests, workdir):
     kernel into `reaped` and out to the runner, and are cleared at once: no trace of how a test
     ended stays here."""
     atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
+    _install_test_main(workdir)
     reaped = ctypes.create_string_buffer(REAP_BYTES)
+    usage = ctypes.byref(reaped, 8)
+    # Bound once: after every fork, each page this loop writes is a copy-on-write fault.
+    wait4, memset, recvmsg, send, fork, close = _libc.wait4, ctypes.memset, requests.recvmsg, requests.send, os.fork, os.close
+    space = _socket.CMSG_SPACE(8 * 4)
     while True:
-        data, ancillary, _, _ = requests.recvmsg(1, _socket.CMSG_SPACE(8 * 4))
+        data, ancillary, _, _ = recvmsg(1, space)
         if not data:
             return 0
-        fds = [fd for _, _, rights in ancillary for fd in struct.unpack("%di" % (len(rights) // 4), rights)]
-        pid = os.fork()
+        fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
+        pid = fork()
         if pid == 0:
             _become_test(fds, workdir)
         for fd in fds:
-            os.close(fd)
-        requests.send(struct.pack("i", pid))
-        done = _libc.wait4(pid, reaped, 0, ctypes.byref(reaped, 8))
-        requests.send(reaped if done > 0 else b"?")
-        ctypes.memset(reaped, 0, REAP_BYTES)
+            close(fd)
+        send(pid.to_bytes(4, sys.byteorder, signed=True))
+        done = wait4(pid, reaped, 0, usage)
+        send(reaped if done > 0 else b"?")
+        memset(reaped, 0, REAP_BYTES)
+
+
+def _install_test_main(workdir):
+    """Make the empty `__main__` module every test runs its program in, here, once: each test
+    gets its own copy of it with the fork, and has less to build (and fewer pages to copy)."""
+    module = types.ModuleType("__main__")
+    module.__file__ = os.path.join(workdir, "main.py")
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
 
 
 def _become_test(fds, workdir):
@@ -891,12 +905,7 @@ def python_child(code, call, workdir):
 
     def main():
         os.chdir(workdir)
-        sys.argv = list(TEST_ARGV)
-        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
-        module = types.ModuleType("__main__")
-        module.__file__ = os.path.join(workdir, "main.py")
-        module.__builtins__ = __builtins__
-        sys.modules["__main__"] = module
+        module = sys.modules["__main__"]  # empty: see _install_test_main; argv and streams are set too
         exit_code = 0
         try:
             exec(code, module.__dict__)
@@ -943,8 +952,8 @@ def _prepare_python_tests():
             os.close(original)
         os.close(read_end)
         os.close(write_end)
-    # Installed here, once: a test that replaced the interpreter's own streams and argv would free
-    # them, writing to many pages it shares with the zygote (python_child sets them all the same).
+    # Installed here, once, and inherited by every test: a test that replaced the interpreter's own
+    # streams and argv would free them, writing to many pages it shares with the zygote.
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
     sys.argv = list(TEST_ARGV)
     _warm_up_type_caches()
