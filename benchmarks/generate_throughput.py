@@ -129,21 +129,6 @@ def compare_transformers(args: argparse.Namespace, model_path: str) -> None:
     print(f"ratio backend / plain: {max(wall[genesys]) / max(wall[plain]):.2f}x wall, {max(cpu[genesys]) / max(cpu[plain]):.2f}x CPU time (goal >= 1.0x)")
 
 
-class KeepOpen:
-    """A backend lent to `run_generation`, which closes the backend it is given: this one stays
-    open for the next timed run, until the benchmark closes it."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.name = backend.name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.backend, name)
-
-    def close(self) -> None:
-        pass
-
-
 def vllm_engine_args(args: argparse.Namespace) -> dict[str, Any]:
     """The engine arguments both sides get: dtype, context length, `--engine-arg`s, and on CPU a
     1 GiB KV cache (vLLM's CPU default claims most of the machine's memory) and genesys's CPU
@@ -193,7 +178,7 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
         return run_and_count
 
     def run_genesys() -> int:
-        return run_generation(config(), backend=KeepOpen(backend)).tokens
+        return run_generation(config(), backend=backend).tokens
 
     def plain(logprobs: int | None) -> Callable[[], int]:
         params = [SamplingParams(n=args.samples, temperature=1.0, top_p=1.0, max_tokens=args.max_tokens, seed=seed, logprobs=logprobs) for seed in seeds]

@@ -254,7 +254,10 @@ def test_ray_generate_resends_the_requests_of_a_killed_actor(tiny_model, tmp_pat
     config = _generate_config(tiny_model, tasks, tmp_path / "out.jsonl", "transformers", cluster, n=4, max_tokens=16)
     backend = RayBackend("transformers", tiny_model, PromptStyle(), {"batch_size": 8}, ClusterConfig(**cluster), chunk_requests=4)
     os.kill(ray.get(backend.actors[0].pid.remote()), signal.SIGKILL)  # the chunks sent to it fail and go to a replacement
-    summary = run_generation(config, backend=backend)
+    try:
+        summary = run_generation(config, backend=backend)
+    finally:
+        backend.close()
     assert backend.replaced == 1
     rows = read_jsonl(tmp_path / "out.jsonl")
     assert summary.generated == len(rows) == 48 * 4

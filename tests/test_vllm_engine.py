@@ -29,7 +29,6 @@ from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.generate.vllm import VLLMBackend  # noqa: E402
 from genesys.inputs import resolve_inputs  # noqa: E402
 from genesys.io import RolloutWriter, iter_rows  # noqa: E402
-from backends import KeptOpen  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TOLERANCE = 1e-4
@@ -164,7 +163,7 @@ def test_cli_generates_n_samples_per_task_reproducibly_and_resumes_after_a_kill(
     again = run_generation(GenerateConfig(
         tasks=["countdown:count=200"], model=model, output=tmp_path / "again", backend="vllm", max_tasks=12,
         sampling=SamplingConfig(n=2, max_tokens=16, temperature=0.7, seed=5), style=PromptStyle(), progress=False,
-    ), backend=KeptOpen(engine))
+    ), backend=engine)
     assert again.generated == 24
     by_id = {row["response_id"]: row for row in generated}
     for row in rows(tmp_path / "again"):

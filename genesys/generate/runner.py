@@ -217,7 +217,8 @@ def _requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[
 
 
 def run_generation(config: GenerateConfig, backend: Backend | None = None) -> GenerateSummary:
-    """Generate the missing rollouts of `config` into its output; `backend` overrides building one."""
+    """Generate the missing rollouts of `config` into its output. `backend`, a running backend, is
+    used instead of building one, and stays open: the caller closes it."""
     if config.target_lengths is not None:
         if not config.target_lengths or min(config.target_lengths) < 1:
             raise InputError(f"--target-lengths must be positive integers, got {list(config.target_lengths)}")
@@ -238,6 +239,7 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
     todo = [p for p in plans if p.missing]
     if todo:
+        built = backend is None
         backend = backend or _build_backend(config, backend_name)
         try:
             builder = RowBuilder(config.model, settings, machine_info(backend))
@@ -247,7 +249,8 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
                     _generate(todo, config, backend, builder, out, progress, summary, rewards)
                 summary.seconds = progress.seconds
         finally:
-            backend.close()
+            if built:
+                backend.close()
     writer.close()
     if config.progress:
         print_generate_summary(summary)

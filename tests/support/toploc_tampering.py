@@ -10,7 +10,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from backends import KeptOpen
 from genesys.config import GenerateConfig, ProofConfig, ProofThresholds, SamplingConfig
 
 # Proofs small enough for the tiny model (hidden size 64).
@@ -46,7 +45,7 @@ def generate(model: str, tasks: Path, output: Path, proofs: ProofConfig | None, 
         tasks=[str(tasks)], model=model, output=output, backend=backend.name if backend else "transformers",
         sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0), backend_options={} if backend else options, proofs=proofs, progress=False,
     )
-    run_generation(config, backend=backend and KeptOpen(backend))
+    run_generation(config, backend=backend)
     return read_rows(output)
 
 
