@@ -174,7 +174,7 @@ def bwrap_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
     python_only = {"python": host_toolchains().toolchains["python"]}
     argv = BwrapSandbox(python_only).command()
     interpreter = argv.index(python_only["python"].commands["run"], argv.index("--chdir"))
-    prefix = [arg for arg in argv[: interpreter + 1] if not arg.startswith("CAP_") and arg not in ("--cap-add",)]
+    prefix = _without_runner_settings(argv[: interpreter + 1])
 
     def one(pair: tuple[str, str]) -> bytes:
         program, stdin = pair
@@ -182,6 +182,24 @@ def bwrap_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
         return done.stdout
 
     return _timed(one, pairs, workers)
+
+
+def _without_runner_settings(argv: list[str]) -> list[str]:
+    """bwrap's argv less what only the runner gets: the capabilities it drops itself and its
+    own environment (see genesys.sandbox.base.RUNNER_ENV); a baseline interpreter starts plain."""
+    from genesys.sandbox.base import RUNNER_ENV
+
+    kept, skip = [], 0
+    for index, arg in enumerate(argv):
+        if skip:
+            skip -= 1
+        elif arg == "--cap-add":
+            skip = 1
+        elif arg == "--setenv" and argv[index + 1] in RUNNER_ENV:
+            skip = 2
+        else:
+            kept.append(arg)
+    return kept
 
 
 def _timed(one, pairs: list[tuple[str, str]], workers: int) -> float:

@@ -28,7 +28,7 @@ from pydantic.dataclasses import dataclass
 
 from genesys.errors import InputError
 
-SECTION = ConfigDict(extra="forbid")
+SECTION = ConfigDict(extra="forbid", defer_build=True)  # built on first use: a command validates only its own models
 LENGTH_PENALTIES = ("none", "exact", "max", "clip", "overlong")
 DEFAULT_LENGTH_COEF = 0.0003
 DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
@@ -250,7 +250,7 @@ class SandboxConfig:
     process_limit: int | None = setting(None, "processes and threads per test (default 64)", flags=("--process-limit",), ge=1)
     output_limit: int | None = setting(None, "bytes of stdout per test (default 8 MiB)", flags=("--output-limit",), ge=1)
     disk_limit: int | None = setting(None, "MB per file a test writes (default 64)", flags=("--disk-limit",), ge=1)
-    runner_reuse: int | None = setting(None, "submissions one in-sandbox runner serves before a fresh one starts (default 200)", ge=1)
+    runner_reuse: int | None = setting(None, "submissions one in-sandbox runner serves before a fresh one starts (default 1000)", ge=1)
 
     def as_options(self) -> dict[str, Any]:
         """The settings given, as verifier options (`sandbox`, `sandbox_image`, `time_limit`, ...)."""

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from genesys.sandbox.backends import open_sandbox
-from genesys.sandbox.base import Sandbox, Submission
+from genesys.sandbox.base import DEFAULT_REUSE, Sandbox, Submission
 from genesys.sandbox.limits import Limits
 from genesys.verifiers.code import CodeVerifier
 from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, code_rollout, host_processes_with
@@ -118,7 +118,7 @@ def run_one(sandbox: Sandbox, source: str, stdin: str = "", language: str = "pyt
     return result.tests[0]
 
 
-@pytest.fixture(scope="module", params=[(kind, reuse) for kind in BACKENDS for reuse in (200, 1)], ids=lambda p: f"{p[0]}-reuse{p[1]}")
+@pytest.fixture(scope="module", params=[(kind, reuse) for kind in BACKENDS for reuse in (DEFAULT_REUSE, 1)], ids=lambda p: f"{p[0]}-reuse{p[1]}")
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     kind, reuse = request.param
     reason = backend_skip_reason(kind)

@@ -10,11 +10,18 @@ from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 
 LANGUAGES = ("python", "cpp", "rust", "javascript")
 # Submissions one runner process serves before a fresh one takes over (1: a runner per submission).
-DEFAULT_REUSE = 200
+# Whatever it is, a submission finds nothing of the ones before it (see the runner); a fresh runner
+# (bubblewrap's binds, an interpreter start: about 100 ms of CPU, the cost of some 40 Python tests)
+# only resets the namespaces' counters, so it comes rarely.
+DEFAULT_REUSE = 1000
 # The runner's arguments in a real sandbox: the directories programs can write to besides the
 # scratch directory (emptied before and after every submission), and that the runner is alone in
 # the sandbox's pid and IPC namespaces (see `runner.main`).
 SANDBOXED_RUNNER_ARGS = ["--wipe", "/tmp", "--wipe", "/dev/shm", "--wipe", "/dev/mqueue", "--sandboxed"]
+# The runner's interpreter only (tests and compiled programs get the runner's own fixed environment):
+# every symbol bound at start, so a forked test does not bind its own on first call, writing (and
+# copying) the zygote's pages of binding tables.
+RUNNER_ENV = {"LD_BIND_NOW": "1"}
 
 
 class SandboxError(RuntimeError):

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 
-from genesys.sandbox.base import SANDBOXED_RUNNER_ARGS, SandboxUnavailable
+from genesys.sandbox.base import RUNNER_ENV, SANDBOXED_RUNNER_ARGS, SandboxUnavailable
 from genesys.sandbox.cgroups import Cgroup
 from genesys.sandbox.host import cache_dir
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
@@ -133,6 +133,8 @@ class BwrapSandbox(LocalSandbox):
             argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]
         else:
             argv += ["--unshare-user", "--disable-userns"]
+        for key, value in RUNNER_ENV.items():
+            argv += ["--setenv", key, value]
         argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]
         return argv + self.runner_args(self._sandbox_runner, SCRATCH) + SANDBOXED_RUNNER_ARGS
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from genesys.sandbox.base import (
     DEFAULT_REUSE,
+    RUNNER_ENV,
     SANDBOXED_RUNNER_ARGS,
     RunResult,
     Sandbox,
@@ -33,7 +34,7 @@ from genesys.sandbox.base import (
     Submission,
 )
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
-from genesys.sandbox.protocol import RunnerSession, Transport
+from genesys.sandbox.protocol import READ_CHUNK, RunnerSession, Transport
 
 # $GENESYS_SANDBOX_IMAGE names another default tag (e.g. one image per checkout under test).
 DEFAULT_IMAGE = os.environ.get("GENESYS_SANDBOX_IMAGE") or "genesys-sandbox:latest"
@@ -121,7 +122,7 @@ class ExecTransport(Transport):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([self._sock], [], [], remaining)[0]:
                 raise TimeoutError(f"no answer within {timeout:.0f}s")
-            chunk = self._sock.recv(1 << 20)
+            chunk = self._sock.recv(READ_CHUNK)
             if not chunk:
                 return b""
             self._pending += chunk
@@ -269,7 +270,9 @@ class DockerSandbox(Sandbox):
         command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH, *SANDBOXED_RUNNER_ARGS]
         user = f"{slot.uid}:{slot.uid}"
         try:
-            exec_id = api.exec_create(slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp", user=user)
+            exec_id = api.exec_create(
+                slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp", user=user, environment=RUNNER_ENV
+            )
             raw = api.exec_start(exec_id["Id"], socket=True)
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"cannot start the runner in its container: {exc}") from None

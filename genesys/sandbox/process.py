@@ -12,7 +12,7 @@ import tempfile
 from typing import Any
 
 from genesys.sandbox.base import DEFAULT_REUSE, RunResult, Sandbox, SandboxError, Submission
-from genesys.sandbox.protocol import RunnerSession, Transport
+from genesys.sandbox.protocol import READ_CHUNK, RunnerSession, Transport
 
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 # Unprivileged uids the runner drops to when genesys runs as root, one per live session.
@@ -38,7 +38,7 @@ class PipeTransport(Transport):
     def read(self, timeout: float) -> bytes:
         if not select.select([self._out], [], [], timeout)[0]:
             raise TimeoutError(f"no answer within {timeout:.0f}s")
-        return os.read(self._out, 1 << 20)
+        return os.read(self._out, READ_CHUNK)
 
     def diagnostics(self) -> str:
         self._stderr.seek(0)

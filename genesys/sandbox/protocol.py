@@ -17,6 +17,9 @@ ANSWER_MARGIN_S = 10.0
 # sandbox still runs was stopped or wedged by the program (SIGSTOP, say), which fails the test.
 STALL_MARGIN_S = 5.0
 STARTUP_TIMEOUT_S = 30.0
+# Bytes asked of the runner's stream per read. A larger request costs more than it saves: a 1 MiB
+# read allocates (and gives back) a 1 MiB buffer for a frame of a few hundred bytes.
+READ_CHUNK = 1 << 16
 
 
 class Transport(abc.ABC):
