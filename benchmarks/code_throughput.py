@@ -172,9 +172,7 @@ def bwrap_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
     from genesys.sandbox.host import host_toolchains
 
     python_only = {"python": host_toolchains().toolchains["python"]}
-    argv = BwrapSandbox(python_only).command()
-    interpreter = argv.index(python_only["python"].commands["run"], argv.index("--chdir"))
-    prefix = _without_runner_settings(argv[: interpreter + 1])
+    prefix = [*BwrapSandbox(python_only).sandbox_argv(), python_only["python"].commands["run"]]
 
     def one(pair: tuple[str, str]) -> bytes:
         program, stdin = pair
@@ -182,24 +180,6 @@ def bwrap_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
         return done.stdout
 
     return _timed(one, pairs, workers)
-
-
-def _without_runner_settings(argv: list[str]) -> list[str]:
-    """bwrap's argv less what only the runner gets: the capabilities it drops itself and its
-    own environment (see genesys.sandbox.base.RUNNER_ENV); a baseline interpreter starts plain."""
-    from genesys.sandbox.base import RUNNER_ENV
-
-    kept, skip = [], 0
-    for index, arg in enumerate(argv):
-        if skip:
-            skip -= 1
-        elif arg == "--cap-add":
-            skip = 1
-        elif arg == "--setenv" and argv[index + 1] in RUNNER_ENV:
-            skip = 2
-        else:
-            kept.append(arg)
-    return kept
 
 
 def _timed(one, pairs: list[tuple[str, str]], workers: int) -> float:

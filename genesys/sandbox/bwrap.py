@@ -109,7 +109,9 @@ class BwrapSandbox(LocalSandbox):
         self._cgroup: Cgroup | None = None
         self.cgroup_note = ""
 
-    def command(self) -> list[str]:
+    def sandbox_argv(self) -> list[str]:
+        """bwrap and its options for the sandbox itself (namespaces, file system, no capabilities),
+        without a command: what `command` starts the runner in, with the runner's own settings."""
         argv = [self.bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for key, value in ENV.items():
@@ -129,13 +131,17 @@ class BwrapSandbox(LocalSandbox):
             if self._uid is None:  # made in our own user namespace, the sandbox's user owns it
                 argv += ["--remount-ro", hidden]
         argv += ["--ro-bind", self.runner, self._sandbox_runner, "--remount-ro", "/", "--cap-drop", "ALL"]
-        if self._uid is not None:
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]
-        else:
+        if self._uid is None:
             argv += ["--unshare-user", "--disable-userns"]
+        return argv + ["--chdir", "/tmp"]
+
+    def command(self) -> list[str]:
+        argv = self.sandbox_argv()
+        if self._uid is not None:  # the runner drops to its uid itself (see the module docstring)
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]
         for key, value in RUNNER_ENV.items():
             argv += ["--setenv", key, value]
-        argv += ["--chdir", "/tmp", self.toolchains["python"]["run"], "-I", "-S", "-B"]
+        argv += [self.toolchains["python"]["run"], "-I", "-S", "-B"]
         return argv + self.runner_args(self._sandbox_runner, SCRATCH) + SANDBOXED_RUNNER_ARGS
 
     def _start(self) -> RunnerSession:
