@@ -120,10 +120,12 @@ def test_engine_deadline_kills_the_sandbox_with_the_worker(kind: str, tmp_path: 
     if kind == "docker":
         import docker
 
-        from genesys.sandbox.docker_backend import LABEL, owner_alive
+        from genesys.sandbox.docker_backend import LABEL, RUN_LABEL
+        from genesys.sandbox.leases import RunLease
 
         def orphans() -> list:
             containers = docker.from_env().containers.list(all=True, filters={"label": LABEL})
-            return [c for c in containers if not owner_alive(c.labels.get("genesys.owner", ""))]
+            runs = [c.labels.get(RUN_LABEL, "") for c in containers]
+            return [c for c, run in zip(containers, runs) if run and RunLease.holder_dead(run) is not False]
 
         assert wait_until(lambda: not orphans(), 20), "containers of the killed worker remain"

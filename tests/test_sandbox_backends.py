@@ -358,23 +358,15 @@ def test_submissions_do_not_see_each_other(verifier: CodeVerifier) -> None:
     assert verifier.verify(code_rollout("python", reader, [{"input": "", "output": "clean"}])).score == 1.0
 
 
-# The runner is a test's topmost ancestor in the sandbox (a Python test's parent is its submission's zygote).
-RUNNER_IDENTITY = """
-import os
-def stat(pid):
-    return open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()
-runner = os.getppid()
-while int(stat(runner)[1]) not in (0, 1):
-    runner = int(stat(runner)[1])
-print(runner, stat(runner)[19])
-"""
-
-
-def runner_identities(verifier: CodeVerifier, count: int) -> set[str]:
+def runner_identities(verifier: CodeVerifier, count: int) -> set[object]:
+    """The runners that served `count` submissions, seen from the host: no program can see its
+    runner (it runs in a pid namespace of its submission's own)."""
     seen = set()
     for _ in range(count):
-        verdict = verifier.verify(code_rollout("python", RUNNER_IDENTITY, [{"input": "", "output": "?"}]))
-        seen.add(verdict.details["tests"][0]["message"])  # the wrong answer names the printed identity
+        assert verifier.verify(code_rollout("python", PROGRAMS["python"]["correct"], SUM_TESTS)).score == 1.0
+        sandbox = verifier.sandbox
+        session = sandbox._session if sandbox.name == "bwrap" else sandbox._all[0].session
+        seen.add(session)  # held, so that no two can share an identity
     return seen
 
 

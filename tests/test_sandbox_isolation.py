@@ -488,49 +488,49 @@ def test_a_test_inherits_only_its_own_streams_and_pristine_state(verifier: CodeV
 # --- the runner's own parts, in this process (no sandbox around them) ---------------------------
 
 
-def test_the_filter_refuses_what_it_must_and_keeps_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    from genesys.sandbox import runner
-
-    monkeypatch.setattr(runner, "kill_leftovers", lambda: None)  # here they would be pytest's own children
-
-    def child() -> int:
-        import ctypes
-        import socket
-        import threading
-
-        runner.confine()
-        libc = ctypes.CDLL(None, use_errno=True)
-        refused = {
-            "user namespace": libc.unshare(0x10000000) == -1 and ctypes.get_errno() == 1,
-            "trace": libc.ptrace(0x4206, os.getppid(), None, None) == -1 and ctypes.get_errno() == 1,
-            "keyring": libc.syscall(250, 0, -4, 0) == -1 and ctypes.get_errno() == 1,  # KEYCTL_GET_KEYRING_ID
-        }
-        try:
-            socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        except PermissionError:
-            refused["inet socket"] = True
-        socket.socketpair()[0].close()  # Unix sockets work
-        thread = threading.Thread(target=refused.setdefault, args=("thread ran", True))
-        thread.start()
-        thread.join()
-        os.write(1, " ".join(sorted(name for name, ok in refused.items() if ok)).encode())
-        return 0
-
-    outcome = runner.run_child(runner.fork_child(child), b"", {"time_s": 5, "memory_mb": 512, "disk_mb": 16, "processes": 16, "output_bytes": 4096, "wall_s": 30})
-    assert bytes(outcome.stdout).decode() == "inet socket keyring thread ran trace user namespace", bytes(outcome.stderr)
+FILTER_PROBE = """
+import ctypes, os, socket, threading
+from genesys.sandbox import runner
+runner.confine()
+libc = ctypes.CDLL(None, use_errno=True)
+refused = {
+    "user namespace": libc.unshare(0x10000000) == -1 and ctypes.get_errno() == 1,
+    "trace": libc.ptrace(0x4206, os.getppid(), None, None) == -1 and ctypes.get_errno() == 1,
+    "keyring": libc.syscall(250, 0, -4, 0) == -1 and ctypes.get_errno() == 1,  # KEYCTL_GET_KEYRING_ID
+}
+try:
+    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+except PermissionError:
+    refused["inet socket"] = True
+socket.socketpair()[0].close()  # Unix sockets work
+thread = threading.Thread(target=refused.setdefault, args=("thread ran", True))
+thread.start()
+thread.join()
+print(" ".join(sorted(name for name, ok in refused.items() if ok)), end="")
+"""
 
 
-def test_outside_a_sandbox_the_runner_leaves_other_processes_and_ipc_objects_alone(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from genesys.sandbox import runner
+def test_the_filter_refuses_what_it_must_and_keeps_the_rest(tmp_path) -> None:
+    from test_sandbox_runner import zygote_replies
 
-    def forbidden() -> None:
-        raise AssertionError("called outside a sandbox")
+    [reply] = zygote_replies(FILTER_PROBE, 1, tmp_path)
+    assert reply["stdout"] == "inet socket keyring thread ran trace user namespace", reply
 
-    monkeypatch.setattr(runner, "kill_leftovers", lambda: None)  # here they would be pytest's own children
-    monkeypatch.setattr(runner, "kill_strangers", forbidden)
-    monkeypatch.setattr(runner, "remove_ipc_objects", forbidden)
-    (tmp_path / "left").write_text("x")
-    slate = runner.Slate(str(tmp_path), [], sandboxed=False)
-    slate.check()
-    slate.clean()
-    assert not (tmp_path / "left").exists()
+
+def test_outside_a_sandbox_the_runner_leaves_other_processes_and_ipc_objects_alone(tmp_path) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    segment = libc.shmget(0, 4096, 0o1000 | 0o600)  # IPC_PRIVATE: an object of this process's
+    neighbour = subprocess.Popen(["sleep", "60"])
+    try:
+        with open_sandbox("subprocess") as opened:
+            result = opened.run(Submission("python", "open('left', 'w').write('x')\nprint('ok')", [{"type": "stdin_stdout", "input": ""}]))
+            workdir = os.path.join(opened._scratch, "work")
+        assert result.tests[0]["status"] == "ok", result.tests
+        assert neighbour.poll() is None  # not a stranger to kill outside a sandbox
+        assert libc.shmctl(segment, 2, ctypes.create_string_buffer(256)) >= 0  # IPC_STAT: still there
+        assert not os.path.exists(os.path.join(workdir, "left"))
+    finally:
+        neighbour.kill()
+        libc.shmctl(segment, 0, None)

@@ -94,8 +94,16 @@ def test_pool_containers_are_hardened(docker_backend: None) -> None:
 def test_stale_containers_are_reaped(docker_backend: None) -> None:
     import docker
 
-    from genesys.sandbox.docker_backend import DEFAULT_IMAGE, LABEL, reap_stale
+    from genesys.sandbox.docker_backend import (
+        DEFAULT_IMAGE,
+        LABEL,
+        RUN_LABEL,
+        reap_stale,
+    )
 
+    # A run whose holder exited without letting go of its lease (as a SIGKILLed one would).
+    take_lease = "import os; from genesys.sandbox.leases import RunLease; print(RunLease().run_id, flush=True); os._exit(0)"
+    dead_run = subprocess.run([sys.executable, "-c", take_lease], capture_output=True, text=True, check=True).stdout.strip()
     client = docker.from_env()
     python = json.loads(client.images.get(DEFAULT_IMAGE).labels["genesys.toolchains"])["python"]["run"]
     stale = client.containers.run(
@@ -103,7 +111,7 @@ def test_stale_containers_are_reaped(docker_backend: None) -> None:
         [python, "-c", "import time; time.sleep(600)"],
         detach=True,
         network_mode="none",
-        labels={LABEL: "1", "genesys.owner": f"{os.uname().nodename}:999999999:0"},
+        labels={LABEL: "1", RUN_LABEL: dead_run},
     )
     try:
         assert reap_stale(client) >= 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,18 +11,21 @@ from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 
 LANGUAGES = ("python", "cpp", "rust", "javascript")
 # Submissions one runner process serves before a fresh one takes over (1: a runner per submission).
-# Whatever it is, a submission finds nothing of the ones before it (see the runner); a fresh runner
-# (bubblewrap's binds, an interpreter start: about 100 ms of CPU, the cost of some 40 Python tests)
-# only resets the namespaces' counters, so it comes rarely.
+# It changes no guarantee, only speed: every submission runs in namespaces of its own whatever it is
+# (see the runner), and a fresh runner (bubblewrap's binds, an interpreter start: about 100 ms of
+# CPU, the cost of some 40 Python tests) buys nothing, so it comes rarely.
 DEFAULT_REUSE = 1000
-# The runner's arguments in a real sandbox: the directories programs can write to besides the
-# scratch directory (emptied before and after every submission), and that the runner is alone in
-# the sandbox's pid and IPC namespaces (see `runner.main`).
-SANDBOXED_RUNNER_ARGS = ["--wipe", "/tmp", "--wipe", "/dev/shm", "--wipe", "/dev/mqueue", "--sandboxed"]
+# The runner's arguments in a real sandbox: every submission in namespaces made for it (see `runner`).
+SANDBOXED_RUNNER_ARGS = ["--sandboxed"]
 # The runner's interpreter only (tests and compiled programs get the runner's own fixed environment):
 # every symbol bound at start, so a forked test does not bind its own on first call, writing (and
 # copying) the zygote's pages of binding tables.
 RUNNER_ENV = {"LD_BIND_NOW": "1"}
+# The capabilities a sandbox gives the runner where it runs as root (with the programs' uid apart):
+# fresh namespaces and mounts per submission, tests that drop to the programs' uid, and killing
+# what a test left, and emptying the bounding set. The runner keeps these only; a submission's zygote
+# keeps SETUID and SETGID, and every test drops them with its uid.
+RUNNER_CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP")
 
 
 class SandboxError(RuntimeError):
@@ -39,6 +43,8 @@ class Submission:
     `tests` holds dicts `{"type": "stdin_stdout", "input": str}` or
     `{"type": "function_call", "fn_name": str, "input": [args]}`. `budget_s` bounds compile
     plus all tests together; tests left when it runs out are reported as `time_limit`.
+    `on_test(index, report)`, when set, turns each test's report into what `RunResult.tests` keeps,
+    as the report arrives (a verdict instead of the whole stdout); it stays on the host.
     """
 
     language: str
@@ -47,6 +53,7 @@ class Submission:
     limits: Limits = field(default_factory=Limits)
     compile_limits: Limits = COMPILE_LIMITS
     budget_s: float = 60.0
+    on_test: Callable[[int, dict[str, Any]], dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     def to_job(self) -> dict[str, Any]:
         """The request frame the in-sandbox runner reads."""
@@ -64,9 +71,10 @@ class Submission:
 class RunResult:
     """What the runner reported: the compile step, then one dict per test in order.
 
-    Each test dict has `status` (ok, time_limit, memory_limit, runtime_error, output_limit), `stdout`,
-    `stderr` (tail), `exit_code`, `signal`, `time_s` (CPU), `wall_s`, `memory_kb`, and for
-    function_call tests `result` (the return value as JSON text).
+    Each test dict is the runner's report, or what the submission's `on_test` made of it. A report
+    has `status` (ok, time_limit, memory_limit, runtime_error, output_limit), `stdout`, `stderr`
+    (tail), `exit_code`, `signal`, `time_s` (CPU), `wall_s`, `memory_kb`, and for function_call
+    tests `result` (the return value as JSON text).
     """
 
     compiled: bool

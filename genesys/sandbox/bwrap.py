@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 
-from genesys.sandbox.base import RUNNER_ENV, SANDBOXED_RUNNER_ARGS, SandboxUnavailable
+from genesys.sandbox.base import RUNNER_CAPABILITIES, RUNNER_ENV, SANDBOXED_RUNNER_ARGS, SandboxUnavailable
 from genesys.sandbox.cgroups import Cgroup
 from genesys.sandbox.host import cache_dir
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
@@ -137,8 +137,8 @@ class BwrapSandbox(LocalSandbox):
 
     def command(self) -> list[str]:
         argv = self.sandbox_argv()
-        if self._uid is not None:  # the runner drops to its uid itself (see the module docstring)
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP"]
+        for capability in RUNNER_CAPABILITIES if self._uid is not None else ("CAP_SYS_ADMIN", "CAP_SETPCAP"):
+            argv += ["--cap-add", capability]  # the runner keeps these only (see the module docstring)
         for key, value in RUNNER_ENV.items():
             argv += ["--setenv", key, value]
         argv += [self.toolchains["python"]["run"], "-I", "-S", "-B"]

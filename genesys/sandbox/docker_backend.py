@@ -25,6 +25,7 @@ from typing import Any
 
 from genesys.sandbox.base import (
     DEFAULT_REUSE,
+    RUNNER_CAPABILITIES,
     RUNNER_ENV,
     SANDBOXED_RUNNER_ARGS,
     RunResult,
@@ -33,15 +34,20 @@ from genesys.sandbox.base import (
     SandboxUnavailable,
     Submission,
 )
+from genesys.sandbox.leases import RunLease, UidLease
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.protocol import READ_CHUNK, RunnerSession, Transport
 
 # $GENESYS_SANDBOX_IMAGE names another default tag (e.g. one image per checkout under test).
 DEFAULT_IMAGE = os.environ.get("GENESYS_SANDBOX_IMAGE") or "genesys-sandbox:latest"
 LABEL = "genesys.sandbox"
+# The run id of the sandbox that made a container (see `leases.RunLease`).
+RUN_LABEL = "genesys.run"
 RUNNER_IN_IMAGE = "/opt/genesys/runner.py"
 SCRATCH = "/tmp/genesys"
+# The uids containers' runners and programs run as, one leased per container (apart from bwrap's).
 CONTAINER_UID_BASE = 20000
+CONTAINER_UID_COUNT = 30000
 # The container's init runs as another uid than the runner and the programs, out of their reach.
 INIT_UID = 65534
 # A container lives at most this long even if its owner never lets go of it.
@@ -62,41 +68,36 @@ def docker_client(timeout: float = 30.0) -> Any:
     return client
 
 
-def _process_start_time(pid: int) -> str | None:
+def _expires(labels: dict[str, str]) -> float:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2 :].split()[19].decode()
-
-
-def owner_label() -> str:
-    """Who owns a container: host, pid and the pid's start time (so a reused pid does not count)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_time(os.getpid())}"
-
-
-def owner_alive(label: str) -> bool:
-    """Whether the process named by an owner label still runs (owners on other hosts count as alive)."""
-    host, _, rest = label.partition(":")
-    pid, _, started = rest.partition(":")
-    if host != socket.gethostname():
-        return True  # not ours to judge
-    return pid.isdigit() and _process_start_time(int(pid)) == started
+        return float(labels.get("genesys.expires", "inf"))
+    except ValueError:
+        return float("inf")
 
 
 def reap_stale(client: Any) -> int:
-    """Remove genesys containers whose owner process is gone or whose lifetime is over."""
+    """Remove genesys containers whose lifetime is over or whose run's holder on this host is gone,
+    then the lock files of dead runs without containers.
+
+    A run this host cannot judge (no lock file here: another host or mount namespace) is left alone.
+    """
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    dead: dict[str, bool | None] = {}  # holder_dead removes a dead run's lock file: ask once per run
+    containers = client.containers.list(all=True, filters={"label": LABEL})
+    for container in containers:
         labels = container.labels or {}
-        expired = float(labels.get("genesys.expires", "inf")) < time.time()
-        if expired or not owner_alive(labels.get("genesys.owner", "")):
-            try:
-                container.remove(force=True)
-                removed += 1
-            except Exception:  # noqa: BLE001 - it may be going away on its own
-                pass
+        if _expires(labels) >= time.time():
+            run = labels.get(RUN_LABEL, "")
+            if run not in dead:
+                dead[run] = RunLease.holder_dead(run)
+            if dead[run] is not True:
+                continue
+        try:
+            container.remove(force=True)
+            removed += 1
+        except Exception:  # noqa: BLE001 - it may be going away on its own
+            pass
+    RunLease.prune(keep={(container.labels or {}).get(RUN_LABEL, "") for container in containers})
     return removed
 
 
@@ -155,13 +156,14 @@ class ExecTransport(Transport):
 
 
 class _Slot:
-    """One pool container, the stdin keeping it alive, the uid its runner and programs run as,
-    and its runner session."""
+    """One pool container, the stdin keeping it alive, the uid its runner and programs run as
+    (and its lease), and its runner session."""
 
-    def __init__(self, container: Any, keepalive: Any, uid: int) -> None:
+    def __init__(self, container: Any, keepalive: Any, uid_lease: UidLease) -> None:
         self.container = container
         self.keepalive = keepalive
-        self.uid = uid
+        self.uid_lease = uid_lease
+        self.uid = uid_lease.uid
         self.session: RunnerSession | None = None
 
 
@@ -200,12 +202,11 @@ class DockerSandbox(Sandbox):
         self.cpus = cpus
         self.lifetime_s = lifetime_s
         self.reuse = reuse
-        self._owner = owner_label()
+        self._run = RunLease()
         self._idle: queue.Queue[_Slot] = queue.Queue()
         self._all: list[_Slot] = []
         self._lock = threading.Lock()
         self._pool_size = pool_size
-        self._serial = 0
         reap_stale(self.client)
 
     def languages(self) -> list[str]:
@@ -225,6 +226,7 @@ class DockerSandbox(Sandbox):
             pids_limit=max(self.limits.processes, COMPILE_LIMITS.processes) + 16,
             nano_cpus=int(self.cpus * 1e9),
             cap_drop=["ALL"],
+            cap_add=list(RUNNER_CAPABILITIES),  # the runner's only (see `_start_session`); programs drop them all
             security_opt=["no-new-privileges"],
             ipc_mode="private",
             auto_remove=True,
@@ -232,8 +234,10 @@ class DockerSandbox(Sandbox):
         python = self.toolchains["python"]["run"]
         return {
             "image": self.image_name,
-            "command": [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, "keep", str(int(self.lifetime_s))],
-            "user": f"{INIT_UID}:{INIT_UID}",
+            # Root only to start: an exec gets the capabilities of the container's first user, and the
+            # runner needs RUNNER_CAPABILITIES; the init drops to INIT_UID itself at once.
+            "command": [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, "keep", str(int(self.lifetime_s)), str(INIT_UID)],
+            "user": "0:0",
             "stdin_open": True,
             "detach": False,  # makes docker close the container's stdin when our attachment ends
             "network_disabled": True,
@@ -242,24 +246,24 @@ class DockerSandbox(Sandbox):
             "environment": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"},
             "labels": {
                 LABEL: "1",
-                "genesys.owner": self._owner,
+                RUN_LABEL: self._run.run_id,
                 "genesys.expires": str(time.time() + self.lifetime_s + 60),
             },
             "host_config": host_config,
         }
 
     def _new_slot(self) -> _Slot:
-        with self._lock:
-            self._serial += 1
-            uid = CONTAINER_UID_BASE + (os.getpid() * 7 + self._serial) % 30000
+        uid_lease = UidLease(CONTAINER_UID_BASE, CONTAINER_UID_COUNT)
         api = self.client.api
         try:
             created = api.create_container(**self._container_kwargs())
             keepalive = api.attach_socket(created["Id"], params={"stdin": 1, "stream": 1})
             api.start(created["Id"])
+            container = self.client.containers.get(created["Id"])
         except Exception as exc:  # noqa: BLE001 - docker.errors.APIError and connection errors
+            uid_lease.release()
             raise SandboxError(f"cannot start a sandbox container: {exc}") from None
-        slot = _Slot(self.client.containers.get(created["Id"]), keepalive, uid)
+        slot = _Slot(container, keepalive, uid_lease)
         with self._lock:
             self._all.append(slot)
         return slot
@@ -268,7 +272,8 @@ class DockerSandbox(Sandbox):
         api = self.client.api
         python = self.toolchains["python"]["run"]
         command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH, *SANDBOXED_RUNNER_ARGS]
-        user = f"{slot.uid}:{slot.uid}"
+        command += ["--uid", str(slot.uid)]  # the programs' uid; the runner stays root with RUNNER_CAPABILITIES only
+        user = "0:0"
         try:
             exec_id = api.exec_create(
                 slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp", user=user, environment=RUNNER_ENV
@@ -290,6 +295,7 @@ class DockerSandbox(Sandbox):
             slot.container.remove(force=True)
         except Exception:  # noqa: BLE001 - auto_remove may have beaten us to it
             pass
+        slot.uid_lease.release()
         with self._lock:
             if slot in self._all:
                 self._all.remove(slot)
@@ -365,6 +371,7 @@ class DockerSandbox(Sandbox):
             slots = list(self._all)
         for slot in slots:
             self._discard(slot)
+        self._run.release()
         try:
             self.client.close()
         except Exception:  # noqa: BLE001

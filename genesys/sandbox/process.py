@@ -12,11 +12,13 @@ import tempfile
 from typing import Any
 
 from genesys.sandbox.base import DEFAULT_REUSE, RunResult, Sandbox, SandboxError, Submission
+from genesys.sandbox.leases import UidLease
 from genesys.sandbox.protocol import READ_CHUNK, RunnerSession, Transport
 
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
-# Unprivileged uids the runner drops to when genesys runs as root, one per live session.
+# Unprivileged uids the runner drops to when genesys runs as root, one leased per live sandbox.
 SANDBOX_UID_BASE = 62000
+SANDBOX_UID_COUNT = 3000
 
 
 class PipeTransport(Transport):
@@ -74,7 +76,15 @@ class LocalSandbox(Sandbox):
         self.toolchains = toolchains
         self.reuse = reuse
         self._session: RunnerSession | None = None
-        self._uid = SANDBOX_UID_BASE + os.getpid() % 3000 if os.geteuid() == 0 else None
+        self._uid_lease: UidLease | None = None
+        self._uid: int | None = None
+        self._lease_uid()
+
+    def _lease_uid(self) -> None:
+        """Run as root, hold a uid no other sandbox on this host has (see `leases`)."""
+        if os.geteuid() == 0 and self._uid_lease is None:
+            self._uid_lease = UidLease(SANDBOX_UID_BASE, SANDBOX_UID_COUNT)
+            self._uid = self._uid_lease.uid
 
     @abc.abstractmethod
     def command(self) -> list[str]:
@@ -114,6 +124,7 @@ class LocalSandbox(Sandbox):
     def _ensure_session(self) -> RunnerSession:
         if self._session is None or self._session.broken or self._session.served >= self.reuse:
             self._stop()
+            self._lease_uid()  # again when reused after `close()`
             try:
                 self._session = self._start()
             except SandboxError:
@@ -140,4 +151,7 @@ class LocalSandbox(Sandbox):
 
     def close(self) -> None:
         self._stop()
+        if self._uid_lease is not None:
+            self._uid_lease.release()
+            self._uid_lease = None
 

@@ -71,6 +71,9 @@ class RunnerSession:
         except (OSError, TimeoutError) as exc:
             self.broken = True
             raise SandboxError(f"the sandbox stopped answering: {exc or type(exc).__name__}") from None
+        except BaseException:
+            self.broken = True  # the submission's frames are left half read: the stream is unusable
+            raise
         self.served += 1
         return result
 
@@ -94,33 +97,43 @@ class RunnerSession:
                 if not pending:
                     raise  # no program was running: the sandbox itself is stuck
                 self.broken = True
-                self._charge(result, n_tests, "the sandbox's test runner stopped answering: the program stopped or wedged it", "stopped")
+                self._charge(submission, result, "the sandbox's test runner stopped answering: the program stopped or wedged it", "stopped")
                 return result
             if frame is None:  # the program killed its runner: charge the running test, skip the rest
                 self.broken = True
-                self._charge(result, n_tests, "the program killed the sandbox's test runner", "killed")
+                self._charge(submission, result, "the program killed the sandbox's test runner", "killed")
                 return result
             if frame.get("event") == "done":
-                self.broken = self.broken or bool(frame.get("retire"))
+                if frame.get("error"):  # the sandbox itself failed: an error, never a score
+                    self.broken = True
+                    raise SandboxError(f"the sandbox failed during the submission: {frame['error']}")
                 return result
-            result.tests.append(frame)
+            self._keep(submission, result, frame)
+            del frame  # a report can hold megabytes of stdout: not kept while the next one is read
 
     @staticmethod
-    def _charge(result: RunResult, n_tests: int, message: str, what: str) -> None:
+    def _keep(submission: Submission, result: RunResult, report: dict[str, Any]) -> None:
+        """Add one test's report to `result`, through the submission's `on_test` when it has one."""
+        index = len(result.tests)
+        result.tests.append(report if submission.on_test is None else submission.on_test(index, report))
+
+    @classmethod
+    def _charge(cls, submission: Submission, result: RunResult, message: str, what: str) -> None:
         """Fail the test that was running when the runner was lost, and mark the rest not run."""
         if not result.compiled:
             return
+        n_tests = len(submission.tests)
         if len(result.tests) < n_tests:
-            result.tests.append({"status": "runtime_error", "message": message, "index": len(result.tests)})
+            cls._keep(submission, result, {"status": "runtime_error", "message": message, "index": len(result.tests)})
         while len(result.tests) < n_tests:
-            result.tests.append({"status": "runtime_error", "message": f"not run: an earlier test {what} the runner", "index": len(result.tests)})
+            cls._keep(submission, result, {"status": "runtime_error", "message": f"not run: an earlier test {what} the runner", "index": len(result.tests)})
 
     def _frame(self, deadline: float) -> dict[str, Any] | None:
         while True:
             if len(self._buffer) >= 4:
                 size = struct.unpack(">I", self._buffer[:4])[0]
                 if len(self._buffer) >= 4 + size:
-                    body = bytes(self._buffer[4 : 4 + size])
+                    body = self._buffer[4 : 4 + size]  # one copy: json reads a bytearray as it does bytes
                     del self._buffer[: 4 + size]
                     return json.loads(body)
             remaining = deadline - time.monotonic()

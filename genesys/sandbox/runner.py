@@ -7,29 +7,32 @@ it uses the standard library only. It serves submissions one after another over 
     request:  one frame  {"language", "source", "tests", "limits", "compile_limits", "budget_s"}
     replies:  {"event": "compiled", ...}, one {"event": "test", ...} per test, then {"event": "done"}
 
-    (the done frame carries "retire": true when this runner cannot serve another submission)
+    (the done frame carries "error" when the sandbox itself failed during the submission)
 
-A frame is a 4-byte big-endian length and a UTF-8 JSON document. Each test runs in a child process:
-its own process group, rlimits (CPU, address space, processes, file size, open files), a wall-clock
-deadline, capped output. When a test ends, every process it left behind is killed: the runner is a
-child subreaper, so detached descendants are re-parented to it and found. In a sandbox
-(`--sandboxed`) no other process, IPC object or file of the programs outlives a submission, and a
-system call filter confines the runner and everything it starts (see `Slate` and `confine`).
-Expected outputs never enter the sandbox; the host compares what the runner reports.
+A frame is a 4-byte big-endian length and a UTF-8 JSON document. Expected outputs never enter the
+sandbox; the host compares what the runner reports.
 
-Where tests start from. Compiled programs (and compilers) are forked from the runner and exec'd at
-once, so they start with no memory of it. A Python test forks from the zygote, an interpreter with
-the common modules imported, so a test costs a fork instead of an interpreter start. The runner,
-which reads submissions and every test's output, never forks a Python test: it forks the zygote at
-its start, before it reads anything, and the zygote reads nothing a program wrote or chose: it gets
-file descriptors to fork a test with, then reaps the test (its status and resource usage pass
-through a raw buffer the zygote clears at once, never through a Python object). A test waits at a
-gate until the runner has learnt its pid and set its rlimits, then loads its own compiled code (and
-a function's name and arguments) from a memfd; its input is its stdin. The runner reads its output
-and learns from the zygote's report that it ended. So a test's memory holds nothing of an earlier submission (its
-source, input, output or how its tests ended) nor of another test of its own submission. The
-zygote outlives submissions (killing leftovers and strangers spares it); a runner whose zygote a
-program killed retires after that submission (see `Zygote`).
+The unit of isolation is the submission. Three kinds of process, each with one job:
+- the runner (this process) reads submissions, supervises tests and writes replies; it never runs a
+  program and never forks one;
+- the template, forked from the runner before it reads anything, holds the warm interpreter (the
+  common modules imported, streams made, type caches filled) and only ever forks zygotes;
+- a zygote per submission, forked from the template. In a sandbox (`--sandboxed`) it is pid 1 of a
+  pid namespace made for that submission, in fresh mount, IPC and UTS namespaces, with a fresh tmpfs
+  on every path a program can write (/tmp, /dev/shm), its own /dev/mqueue and /proc, and the
+  system call filter installed (see `confine`). It forks each test (compilers and compiled programs
+  too, which exec at once) and reaps every process of the submission.
+A test sets its own rlimits, drops to the programs' uid (`--uid`; the runner, template and zygote
+keep theirs, so no program can signal, prlimit, renice or trace them) and runs. When the
+submission ends the runner kills its zygote, which takes every process of the pid namespace with it,
+and the namespaces, their files and IPC objects go with the last process: the next submission's
+zygote is made only after that. Nothing a program can touch is reused; what is reused (the
+template's memory) no program can reach.
+
+Limits count every process of a test: the zygote reaps the test and whatever it left (its own
+children come to the zygote, a child subreaper, or pid 1), so a test's CPU time is the zygote's
+children's CPU time over the test; while a test runs, the runner sums the CPU time and memory of all
+its live processes and kills the test past either limit.
 """
 
 import _signal
@@ -69,19 +72,16 @@ PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
-IPC_RMID = 0
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
-EXIT_POLL_S = 0.005  # how often a child's exit is checked for where no pidfd can be had
-QUIET_S = 0.01  # how long a child's output is left in its pipes before the runner reads it as it comes
+QUIET_S = 0.01  # how long a test's output is left in its pipes before the runner reads it as it comes
+TREE_CHECK_S = 0.05  # how often the runner sums the CPU time and memory of a running test's processes
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
-# Stop signals a program may send; the runner and its zygote ignore them (SIGSTOP they cannot: the
-# runner continues the zygote before waiting for it, and the host notices a silent runner).
-STOP_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
-ZYGOTE_ANSWER_S = 10.0  # how long the zygote may take to fork or reap before the runner gives up on it
-ZYGOTE_NUDGE_S = 0.1  # how often the runner continues the zygote while a Python test runs
+ZYGOTE_ANSWER_S = 10.0  # how long the template or a zygote may take to answer before the runner gives up on it
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -116,38 +116,11 @@ def write_frame(fd, message):
         data = data[written:]
 
 
-# --- process hygiene ------------------------------------------------------------------------------
-
-
-def children_of(pid):
-    """Pids whose parent is `pid`, from /proc/PID/task/*/children (or a scan of /proc without it)."""
-    found = []
-    try:
-        tasks = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            found.extend(int(child) for child in read_file("/proc/%d/task/%s/children" % (pid, tid)).split())
-        except FileNotFoundError:
-            return _scan_children(pid)
-        except OSError:
-            continue
-    return found
-
-
-def _scan_children(pid):
-    found = []
-    for entry in _pids():
-        fields = _stat(entry)
-        if fields and int(fields[1]) == pid:
-            found.append(entry)
-    return found
+# --- processes ------------------------------------------------------------------------------------
 
 
 def read_file(path):
-    """All of a (/proc) file: open, read and close, the fewest system calls Python allows (the
-    runner reads several /proc files per test)."""
+    """All of a (/proc) file: open, read and close, the fewest system calls Python allows."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = []
@@ -158,8 +131,29 @@ def read_file(path):
     return b"".join(chunks)
 
 
-def _pids():
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+def children_of(pid):
+    """Pids whose parent is `pid`, from /proc/PID/task/*/children."""
+    found = []
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            found.extend(int(child) for child in read_file("/proc/%d/task/%s/children" % (pid, tid)).split())
+        except OSError:
+            continue
+    return found
+
+
+def descendants_of(pid):
+    """Every process under `pid` (not `pid` itself)."""
+    stack, found = children_of(pid), []
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(children_of(child))
+    return found
 
 
 def _stat(pid):
@@ -171,141 +165,38 @@ def _stat(pid):
     return stat[stat.rfind(b")") + 2 :].split()
 
 
-_reopened = {}  # the /proc files the runner reads again and again, each with the fd kept open on it
+# Indices into `_stat`'s fields (state is field 3 of /proc/PID/stat).
+STAT_UTIME, STAT_STIME, STAT_CUTIME, STAT_CSTIME, STAT_RSS = 11, 12, 13, 14, 21
 
 
-def reread(path):
-    """All of a /proc file the runner reads after every test or submission, from an fd it keeps
-    open: one system call where read_file takes four."""
-    fd = _reopened.get(path)
-    if fd is None:
-        fd = _reopened[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    chunks = [os.pread(fd, READ_CHUNK, 0)]
-    while len(chunks[-1]) == READ_CHUNK:  # a short read is the end
-        chunks.append(os.pread(fd, READ_CHUNK, READ_CHUNK * len(chunks)))
-    return b"".join(chunks)
-
-
-_zygote_pid = None  # the runner's zygote (see Zygote), which outlives every test and submission
-
-
-def own_children():
-    """children_of(this runner), which has a single thread."""
-    try:
-        return [int(child) for child in reread("/proc/thread-self/children").split()]
-    except FileNotFoundError:
-        return _scan_children(os.getpid())
-
-
-def kill_leftovers():
-    """Kill every descendant of this runner and reap them; orphans come to us as the subreaper.
-
-    The zygote and its children are left alone: those are Python tests, which their supervision
-    kills (their own children, orphaned, come to us).
-    """
-    for _ in range(100):
-        stack, seen = [pid for pid in own_children() if pid != _zygote_pid], []
-        while stack:
-            pid = stack.pop()
-            seen.append(pid)
-            stack.extend(children_of(pid))
-        if not seen:
-            return
-        for pid in seen:
+def kill_strangers(spared):
+    """Kill every process of this pid namespace but `spared` (and init) that we may signal, and
+    those already dead aside: none of them comes from the runner, which runs every program in a
+    namespace of its submission's own. (One can only come from outside, a `docker exec` say.)"""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in spared or entry == "1":
+            continue
+        fields = _stat(int(entry))
+        if fields and fields[0] not in (b"Z", b"X"):
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(int(entry), signal.SIGKILL)
             except OSError:
                 pass
-        reap_children()
 
 
-def kill_strangers():
-    """Kill every other process in this pid namespace that we may signal but the zygote, those
-    outside the runner's tree too, and wait until none of them runs; whether there was any. Only
-    for a runner alone in its sandbox (which is why kill(-1) will not do: it would take the zygote).
-
-    The killed are reaped only once none runs: until then they keep their place under the process
-    limits, which a fork bomb would otherwise refill between two sweeps."""
-    found = False
-    for _ in range(1000):
-        strangers = _strangers()
-        if not any(running for _, running in strangers):
-            reap_children()
-            return found
-        found = True
-        for pid, _ in strangers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.001)
-    raise RuntimeError("processes in the sandbox outlive SIGKILL")
-
-
-def _strangers():
-    """(pid, whether it runs) for every process here we may signal but init, ourselves and the zygote."""
-    me, found = os.getpid(), []
-    for pid in _pids():
-        if pid in (1, me, _zygote_pid):
-            continue
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            continue  # gone, or not ours to signal
-        fields = _stat(pid)
-        if fields:
-            found.append((pid, fields[0] not in (b"Z", b"X")))
-    return found
-
-
-def remove_ipc_objects():
-    """Remove every System V shared memory segment, semaphore set and message queue of this IPC
-    namespace (the sandbox's own; ids from /proc/sysvipc)."""
-    removers = {
-        "shm": lambda ipc_id: _libc.shmctl(ipc_id, IPC_RMID, None),
-        "sem": lambda ipc_id: _libc.semctl(ipc_id, 0, IPC_RMID),
-        "msg": lambda ipc_id: _libc.msgctl(ipc_id, IPC_RMID, None),
-    }
-    for kind, remove in removers.items():
-        try:
-            rows = reread("/proc/sysvipc/" + kind).splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            remove(int(row.split()[1]))
-
-
-def reap_children():
-    """Wait until every child of this process but the zygote is gone (they have been sent SIGKILL)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            if all(child == _zygote_pid for child in own_children()):
-                return
-            time.sleep(0.001)
-
-
-def wipe(path, keep=""):
-    """Remove everything under `path` that we may remove, unreadable directories included.
-
-    `keep` (a directory) and the directories leading to it stay, emptied.
-    """
+def wipe(path):
+    """Remove everything under `path` that we may remove. Only outside a sandbox: there every
+    submission gets a fresh tmpfs instead."""
     try:
-        if os.stat(path).st_uid == os.getuid():
-            os.chmod(path, 0o700)  # a program may have locked its own directory
         entries = list(os.scandir(path))
     except OSError:
         return
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
-                kept = keep == entry.path or keep.startswith(entry.path + "/")
-                wipe(entry.path, keep)
-                if not kept:
-                    os.rmdir(entry.path)
+                os.chmod(entry.path, 0o700)  # a program may have locked its own directory
+                wipe(entry.path)
+                os.rmdir(entry.path)
             else:
                 os.unlink(entry.path)
         except OSError:
@@ -333,12 +224,6 @@ def rlimits(limits, language):
         (resource.RLIMIT_NOFILE, (256, 256)),
         (resource.RLIMIT_CORE, (0, 0)),
     ]
-
-
-def apply_limits(limits, language):
-    """Set this (child) process's rlimits; called between fork and exec."""
-    for kind, value in rlimits(limits, language):
-        resource.setrlimit(kind, value)
 
 
 # --- confinement ---------------------------------------------------------------------------------
@@ -438,17 +323,97 @@ def confine():
         raise OSError(ctypes.get_errno(), "cannot install the system call filter")
 
 
-# --- running one process --------------------------------------------------------------------------
+CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN = 5, 6, 7, 8, 21
+# What the runner needs: fresh namespaces and mounts for each submission (SYS_ADMIN), tests that
+# drop to the programs' uid (SETUID, SETGID), killing what a test left (KILL), and emptying the
+# bounding set its zygotes pass on (SETPCAP).
+RUNNER_CAPABILITIES = (CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN)
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def keep_capabilities(capabilities):
+    """Make `capabilities` the only ones this process holds (effective and permitted; none inheritable)."""
+    mask = 0
+    for capability in capabilities:
+        mask |= 1 << capability
+    data = (_CapData * 2)(_CapData(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0), _CapData(mask >> 32, mask >> 32, 0))
+    if _libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), data) != 0:
+        raise OSError(ctypes.get_errno(), "cannot set the runner's capabilities")
+
+
+def empty_bounding_set():
+    """Drop every capability from the bounding set: nothing this process runs can ever gain one."""
+    for capability in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
+
+
+def drop_privileges(uid):
+    """Become `uid` for good (from root: every capability goes with the change)."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+# --- namespaces ----------------------------------------------------------------------------------
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x04000000, 0x08000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
+SHM_BYTES = 64 << 20  # /dev/shm, as docker sizes it
+
+
+def _check(result, what):
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, "%s: %s" % (what, os.strerror(errno)))
+
+
+def _mount(source, target, fstype, flags, data=None):
+    encode = lambda value: None if value is None else value.encode()  # noqa: E731
+    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), "mount " + target)
+
+
+def new_pid_namespace(own_pid_namespace):
+    """Have this process's next child start a fresh pid namespace (as its pid 1). `own_pid_namespace`
+    is an fd of this process's own: going back to it first lets this be done again and again."""
+    _check(_libc.setns(own_pid_namespace, CLONE_NEWPID), "setns")
+    _check(_libc.unshare(CLONE_NEWPID), "unshare")
+
+
+def enter_fresh_namespaces(scratch_bytes, uid):
+    """Move this process (pid 1 of a fresh pid namespace) into fresh mount, IPC and UTS namespaces
+    where every path a program can write is a fresh, empty file system: a tmpfs on /tmp (owned by
+    the programs' `uid`), a tmpfs on /dev/shm, the new IPC namespace's own /dev/mqueue, a /proc of
+    the new pid namespace (showing only the submission's processes), and nothing on /sys."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the sandbox's own mounts
+    owner = "" if uid is None else ",uid=%d,gid=%d" % (uid, uid)
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700%s" % (scratch_bytes, owner))
+    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % SHM_BYTES)
+    _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if os.path.ismount("/sys"):  # docker shows one; its cgroup files count what earlier submissions used
+        _mount("tmpfs", "/sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,mode=0555")
+
+
+# --- running one test -----------------------------------------------------------------------------
 
 
 class Outcome:
-    """What one run of a child process produced."""
+    """What one run of a test (or compiler) produced."""
 
     def __init__(self):
         self.stdout = bytearray()
         self.stderr = bytearray()
         self.result = bytearray()
-        self.killed_for = None  # "time_limit" | "output_limit" when the runner killed it
+        self.killed_for = None  # "time_limit" | "output_limit" | "memory_limit" when the runner killed it
         self.exit_code = None
         self.signal = None
         self.wall_s = 0.0
@@ -456,13 +421,10 @@ class Outcome:
         self.memory_kb = 0
 
 
-def run_child(start, stdin_data, limits, with_result_pipe=False):
-    """Start a child with fds 0/1/2 (and 3 for a result) wired, and supervise it until it ends.
-
-    `start(stdin_fd, write_ends)` starts it and returns a handle with its `pid` and `reap(block)`:
-    see `fork_child`, and `Zygote.starter` for Python tests. Enforces the wall deadline and the
-    output cap; kills whatever the child left behind.
-    """
+def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
+    """Have `zygote` fork a test running `spec` (see `test_spec`) with fds 0/1/2 (and 3 for a
+    result) wired, and supervise it until it and every process it started have ended. Enforces the
+    wall deadline, the output cap and the CPU time and memory of all its processes together."""
     output_limit = int(limits["output_bytes"])
     stdin_fd = os.memfd_create("stdin", 0)
     os.write(stdin_fd, stdin_data)
@@ -470,7 +432,7 @@ def run_child(start, stdin_data, limits, with_result_pipe=False):
     pipes = [os.pipe() for _ in range(3 if with_result_pipe else 2)]
     started = time.monotonic()
     try:
-        child = start(stdin_fd, [write_end for _, write_end in pipes])
+        zygote.fork_test([stdin_fd, *(write_end for _, write_end in pipes)], spec)
     except BaseException:
         for read_end, _ in pipes:
             os.close(read_end)
@@ -478,80 +440,15 @@ def run_child(start, stdin_data, limits, with_result_pipe=False):
     finally:
         for fd in (stdin_fd, *(write_end for _, write_end in pipes)):
             os.close(fd)
-    res_r = pipes[2][0] if with_result_pipe else None
     outcome = Outcome()
-    _supervise(child, outcome, pipes[0][0], pipes[1][0], res_r, limits, output_limit, started)
-    return outcome
-
-
-def fork_child(child_main):
-    """A `start` for run_child: fork this process and run `child_main()` in the child."""
-
-    def start(stdin_fd, write_ends):
-        pid = os.fork()
-        if pid == 0:
-            become_child(stdin_fd, write_ends, child_main)
-        return OwnChild(pid)
-
-    return start
-
-
-class OwnChild:
-    """A child of this process."""
-
-    def __init__(self, pid):
-        self.pid = pid
-        self.recheck_s = float("inf")  # its pidfd tells at once
-
-    def watch(self):
-        """An fd that turns readable once it has exited (a pidfd, closed with `unwatch`), or None
-        where none can be had: then its exit is polled for."""
-        return _exit_watch(self.pid)
-
-    def unwatch(self, fd):
-        os.close(fd)
-
-    def reap(self, block):
-        """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
-        it runs and `block` is false."""
-        waited, status, rusage = os.wait4(self.pid, 0 if block else os.WNOHANG)
-        if not waited:
-            return None
-        kill_leftovers()
-        return status, rusage
-
-
-def become_child(stdin_fd, write_ends, child_main):
-    """In a new child: own process group, fds 0/1/2 (and 3) wired and nothing else open, the
-    signal dispositions a fresh program has; then `child_main()`. Never returns."""
-    code = 127
-    try:
-        os.setpgid(0, 0)
-        os.dup2(stdin_fd, 0)
-        for target, fd in enumerate(write_ends, start=1):
-            os.dup2(fd, target)
-        os.closerange(len(write_ends) + 1, 65536)
-        for number in (*STOP_SIGNALS, signal.SIGCHLD):  # the runner's processes ignore them
-            _signal.signal(number, _signal.SIG_DFL)  # not signal.signal: its enums cost a forked test page copies
-        code = child_main()
-    except BaseException as exc:  # noqa: BLE001 - the child must never return into the runner
-        try:
-            os.write(2, ("runner: %r\n" % (exc,)).encode())
-        except OSError:
-            pass
-    os._exit(code)
-
-
-def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, started):
-    """Collect the child's output into `outcome` until it ends or breaks a limit; then kill what is
-    left of it and record how it ended. The read ends are closed whatever happens."""
-    caps = {out_r: output_limit, err_r: None}
-    sinks = {out_r: outcome.stdout, err_r: outcome.stderr}
-    if res_r is not None:
-        caps[res_r], sinks[res_r] = output_limit, outcome.result
+    sinks = {pipes[0][0]: outcome.stdout, pipes[1][0]: outcome.stderr}
+    caps = {pipes[0][0]: output_limit, pipes[1][0]: None}
+    if with_result_pipe:
+        sinks[pipes[2][0]], caps[pipes[2][0]] = outcome.result, output_limit
     poller = select.poll()
     try:
-        status, rusage = _await_end(child, outcome, sinks, caps, poller, float(limits["wall_s"]), started)
+        status, maxrss_kb = _await_end(zygote, outcome, sinks, caps, poller, limits, started)
+        outcome.cpu_s = zygote.finish_test()  # what the test left is killed and reaped first
         for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
             while fd in sinks and select.select([fd], [], [], 0)[0]:
                 if _pump(fd, sinks, caps, poller) == "over" and outcome.killed_for is None:
@@ -560,55 +457,59 @@ def _supervise(child, outcome, out_r, err_r, res_r, limits, output_limit, starte
         for fd in list(sinks):
             _close_sink(fd, sinks, poller)
     del outcome.stdout[output_limit:]
-    outcome.cpu_s = rusage.ru_utime + rusage.ru_stime
-    outcome.memory_kb = rusage.ru_maxrss
+    outcome.memory_kb = max(outcome.memory_kb, maxrss_kb)
     if os.WIFSIGNALED(status):
         outcome.signal = os.WTERMSIG(status)
     else:
         outcome.exit_code = os.WEXITSTATUS(status)
+    return outcome
 
 
-def _await_end(child, outcome, sinks, caps, poller, wall_limit, started):
-    """Pump output until the child exits, passes its wall limit or its output cap (then kill its
-    process group); (wait status, rusage) once it is reaped.
+def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
+    """Pump output until the test ends, passes its wall limit, its output cap, or (all its processes
+    together) its CPU time or memory; then kill all its processes. (wait status, peak RSS in kB) of
+    the test's first process, as the zygote reports it once that has exited.
 
     For its first QUIET_S the output waits in its pipes: most tests end by then, and the runner
-    wakes once, when the child has exited, instead of at every write. After that (or at once
-    where the end cannot be watched) it is pumped as it comes."""
-    exited = child.watch()  # readable once the child has exited
-    if exited is not None:
-        poller.register(exited, select.POLLIN)
+    wakes once, at the zygote's report, instead of at every write."""
+    ended = zygote.sock.fileno()  # readable once the zygote has reaped the test (or has gone)
+    wall_limit = float(limits["wall_s"])
+    poller.register(ended, select.POLLIN)
     try:
-        quiet = exited is not None and poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000)))
+        quiet = poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000)))
         for fd in sinks:
             poller.register(fd, select.POLLIN)
         if quiet:
-            ended = child.reap(block=False)
-            if ended:
-                outcome.wall_s = time.monotonic() - started
-                return ended
+            return zygote.report()
+        zygote.start_counting()
+        next_check = time.monotonic() + TREE_CHECK_S
         while outcome.killed_for is None:
-            remaining = wall_limit - (time.monotonic() - started)
+            now = time.monotonic()
+            remaining = wall_limit - (now - started)
             if remaining <= 0:
                 outcome.killed_for = "time_limit"
                 break
-            wait_s = min(remaining, child.recheck_s if exited is not None else EXIT_POLL_S)
-            events = poller.poll(max(1, int(wait_s * 1000)))
+            events = poller.poll(max(0, int(min(remaining, next_check - now) * 1000) + 1))
             for fd, _ in events:
-                if fd != exited and _pump(fd, sinks, caps, poller) == "over":
+                if fd != ended and _pump(fd, sinks, caps, poller) == "over":
                     outcome.killed_for = "output_limit"
-            if exited is None or not events or any(fd == exited for fd, _ in events):
-                ended = child.reap(block=False)
-                if ended:  # what it left behind is killed already
-                    outcome.wall_s = time.monotonic() - started
-                    return ended
+            if any(fd == ended for fd, _ in events):
+                outcome.wall_s = time.monotonic() - started
+                return zygote.report()
+            if time.monotonic() >= next_check:
+                next_check += TREE_CHECK_S
+                cpu_s, memory_kb = zygote.usage_so_far()
+                outcome.memory_kb = max(outcome.memory_kb, memory_kb)
+                if cpu_s > float(limits["time_s"]):
+                    outcome.killed_for = "time_limit"
+                elif memory_kb > int(limits["memory_mb"]) * 1024:
+                    outcome.killed_for = "memory_limit"
     finally:
-        if exited is not None:
-            poller.unregister(exited)
-            child.unwatch(exited)
-    _kill_group(child.pid)
-    outcome.wall_s = time.monotonic() - started
-    return child.reap(block=True)
+        poller.unregister(ended)
+        if not outcome.wall_s:
+            outcome.wall_s = time.monotonic() - started
+    zygote.kill_test()
+    return zygote.report()
 
 
 def _pump(fd, sinks, caps, poller):
@@ -633,26 +534,12 @@ def _pump(fd, sinks, caps, poller):
 
 
 def _close_sink(fd, sinks, poller):
-    poller.unregister(fd)
+    try:
+        poller.unregister(fd)
+    except KeyError:
+        pass
     os.close(fd)
     del sinks[fd]
-
-
-def _kill_group(pid):
-    """Kill a test's process group, and its leader even if it left the group."""
-    for kill, target in ((os.killpg, pid), (os.kill, pid)):
-        try:
-            kill(target, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _exit_watch(pid):
-    """A pidfd for `pid` (Linux 5.3+), or None where the kernel or a seccomp filter refuses one."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
 
 
 def classify(outcome, limits):
@@ -677,223 +564,320 @@ def classify(outcome, limits):
     return "runtime_error"
 
 
-# --- the zygote: where Python tests fork from (see the module docstring) -----------------------------
+# --- the template and the zygotes (see the module docstring) -----------------------------------------
 
 
 class ZygoteLost(Exception):
-    """The zygote is gone or does not answer (a program killed it): no more Python tests here."""
+    """A zygote (or the template) is gone or does not answer: the sandbox itself failed."""
 
 
-REAP_BYTES = 8 + 18 * ctypes.sizeof(ctypes.c_long)  # a wait status, padding, then a struct rusage
-GATE_OPEN = b"+"  # what a Python test waits for before it loads its program
+# How a test ended, as a zygote reports it: wait status, whether processes of the test still run,
+# peak RSS (kB) of the test's first process, and the CPU time (us) of every process it has reaped.
+REPORT = struct.Struct("=iiqq")
+CPU_TOTAL = struct.Struct("=q")
 
 
-class Zygote:
-    """The runner's end of its zygote. The zygote only ever forks tests and reports how they ended,
-    and a program may have stopped it: the runner continues it before waiting for each answer."""
+def _ask(sock, request, fds, size):
+    """Send `request` (with file descriptors) and return the answer of `size` bytes, or ZygoteLost."""
+    try:
+        rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))] if fds else []
+        sock.sendmsg([request], rights, _socket.MSG_NOSIGNAL)
+    except OSError:
+        raise ZygoteLost() from None
+    return _answer(sock, size)
 
-    def __init__(self, workdir):
-        global _zygote_pid
+
+def _answer(sock, size):
+    try:
+        if not select.select([sock], [], [], ZYGOTE_ANSWER_S)[0]:
+            raise ZygoteLost()
+        answer = sock.recv(size + 1)
+    except OSError:
+        raise ZygoteLost() from None
+    if len(answer) != size:
+        raise ZygoteLost()
+    return answer
+
+
+class Template:
+    """The runner's end of its template, which forks a zygote per submission."""
+
+    def __init__(self, workdir, sandboxed, uid, scratch_bytes):
         self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
-        self.pid = _zygote_pid = os.fork()
+        self.sandboxed, self.workdir = sandboxed, workdir
+        self.pid = os.fork()
         if self.pid == 0:
             code = 1
             try:
                 keep = theirs.fileno()
                 os.closerange(3, keep)  # the runner's channel to the host among them
                 os.closerange(keep + 1, 65536)
-                code = zygote_main(theirs, workdir)
+                code = template_main(theirs, workdir, sandboxed, uid, scratch_bytes)
             finally:
                 os._exit(code)
         theirs.close()
 
-    def alive(self):
-        """Whether it still serves: its socket turns readable only when it has gone."""
-        return self.sock.fileno() >= 0 and not select.select([self.sock], [], [], 0)[0]
-
-    def starter(self, code, test, limits):
-        """A `start` for run_child that forks a Python test from the zygote. The test waits at a
-        gate until we know its pid and have set its rlimits (it exits if we never open the gate),
-        then loads its code (and a function's name and arguments) from a memfd: the less a test
-        builds, the fewer of the zygote's pages it copies."""
-        call = (test["fn_name"], test["input"]) if test["type"] == "function_call" else None
-        spec = marshal.dumps((code, call))
-
-        def start(stdin_fd, write_ends):
-            spec_fd = os.memfd_create("test", 0)
-            os.write(spec_fd, spec)
-            os.lseek(spec_fd, 0, os.SEEK_SET)
-            gate_r, gate = os.pipe()
-            try:
-                pid = struct.unpack("i", self._ask([stdin_fd, *write_ends, spec_fd, gate_r], 4))[0]
-                if _limit_process(pid, limits):
-                    os.write(gate, GATE_OPEN)
-            except ZygoteLost:
-                self.lose()
-                raise
-            finally:
-                for fd in (spec_fd, gate_r, gate):
-                    os.close(fd)
-            return ZygoteChild(self, pid)
-
-        return start
-
-    def collect(self, block):
-        """How the test it forked last ended, (wait status, rusage), once it has exited: the zygote
-        reaps it on its own and sends that; None while it runs and `block` is false (the zygote is
-        continued then); ZygoteLost if it does not answer."""
-        answer = self._answer(REAP_BYTES) if block else self._answer_now(REAP_BYTES)
-        if answer is None:
-            return None
-        status = struct.unpack_from("i", answer)[0]
-        fields = struct.unpack_from("18l", answer, 8)
-        usage = types.SimpleNamespace(ru_utime=fields[0] + fields[1] / 1e6, ru_stime=fields[2] + fields[3] / 1e6, ru_maxrss=fields[4])
-        return status, usage
-
-    def _ask(self, fds, size):
-        """Send a request with file descriptors; its answer of `size` bytes, or ZygoteLost."""
+    def zygote(self):
+        """A fresh zygote, made once every process of the last one is gone."""
+        mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         try:
-            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))
+            pid = struct.unpack("i", _ask(self.sock, b"Z", [theirs.fileno()], 4))[0]
+        except ZygoteLost:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        if pid < 0:
+            mine.close()
+            raise OSError(-pid, "cannot make a zygote: %s" % os.strerror(-pid))
+        return Zygote(pid, mine, self.sandboxed, self.workdir)
+
+
+class Zygote:
+    """The runner's end of one submission's zygote."""
+
+    def __init__(self, pid, sock, sandboxed, workdir):
+        self.pid, self.sock, self.sandboxed, self.workdir = pid, sock, sandboxed, workdir
+        self.cpu_us = 0  # the CPU time of every process it has reaped so far
+        self._leftovers = False
+        self._counted_from = None
+        self._stat = os.open("/proc/%d/stat" % pid, os.O_RDONLY | os.O_CLOEXEC)
+
+    def fork_test(self, wiring, spec):
+        """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec)."""
+        spec_fd = os.memfd_create("test", 0)
+        try:
+            os.write(spec_fd, marshal.dumps(spec))
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % (len(wiring) + 1), *wiring, spec_fd))
             self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
         except OSError:
             raise ZygoteLost() from None
-        return self._answer(size)
+        finally:
+            os.close(spec_fd)
+        self._counted_from = None
 
-    def _answer(self, size):
-        """The zygote's next message, of `size` bytes (continued first: a program may have stopped
-        it), or ZygoteLost."""
-        if self.sock.fileno() < 0:
-            raise ZygoteLost()  # lost already
+    def report(self):
+        """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it."""
+        status, leftovers, maxrss_kb, cpu_us = REPORT.unpack(_answer(self.sock, REPORT.size))
+        self._leftovers, self._reported_cpu_us = bool(leftovers), cpu_us
+        return status, maxrss_kb
+
+    def finish_test(self):
+        """Kill and reap whatever the test left running; the CPU seconds of all its processes."""
+        cpu_us = self._reported_cpu_us
+        if self._leftovers:
+            self.kill_test()
+            cpu_us = CPU_TOTAL.unpack(_ask(self.sock, b"R", [], CPU_TOTAL.size))[0]
+        used, self.cpu_us = cpu_us - self.cpu_us, cpu_us
+        return used / 1e6
+
+    def start_counting(self):
+        """Note what the zygote has reaped so far: `usage_so_far` counts from here."""
+        fields = self._own_stat()
+        self._counted_from = int(fields[STAT_CUTIME]) + int(fields[STAT_CSTIME]) if fields else 0
+
+    def usage_so_far(self):
+        """(CPU seconds, kB of memory) the running test's processes use together: those alive now
+        and the CPU time of those reaped since `start_counting`."""
+        fields = self._own_stat()
+        ticks = int(fields[STAT_CUTIME]) + int(fields[STAT_CSTIME]) - self._counted_from if fields else 0
+        pages = 0
+        for pid in descendants_of(self.pid):
+            stat = _stat(pid)
+            if stat:
+                ticks += int(stat[STAT_UTIME]) + int(stat[STAT_STIME])
+                pages += int(stat[STAT_RSS])
+        return ticks / CLOCK_TICKS, pages * PAGE_SIZE // 1024
+
+    def _own_stat(self):
         try:
-            os.kill(self.pid, signal.SIGCONT)
-            if not select.select([self.sock], [], [], ZYGOTE_ANSWER_S)[0]:
-                raise ZygoteLost()
-            answer = self.sock.recv(size + 1)
+            stat = os.pread(self._stat, READ_CHUNK, 0)
         except OSError:
-            raise ZygoteLost() from None
-        return _checked(answer, size)
-
-    def _answer_now(self, size):
-        """The zygote's next message if it has come, else None (and the zygote is continued: a
-        program may have stopped it); ZygoteLost if it has gone."""
-        if self.sock.fileno() < 0:
-            raise ZygoteLost()
-        try:
-            answer = self.sock.recv(size + 1, _socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            os.kill(self.pid, signal.SIGCONT)
             return None
-        except OSError:
-            raise ZygoteLost() from None
-        return _checked(answer, size)
+        return stat[stat.rfind(b")") + 2 :].split()
 
-    def lose(self):
-        """Give up on the zygote: kill it and reap it (what it forked is ours then, and killed with
-        the rest of the submission's processes)."""
-        global _zygote_pid
-        if self.sock.fileno() < 0:
-            return  # lost already
-        _zygote_pid = None
+    def kill_test(self):
+        """Kill every process of the running test, and wait until none of them runs."""
+        for _ in range(10000):
+            running = [pid for pid in descendants_of(self.pid) if (_stat(pid) or [b"X"])[0] not in (b"Z", b"X")]
+            if not running:
+                return
+            for pid in running:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.0005)
+        raise RuntimeError("processes of a test outlive SIGKILL")
+
+    def close(self):
+        """End the submission: kill the zygote, and with it (pid 1 of its namespace) every process there."""
+        if not self.sandboxed:  # no namespace to take them with it
+            self.kill_test()
         try:
             os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
         except OSError:
             pass
         self.sock.close()
+        os.close(self._stat)
+        if not self.sandboxed:
+            wipe(self.workdir)
 
 
-def _checked(answer, size):
-    """A message from the zygote, which is of `size` bytes unless the zygote has gone."""
-    if len(answer) != size:
-        raise ZygoteLost()
-    return answer
-
-
-def _limit_process(pid, limits):
-    """Set the rlimits of a Python test waiting at its gate; False if it has gone already (then it
-    never runs its program)."""
-    try:
-        for kind, value in rlimits(limits, "python"):
-            resource.prlimit(pid, kind, value)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-class ZygoteChild:
-    """A Python test: a child of the zygote, which reaps it and sends how it ended. That message
-    is how the runner learns that the test has exited."""
-
-    def __init__(self, zygote, pid):
-        self.zygote = zygote
-        self.pid = pid
-        self.recheck_s = ZYGOTE_NUDGE_S  # a stopped zygote says nothing: look again, continuing it
-
-    def watch(self):
-        """The zygote's socket: it turns readable once the zygote has reaped the test (or gone)."""
-        return self.zygote.sock.fileno()
-
-    def unwatch(self, fd):
-        """The socket stays open for the next test."""
-
-    def reap(self, block):
-        """(wait status, rusage) once it has exited, and whatever it left behind killed; None while
-        it runs and `block` is false (the zygote is continued then: the program may have stopped
-        it). ZygoteLost if the zygote is gone."""
-        ended = self.zygote.collect(block)  # waits, when `block`, until the test is dead and reaped
-        if ended is not None:
-            kill_leftovers()  # then what it left behind has come to us
-        return ended
-
-
-def zygote_main(requests, workdir):
-    """Serve the runner until it goes away: for each set of file descriptors, fork a test, send its
-    pid, wait for it to end and send how it did. A test's wait status and resource usage go from the
-    kernel into `reaped` and out to the runner, and are cleared at once: no trace of how a test
-    ended stays here."""
+def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
+    """Serve the runner until it goes away: for each request, once every earlier zygote is gone,
+    fork a zygote (in a fresh pid namespace when `sandboxed`) and send its pid (or -errno)."""
     atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
     _install_test_main(workdir)
-    reaped = ctypes.create_string_buffer(REAP_BYTES)
-    usage = ctypes.byref(reaped, 8)
-    # Bound once: after every fork, each page this loop writes is a copy-on-write fault.
-    wait4, memset, recvmsg, send, fork, close = _libc.wait4, ctypes.memset, requests.recvmsg, requests.send, os.fork, os.close
-    space = _socket.CMSG_SPACE(8 * 4)
+    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if sandboxed else -1
+    space = _socket.CMSG_SPACE(4)
     while True:
-        data, ancillary, _, _ = recvmsg(1, space)
+        data, ancillary, _, _ = requests.recvmsg(1, space)
         if not data:
             return 0
-        fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
-        pid = fork()
+        (sock_fd,) = memoryview(ancillary[0][2]).cast("i").tolist()
+        _reap_every_child()  # the runner killed the last zygote: its namespaces go with it
+        try:
+            if sandboxed:
+                new_pid_namespace(own_pid_namespace)
+            pid = os.fork()
+        except OSError as exc:
+            pid = -(exc.errno or 1)
         if pid == 0:
-            _become_test(fds, workdir)
+            code = 1
+            try:
+                requests.close()
+                if own_pid_namespace >= 0:
+                    os.close(own_pid_namespace)
+                code = zygote_main(_socket.socket(fileno=sock_fd), sandboxed, uid, scratch_bytes)
+            finally:
+                os._exit(code)
+        os.close(sock_fd)
+        requests.send(struct.pack("i", pid))
+
+
+def _reap_every_child():
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def zygote_main(sock, sandboxed, uid, scratch_bytes):
+    """One submission's zygote: make its namespaces (`sandboxed`), then for each request fork a
+    test, reap it and everything it started (orphans come here), and report how it ended."""
+    if sandboxed:
+        enter_fresh_namespaces(scratch_bytes, uid)
+        empty_bounding_set()
+        keep_capabilities((CAP_SETGID, CAP_SETUID) if uid is not None else ())
+        confine()
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:  # tests inherit it: under memory pressure the kernel takes them first
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    except OSError:
+        pass  # not ours to write where the zygote's uid does not own its /proc files (not dumpable)
+    space = _socket.CMSG_SPACE(8 * 4)
+    while True:
+        data, ancillary, _, _ = sock.recvmsg(1, space)
+        if not data:
+            return 0
+        if data == b"R":  # the runner killed what the last test left: reap it
+            _reap_every_child()
+            sock.send(CPU_TOTAL.pack(_children_cpu_us()))
+            continue
+        fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
+        pid = os.fork()
+        if pid == 0:
+            _become_test(fds)
         for fd in fds:
-            close(fd)
-        send(pid.to_bytes(4, sys.byteorder, signed=True))
-        done = wait4(pid, reaped, 0, usage)
-        send(reaped if done > 0 else b"?")
-        memset(reaped, 0, REAP_BYTES)
+            os.close(fd)
+        while True:
+            reaped, status, usage = os.wait4(-1, 0)
+            if reaped == pid:
+                break
+        leftovers = 0
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    leftovers = 1
+                    break
+            except ChildProcessError:
+                break
+        sock.send(REPORT.pack(status, leftovers, usage.ru_maxrss, _children_cpu_us()))
+
+
+def _children_cpu_us():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return int(round((usage.ru_utime + usage.ru_stime) * 1e6))
 
 
 def _install_test_main(workdir):
-    """Make the empty `__main__` module every test runs its program in, here, once: each test
-    gets its own copy of it with the fork, and has less to build (and fewer pages to copy)."""
+    """Make the empty `__main__` module every test runs its program in, once: each test gets its
+    own copy of it with the fork, and has less to build (and fewer pages to copy)."""
     module = types.ModuleType("__main__")
     module.__file__ = os.path.join(workdir, "main.py")
     module.__builtins__ = __builtins__
     sys.modules["__main__"] = module
 
 
-def _become_test(fds, workdir):
-    """In a test the zygote forked: wait for the runner (which sets our rlimits), load the test
-    from its memfd, run it. Never returns."""
-    *wiring, spec_fd, gate_r = fds
+def test_spec(kind, body, limits, language, uid, workdir, call=None, files=()):
+    """What a forked test needs to run: `kind` "python" (`body` compiled code, `call` None or a
+    function's (name, arguments)) or "exec" (`body` an argv; `files` (path, text) pairs it writes
+    first), under `limits` as for `language`, as `uid` (None: the zygote's own) in `workdir`."""
+    return (kind, body, call, rlimits(limits, language), uid, workdir, tuple(files))
+
+
+def _become_test(fds):
+    """In a test the zygote forked: load its spec from the memfd, then run it. Never returns."""
+    *wiring, spec_fd = fds
     try:
-        if os.read(gate_r, 1) != GATE_OPEN:
-            os._exit(127)  # the runner never learnt our pid: we would run unwatched and unlimited
-        code, call = marshal.loads(os.pread(spec_fd, os.lseek(spec_fd, 0, os.SEEK_END), 0))
+        spec = marshal.loads(os.pread(spec_fd, os.lseek(spec_fd, 0, os.SEEK_END), 0))
     except BaseException:  # noqa: BLE001 - never return into the zygote
         os._exit(127)
-    become_child(wiring[0], wiring[1:], python_child(code, call, workdir))
+    become_child(wiring[0], wiring[1:], _test_main(*spec))
+
+
+def become_child(stdin_fd, write_ends, child_main):
+    """In a new child: own process group, fds 0/1/2 (and 3) wired and nothing else open, the
+    signal dispositions a fresh program has; then `child_main()`. Never returns."""
+    code = 127
+    try:
+        os.setpgid(0, 0)
+        os.dup2(stdin_fd, 0)
+        for target, fd in enumerate(write_ends, start=1):
+            os.dup2(fd, target)
+        os.closerange(len(write_ends) + 1, 65536)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # not signal.signal: its enums cost a forked test page copies
+        code = child_main()
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into the zygote
+        try:
+            os.write(2, ("runner: %r\n" % (exc,)).encode())
+        except OSError:
+            pass
+    os._exit(code)
+
+
+def _test_main(kind, body, call, limits, uid, workdir, files):
+    def main():
+        for resource_kind, value in limits:
+            resource.setrlimit(resource_kind, value)
+        if uid is not None:
+            drop_privileges(uid)
+        os.makedirs(workdir, exist_ok=True)
+        if kind == "python":
+            return python_child(body, call, workdir)()
+        os.chdir(workdir)
+        for path, text in files:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)  # Python ignores it; a program past its file size limit dies of it
+        os.execve(body[0], body, CLEAN_ENV)
+
+    return main
 
 
 # --- languages ------------------------------------------------------------------------------------
@@ -1084,8 +1068,33 @@ JS_EXPORTS = (
 )
 
 
-def compile_submission(language, source, workdir, toolchains, compile_limits, limits):
-    """Compile once. Returns (argv or compiled code, error message or None, seconds)."""
+JS_CALL_HARNESS = r"""
+const fs = require('fs');
+const mod = require('./main.js');
+const spec = JSON.parse(fs.readFileSync(0, 'utf8'));
+let target = (mod && typeof mod[spec.fn_name] === 'function') ? mod[spec.fn_name] : globalThis[spec.fn_name];
+if (typeof target !== 'function') {
+  for (const value of Object.values(mod || {})) {
+    if (typeof value === 'function' && value.prototype && typeof value.prototype[spec.fn_name] === 'function') {
+      const obj = new value(); target = obj[spec.fn_name].bind(obj); break;
+    }
+  }
+}
+if (typeof target !== 'function') { throw new Error('no function or method named ' + spec.fn_name); }
+Promise.resolve(target(...spec.args)).then((value) => {
+  fs.writeSync(3, JSON.stringify(value === undefined ? null : value));
+});
+"""
+
+JS_EXPORTS = (
+    "\n;try { if (typeof module !== 'undefined') { for (const __n of %s) {"
+    " try { if (!(__n in module.exports)) module.exports[__n] = eval(__n); } catch (e) {} } } } catch (e) {}\n"
+)
+
+
+def compile_submission(language, source, workdir, toolchains, compile_limits, limits, zygote, uid):
+    """Compile once (a compiler runs as a test of the submission would). Returns (argv or compiled
+    code, error message or None, seconds)."""
     started = time.monotonic()
     if language == "python":
         try:
@@ -1095,10 +1104,10 @@ def compile_submission(language, source, workdir, toolchains, compile_limits, li
     tool = toolchains.get(language)
     if not tool:
         return None, "language %r is not available in this sandbox" % (language,), 0.0
+    files = []
     if language == "javascript":
-        src = binary = os.path.join(workdir, "main.js")
-        with open(os.path.join(workdir, "call.js"), "w", encoding="utf-8") as handle:
-            handle.write(JS_CALL_HARNESS)
+        src = os.path.join(workdir, "main.js")
+        files.append((os.path.join(workdir, "call.js"), JS_CALL_HARNESS))
         source += JS_EXPORTS % json.dumps(_js_top_level_names(source))
         heap = "--max-old-space-size=%d" % int(limits["memory_mb"])
         argv, program = [tool["run"], "--check", src], [tool["run"], heap, src]
@@ -1114,14 +1123,14 @@ def compile_submission(language, source, workdir, toolchains, compile_limits, li
         program = [binary]
     else:
         return None, "unknown language %r" % (language,), 0.0
-    with open(src, "w", encoding="utf-8") as handle:
-        handle.write(source)
-    outcome = run_child(fork_child(_exec_child(argv, workdir, compile_limits, "compile")), b"", compile_limits)
+    files.append((src, source))
+    spec = test_spec("exec", argv, compile_limits, "compile", uid, workdir, files=files)
+    outcome = run_process(zygote, spec, b"", compile_limits)
     elapsed = time.monotonic() - started
     status = classify(outcome, compile_limits)
-    if status != "ok" or not os.path.exists(binary):
+    if status != "ok":
         message = (bytes(outcome.stderr) + bytes(outcome.stdout)).decode("utf-8", "replace")[-STDERR_TAIL:]
-        if status not in ("ok", "runtime_error"):
+        if status != "runtime_error":
             message = "the compiler hit its %s\n%s" % (status.replace("_", " "), message)
         return None, message.strip() or "compilation failed", elapsed
     return program, None, elapsed
@@ -1137,31 +1146,21 @@ def _js_top_level_names(source):
     return names
 
 
-def _exec_child(argv, workdir, limits=None, language=None):
-    def main():
-        os.chdir(workdir)
-        if limits is not None:
-            apply_limits(limits, language)
-        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; a program past its file size limit dies of it
-        os.execve(argv[0], argv, CLEAN_ENV)
-
-    return main
-
-
-def run_test(language, program, test, workdir, limits, zygote=None):
-    """Run one test (a Python one forks from `zygote`); returns the reply frame for it."""
+def run_test(language, program, test, workdir, limits, zygote, uid=None):
+    """Run one test, forked from the submission's `zygote`; returns the reply frame for it."""
     is_call = test["type"] == "function_call"
     if language == "python":
-        stdin = b"" if is_call else _stdin_of(test)
-        outcome = run_child(zygote.starter(program, test, limits), stdin, limits, with_result_pipe=is_call)
+        call = (test["fn_name"], test["input"]) if is_call else None
+        spec = test_spec("python", program, limits, "python", uid, workdir, call=call)
+        outcome = run_process(zygote, spec, b"" if is_call else _stdin_of(test), limits, with_result_pipe=is_call)
     elif language == "javascript" and is_call:
         argv = program[:-1] + [os.path.join(workdir, "call.js")]
-        spec = json.dumps({"fn_name": test["fn_name"], "args": _call_args(test["input"])}).encode("utf-8")
-        outcome = run_child(fork_child(_exec_child(argv, workdir, limits, language)), spec, limits, with_result_pipe=True)
+        stdin = json.dumps({"fn_name": test["fn_name"], "args": _call_args(test["input"])}).encode("utf-8")
+        outcome = run_process(zygote, test_spec("exec", argv, limits, language, uid, workdir), stdin, limits, with_result_pipe=True)
     elif is_call:
         return {"event": "test", "status": "runtime_error", "message": "function_call tests run only in python or javascript"}
     else:
-        outcome = run_child(fork_child(_exec_child(program, workdir, limits, language)), _stdin_of(test), limits)
+        outcome = run_process(zygote, test_spec("exec", program, limits, language, uid, workdir), _stdin_of(test), limits)
     status = classify(outcome, limits)
     reply = {
         "event": "test",
@@ -1197,45 +1196,14 @@ def _call_args(value):
 # --- serving --------------------------------------------------------------------------------------
 
 
-class Slate:
-    """What the runner empties after every submission (and checks before the next): the scratch
-    directory and the other directories programs can write to and, when the runner is alone in its
-    sandbox (`sandboxed`: its own pid and IPC namespaces), every other process and IPC object there."""
-
-    def __init__(self, scratch, wipe_dirs, sandboxed):
-        self.scratch = scratch
-        self.sandboxed = sandboxed
-        # The scratch directory is emptied with the directory it is in, where that is one of them.
-        inside = any(scratch.startswith(directory.rstrip("/") + "/") for directory in wipe_dirs)
-        self.emptied = wipe_dirs if inside else [scratch, *wipe_dirs]
-
-    def clean(self, keep=""):
-        """After a submission: kill, remove and empty; `keep` (a directory) stays, emptied."""
-        kill_leftovers()
-        if self.sandboxed:
-            kill_strangers()
-            remove_ipc_objects()
-        for directory in self.emptied:
-            wipe(directory, keep)
-
-    def check(self, keep=""):
-        """Before a submission: no process of the programs runs (the last `clean` waited until none
-        did), so one that does came from outside; kill it, and clean again what it may have left."""
-        if self.sandboxed and kill_strangers():
-            self.clean(keep)
-
-
-def serve_one(job, toolchains, slate, zygote, out_fd):
-    """Compile and run one submission, replying frame by frame; it finds nothing of an earlier one
-    and leaves nothing behind. False when this runner cannot serve another (a program killed its
-    zygote)."""
+def serve_one(job, toolchains, zygote, out_fd, uid):
+    """Compile and run one submission in its own zygote, replying frame by frame."""
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
-    workdir = os.path.join(slate.scratch, "work")
-    slate.check(keep=workdir)
-    os.makedirs(workdir, exist_ok=True)
+    workdir = zygote.workdir
+    done = {"event": "done"}
     try:
         program, error, seconds = compile_submission(
-            job["language"], job["source"], workdir, toolchains, job["compile_limits"], job["limits"]
+            job["language"], job["source"], workdir, toolchains, job["compile_limits"], job["limits"], zygote, uid
         )
         write_frame(out_fd, {"event": "compiled", "ok": error is None, "message": error, "time_s": round(seconds, 4)})
         if error is None:
@@ -1246,82 +1214,72 @@ def serve_one(job, toolchains, slate, zygote, out_fd):
                     reply = {"event": "test", "status": "time_limit", "message": "the submission's time budget ran out"}
                 else:
                     limits["wall_s"] = min(float(limits["wall_s"]), left)
-                    reply = _run_test_or_charge(job["language"], program, test, workdir, limits, zygote)
+                    reply = run_test(job["language"], program, test, workdir, limits, zygote, uid)
                 reply["index"] = index
                 write_frame(out_fd, reply)
-    finally:
-        slate.clean(keep=workdir)
-    alive = zygote.alive()
-    write_frame(out_fd, {"event": "done"} if alive else {"event": "done", "retire": True})
-    return alive
-
-
-def _run_test_or_charge(language, program, test, workdir, limits, zygote):
-    """run_test; a test that finds the zygote lost fails (only a program can kill it)."""
-    try:
-        return run_test(language, program, test, workdir, limits, zygote)
     except ZygoteLost:
-        zygote.lose()
-        return {"event": "test", "status": "runtime_error", "message": "the program killed the sandbox's test runner"}
-
-
-def drop_privileges(uid):
-    """Become `uid` for good: empty the capability bounding set, then change every id."""
-    for capability in range(64):
-        _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
+        done["error"] = "the sandbox lost the zygote of this submission"
+    write_frame(out_fd, done)
 
 
 def main(argv):
-    """`runner.py TOOLCHAINS_JSON SCRATCH_DIR [--uid N] [--wipe DIR]... [--sandboxed]`: serve
-    submissions until stdin closes.
+    """`runner.py TOOLCHAINS_JSON SCRATCH_DIR [--uid N] [--sandboxed]`: serve submissions until
+    stdin closes.
 
-    --uid: drop to this uid first (when started as root). --wipe: more directories the programs can
-    write to (a private /tmp, /dev/shm, /dev/mqueue), emptied at start and after every submission.
-    --sandboxed: the runner is alone in its sandbox's pid and IPC namespaces: it installs the system
-    call filter (see `confine`) and kills every other process it may signal there and removes
-    every IPC object (see `Slate`). Never pass it outside a sandbox.
+    --sandboxed: each submission runs in namespaces made for it (see the module docstring); the
+    runner needs CAP_SYS_ADMIN (and, with --uid, CAP_SETUID, CAP_SETGID and CAP_KILL) to make them,
+    and keeps those capabilities only. Never pass it outside a sandbox.
+    --uid: the programs' uid. In a sandbox the tests drop to it; outside one (started as root) the
+    runner drops to it first, and everything it starts runs as it.
     """
     toolchains = json.loads(argv[1])
     scratch = argv[2]
-    wipe_dirs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--wipe"]
-    os.makedirs(scratch, exist_ok=True)
-    if "--uid" in argv:
-        uid = int(argv[argv.index("--uid") + 1])
-        os.chmod(scratch, 0o700)
-        os.chown(scratch, uid, uid)
-        drop_privileges(uid)
+    sandboxed = "--sandboxed" in argv
+    uid = int(argv[argv.index("--uid") + 1]) if "--uid" in argv else None
+    workdir = os.path.join(scratch, "work")
+    if sandboxed:
+        scratch_bytes = os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize  # the size the sandbox gave /tmp
+        keep_capabilities(RUNNER_CAPABILITIES if uid is not None else (CAP_SETPCAP, CAP_SYS_ADMIN))
+    else:
+        scratch_bytes = 0
+        os.makedirs(workdir, exist_ok=True)
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+            os.chown(workdir, uid, uid)
+            drop_privileges(uid)
+            uid = None  # everything runs as it already
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/PID/mem; what we fork inherits it
-    slate = Slate(scratch, wipe_dirs, sandboxed="--sandboxed" in argv)
-    if slate.sandboxed:
-        confine()
     # Forked tests inherit these: default dispositions, as a fresh program would have them.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    for number in STOP_SIGNALS:  # a program may send them to our process group; tests get the defaults back
-        signal.signal(number, signal.SIG_IGN)
     in_fd, out_fd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(devnull, fd)
     _prepare_python_tests()
-    gc.freeze()  # forked tests then share the zygote's memory instead of copying it on the next collection
-    zygote = Zygote(os.path.join(scratch, "work"))  # before anything a program wrote is read
-    slate.clean()  # what an earlier runner may have left
+    gc.freeze()  # forked tests then share the template's memory instead of copying it on the next collection
+    template = Template(workdir, sandboxed, uid, scratch_bytes)  # before anything a program wrote is read
+    zygote = template.zygote()  # made now, so that a sandbox that cannot make one fails at its start
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
     while True:
         job = read_frame(in_fd)
-        if job is None or not serve_one(job, toolchains, slate, zygote, out_fd):
+        if job is None:
             return 0
+        if sandboxed:
+            kill_strangers({os.getpid(), template.pid, zygote.pid})
+        serve_one(job, toolchains, zygote, out_fd, uid if sandboxed else None)
+        zygote.close()
+        zygote = template.zygote()  # while the host reads the replies
 
 
 def keep(argv):
-    """`runner.py keep SECONDS`: a container's init; it lives until stdin closes or SECONDS pass.
+    """`runner.py keep SECONDS [UID]`: a container's init; it lives until stdin closes or SECONDS pass.
 
-    It runs as a uid of its own, and no process may trace it or read its memory."""
+    It runs as a uid of its own (UID, dropped to at once when started as root), and no process may
+    trace it or read its memory."""
+    if len(argv) > 3:
+        drop_privileges(int(argv[3]))
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

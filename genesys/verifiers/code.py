@@ -32,6 +32,7 @@ STATUSES = ("passed", "wrong_answer", "time_limit", "memory_limit", "runtime_err
 BUDGET_MARGIN_S = 10.0
 TEXT_LIMIT = 500  # characters of stderr / compiler output kept in details
 CALL_LANGUAGES = ("python", "javascript")  # languages whose function_call tests the runner can run
+MISSING = {"status": "runtime_error", "message": "the runner reported no result"}  # a test with no report
 
 
 class CodeVerifier(genesys.Verifier):
@@ -80,14 +81,15 @@ class CodeVerifier(genesys.Verifier):
             tests=[test.to_sandbox() for test in tests],
             limits=self.limits,
             budget_s=max(1.0, float(self.options.get("budget", self.timeout - BUDGET_MARGIN_S))),
+            on_test=lambda index, report: judge(tests[index], report) if index < len(tests) else {},
         )
         try:
             result = self.sandbox.run(submission)
         except SandboxError as exc:
             return Verdict.failed(f"sandbox_error: {exc}", language=language)
-        if result.compiled:
-            missing = [{"status": "runtime_error", "message": "the runner reported no result"}] * (len(tests) - len(result.tests))
-            judged = [judge(test, report) for test, report in zip(tests, result.tests + missing)]
+        if result.compiled:  # result.tests holds verdicts: each test was judged as its report came
+            judged = result.tests[: len(tests)]
+            judged += [judge(test, MISSING) for test in tests[len(judged) :]]
         else:
             judged = [{"status": "compile_error"} for _ in tests]
         passed = sum(item["status"] == "passed" for item in judged)

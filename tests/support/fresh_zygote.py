@@ -1,13 +1,14 @@
-"""Run Python tests forked from a zygote in a fresh interpreter, as the runner has one.
+"""Run tests forked from a submission's zygote, made by a template in a fresh interpreter, as the
+runner has them (outside a sandbox: no namespaces of their own).
 
-A zygote forked from the pytest process would carry that process's state into every test: its
-address space (far past a test's memory limit once torch is loaded) and its atexit hooks. Here
-the zygote comes from an interpreter that has loaded only the runner, as in a sandbox.
+A template forked from the pytest process would carry that process's state into every test: its
+address space (far past a test's memory limit once torch is loaded) and its atexit hooks. Here it
+comes from an interpreter that has loaded only the runner, as in a sandbox.
 
     python fresh_zygote.py REQUEST_JSON  ->  one reply per line on stdout
 
-REQUEST_JSON: {"source": ..., "runs": N, "limits": {...}, "workdir": ..., "before": code run before
-the zygote is made}.
+REQUEST_JSON: {"source": Python source, or "argv": a program to exec, "runs": N, "limits": {...},
+"workdir": ..., "stdin": text, "before": code run before the template is made}.
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ def main(request: dict) -> None:
     replies = os.dup(1)  # _prepare_python_tests gives sys.stdout to the tests
     exec(request["before"], {})
     runner._prepare_python_tests()
-    zygote = runner.Zygote(request["workdir"])
-    code = compile(request["source"], "main.py", "exec")
-    test = {"type": "stdin_stdout", "input": ""}
+    workdir, limits = request["workdir"], request["limits"]
+    template = runner.Template(workdir, sandboxed=False, uid=None, scratch_bytes=0)
+    zygote = template.zygote()
+    if "argv" in request:
+        language, program = "cpp", request["argv"]
+    else:
+        language, program = "python", compile(request["source"], "main.py", "exec")
+    test = {"type": "stdin_stdout", "input": request.get("stdin", "")}
     try:
         for _ in range(request["runs"]):
-            reply = runner.run_test("python", code, test, request["workdir"], request["limits"], zygote)
+            reply = runner.run_test(language, program, test, workdir, limits, zygote)
             os.write(replies, (json.dumps(reply) + "\n").encode())
     finally:
-        zygote.lose()
+        zygote.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,261 @@
+"""Host-wide leases: sandbox uids and run ids are judged by lock files, not pids, so jobs in other pid
+namespaces never share a uid and never have their live containers reaped."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_sandbox_backends import backend_skip_reason
+from test_sandbox_lifecycle import wait_until
+
+from genesys.sandbox.base import SandboxUnavailable
+from genesys.sandbox.leases import RunLease, UidLease
+
+# A range of uids nothing else leases, in a lease directory of the test's own.
+FIRST = 90000
+
+# Takes a lease and holds it: prints its pid (1 in a fresh pid namespace) and what it holds.
+HOLDER = """
+import os, sys, time
+from genesys.sandbox.leases import RunLease, UidLease
+lease = UidLease(int(sys.argv[2]), int(sys.argv[3])) if sys.argv[1] == "uid" else RunLease()
+print(os.getpid(), lease.uid if sys.argv[1] == "uid" else lease.run_id, flush=True)
+time.sleep(600)
+"""
+
+# Opens a sandbox, prints its pid and the uid a submission runs as, then holds the sandbox open.
+SANDBOX_HOLDER = """
+import os, sys, time
+from genesys.sandbox.backends import open_sandbox
+from genesys.sandbox.base import Submission
+sandbox = open_sandbox(sys.argv[1])
+result = sandbox.run(Submission("python", "import os; print(os.getuid())", [{"type": "stdin_stdout", "input": ""}]))
+print(os.getpid(), result.tests[0]["stdout"].strip(), flush=True)
+if sys.argv[2:] == ["again"]:  # run once more when told, to show the sandbox still works
+    sys.stdin.readline()
+    result = sandbox.run(Submission("python", "print(6 * 7)", [{"type": "stdin_stdout", "input": ""}]))
+    print(result.tests[0]["status"], result.tests[0]["stdout"].strip(), flush=True)
+time.sleep(600)
+"""
+
+
+@functools.cache
+def unshare_skip_reason() -> str | None:
+    """Why this test cannot start processes in a fresh pid namespace here (None when it can)."""
+    if not shutil.which("unshare"):
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"cannot make a pid namespace here: {probe.stderr.strip()}"
+    return None
+
+
+@pytest.fixture
+def pid_namespaces() -> None:
+    reason = unshare_skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A lease directory of this test's own (children inherit it through the environment)."""
+    monkeypatch.setenv("GENESYS_LEASE_DIR", str(tmp_path / "leases"))
+    return tmp_path / "leases"
+
+
+@contextlib.contextmanager
+def in_pid_namespace(program: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """Run `program` as pid 1 of a fresh pid namespace; yields the process and its first line's words.
+    The process is SIGKILLed on leaving (killing `unshare` kills its child)."""
+    process = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-c", program, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        words = process.stdout.readline().split()
+        assert words, "the process in the fresh pid namespace ended early"
+        assert words[0] == "1", "not in a fresh pid namespace"
+        yield process, words[1:]
+    finally:
+        process.kill()
+        process.wait()
+
+
+def uid_free(uid: int) -> bool:
+    try:
+        UidLease(uid, 1).release()
+    except SandboxUnavailable:
+        return False
+    return True
+
+
+def test_uid_leases_in_one_process_differ_and_free_on_release(lease_dir: Path) -> None:
+    with UidLease(FIRST, 2) as first, UidLease(FIRST, 2) as second:
+        assert {first.uid, second.uid} == {FIRST, FIRST + 1}
+        with pytest.raises(SandboxUnavailable, match="all 2 sandbox uids"):
+            UidLease(FIRST, 2)
+    assert uid_free(FIRST) and uid_free(FIRST + 1)
+    assert sorted(os.listdir(lease_dir / "uids")) == [f"{FIRST}.lock", f"{FIRST + 1}.lock"]  # files stay
+
+
+def test_uid_held_in_another_pid_namespace_is_not_handed_out(lease_dir: Path, pid_namespaces: None) -> None:
+    with in_pid_namespace(HOLDER, "uid", str(FIRST), "2") as (holder, (held,)):
+        with UidLease(FIRST, 2) as mine:
+            assert mine.uid != int(held)
+            with pytest.raises(SandboxUnavailable):
+                UidLease(FIRST, 2)
+        assert not uid_free(int(held))
+        holder.kill()
+        assert wait_until(lambda: uid_free(int(held)), 20), "the dead holder's uid stayed taken"
+
+
+def test_a_file_of_another_user_is_skipped(lease_dir: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a file of another user")
+    with UidLease(FIRST, 1):
+        pass
+    os.chown(lease_dir / "uids" / f"{FIRST}.lock", 12345, 12345)  # its owner could unlink it under our lock
+    with UidLease(FIRST, 2) as lease:
+        assert lease.uid == FIRST + 1
+
+
+def test_run_lease_holder_dead(lease_dir: Path, pid_namespaces: None) -> None:
+    assert RunLease.holder_dead("0" * 32) is None  # no such run on this host
+    assert RunLease.holder_dead("../../etc/passwd") is None
+    with RunLease() as mine:
+        assert RunLease.holder_dead(mine.run_id) is False
+    assert RunLease.holder_dead(mine.run_id) is None  # released: its file is gone
+    with in_pid_namespace(HOLDER, "run") as (holder, (run_id,)):
+        assert RunLease.holder_dead(run_id) is False
+        holder.kill()
+        assert wait_until(lambda: RunLease.holder_dead(run_id) is not False, 20)
+    assert not (lease_dir / "runs" / f"{run_id}.lock").exists()  # the judge removed the dead run's file
+    assert RunLease.holder_dead(run_id) is None
+
+
+def dead_run() -> str:
+    """The id of a run whose holder exited without letting go of its lease (as a SIGKILLed one would)."""
+    take = "import os; from genesys.sandbox.leases import RunLease; print(RunLease().run_id, flush=True); os._exit(0)"
+    return subprocess.run([sys.executable, "-c", take], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_prune_removes_only_dead_runs_not_kept(lease_dir: Path) -> None:
+    gone, kept = dead_run(), dead_run()
+    assert (lease_dir / "runs" / f"{gone}.lock").exists()
+    with RunLease() as live:
+        assert RunLease.prune(keep={kept}) == 1
+        assert sorted(os.listdir(lease_dir / "runs")) == sorted([f"{kept}.lock", f"{live.run_id}.lock"])
+        assert RunLease.holder_dead(kept) is True and RunLease.holder_dead(live.run_id) is False
+
+
+def sandbox_skip_reason(kind: str) -> str | None:
+    if kind == "bwrap" and os.geteuid() != 0:
+        return "bwrap leases uids only when run as root"
+    return unshare_skip_reason() or backend_skip_reason(kind)
+
+
+@pytest.mark.parametrize("kind", [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)])
+def test_sandboxes_in_other_pid_namespaces_get_other_uids(kind: str, lease_dir: Path) -> None:
+    """Two jobs whose pids are equal (1, each in its own pid namespace) run their programs as other uids."""
+    reason = sandbox_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    with in_pid_namespace(SANDBOX_HOLDER, kind) as (_, (first,)), in_pid_namespace(SANDBOX_HOLDER, kind) as (_, (second,)):
+        assert int(first) >= 1000 and int(second) >= 1000
+        assert first != second
+
+
+@pytest.mark.parametrize("kind", [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)])
+def test_a_closed_sandbox_gives_its_uid_back(kind: str, lease_dir: Path) -> None:
+    reason = sandbox_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    from genesys.sandbox.backends import open_sandbox
+    from genesys.sandbox.base import Submission
+
+    sandbox = open_sandbox(kind)
+    try:
+        result = sandbox.run(Submission("python", "import os; print(os.getuid())", [{"type": "stdin_stdout", "input": ""}]))
+        uid = int(result.tests[0]["stdout"])
+        assert not uid_free(uid)
+    finally:
+        sandbox.close()
+    assert uid_free(uid)
+
+
+@pytest.fixture
+def docker_client() -> Iterator[object]:
+    reason = unshare_skip_reason() or backend_skip_reason("docker")
+    if reason:
+        pytest.skip(reason)
+    import docker
+
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+@pytest.mark.docker
+def test_reaping_spares_a_live_run_in_another_pid_namespace(docker_client, lease_dir: Path) -> None:
+    """A container of a run held by a live process (other pid namespace, same hostname) survives
+    `reap_stale`; once the holder is killed, the next `reap_stale` removes it."""
+    from genesys.sandbox.docker_backend import (
+        DEFAULT_IMAGE,
+        LABEL,
+        RUN_LABEL,
+        reap_stale,
+    )
+
+    python = json.loads(docker_client.images.get(DEFAULT_IMAGE).labels["genesys.toolchains"])["python"]["run"]
+    with in_pid_namespace(HOLDER, "run") as (holder, (run_id,)):
+        container = docker_client.containers.run(
+            DEFAULT_IMAGE,
+            [python, "-c", "import time; time.sleep(600)"],
+            detach=True,
+            network_mode="none",
+            labels={LABEL: "1", RUN_LABEL: run_id, "genesys.expires": str(time.time() + 600)},
+        )
+        try:
+            no_containers = dead_run()
+            reap_stale(docker_client)
+            assert container.id in [c.id for c in docker_client.containers.list(all=True)], "a live run's container was reaped"
+            assert not (lease_dir / "runs" / f"{no_containers}.lock").exists(), "a dead run's lock file was kept"
+            holder.kill()
+            holder.wait()
+
+            def reaped() -> bool:
+                reap_stale(docker_client)
+                return container.id not in [c.id for c in docker_client.containers.list(all=True)]
+
+            assert wait_until(reaped, 30), "the dead run's container was not reaped"
+        finally:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+
+@pytest.mark.docker
+def test_a_docker_sandbox_in_another_pid_namespace_keeps_its_containers(docker_client, lease_dir: Path) -> None:
+    """A job opening a docker sandbox here (which reaps) leaves a live job's pool alone, though that job's
+    pid means another process here."""
+    from genesys.sandbox.docker_backend import DockerSandbox
+
+    with in_pid_namespace(SANDBOX_HOLDER, "docker", "again") as (other, _):
+        DockerSandbox().close()
+        assert other.stdin is not None and other.stdout is not None
+        other.stdin.write("\n")
+        other.stdin.flush()
+        assert other.stdout.readline().split() == ["ok", "42"], "the other job's sandbox broke"
