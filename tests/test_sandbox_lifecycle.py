@@ -75,19 +75,25 @@ def test_sigkilled_owner_leaves_nothing_behind(kind: str) -> None:
 
 
 def test_pool_containers_are_hardened(docker_backend: None) -> None:
-    from genesys.sandbox.docker_backend import DockerSandbox
+    from genesys.sandbox.base import RUNNER_CAPABILITIES
+    from genesys.sandbox.docker_backend import INIT_UID, DockerSandbox
 
     with DockerSandbox() as sandbox:
         sandbox.warm_up()
         (container,) = sandbox.containers()
         container.reload()
         host, config = container.attrs["HostConfig"], container.attrs["Config"]
+        python = sandbox.toolchains["python"]["run"]
+        init_status = container.exec_run([python, "-c", "print(open('/proc/1/status').read())"]).output.decode()
     assert host["NetworkMode"] == "none" and config["NetworkDisabled"]
     assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     assert host["Memory"] > 0 and host["MemorySwap"] == host["Memory"]
     assert host["PidsLimit"] > 0 and host["NanoCpus"] > 0
     assert "size=" in host["Tmpfs"]["/tmp"]
-    assert int(config["User"].split(":")[0]) >= 1000
+    # Root only to start (a docker exec gets the first user's capabilities): the init drops to its own uid at once.
+    assert {cap.removeprefix("CAP_") for cap in host["CapAdd"]} == {cap.removeprefix("CAP_") for cap in RUNNER_CAPABILITIES}
+    uids = next(line.split()[1:] for line in init_status.splitlines() if line.startswith("Uid:"))
+    assert uids == [str(INIT_UID)] * 4, init_status
     assert not config["Env"] or not any(SECRET_NAME in item for item in config["Env"])
 
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from genesys.sandbox import runner
 
 SUPPORT = Path(__file__).parent / "support"
 
