@@ -54,7 +54,7 @@ import time
 # Imported here so that forked Python tests find them already loaded.
 import bisect  # noqa: F401
 import collections  # noqa: F401
-import functools  # noqa: F401
+import functools
 import heapq  # noqa: F401
 import itertools  # noqa: F401
 import math  # noqa: F401
@@ -248,6 +248,7 @@ BPF_LD_ABS, BPF_JEQ, BPF_JGE, BPF_JSET, BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 
 
+@functools.cache  # made once in the runner: the template and every zygote inherit it
 def seccomp_filter(machine):
     """The BPF program that confines the runner and its tests (see DENIED_SYSCALLS), as bytes.
 
@@ -349,9 +350,9 @@ def keep_capabilities(capabilities):
         raise OSError(ctypes.get_errno(), "cannot set the runner's capabilities")
 
 
-def empty_bounding_set():
-    """Drop every capability from the bounding set: nothing this process runs can ever gain one."""
-    for capability in range(64):
+def drop_from_bounding_set(capabilities):
+    """Drop `capabilities` from the bounding set: nothing this process runs can ever gain them."""
+    for capability in capabilities:
         _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
 
 
@@ -393,7 +394,6 @@ def enter_fresh_namespaces(scratch_bytes, uid):
     the programs' `uid`), a tmpfs on /dev/shm, the new IPC namespace's own /dev/mqueue, a /proc of
     the new pid namespace (showing only the submission's processes), and nothing on /sys."""
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the sandbox's own mounts
     owner = "" if uid is None else ",uid=%d,gid=%d" % (uid, uid)
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700%s" % (scratch_bytes, owner))
     _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % SHM_BYTES)
@@ -771,7 +771,7 @@ def zygote_main(sock, sandboxed, uid, scratch_bytes):
     test, reap it and everything it started (orphans come here), and report how it ended."""
     if sandboxed:
         enter_fresh_namespaces(scratch_bytes, uid)
-        empty_bounding_set()
+        drop_from_bounding_set(RUNNER_CAPABILITIES)  # the runner left no others
         keep_capabilities((CAP_SETGID, CAP_SETUID) if uid is not None else ())
         confine()
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -1240,6 +1240,11 @@ def main(argv):
     if sandboxed:
         scratch_bytes = os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize  # the size the sandbox gave /tmp
         keep_capabilities(RUNNER_CAPABILITIES if uid is not None else (CAP_SETPCAP, CAP_SYS_ADMIN))
+        drop_from_bounding_set(set(range(64)) - set(RUNNER_CAPABILITIES))
+        # Once, for every zygote's mount namespace (a copy of this one): nothing mounted there
+        # reaches the sandbox's own mounts, nor the other way round.
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        seccomp_filter(os.uname().machine)
     else:
         scratch_bytes = 0
         os.makedirs(workdir, exist_ok=True)
