@@ -1068,30 +1068,6 @@ JS_EXPORTS = (
 )
 
 
-JS_CALL_HARNESS = r"""
-const fs = require('fs');
-const mod = require('./main.js');
-const spec = JSON.parse(fs.readFileSync(0, 'utf8'));
-let target = (mod && typeof mod[spec.fn_name] === 'function') ? mod[spec.fn_name] : globalThis[spec.fn_name];
-if (typeof target !== 'function') {
-  for (const value of Object.values(mod || {})) {
-    if (typeof value === 'function' && value.prototype && typeof value.prototype[spec.fn_name] === 'function') {
-      const obj = new value(); target = obj[spec.fn_name].bind(obj); break;
-    }
-  }
-}
-if (typeof target !== 'function') { throw new Error('no function or method named ' + spec.fn_name); }
-Promise.resolve(target(...spec.args)).then((value) => {
-  fs.writeSync(3, JSON.stringify(value === undefined ? null : value));
-});
-"""
-
-JS_EXPORTS = (
-    "\n;try { if (typeof module !== 'undefined') { for (const __n of %s) {"
-    " try { if (!(__n in module.exports)) module.exports[__n] = eval(__n); } catch (e) {} } } } catch (e) {}\n"
-)
-
-
 def compile_submission(language, source, workdir, toolchains, compile_limits, limits, zygote, uid):
     """Compile once (a compiler runs as a test of the submission would). Returns (argv or compiled
     code, error message or None, seconds)."""
