@@ -641,7 +641,7 @@ class Zygote:
         self.cpu_us = 0  # the CPU time of every process it has reaped so far
         self._leftovers = False
         self._counted_from = None
-        self._stat = os.open("/proc/%d/stat" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        self._stat = None  # an fd on its /proc stat file, opened for the first test that runs long
 
     def fork_test(self, wiring, spec):
         """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec)."""
@@ -691,6 +691,8 @@ class Zygote:
 
     def _own_stat(self):
         try:
+            if self._stat is None:
+                self._stat = os.open("/proc/%d/stat" % self.pid, os.O_RDONLY | os.O_CLOEXEC)
             stat = os.pread(self._stat, READ_CHUNK, 0)
         except OSError:
             return None
@@ -719,7 +721,8 @@ class Zygote:
         except OSError:
             pass
         self.sock.close()
-        os.close(self._stat)
+        if self._stat is not None:
+            os.close(self._stat)
         if not self.sandboxed:
             wipe(self.workdir)
 
