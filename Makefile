@@ -25,7 +25,7 @@ DEMO_MODEL := $(if $(MODEL),$(MODEL),$(STAND_IN))
 # One output per model: a rerun resumes, another model does not mix into it.
 DEMO_ROLLOUTS := demo-out/rollouts$(if $(MODEL),-$(subst /,--,$(MODEL)))
 
-.PHONY: install sandbox demo test bench clean
+.PHONY: install sandbox demo lint test bench clean
 
 $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,7 +61,13 @@ demo: install sandbox
 	$(VENV)/bin/genesys report $(DEMO_ROLLOUTS) demo-out/verified.jsonl -o demo-out/report
 	@echo "tasks of useful difficulty: demo-out/tasks.jsonl; report: demo-out/report/summary.md"
 
-test: install sandbox
+# Lint and format check over everything the project ships or runs.
+LINTED := genesys tests benchmarks plugins
+lint: install
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+
+test: install sandbox lint
 	$(VENV)/bin/pytest -q -ra
 
 bench: install sandbox

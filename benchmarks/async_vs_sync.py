@@ -39,23 +39,56 @@ SUPPORT = REPO / "tests" / "support"
 
 
 def write_tasks(path: Path, count: int) -> Path:
-    rows = [{"problem_id": f"p{i}", "source": "toy", "task_type": "digit_share", "prompt": f"Write digits {i}", "verification_info": {}} for i in range(count)]
+    rows = [
+        {
+            "problem_id": f"p{i}",
+            "source": "toy",
+            "task_type": "digit_share",
+            "prompt": f"Write digits {i}",
+            "verification_info": {},
+        }
+        for i in range(count)
+    ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 
 
-def run(args: argparse.Namespace, model: Path, tasks: Path, out: Path, staleness: int) -> list[dict[str, Any]]:
+def run(
+    args: argparse.Namespace, model: Path, tasks: Path, out: Path, staleness: int
+) -> list[dict[str, Any]]:
     from genesys.train import TrainConfig, train
 
-    config = TrainConfig.load(None, {
-        "model": str(model), "output_dir": str(out), "seed": 0, "progress": False,
-        "data": {"tasks": [str(tasks)]},
-        "rollout": {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples, "max_tokens": args.max_tokens, "filter_groups": False},
-        "optim": {"steps": args.steps, "lr": args.lr, "max_grad_norm": 1.0, "micro_batch_size": args.prompts * args.samples},
-        "checkpoint": {"every": 0}, "verify": {"workers": 1},
-        "async": {"max_staleness": staleness},
-        "cluster": {"backend": "ray", "rollout_workers": args.workers, "verifier_workers": 1, "verifier_cpus": 0},
-    })
+    config = TrainConfig.load(
+        None,
+        {
+            "model": str(model),
+            "output_dir": str(out),
+            "seed": 0,
+            "progress": False,
+            "data": {"tasks": [str(tasks)]},
+            "rollout": {
+                "prompts_per_step": args.prompts,
+                "samples_per_prompt": args.samples,
+                "max_tokens": args.max_tokens,
+                "filter_groups": False,
+            },
+            "optim": {
+                "steps": args.steps,
+                "lr": args.lr,
+                "max_grad_norm": 1.0,
+                "micro_batch_size": args.prompts * args.samples,
+            },
+            "checkpoint": {"every": 0},
+            "verify": {"workers": 1},
+            "async": {"max_staleness": staleness},
+            "cluster": {
+                "backend": "ray",
+                "rollout_workers": args.workers,
+                "verifier_workers": 1,
+                "verifier_cpus": 0,
+            },
+        },
+    )
     return train(config).metrics
 
 
@@ -67,13 +100,17 @@ def summary(metrics: list[dict[str, Any]], workers: int) -> dict[str, float]:
         "trainer_wait": sum(m["trainer_wait_s"] for m in steady) / wall,
         "generation_idle": 1 - sum(m["generation_busy_s"] for m in steady) / (workers * wall),
         "staleness_mean": mean([m["staleness_mean"] for m in steady if m["staleness_mean"] is not None]),
-        "weights_load_s": max((m["weights_load_s"] for m in steady if m["weights_load_s"] is not None), default=float("nan")),
+        "weights_load_s": max(
+            (m["weights_load_s"] for m in steady if m["weights_load_s"] is not None), default=float("nan")
+        ),
         "reward_last": metrics[-1]["reward_mean"],
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--workers", type=int, default=1, help="rollout workers")
     parser.add_argument("--prompts", type=int, default=4, help="groups per step")
@@ -81,11 +118,18 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=0.0, help="0: both runs sample from the same policy, so they do the same work per step")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=0.0,
+        help="0: both runs sample from the same policy, so they do the same work per step",
+    )
     args = parser.parse_args()
 
     os.environ.update(OMP_NUM_THREADS="1", GENESYS_PLUGINS="genesys_testplugins")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT), str(REPO), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(SUPPORT), str(REPO), os.environ.get("PYTHONPATH")])
+    )
     sys.path[:0] = [str(SUPPORT), str(REPO)]
     import ray
     import torch
@@ -94,19 +138,30 @@ def main() -> None:
     from genesys.generate.tiny_model import build_tiny_model
 
     torch.set_num_threads(1)
-    ray.init(num_cpus=args.workers + 2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE,
-             runtime_env={"env_vars": forwarded_environment() | {"OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=args.workers + 2,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace=NAMESPACE,
+        runtime_env={"env_vars": forwarded_environment() | {"OMP_NUM_THREADS": "1"}},
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model = build_tiny_model(root / "model", hidden_size=args.hidden, layers=args.layers)
         tasks = write_tasks(root / "tasks.jsonl", 64)
         results = {k: summary(run(args, model, tasks, root / f"k{k}", k), args.workers) for k in (0, 1)}
     ray.shutdown()
-    print(f"{args.steps} steps (first left out), {args.workers} rollout worker(s), {args.prompts}x{args.samples} rollouts of <= {args.max_tokens} tokens, "
-          f"model hidden {args.hidden} x {args.layers} layers")
-    print(f"{'max_staleness':>13} {'steps/s':>8} {'trainer wait':>13} {'generation idle':>16} {'staleness':>10} {'publish->loaded s':>18} {'last reward':>12}")
+    print(
+        f"{args.steps} steps (first left out), {args.workers} rollout worker(s), {args.prompts}x{args.samples} rollouts of <= {args.max_tokens} tokens, "
+        f"model hidden {args.hidden} x {args.layers} layers"
+    )
+    print(
+        f"{'max_staleness':>13} {'steps/s':>8} {'trainer wait':>13} {'generation idle':>16} {'staleness':>10} {'publish->loaded s':>18} {'last reward':>12}"
+    )
     for k, r in results.items():
-        print(f"{k:>13} {r['steps_per_s']:>8.3f} {r['trainer_wait']:>13.1%} {r['generation_idle']:>16.1%} {r['staleness_mean']:>10.2f} {r['weights_load_s']:>18.3f} {r['reward_last']:>12.3f}")
+        print(
+            f"{k:>13} {r['steps_per_s']:>8.3f} {r['trainer_wait']:>13.1%} {r['generation_idle']:>16.1%} {r['staleness_mean']:>10.2f} {r['weights_load_s']:>18.3f} {r['reward_last']:>12.3f}"
+        )
     print(f"speed-up of max_staleness = 1: {results[1]['steps_per_s'] / results[0]['steps_per_s']:.2f}x")
 
 

@@ -70,7 +70,18 @@ def time_genesys(inputs: Path, kind: str, workers: int, reuse: int | None = None
         output = Path(tmp) / "out.jsonl"
         started = time.perf_counter()
         done = subprocess.run(
-            [GENESYS, "verify", str(inputs), "-o", str(output), "--sandbox", kind, "--workers", str(workers), "--no-progress"]
+            [
+                GENESYS,
+                "verify",
+                str(inputs),
+                "-o",
+                str(output),
+                "--sandbox",
+                kind,
+                "--workers",
+                str(workers),
+                "--no-progress",
+            ]
             + (["-O", f"runner_reuse={reuse}"] if reuse else []),
             capture_output=True,
             text=True,
@@ -151,7 +162,9 @@ def docker_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
 
         def one(pair: tuple[str, str]) -> bytes:
             program, stdin = pair
-            exec_id = api.exec_create(slot.container.id, [python, "-I", "-c", program], stdin=True, workdir="/tmp")
+            exec_id = api.exec_create(
+                slot.container.id, [python, "-I", "-c", program], stdin=True, workdir="/tmp"
+            )
             transport = ExecTransport(api.exec_start(exec_id["Id"], socket=True))
             transport.write(stdin.encode())
             transport._sock.shutdown(1)  # end of stdin
@@ -176,7 +189,9 @@ def bwrap_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
 
     def one(pair: tuple[str, str]) -> bytes:
         program, stdin = pair
-        done = subprocess.run([*prefix, "-I", "-c", program], input=stdin.encode(), capture_output=True, check=True)
+        done = subprocess.run(
+            [*prefix, "-I", "-c", program], input=stdin.encode(), capture_output=True, check=True
+        )
         return done.stdout
 
     return _timed(one, pairs, workers)
@@ -195,13 +210,23 @@ BASELINES = {"docker": docker_baseline, "bwrap": bwrap_baseline}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--submissions", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--baseline-tests", type=int, default=600, help="tests the per-test baseline runs (a sample)")
+    parser.add_argument(
+        "--baseline-tests", type=int, default=600, help="tests the per-test baseline runs (a sample)"
+    )
     parser.add_argument("--backends", default="docker,bwrap")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of genesys and the baseline per backend")
-    parser.add_argument("--runner-reuse", type=int, help="also time genesys with this many submissions per runner (1: a runner per submission)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds of genesys and the baseline per backend"
+    )
+    parser.add_argument(
+        "--runner-reuse",
+        type=int,
+        help="also time genesys with this many submissions per runner (1: a runner per submission)",
+    )
     args = parser.parse_args()
 
     from genesys.sandbox.backends import check_backend
@@ -220,7 +245,9 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
         pairs = make_rollouts(inputs, args.submissions)
         tests = len(pairs)
         sample = random.Random(1).sample(pairs, min(args.baseline_tests, tests))
-        print(f"{args.submissions} Python submissions x 3 tests = {tests} tests, {args.workers} workers, {os.cpu_count()} cores")
+        print(
+            f"{args.submissions} Python submissions x 3 tests = {tests} tests, {args.workers} workers, {os.cpu_count()} cores"
+        )
         for kind in args.backends.split(","):
             check = check_backend(kind)
             if not check.available or check.languages.get("python") != "ok":
@@ -228,9 +255,13 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
                 continue
             wall_ratios, cpu_ratios = [], []
             for round_number in range(1, args.rounds + 1):
-                (seconds, mean_score), our_cpu = cpu_spent(meter, functools.partial(time_genesys, inputs, kind, args.workers))
+                (seconds, mean_score), our_cpu = cpu_spent(
+                    meter, functools.partial(time_genesys, inputs, kind, args.workers)
+                )
                 ours = tests / seconds
-                baseline_s, baseline_cpu = cpu_spent(meter, functools.partial(BASELINES[kind], sample, args.workers))
+                baseline_s, baseline_cpu = cpu_spent(
+                    meter, functools.partial(BASELINES[kind], sample, args.workers)
+                )
                 baseline = len(sample) / baseline_s
                 wall_ratios.append(ours / baseline)
                 print(
@@ -240,14 +271,18 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
                 if kind == "bwrap" and our_cpu is not None and baseline_cpu is not None:
                     ours_ms, theirs_ms = our_cpu / tests * 1e3, baseline_cpu / len(sample) * 1e3
                     cpu_ratios.append(theirs_ms / ours_ms)
-                    print(f"{'':>8}  CPU per test: genesys {ours_ms:.2f} ms, one interpreter per test {theirs_ms:.2f} ms ({theirs_ms / ours_ms:.1f}x)")
+                    print(
+                        f"{'':>8}  CPU per test: genesys {ours_ms:.2f} ms, one interpreter per test {theirs_ms:.2f} ms ({theirs_ms / ours_ms:.1f}x)"
+                    )
             summary = f"median speed-up over {args.rounds} rounds {statistics.median(wall_ratios):.1f}x by wall clock"
             if cpu_ratios:
                 summary += f", {statistics.median(cpu_ratios):.1f}x by CPU time"
             print(f"{kind:>8}: {summary}")
             if args.runner_reuse:
                 seconds, _ = time_genesys(inputs, kind, args.workers, args.runner_reuse)
-                print(f"{'':>8}  with runner_reuse={args.runner_reuse}: {tests / seconds:7.1f} tests/s ({tests / seconds / baseline:.1f}x)")
+                print(
+                    f"{'':>8}  with runner_reuse={args.runner_reuse}: {tests / seconds:7.1f} tests/s ({tests / seconds / baseline:.1f}x)"
+                )
 
 
 if __name__ == "__main__":

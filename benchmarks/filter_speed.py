@@ -49,16 +49,27 @@ def make_rollouts(path: Path, rollouts: int, seed: int = 0) -> None:
             "problem_id": problem_id,
             "source": sources[task % 3],
             "task_type": np.where(task % 3 == 1, "verifiable_code", "verifiable_math"),
-            "prompt": np.char.add("Solve the following problem and put the final answer in a box. Problem number ", task.astype(str)),
-            "verification_info": np.char.add(np.char.add('{"ground_truth": "', (task % 97).astype(str)), '"}'),
+            "prompt": np.char.add(
+                "Solve the following problem and put the final answer in a box. Problem number ",
+                task.astype(str),
+            ),
+            "verification_info": np.char.add(
+                np.char.add('{"ground_truth": "', (task % 97).astype(str)), '"}'
+            ),
             "metadata": np.full(task.size, '{"difficulty": "medium"}'),
-            "llm_response": np.char.add(paragraphs[rng.integers(0, paragraphs.size, task.size)], np.char.add(" \\boxed{", np.char.add(lengths.astype(str), "}"))),
-            "response_id": np.char.add(problem_id, np.char.add("-", (np.arange(task.size) % SAMPLES_PER_TASK).astype(str))),
+            "llm_response": np.char.add(
+                paragraphs[rng.integers(0, paragraphs.size, task.size)],
+                np.char.add(" \\boxed{", np.char.add(lengths.astype(str), "}")),
+            ),
+            "response_id": np.char.add(
+                problem_id, np.char.add("-", (np.arange(task.size) % SAMPLES_PER_TASK).astype(str))
+            ),
             "score": score,
             "reward": score,
             "error": pa.array(np.where(failed, "timeout: exceeded 10s", None)),
             "completion_ids": pa.ListArray.from_arrays(
-                np.concatenate([[0], np.cumsum(ids_per_row)]), rng.integers(0, 150_000, int(ids_per_row.sum()))
+                np.concatenate([[0], np.cumsum(ids_per_row)]),
+                rng.integers(0, 150_000, int(ids_per_row.sum())),
             ),
         }
     )
@@ -116,7 +127,9 @@ def timed(command: list[str]) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rollouts", type=int, default=1_000_000)
     parser.add_argument("--datasets-baseline", nargs=2, metavar=("SOURCE", "OUTPUT"), help=argparse.SUPPRESS)
     parser.add_argument("--make", metavar="PATH", help=argparse.SUPPRESS)
@@ -133,14 +146,20 @@ def main() -> None:
         # Every step is a child process: this one stays small, so each child's peak RSS is its own.
         data = Path(tmp) / "rollouts.parquet"
         start = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--make", str(data), "--rollouts", str(args.rollouts)], check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--make", str(data), "--rollouts", str(args.rollouts)], check=True
+        )
         size_mb = data.stat().st_size / 2**20
-        print(f"{args.rollouts:,} rollouts ({args.rollouts // SAMPLES_PER_TASK:,} tasks x {SAMPLES_PER_TASK}), "
-              f"parquet {size_mb:.0f} MiB, made in {time.perf_counter() - start:.1f}s")
+        print(
+            f"{args.rollouts:,} rollouts ({args.rollouts // SAMPLES_PER_TASK:,} tasks x {SAMPLES_PER_TASK}), "
+            f"parquet {size_mb:.0f} MiB, made in {time.perf_counter() - start:.1f}s"
+        )
         bounds = ["--min-pass-rate", str(MIN_RATE), "--max-pass-rate", str(MAX_RATE)]
         ours_out, theirs_out = Path(tmp) / "genesys.parquet", Path(tmp) / "datasets.parquet"
         ours, ours_rss = timed([str(genesys), "filter", str(data), "-o", str(ours_out), *bounds])
-        theirs, theirs_rss = timed([sys.executable, __file__, "--datasets-baseline", str(data), str(theirs_out)])
+        theirs, theirs_rss = timed(
+            [sys.executable, __file__, "--datasets-baseline", str(data), str(theirs_out)]
+        )
         import polars as pl
 
         mine, base = pl.read_parquet(ours_out), pl.read_parquet(theirs_out)
@@ -149,7 +168,9 @@ def main() -> None:
             raise SystemExit("the two filters disagree")
         print(f"kept {mine.height:,} tasks with pass rate in [{MIN_RATE}, {MAX_RATE}] (both agree)")
         print(f"genesys filter (CLI, start-up included): {ours:6.2f}s  peak RSS {ours_rss:,.0f} MiB")
-        print(f"datasets baseline (process, imports included): {theirs:6.2f}s  peak RSS {theirs_rss:,.0f} MiB")
+        print(
+            f"datasets baseline (process, imports included): {theirs:6.2f}s  peak RSS {theirs_rss:,.0f} MiB"
+        )
         print(f"speed-up: {theirs / ours:.1f}x")
 
 

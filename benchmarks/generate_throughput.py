@@ -47,22 +47,38 @@ PLAIN_VLLM_LOGPROBS = "plain vLLM + logprobs=0"
 GENESYS_VLLM = "genesys generate --backend vllm"
 
 
-def plain_generate_loop(model, tokenizer, prompt_ids: list[list[int]], *, batch_size: int, max_tokens: int, device: str) -> int:
+def plain_generate_loop(
+    model, tokenizer, prompt_ids: list[list[int]], *, batch_size: int, max_tokens: int, device: str
+) -> int:
     """The baseline: batches in the given order, left padding, one `model.generate` call each; returns tokens made."""
     tokens = 0
     stop = tokenizer.eos_token_id
     for start in range(0, len(prompt_ids), batch_size):
-        batch = tokenizer.pad({"input_ids": prompt_ids[start : start + batch_size]}, padding=True, return_tensors="pt").to(device)
+        batch = tokenizer.pad(
+            {"input_ids": prompt_ids[start : start + batch_size]}, padding=True, return_tensors="pt"
+        ).to(device)
         with torch.inference_mode():
-            out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_tokens,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=stop)
+            out = model.generate(
+                **batch,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=max_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=stop,
+            )
         for row in out[:, batch["input_ids"].shape[1] :].tolist():
             tokens += next((k + 1 for k, t in enumerate(row) if t == stop), len(row))
     return tokens
 
 
 def timed_rounds(
-    sides: dict[str, Callable[[], int]], repeats: int, *, before: Callable[[], None] = lambda: None, after: Callable[[], None] = lambda: None
+    sides: dict[str, Callable[[], int]],
+    repeats: int,
+    *,
+    before: Callable[[], None] = lambda: None,
+    after: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Run every side once untimed (warm-up), then `repeats` rounds of each in turn; returns each
     side's tokens/s per round by wall clock and by this process's CPU time. `before` runs ahead of
@@ -105,7 +121,14 @@ def compare_transformers(args: argparse.Namespace, model_path: str) -> None:
     sampling = SamplingConfig(n=1, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, seed=0)
     style = PromptStyle()
     # In this thread, as the plain loop: two threads running torch in one process slow each other down.
-    backend = TransformersBackend(model_path, style, batch_size=args.batch_size, device=args.device, dtype=args.dtype, worker_thread=False)
+    backend = TransformersBackend(
+        model_path,
+        style,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+        worker_thread=False,
+    )
     messages = [build_messages(task["prompt"]) for task in bundled_tasks(args.prompts)]
     requests = [GenerationRequest(f"t{i}", m, [0], seed=i, sampling=sampling) for i, m in enumerate(messages)]
     prompt_ids = [render_ids(backend.tokenizer, m, style) for m in messages]
@@ -114,7 +137,14 @@ def compare_transformers(args: argparse.Namespace, model_path: str) -> None:
         return sum(len(c.completion_ids) for r in iterate(backend.generate(requests)) for c in r.completions)
 
     def run_plain() -> int:
-        return plain_generate_loop(backend.model, backend.tokenizer, prompt_ids, batch_size=args.batch_size, max_tokens=args.max_tokens, device=args.device)
+        return plain_generate_loop(
+            backend.model,
+            backend.tokenizer,
+            prompt_ids,
+            batch_size=args.batch_size,
+            max_tokens=args.max_tokens,
+            device=args.device,
+        )
 
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     plain, genesys = "plain model.generate loop", "genesys transformers backend"
@@ -122,11 +152,17 @@ def compare_transformers(args: argparse.Namespace, model_path: str) -> None:
     # on an idle machine the two agree).
     wall, cpu = timed_rounds({plain: run_plain, genesys: run_backend}, args.repeats, before=sync, after=sync)
     config = backend.model.config
-    print(f"model: hidden={config.hidden_size} layers={config.num_hidden_layers} vocab={config.vocab_size} on {args.device} ({args.dtype})")
-    print(f"prompts={args.prompts} batch_size={args.batch_size} max_tokens={args.max_tokens} torch threads={torch.get_num_threads()}")
+    print(
+        f"model: hidden={config.hidden_size} layers={config.num_hidden_layers} vocab={config.vocab_size} on {args.device} ({args.dtype})"
+    )
+    print(
+        f"prompts={args.prompts} batch_size={args.batch_size} max_tokens={args.max_tokens} torch threads={torch.get_num_threads()}"
+    )
     for name in (genesys, plain):
         print(f"{name:32s} {describe(wall[name])} wall   {max(cpu[name]):10,.1f} tokens/CPU-s")
-    print(f"ratio backend / plain: {max(wall[genesys]) / max(wall[plain]):.2f}x wall, {max(cpu[genesys]) / max(cpu[plain]):.2f}x CPU time (goal >= 1.0x)")
+    print(
+        f"ratio backend / plain: {max(wall[genesys]) / max(wall[plain]):.2f}x wall, {max(cpu[genesys]) / max(cpu[plain]):.2f}x CPU time (goal >= 1.0x)"
+    )
 
 
 def vllm_engine_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,8 +171,14 @@ def vllm_engine_args(args: argparse.Namespace) -> dict[str, Any]:
     defaults (no chunked prefill, without which seeded sampling fails there)."""
     from genesys.generate.vllm import platform_defaults
 
-    engine_args: dict[str, Any] = {"dtype": args.dtype, "max_model_len": args.max_model_len, **platform_defaults()}
-    engine_args.update((key, json.loads(value)) for key, _, value in (item.partition("=") for item in args.engine_arg))
+    engine_args: dict[str, Any] = {
+        "dtype": args.dtype,
+        "max_model_len": args.max_model_len,
+        **platform_defaults(),
+    }
+    engine_args.update(
+        (key, json.loads(value)) for key, _, value in (item.partition("=") for item in args.engine_arg)
+    )
     if not torch.cuda.is_available():
         engine_args.setdefault("kv_cache_memory_bytes", 1 << 30)
     return engine_args
@@ -160,13 +202,22 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
 
     def config() -> GenerateConfig:
         output = workdir / f"rollouts-{next(runs)}.jsonl"
-        return GenerateConfig(tasks=[str(tasks_file)], model=model_path, output=output, backend="vllm", sampling=sampling, progress=False)
+        return GenerateConfig(
+            tasks=[str(tasks_file)],
+            model=model_path,
+            output=output,
+            backend="vllm",
+            sampling=sampling,
+            progress=False,
+        )
 
     backend = VLLMBackend(model_path, PromptStyle(), engine_args=engine_args)
     plain_llm = LLM(model=model_path, seed=0, **engine_args)
     # The plain script samples each task with the seed genesys gives it, so both make the same tokens.
     plans, _, _ = plan_tasks(select_tasks(config()), config(), set())
-    prompts = [render_text(backend.tokenizer, build_messages(plan.row["prompt"]), PromptStyle()) for plan in plans]
+    prompts = [
+        render_text(backend.tokenizer, build_messages(plan.row["prompt"]), PromptStyle()) for plan in plans
+    ]
     seeds = [request_seed(sampling.seed, plan.key) for plan in plans]
     tokens: dict[str, int] = {}
 
@@ -181,62 +232,124 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
         return run_generation(config(), backend=backend).tokens
 
     def plain(logprobs: int | None) -> Callable[[], int]:
-        params = [SamplingParams(n=args.samples, temperature=1.0, top_p=1.0, max_tokens=args.max_tokens, seed=seed, logprobs=logprobs) for seed in seeds]
-        return lambda: sum(len(c.token_ids) for out in plain_llm.generate(prompts, params, use_tqdm=False) for c in out.outputs)
+        params = [
+            SamplingParams(
+                n=args.samples,
+                temperature=1.0,
+                top_p=1.0,
+                max_tokens=args.max_tokens,
+                seed=seed,
+                logprobs=logprobs,
+            )
+            for seed in seeds
+        ]
+        return lambda: sum(
+            len(c.token_ids)
+            for out in plain_llm.generate(prompts, params, use_tqdm=False)
+            for c in out.outputs
+        )
 
     def reset_caches() -> None:
         backend.llm.reset_prefix_cache()
         plain_llm.reset_prefix_cache()
 
     sides = {PLAIN_VLLM: plain(None), GENESYS_VLLM: run_genesys, PLAIN_VLLM_LOGPROBS: plain(0)}
-    wall, _ = timed_rounds({name: counted(name, run) for name, run in sides.items()}, args.repeats, before=reset_caches)
+    wall, _ = timed_rounds(
+        {name: counted(name, run) for name, run in sides.items()}, args.repeats, before=reset_caches
+    )
     info = backend.info()
     backend.close()
     print_vllm_report(args, info, engine_args, wall, tokens)
 
 
-def print_vllm_report(args: argparse.Namespace, info: dict[str, Any], engine_args: dict[str, Any], wall: dict[str, list[float]], tokens: dict[str, int]) -> None:
+def print_vllm_report(
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    engine_args: dict[str, Any],
+    wall: dict[str, list[float]],
+    tokens: dict[str, int],
+) -> None:
     """Each side's rate and genesys's ratio to both plain runs, best round against best round and
     round by round (the engine runs in its own process, so wall time only)."""
     device = info.get("gpu") or f"CPU ({info.get('cpu')})"
     print(f"vLLM {info['vllm']}, torch {info['torch']}, {device}; engine args {engine_args}")
-    print(f"prompts={args.prompts} samples={args.samples} max_tokens={args.max_tokens}, {args.repeats} timed rounds")
+    print(
+        f"prompts={args.prompts} samples={args.samples} max_tokens={args.max_tokens}, {args.repeats} timed rounds"
+    )
     for name, rates in wall.items():
         print(f"{name:32s} {describe(rates)}, {tokens[name]:,} tokens a run")
     for plain in (PLAIN_VLLM, PLAIN_VLLM_LOGPROBS):
         per_round = [g / p for g, p in zip(wall[GENESYS_VLLM], wall[plain])]
-        print(f"genesys / {plain}: {max(wall[GENESYS_VLLM]) / max(wall[plain]):.3f}x best rounds, "
-              f"{min(per_round):.3f}-{max(per_round):.3f}x round by round (goal >= 0.97x)")
+        print(
+            f"genesys / {plain}: {max(wall[GENESYS_VLLM]) / max(wall[plain]):.3f}x best rounds, "
+            f"{min(per_round):.3f}-{max(per_round):.3f}x round by round (goal >= 0.97x)"
+        )
 
 
 def main() -> None:
     from genesys.generate.tiny_model import SHAPES
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
     parser.add_argument("--model", help="model path (default: build a random-weight model of the given size)")
-    parser.add_argument("--shape", choices=sorted(SHAPES), help="a real model's layer shapes (random weights), over --hidden/--layers/--heads/--vocab")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        help="a real model's layer shapes (random weights), over --hidden/--layers/--heads/--vocab",
+    )
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--vocab", type=int, help="pad the model's vocabulary to this size (e.g. 151936, as Qwen2.5)")
+    parser.add_argument(
+        "--vocab", type=int, help="pad the model's vocabulary to this size (e.g. 151936, as Qwen2.5)"
+    )
     parser.add_argument("--prompts", type=int, default=48)
-    parser.add_argument("--samples", type=int, default=1, help="vllm: completions per prompt (SamplingParams n)")
-    parser.add_argument("--batch-size", type=int, default=8, help="transformers: sequences per batch (vllm: all prompts in one engine call)")
+    parser.add_argument(
+        "--samples", type=int, default=1, help="vllm: completions per prompt (SamplingParams n)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        help="transformers: sequences per batch (vllm: all prompts in one engine call)",
+    )
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="transformers: torch device (vLLM runs where its build runs)")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="transformers: torch device (vLLM runs where its build runs)",
+    )
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--max-model-len", type=int, default=2048, help="vllm: the engines' context length")
-    parser.add_argument("--engine-arg", action="append", default=[], metavar="KEY=JSON", help="vllm: an engine argument for both sides")
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="vllm: an engine argument for both sides",
+    )
     parser.add_argument("--repeats", type=int, default=2, help="alternating timed rounds per side")
     args = parser.parse_args()
     if args.backend == "transformers" and args.samples != 1:
-        parser.error("--samples is for --backend vllm (the plain model.generate loop samples once per prompt)")
+        parser.error(
+            "--samples is for --backend vllm (the plain model.generate loop samples once per prompt)"
+        )
 
     from genesys.generate.tiny_model import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="generate-throughput-") as tmp:
-        shape = SHAPES[args.shape] if args.shape else {"hidden_size": args.hidden, "layers": args.layers, "heads": args.heads, "model_vocab_size": args.vocab}
+        shape = (
+            SHAPES[args.shape]
+            if args.shape
+            else {
+                "hidden_size": args.hidden,
+                "layers": args.layers,
+                "heads": args.heads,
+                "model_vocab_size": args.vocab,
+            }
+        )
         model_path = args.model or str(build_tiny_model(Path(tmp) / "model", **shape))
         if args.backend == "vllm":
             compare_vllm(args, model_path, Path(tmp))

@@ -63,7 +63,18 @@ class Row:
 def load_jsonl(path: Path) -> list[Row]:
     """Rows of a JSONL set with id, category, gold, completion, expected and note."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [Row(r["id"], r["category"], r["gold"], r["completion"], r["expected"], r["expected"], r.get("note", "")) for r in rows]
+    return [
+        Row(
+            r["id"],
+            r["category"],
+            r["gold"],
+            r["completion"],
+            r["expected"],
+            r["expected"],
+            r.get("note", ""),
+        )
+        for r in rows
+    ]
 
 
 def load_suite(path: Path) -> list[Row]:
@@ -77,9 +88,23 @@ def load_suite(path: Path) -> list[Row]:
     for number, pair in enumerate(pairs, 1):
         both_ways = len(verdicts[(pair["gold"], pair["pred"])]) > 1
         options = ", ".join(f"{k}={v}" for k, v in pair["options"].items() if k != "boxed_match_priority")
-        note = ("asserted both ways: " if both_ways else "") + options + (f"disputed: {pair['disputed']}" if "disputed" in pair else "")
+        note = (
+            ("asserted both ways: " if both_ways else "")
+            + options
+            + (f"disputed: {pair['disputed']}" if "disputed" in pair else "")
+        )
         expected = None if both_ways or "disputed" in pair else pair["expected"]
-        rows.append(Row(f"mv{number:03d}", pair["test"].split("::")[-1], pair["gold"], pair["pred"], pair["expected"], expected, note))
+        rows.append(
+            Row(
+                f"mv{number:03d}",
+                pair["test"].split("::")[-1],
+                pair["gold"],
+                pair["pred"],
+                pair["expected"],
+                expected,
+                note,
+            )
+        )
     return rows
 
 
@@ -138,8 +163,16 @@ def plot_by_set(results: dict[str, list[tuple[str, Counter]]], path: Path) -> No
     height = 0.8 / len(names)
     fig, ax = plt.subplots(figsize=(8, 1.2 * len(results) + 1.5))
     for k, name in enumerate(names):
-        shares = [next((c["correct"] / c["labeled"] for n, c in graded if n == name), 0.0) for graded in results.values()]
-        ax.barh([i + k * height for i in range(len(results))], shares, height=height, label=name.replace("$", r"\$"))
+        shares = [
+            next((c["correct"] / c["labeled"] for n, c in graded if n == name), 0.0)
+            for graded in results.values()
+        ]
+        ax.barh(
+            [i + k * height for i in range(len(results))],
+            shares,
+            height=height,
+            label=name.replace("$", r"\$"),
+        )
     ax.set_yticks([i + height * (len(names) - 1) / 2 for i in range(len(results))], list(results))
     ax.invert_yaxis()
     ax.set_xlabel("share of labeled rows graded as labeled")
@@ -159,8 +192,14 @@ def detail_table(title: str, rows: list[Row], graded: list[tuple[str, list[bool]
     for i, row in enumerate(rows):
         verdicts = [v[i] for _, v in graded]
         if show_all or row.expected is None or any(v != row.expected for v in verdicts):
-            marks = [("[green]" if v == row.expected else "[red]" if row.expected is not None else "") + ("accept" if v else "reject") for v in verdicts]
-            table.add_row(row.id, row.category, "-" if row.expected is None else str(row.expected), *marks, row.note)
+            marks = [
+                ("[green]" if v == row.expected else "[red]" if row.expected is not None else "")
+                + ("accept" if v else "reject")
+                for v in verdicts
+            ]
+            table.add_row(
+                row.id, row.category, "-" if row.expected is None else str(row.expected), *marks, row.note
+            )
     return table
 
 
@@ -174,7 +213,14 @@ def main() -> int:
 
     console = Console()
     summary = Table(title="verifiable_math accuracy: genesys and plain math-verify on the same rows")
-    for column in ("set", "grader", "accuracy", "false positives", "false negatives", "every asserted verdict"):
+    for column in (
+        "set",
+        "grader",
+        "accuracy",
+        "false positives",
+        "false negatives",
+        "every asserted verdict",
+    ):
         summary.add_column(column, justify="left" if column in ("set", "grader") else "right")
     results: dict[str, list[tuple[str, Counter]]] = {}
     details = []
@@ -186,19 +232,29 @@ def main() -> int:
         for name, counts in results[set_name]:
             n = counts["labeled"]
             summary.add_row(
-                set_name, name, f"{counts['correct'] / n:.1%} ({counts['correct']}/{n})", str(counts["fp"]), str(counts["fn"]),
+                set_name,
+                name,
+                f"{counts['correct'] / n:.1%} ({counts['correct']}/{n})",
+                str(counts["fp"]),
+                str(counts["fn"]),
                 f"{counts['as_asserted']}/{counts['asserted']}",
             )
         unlabeled = sum(row.expected is None for row in rows)
-        title = f"{set_name}: rows where a grader is wrong" + (f" ({unlabeled} unlabeled rows, not counted)" if unlabeled else "")
-        details.append(detail_table(title if not args.all else f"{set_name}: all rows", rows, graded, args.all))
+        title = f"{set_name}: rows where a grader is wrong" + (
+            f" ({unlabeled} unlabeled rows, not counted)" if unlabeled else ""
+        )
+        details.append(
+            detail_table(title if not args.all else f"{set_name}: all rows", rows, graded, args.all)
+        )
     console.print(summary)
     for table in details:
         console.print(table)
     if args.plot:
         plot_by_set(results, args.plot)
         console.print(f"plot: {args.plot}")
-    false_positives = sum(counts["fp"] for graded in results.values() for name, counts in graded if name == "genesys")
+    false_positives = sum(
+        counts["fp"] for graded in results.values() for name, counts in graded if name == "genesys"
+    )
     return 1 if false_positives else 0
 
 

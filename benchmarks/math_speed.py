@@ -112,7 +112,9 @@ def time_genesys(path: Path, workers: int | None) -> tuple[float, int]:
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
-    accepted = sum(json.loads(line).get("score") == 1.0 for line in out.read_text().splitlines() if line.strip())
+    accepted = sum(
+        json.loads(line).get("score") == 1.0 for line in out.read_text().splitlines() if line.strip()
+    )
     return seconds, accepted
 
 
@@ -137,7 +139,9 @@ def time_per_pair(path: str, grader: str) -> tuple[int, float]:
 
 def per_pair_table(repeats: int) -> Table:
     """Median time per pair of `repeats` alternating runs of each grader on each labeled set."""
-    table = Table(title=f"time per pair in one process (ms, median of {repeats} runs), each grader in a fresh interpreter")
+    table = Table(
+        title=f"time per pair in one process (ms, median of {repeats} runs), each grader in a fresh interpreter"
+    )
     for column in ("set", "pairs", "genesys", "math-verify", "ratio"):
         table.add_column(column, justify="right" if column != "set" else "left")
     for name, path in PAIR_SETS.items():
@@ -145,7 +149,13 @@ def per_pair_table(repeats: int) -> Table:
         pairs = runs[0][0][0]
         ours = statistics.median(run[0][1] for run in runs)
         theirs = statistics.median(run[1][1] for run in runs)
-        table.add_row(name, str(pairs), f"{1000 * ours / pairs:.1f}", f"{1000 * theirs / pairs:.1f}", f"{theirs / ours:.2f}x")
+        table.add_row(
+            name,
+            str(pairs),
+            f"{1000 * ours / pairs:.1f}",
+            f"{1000 * theirs / pairs:.1f}",
+            f"{theirs / ours:.2f}x",
+        )
     return table
 
 
@@ -153,7 +163,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, nargs="+", default=[1, 4, 16], help="completions per task")
     parser.add_argument("--workers", type=int, help="genesys worker processes (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per grader and set for the time per pair")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per grader and set for the time per pair"
+    )
     args = parser.parse_args()
 
     table = Table(title=f"verifiable_math speed on {os.cpu_count()} cores, end to end")
@@ -168,7 +180,14 @@ def main() -> int:
             ours, _ = time_genesys(path, args.workers)
             theirs, theirs_loop, _ = time_math_verify(path)
             label = f"{len(rows)}" + ("" if skip else " (with pathological)")
-            table.add_row(str(samples), label, f"{ours:.2f}", f"{theirs:.2f}", f"{theirs_loop:.2f}", f"{theirs / ours:.2f}x")
+            table.add_row(
+                str(samples),
+                label,
+                f"{ours:.2f}",
+                f"{theirs:.2f}",
+                f"{theirs_loop:.2f}",
+                f"{theirs / ours:.2f}x",
+            )
     console = Console()
     console.print(table)
     console.print(per_pair_table(args.repeats))

@@ -22,16 +22,22 @@ import tempfile
 from pathlib import Path
 
 
-def write_rollouts(path: Path, groups: int, group_size: int, prompt_tokens: int, completion_tokens: int, vocab: int) -> None:
+def write_rollouts(
+    path: Path, groups: int, group_size: int, prompt_tokens: int, completion_tokens: int, vocab: int
+) -> None:
     rng = random.Random(0)
     with open(path, "w") as handle:
         for group in range(groups):
             prompt = [rng.randrange(3, vocab) for _ in range(prompt_tokens)]
             for sample in range(group_size):
                 row = {
-                    "problem_id": f"g{group}", "prompt": f"task {group}", "task_type": "synthetic",
-                    "prompt_ids": prompt, "completion_ids": [rng.randrange(3, vocab) for _ in range(completion_tokens)],
-                    "completion_logprobs": [-10.0] * completion_tokens, "reward": float(sample % 2),
+                    "problem_id": f"g{group}",
+                    "prompt": f"task {group}",
+                    "task_type": "synthetic",
+                    "prompt_ids": prompt,
+                    "completion_ids": [rng.randrange(3, vocab) for _ in range(completion_tokens)],
+                    "completion_logprobs": [-10.0] * completion_tokens,
+                    "reward": float(sample % 2),
                 }
                 handle.write(json.dumps(row) + "\n")
 
@@ -42,12 +48,19 @@ def one_step(args: argparse.Namespace) -> None:
 
     from genesys.train import TrainConfig, train
 
-    config = TrainConfig.load(None, {
-        "model": args.model, "output_dir": args.output, "progress": False,
-        "data": {"rollouts": [args.rollouts]}, "rollout": {"prompts_per_step": args.groups, "samples_per_prompt": args.group_size},
-        "optim": {"steps": 1, "micro_batch_size": args.micro_batch}, "checkpoint": {"every": 0},
-        "backend_options": {"device": args.device} if args.device else {},
-    })
+    config = TrainConfig.load(
+        None,
+        {
+            "model": args.model,
+            "output_dir": args.output,
+            "progress": False,
+            "data": {"rollouts": [args.rollouts]},
+            "rollout": {"prompts_per_step": args.groups, "samples_per_prompt": args.group_size},
+            "optim": {"steps": 1, "micro_batch_size": args.micro_batch},
+            "checkpoint": {"every": 0},
+            "backend_options": {"device": args.device} if args.device else {},
+        },
+    )
     train(config)
     if args.device and args.device.startswith("cuda"):
         print(torch.cuda.max_memory_allocated() / 2**20)
@@ -56,10 +69,14 @@ def one_step(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--vocab", type=int, default=32_000, help="the model's vocabulary (output layer) size")
+    parser.add_argument(
+        "--vocab", type=int, default=32_000, help="the model's vocabulary (output layer) size"
+    )
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--completion-tokens", type=int, default=256)
     parser.add_argument("--group-size", type=int, default=8)
@@ -78,18 +95,43 @@ def main() -> None:
     from genesys.generate.tiny_model import build_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="train-memory-"))
-    model = build_tiny_model(work / "model", hidden_size=args.hidden, layers=args.layers, heads=max(1, args.hidden // 64), model_vocab_size=args.vocab)
-    print(f"model: hidden {args.hidden}, {args.layers} layers, vocabulary {args.vocab}; sequences of {args.prompt_tokens} + {args.completion_tokens} tokens")
+    model = build_tiny_model(
+        work / "model",
+        hidden_size=args.hidden,
+        layers=args.layers,
+        heads=max(1, args.hidden // 64),
+        model_vocab_size=args.vocab,
+    )
+    print(
+        f"model: hidden {args.hidden}, {args.layers} layers, vocabulary {args.vocab}; sequences of {args.prompt_tokens} + {args.completion_tokens} tokens"
+    )
     print(f"{'sequences':>9} {'micro-batch':>11} {'peak MiB':>9}")
     for groups, micro in ((2, 2), (2, 16), (16, 2), (16, 16)):
         rollouts = work / f"rollouts-{groups}.jsonl"
         if not rollouts.exists():
-            write_rollouts(rollouts, groups, args.group_size, args.prompt_tokens, args.completion_tokens, args.vocab)
-        child = [sys.executable, __file__, "--child", "--model", str(model), "--output", str(work / f"run-{groups}-{micro}"),
-                 "--rollouts", str(rollouts), "--groups", str(groups), "--micro-batch", str(micro)]
+            write_rollouts(
+                rollouts, groups, args.group_size, args.prompt_tokens, args.completion_tokens, args.vocab
+            )
+        child = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--model",
+            str(model),
+            "--output",
+            str(work / f"run-{groups}-{micro}"),
+            "--rollouts",
+            str(rollouts),
+            "--groups",
+            str(groups),
+            "--micro-batch",
+            str(micro),
+        ]
         if args.device:
             child += ["--device", args.device]
-        peak = float(subprocess.run(child, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        peak = float(
+            subprocess.run(child, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        )
         print(f"{groups * args.group_size:>9} {micro:>11} {peak:>9.0f}")
 
 

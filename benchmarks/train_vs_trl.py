@@ -151,7 +151,13 @@ def genesys_rollout_options(setup: Setup, backend: str) -> dict[str, Any]:
     share, context length and dtype for vLLM."""
     if backend == "transformers":
         return {"device": setup.device}
-    return {"args": {"gpu_memory_utilization": setup.vllm_memory, "max_model_len": setup.max_model_len, "dtype": setup.engine_dtype}}
+    return {
+        "args": {
+            "gpu_memory_utilization": setup.vllm_memory,
+            "max_model_len": setup.max_model_len,
+            "dtype": setup.engine_dtype,
+        }
+    }
 
 
 def run_genesys(setup: Setup, backend: str = "transformers") -> RunRecord:
@@ -160,27 +166,68 @@ def run_genesys(setup: Setup, backend: str = "transformers") -> RunRecord:
 
     record = RunRecord("genesys" if backend == "transformers" else f"genesys-{backend}")
     tasks = setup.workdir / "tasks.jsonl"
-    rows = [{"problem_id": f"p{i}", "source": "bench", "task_type": "digit_share", "prompt": p, "verification_info": {}} for i, p in enumerate(setup.prompts)]
+    rows = [
+        {
+            "problem_id": f"p{i}",
+            "source": "bench",
+            "task_type": "digit_share",
+            "prompt": p,
+            "verification_info": {},
+        }
+        for i, p in enumerate(setup.prompts)
+    ]
     tasks.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    config = TrainConfig.load(None, {
-        "model": setup.model, "output_dir": str(setup.workdir / f"{record.name}-run"), "seed": setup.seed, "progress": False,
-        "precision": setup.precision, "gradient_checkpointing": False,
-        "data": {"tasks": [str(tasks)]},
-        "rollout": {"backend": backend, "prompts_per_step": PROMPTS_PER_STEP, "samples_per_prompt": SAMPLES_PER_PROMPT,
-                    "max_tokens": MAX_TOKENS, "temperature": 1.0, "top_p": 1.0, "filter_groups": False},
-        "optim": {"steps": setup.steps, "lr": LEARNING_RATE, "max_grad_norm": MAX_GRAD_NORM, "micro_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
-                  "updates_per_batch": 1, "schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0},
-        "loss": {"eps_low": EPS_LOW, "eps_high": EPS_HIGH, "delta": DELTA, "kl_beta": 0.0, "entropy_coef": 0.0, "normalize": "token", "scale_by_std": False},
-        "checkpoint": {"every": 0},
-        "backend_options": genesys_rollout_options(setup, backend),
-        "verify": {"workers": 1},
-    })
+    config = TrainConfig.load(
+        None,
+        {
+            "model": setup.model,
+            "output_dir": str(setup.workdir / f"{record.name}-run"),
+            "seed": setup.seed,
+            "progress": False,
+            "precision": setup.precision,
+            "gradient_checkpointing": False,
+            "data": {"tasks": [str(tasks)]},
+            "rollout": {
+                "backend": backend,
+                "prompts_per_step": PROMPTS_PER_STEP,
+                "samples_per_prompt": SAMPLES_PER_PROMPT,
+                "max_tokens": MAX_TOKENS,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "filter_groups": False,
+            },
+            "optim": {
+                "steps": setup.steps,
+                "lr": LEARNING_RATE,
+                "max_grad_norm": MAX_GRAD_NORM,
+                "micro_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
+                "updates_per_batch": 1,
+                "schedule": "constant",
+                "warmup_steps": 0,
+                "weight_decay": 0.0,
+            },
+            "loss": {
+                "eps_low": EPS_LOW,
+                "eps_high": EPS_HIGH,
+                "delta": DELTA,
+                "kl_beta": 0.0,
+                "entropy_coef": 0.0,
+                "normalize": "token",
+                "scale_by_std": False,
+            },
+            "checkpoint": {"every": 0},
+            "backend_options": genesys_rollout_options(setup, backend),
+            "verify": {"workers": 1},
+        },
+    )
     started = time.perf_counter()
     result = train(config)
     record.run_seconds = time.perf_counter() - started
     errors = sum(metrics["rollout_errors"] for metrics in result.metrics)
     if errors:
-        raise SystemExit(f"{record.name}: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (is the digit_share test plugin importable?)")
+        raise SystemExit(
+            f"{record.name}: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (is the digit_share test plugin importable?)"
+        )
     for metrics in result.metrics:
         record.step_seconds.append(metrics["step_seconds"])
         record.tokens.append(metrics["tokens"])
@@ -198,7 +245,9 @@ def digit_share_reward(record: RunRecord) -> Callable[..., list[float]]:
 
     def digit_share(completions: list[Any], completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        scores = [verifier.verify(genesys.Rollout(task_type="digit_share", completion=text)).score for text in texts]
+        scores = [
+            verifier.verify(genesys.Rollout(task_type="digit_share", completion=text)).score for text in texts
+        ]
         record.rewards.append(statistics.fmean(scores))
         record.tokens.append(float(sum(len(ids) for ids in completion_ids)))
         return scores
@@ -224,21 +273,54 @@ def run_trl(setup: Setup, use_vllm: bool = False) -> RunRecord:
 
     batch = PROMPTS_PER_STEP * SAMPLES_PER_PROMPT
     args = GRPOConfig(
-        output_dir=str(setup.workdir / f"{record.name}-run"), seed=setup.seed, max_steps=setup.steps, report_to="none",
-        logging_steps=1, save_strategy="no", disable_tqdm=True, use_cpu=setup.device == "cpu",
-        bf16=setup.precision == "bf16", gradient_checkpointing=False, use_vllm=use_vllm, vllm_mode="colocate",
-        vllm_gpu_memory_utilization=setup.vllm_memory, vllm_max_model_length=setup.max_model_len,
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1, generation_batch_size=batch,
-        num_generations=SAMPLES_PER_PROMPT, max_completion_length=MAX_TOKENS, temperature=1.0, top_p=1.0, top_k=0,
-        learning_rate=LEARNING_RATE, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=MAX_GRAD_NORM,
-        optim="adamw_torch", beta=0.0, num_iterations=1, epsilon=EPS_LOW, epsilon_high=EPS_HIGH, delta=DELTA,
-        scale_rewards="none", loss_type="dapo", model_init_kwargs={"dtype": "float32"},
+        output_dir=str(setup.workdir / f"{record.name}-run"),
+        seed=setup.seed,
+        max_steps=setup.steps,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        use_cpu=setup.device == "cpu",
+        bf16=setup.precision == "bf16",
+        gradient_checkpointing=False,
+        use_vllm=use_vllm,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=setup.vllm_memory,
+        vllm_max_model_length=setup.max_model_len,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        generation_batch_size=batch,
+        num_generations=SAMPLES_PER_PROMPT,
+        max_completion_length=MAX_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=LEARNING_RATE,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=MAX_GRAD_NORM,
+        optim="adamw_torch",
+        beta=0.0,
+        num_iterations=1,
+        epsilon=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        delta=DELTA,
+        scale_rewards="none",
+        loss_type="dapo",
+        model_init_kwargs={"dtype": "float32"},
     )
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in setup.prompts])
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # deprecated names TRL itself still uses
-        trainer = GRPOTrainer(model=setup.model, reward_funcs=digit_share_reward(record), args=args, train_dataset=dataset, callbacks=[StepTimer()])
+        trainer = GRPOTrainer(
+            model=setup.model,
+            reward_funcs=digit_share_reward(record),
+            args=args,
+            train_dataset=dataset,
+            callbacks=[StepTimer()],
+        )
         trainer.remove_callback(PrinterCallback)  # it prints every step's logs
         trainer.train()
     record.run_seconds = time.perf_counter() - started
@@ -284,27 +366,44 @@ def best(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 def best_ratios(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float | None]]:
     """The first trainer's best round over each other trainer's best round, keyed "first / other"."""
     first, *others = rounds[0]
-    return {f"{first} / {other}": ratios(best([x[first] for x in rounds]), best([x[other] for x in rounds])) for other in others}
+    return {
+        f"{first} / {other}": ratios(best([x[first] for x in rounds]), best([x[other] for x in rounds]))
+        for other in others
+    }
 
 
 def print_report(setup: Setup, size: str, rounds: list[dict[str, dict[str, Any]]], warmup: int) -> None:
     import torch
     import trl
 
-    print(f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}, TRL {trl.__version__}")
-    print(f"batch {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples, {MAX_TOKENS} tokens, {setup.steps} steps, first {warmup} untimed")
+    print(
+        f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}, TRL {trl.__version__}"
+    )
+    print(
+        f"batch {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples, {MAX_TOKENS} tokens, {setup.steps} steps, first {warmup} untimed"
+    )
     if any(name.endswith("-vllm") for name in rounds[0]):
-        print(f"vLLM engines: memory share {setup.vllm_memory}, max_model_len {setup.max_model_len}, genesys engine dtype {setup.engine_dtype}")
-    print(f"{'':22s} {'steps/s':>9s} {'tokens/s':>10s} {'median step':>12s} {'reward start':>13s} {'reward end':>11s} {'run (s)':>8s}")
+        print(
+            f"vLLM engines: memory share {setup.vllm_memory}, max_model_len {setup.max_model_len}, genesys engine dtype {setup.engine_dtype}"
+        )
+    print(
+        f"{'':22s} {'steps/s':>9s} {'tokens/s':>10s} {'median step':>12s} {'reward start':>13s} {'reward end':>11s} {'run (s)':>8s}"
+    )
     for index, summaries in enumerate(rounds, 1):
         for name, s in summaries.items():
-            print(f"{name + ' round ' + str(index):22s} {s['steps_per_s']:9.2f} {s['tokens_per_s']:10,.0f} {s['median_step_s'] * 1000:10.0f}ms "
-                  f"{s['reward_start']:13.3f} {s['reward_end']:11.3f} {s['run_seconds']:8.1f}")
+            print(
+                f"{name + ' round ' + str(index):22s} {s['steps_per_s']:9.2f} {s['tokens_per_s']:10,.0f} {s['median_step_s'] * 1000:10.0f}ms "
+                f"{s['reward_start']:13.3f} {s['reward_end']:11.3f} {s['run_seconds']:8.1f}"
+            )
         for pair, r in best_ratios([summaries]).items():
-            print(f"  round {index} {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, {r['median_step']:.2f}x by median step")
+            print(
+                f"  round {index} {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, {r['median_step']:.2f}x by median step"
+            )
     for pair, r in best_ratios(rounds).items():
-        print(f"best round of each, {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, "
-              f"{r['median_step']:.2f}x by median step (goal for genesys / TRL >= 1.5x steps/s)")
+        print(
+            f"best round of each, {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, "
+            f"{r['median_step']:.2f}x by median step (goal for genesys / TRL >= 1.5x steps/s)"
+        )
 
 
 TRAINERS: dict[str, Callable[[Setup], RunRecord]] = {
@@ -323,7 +422,9 @@ def run_rounds(setup: Setup, count: int, names: list[str]) -> list[list[RunRecor
         workdir = setup.workdir / f"round-{index + 1}"
         workdir.mkdir()
         shift = index % len(names)
-        records = {name: TRAINERS[name](replace(setup, workdir=workdir)) for name in names[shift:] + names[:shift]}
+        records = {
+            name: TRAINERS[name](replace(setup, workdir=workdir)) for name in names[shift:] + names[:shift]
+        }
         rounds.append([records[name] for name in names])
     return rounds
 
@@ -333,21 +434,40 @@ def trainer_names(value: str) -> list[str]:
     names = [name.strip() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in TRAINERS]
     if unknown or not names or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"expected distinct names among {', '.join(TRAINERS)}, got {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected distinct names among {', '.join(TRAINERS)}, got {value!r}"
+        )
     return names
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps per trainer")
     parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast in both trainers (GPU)")
-    parser.add_argument("--trainers", type=trainer_names, default=["genesys", "trl"],
-                        help=f"comma-separated, the first compared with each other one (default genesys,trl; of {', '.join(TRAINERS)})")
-    parser.add_argument("--vllm-memory", type=float, default=0.3, help="vLLM engines: gpu_memory_utilization (on CPU: the share of the machine's memory for the KV cache)")
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast in both trainers (GPU)"
+    )
+    parser.add_argument(
+        "--trainers",
+        type=trainer_names,
+        default=["genesys", "trl"],
+        help=f"comma-separated, the first compared with each other one (default genesys,trl; of {', '.join(TRAINERS)})",
+    )
+    parser.add_argument(
+        "--vllm-memory",
+        type=float,
+        default=0.3,
+        help="vLLM engines: gpu_memory_utilization (on CPU: the share of the machine's memory for the KV cache)",
+    )
     parser.add_argument("--max-model-len", type=int, default=512, help="vLLM engines: context length")
-    parser.add_argument("--engine-dtype", default="auto", help="genesys's vLLM engine dtype (auto: vLLM's choice, as TRL's engine gets)")
+    parser.add_argument(
+        "--engine-dtype",
+        default="auto",
+        help="genesys's vLLM engine dtype (auto: vLLM's choice, as TRL's engine gets)",
+    )
     parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the rates")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each trainer, the order rotating")
     parser.add_argument("--seed", type=int, default=0)
@@ -364,8 +484,18 @@ def main() -> None:
         workdir = Path(tmp)
         model = build_model(args.model_size, workdir / "model")
         prompts = [f"Write digits {i}" for i in range(TASK_COUNT)]
-        setup = Setup(model, prompts, args.steps, args.device, args.precision, args.seed, workdir,
-                      vllm_memory=args.vllm_memory, max_model_len=args.max_model_len, engine_dtype=args.engine_dtype)
+        setup = Setup(
+            model,
+            prompts,
+            args.steps,
+            args.device,
+            args.precision,
+            args.seed,
+            workdir,
+            vllm_memory=args.vllm_memory,
+            max_model_len=args.max_model_len,
+            engine_dtype=args.engine_dtype,
+        )
         rounds = run_rounds(setup, args.rounds, args.trainers)
     summaries = [{record.name: record.summary(args.warmup) for record in records} for records in rounds]
     if args.plot:
@@ -373,9 +503,17 @@ def main() -> None:
     if not args.json:
         print_report(setup, args.model_size, summaries, args.warmup)
         return
-    out: dict[str, Any] = {"model_size": args.model_size, "device": args.device, "precision": args.precision, "steps": args.steps,
-                           "warmup": args.warmup, "rounds": summaries, "rewards": {r.name: r.rewards for r in rounds[0]},
-                           "ratios_per_round": [best_ratios([x]) for x in summaries], "ratios_best_round": best_ratios(summaries)}
+    out: dict[str, Any] = {
+        "model_size": args.model_size,
+        "device": args.device,
+        "precision": args.precision,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "rounds": summaries,
+        "rewards": {r.name: r.rewards for r in rounds[0]},
+        "ratios_per_round": [best_ratios([x]) for x in summaries],
+        "ratios_best_round": best_ratios(summaries),
+    }
     print(json.dumps(out, indent=2))
 
 

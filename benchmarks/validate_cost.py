@@ -27,7 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # the tampered rows, shared with the tests
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent / "tests" / "support")
+)  # the tampered rows, shared with the tests
 
 from toploc_tampering import TINY_THRESHOLDS  # noqa: E402
 
@@ -48,24 +50,38 @@ def vllm_engine(model: str, args: argparse.Namespace, proofs: Any) -> Any:
     from genesys.config import PromptStyle
     from genesys.generate.vllm import VLLMBackend
 
-    engine_args = {"dtype": args.gen_dtype or "float32", "max_model_len": 1024, "kv_cache_memory_bytes": 256 << 20}
+    engine_args = {
+        "dtype": args.gen_dtype or "float32",
+        "max_model_len": 1024,
+        "kv_cache_memory_bytes": 256 << 20,
+    }
     return VLLMBackend(model, PromptStyle(), batch_size=args.tasks, proofs=proofs, engine_args=engine_args)
 
 
-def validate(rows: list[dict[str, Any]], work: Path, name: str, args: argparse.Namespace, model: str) -> tuple[list[dict[str, Any]], float]:
+def validate(
+    rows: list[dict[str, Any]], work: Path, name: str, args: argparse.Namespace, model: str
+) -> tuple[list[dict[str, Any]], float]:
     """`rows` validated against `model` (a fresh output); the rows and the CPU seconds it took (model load included)."""
     import orjson
+    from toploc_tampering import read_rows
 
     from genesys.config import ProofConfig, ProofThresholds, ValidateCommand
     from genesys.proofs.validate import validate_files
-    from toploc_tampering import read_rows
 
     source = work / f"{name}.jsonl"
     source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     output = work / f"{name}-validated.jsonl"
     thresholds = ProofThresholds(args.max_exp, args.max_mean, args.max_median, args.logprob_tolerance)
-    config = ValidateCommand(inputs=[str(source)], model=model, output=str(output), batch_size=args.validate_batch_size,
-                             progress=False, proofs=ProofConfig(args.topk, args.chunk), thresholds=thresholds, **validator_settings(args))
+    config = ValidateCommand(
+        inputs=[str(source)],
+        model=model,
+        output=str(output),
+        batch_size=args.validate_batch_size,
+        progress=False,
+        proofs=ProofConfig(args.topk, args.chunk),
+        thresholds=thresholds,
+        **validator_settings(args),
+    )
     _, seconds = timed(validate_files, config)
     return read_rows(output), seconds
 
@@ -75,7 +91,15 @@ def load_validator(args: argparse.Namespace, model: str) -> None:
     from genesys.config import ProofConfig, ValidateCommand
     from genesys.proofs.validate import Validator
 
-    Validator(ValidateCommand(inputs=["-"], model=model, output="-", proofs=ProofConfig(args.topk, args.chunk), **validator_settings(args))).model.close()
+    Validator(
+        ValidateCommand(
+            inputs=["-"],
+            model=model,
+            output="-",
+            proofs=ProofConfig(args.topk, args.chunk),
+            **validator_settings(args),
+        )
+    ).model.close()
 
 
 def validator_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -93,7 +117,9 @@ def as_bf16_checkpoint(path: str) -> None:
 
 
 def worst(rows: list[dict[str, Any]], key: str, pick: Any) -> float:
-    values = [row["toploc_errors"][key] for row in rows if row.get("toploc_errors") and key in row["toploc_errors"]]
+    values = [
+        row["toploc_errors"][key] for row in rows if row.get("toploc_errors") and key in row["toploc_errors"]
+    ]
     return pick(values) if values else float("nan")
 
 
@@ -111,11 +137,18 @@ def report_case(name: str, rows: list[dict[str, Any]], honest: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--model-vocab", type=int, default=None, help="pad the embeddings to this vocabulary (e.g. 151936, as Qwen's)")
+    parser.add_argument(
+        "--model-vocab",
+        type=int,
+        default=None,
+        help="pad the embeddings to this vocabulary (e.g. 151936, as Qwen's)",
+    )
     parser.add_argument("--tasks", type=int, default=24)
     parser.add_argument("-n", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -123,12 +156,28 @@ def main() -> None:
     parser.add_argument("--validate-batch-size", type=int, default=8, help="sequences per validation prefill")
     parser.add_argument("--topk", type=int, default=16)
     parser.add_argument("--chunk", type=int, default=8)
-    parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers", help="what generates the rows")
-    parser.add_argument("--validate-backend", choices=("transformers", "vllm"), default="transformers", help="what validates them")
+    parser.add_argument(
+        "--backend", choices=("transformers", "vllm"), default="transformers", help="what generates the rows"
+    )
+    parser.add_argument(
+        "--validate-backend",
+        choices=("transformers", "vllm"),
+        default="transformers",
+        help="what validates them",
+    )
     parser.add_argument("--device", default=None)
-    parser.add_argument("--gen-dtype", default=None, help="dtype of generation (default float32 on CPU); validation runs in float32")
+    parser.add_argument(
+        "--gen-dtype",
+        default=None,
+        help="dtype of generation (default float32 on CPU); validation runs in float32",
+    )
     parser.add_argument("--repeats", type=int, default=2, help="timed generation rounds per side (best kept)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: CPU seconds count work, not threads spinning on a shared machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: CPU seconds count work, not threads spinning on a shared machine)",
+    )
     # Defaults: the calibration for the default tiny model (tests/support/toploc_tampering.py).
     parser.add_argument("--max-exp", type=int, default=TINY_THRESHOLDS.max_exp_mismatches)
     parser.add_argument("--max-mean", type=float, default=TINY_THRESHOLDS.max_mant_err_mean)
@@ -141,12 +190,23 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
 
+    from toploc_tampering import (
+        claiming,
+        copy_proofs,
+        edit_logprobs,
+        generate,
+        perturbed_model,
+        swap_token,
+        write_tasks,
+    )
+
     from genesys.config import ProofConfig
     from genesys.generate.tiny_model import build_tiny_model
-    from toploc_tampering import claiming, copy_proofs, edit_logprobs, generate, perturbed_model, swap_token, write_tasks
 
     work = Path(tempfile.mkdtemp(prefix="validate-cost-"))
-    shape = dict(hidden_size=args.hidden, layers=args.layers, heads=args.heads, model_vocab_size=args.model_vocab)
+    shape = dict(
+        hidden_size=args.hidden, layers=args.layers, heads=args.heads, model_vocab_size=args.model_vocab
+    )
     model = str(build_tiny_model(work / "model", **shape))
     other = str(build_tiny_model(work / "other", seed=1, **shape))
     perturbed = perturbed_model(model, work / "perturbed")
@@ -164,33 +224,86 @@ def main() -> None:
     if args.backend == "vllm":
         engines = (vllm_engine(model, args, None), vllm_engine(model, args, proofs))
     for engine, engine_proofs in zip(engines, (None, proofs)):
-        generate(model, tasks, work / "warmup.jsonl", engine_proofs, n=1, max_tokens=4, dtype=args.gen_dtype, backend=engine)
+        generate(
+            model,
+            tasks,
+            work / "warmup.jsonl",
+            engine_proofs,
+            n=1,
+            max_tokens=4,
+            dtype=args.gen_dtype,
+            backend=engine,
+        )
         (work / "warmup.jsonl").unlink()
     plain_seconds = proof_seconds = float("inf")
-    for round in range(args.repeats):  # alternating rounds, the best of each kept: a loaded machine slows some
-        plain, plain_round = timed(generate, model, tasks, work / f"plain-{round}.jsonl", None, backend=engines[0], **kwargs)
-        honest, proof_round = timed(generate, model, tasks, work / f"honest-{round}.jsonl", proofs, backend=engines[1], **kwargs)
-        print(f"round {round}: generate {plain_round:.2f}s without proofs, {proof_round:.2f}s with ({proof_round / plain_round - 1:+.1%})")
+    for round in range(
+        args.repeats
+    ):  # alternating rounds, the best of each kept: a loaded machine slows some
+        plain, plain_round = timed(
+            generate, model, tasks, work / f"plain-{round}.jsonl", None, backend=engines[0], **kwargs
+        )
+        honest, proof_round = timed(
+            generate, model, tasks, work / f"honest-{round}.jsonl", proofs, backend=engines[1], **kwargs
+        )
+        print(
+            f"round {round}: generate {plain_round:.2f}s without proofs, {proof_round:.2f}s with ({proof_round / plain_round - 1:+.1%})"
+        )
         plain_seconds, proof_seconds = min(plain_seconds, plain_round), min(proof_seconds, proof_round)
     validated, validate_seconds = validate(honest, work, "honest", args, model)
     load_seconds = min(timed(load_validator, args, model)[1] for _ in range(args.repeats))
     tokens = sum(len(row["completion_ids"]) for row in honest)
-    print(f"{len(honest)} rows, {tokens} completion tokens; hidden {args.hidden}, layers {args.layers}, topk {args.topk}, chunks of {args.chunk}")
-    print(f"generate without proofs: {plain_seconds:7.2f}s ({sum(len(r['completion_ids']) for r in plain) / plain_seconds:,.0f} tokens/s)")
-    print(f"generate with proofs:    {proof_seconds:7.2f}s ({tokens / proof_seconds:,.0f} tokens/s, {proof_seconds / plain_seconds - 1:+.1%} time)")
-    print(f"validate:                {validate_seconds:7.2f}s ({validate_seconds / proof_seconds:.1%} of generation with proofs), of which "
-          f"{load_seconds:.2f}s loading and hashing the model: {(validate_seconds - load_seconds) / proof_seconds:.1%} without")
+    print(
+        f"{len(honest)} rows, {tokens} completion tokens; hidden {args.hidden}, layers {args.layers}, topk {args.topk}, chunks of {args.chunk}"
+    )
+    print(
+        f"generate without proofs: {plain_seconds:7.2f}s ({sum(len(r['completion_ids']) for r in plain) / plain_seconds:,.0f} tokens/s)"
+    )
+    print(
+        f"generate with proofs:    {proof_seconds:7.2f}s ({tokens / proof_seconds:,.0f} tokens/s, {proof_seconds / plain_seconds - 1:+.1%} time)"
+    )
+    print(
+        f"validate:                {validate_seconds:7.2f}s ({validate_seconds / proof_seconds:.1%} of generation with proofs), of which "
+        f"{load_seconds:.2f}s loading and hashing the model: {(validate_seconds - load_seconds) / proof_seconds:.1%} without"
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     cases = {
-        "another model": validate(claiming(generate(other, tasks, work / "other.jsonl", proofs, **kwargs), honest[0]), work, "other", args, model)[0],
-        "perturbed weights": validate(claiming(generate(perturbed, tasks, work / "perturbed.jsonl", proofs, **kwargs), honest[0]), work, "perturbed", args, model)[0],
-        "one token swapped": validate([swap_token(row, tokenizer, position=len(row["completion_ids"]) // 2) for row in honest if len(row["completion_ids"]) > 2], work, "swapped", args, model)[0],
+        "another model": validate(
+            claiming(generate(other, tasks, work / "other.jsonl", proofs, **kwargs), honest[0]),
+            work,
+            "other",
+            args,
+            model,
+        )[0],
+        "perturbed weights": validate(
+            claiming(generate(perturbed, tasks, work / "perturbed.jsonl", proofs, **kwargs), honest[0]),
+            work,
+            "perturbed",
+            args,
+            model,
+        )[0],
+        "one token swapped": validate(
+            [
+                swap_token(row, tokenizer, position=len(row["completion_ids"]) // 2)
+                for row in honest
+                if len(row["completion_ids"]) > 2
+            ],
+            work,
+            "swapped",
+            args,
+            model,
+        )[0],
         "another row's proofs": validate(copy_proofs(honest), work, "copied", args, model)[0],
-        "edited logprobs": validate([edit_logprobs(row, -0.5, position=0) for row in honest], work, "logprobs", args, model)[0],
+        "edited logprobs": validate(
+            [edit_logprobs(row, -0.5, position=0) for row in honest], work, "logprobs", args, model
+        )[0],
     }
-    print(f"\nthresholds: exp mismatches <= {args.max_exp}, mantissa mean <= {args.max_mean}, median <= {args.max_median}; |logprob diff| <= {args.logprob_tolerance}")
-    print(f"{'case':<22} {'rows':>4} {'rejected':>8} {'by proof':>8} {'by logprob':>9} {'exp':>8} {'mean':>8} {'median':>8} {'logprob':>10}")
+    print(
+        f"\nthresholds: exp mismatches <= {args.max_exp}, mantissa mean <= {args.max_mean}, median <= {args.max_median}; |logprob diff| <= {args.logprob_tolerance}"
+    )
+    print(
+        f"{'case':<22} {'rows':>4} {'rejected':>8} {'by proof':>8} {'by logprob':>9} {'exp':>8} {'mean':>8} {'median':>8} {'logprob':>10}"
+    )
     report_case("honest (worst)", validated, honest=True)
     for name, rows in cases.items():
         report_case(name + " (least)", rows, honest=False)

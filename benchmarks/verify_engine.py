@@ -22,7 +22,7 @@ from pathlib import Path
 GENESYS = str(Path(sys.executable).with_name("genesys"))
 
 TRIVIAL_PLUGIN = textwrap.dedent(
-    '''
+    """
     import genesys
 
     class Constant(genesys.Verifier):
@@ -34,7 +34,7 @@ TRIVIAL_PLUGIN = textwrap.dedent(
     @genesys.hookimpl
     def genesys_verifiers():
         return [Constant]
-    '''
+    """
 )
 
 
@@ -68,21 +68,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         (tmp_path / "bench_constant_plugin.py").write_text(TRIVIAL_PLUGIN)
-        path = os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))  # keeps a PYTHONPATH checkout first
+        path = os.pathsep.join(
+            filter(None, [tmp, os.environ.get("PYTHONPATH")])
+        )  # keeps a PYTHONPATH checkout first
         env = {**os.environ, "GENESYS_PLUGINS": "bench_constant_plugin", "PYTHONPATH": path}
         inputs = tmp_path / "rows.jsonl"
         write_rows(inputs, args.rows)
 
         startup = [time_command([GENESYS, "verify", "--help"], env) for _ in range(7)]
-        print(f"startup  `genesys verify --help`: median {statistics.median(startup) * 1000:.0f} ms, best {min(startup) * 1000:.0f} ms (goal < 500 ms)")
+        print(
+            f"startup  `genesys verify --help`: median {statistics.median(startup) * 1000:.0f} ms, best {min(startup) * 1000:.0f} ms (goal < 500 ms)"
+        )
 
         for output in ("out.jsonl", "out-shards"):
             seconds = time_command(
-                [GENESYS, "verify", str(inputs), "-o", str(tmp_path / output), "--workers", str(args.workers), "--no-progress"], env
+                [
+                    GENESYS,
+                    "verify",
+                    str(inputs),
+                    "-o",
+                    str(tmp_path / output),
+                    "--workers",
+                    str(args.workers),
+                    "--no-progress",
+                ],
+                env,
             )
-            print(f"verify   {args.rows:,} rows -> {output:<10} {args.workers} workers: {seconds:.2f} s, {args.rows / seconds:,.0f} rows/s end to end (goal >= 5,000)")
+            print(
+                f"verify   {args.rows:,} rows -> {output:<10} {args.workers} workers: {seconds:.2f} s, {args.rows / seconds:,.0f} rows/s end to end (goal >= 5,000)"
+            )
 
-        seconds = time_command([GENESYS, "verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--no-progress"], env)
+        seconds = time_command(
+            [GENESYS, "verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--no-progress"], env
+        )
         print(f"resume   rerun over a finished output (all {args.rows:,} rows skipped): {seconds:.2f} s")
 
 

@@ -26,7 +26,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--updates", type=int, default=3)
-    parser.add_argument("--engine-arg", action="append", default=[], metavar="KEY=JSON", help="default: a 1 GiB KV cache (CPU)")
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="default: a 1 GiB KV cache (CPU)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -39,11 +45,21 @@ def main() -> None:
     from genesys.generate.vllm import VLLMBackend
 
     engine_args = {"dtype": args.dtype, "max_model_len": 1024}
-    engine_args.update((key, json.loads(value)) for key, _, value in (item.partition("=") for item in args.engine_arg))
+    engine_args.update(
+        (key, json.loads(value)) for key, _, value in (item.partition("=") for item in args.engine_arg)
+    )
     if not torch.cuda.is_available():
-        engine_args.setdefault("kv_cache_memory_bytes", 1 << 30)  # vLLM's CPU default claims most of the memory
+        engine_args.setdefault(
+            "kv_cache_memory_bytes", 1 << 30
+        )  # vLLM's CPU default claims most of the memory
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_model(Path(tmp) / "model", hidden_size=args.hidden, layers=args.layers, heads=args.heads, model_vocab_size=args.vocab)
+        path = build_tiny_model(
+            Path(tmp) / "model",
+            hidden_size=args.hidden,
+            layers=args.layers,
+            heads=args.heads,
+            model_vocab_size=args.vocab,
+        )
         started = time.perf_counter()
         backend = VLLMBackend(str(path), PromptStyle(), colocate=True, engine_args=engine_args)
         print(f"engine start: {time.perf_counter() - started:.1f} s")
@@ -54,9 +70,22 @@ def main() -> None:
             asyncio.run(backend.update_weights(list(model.named_parameters())))
             print(f"weight update: {time.perf_counter() - started:.2f} s")
         sampling = SamplingConfig(n=args.samples, max_tokens=args.max_tokens, temperature=1.0)
-        requests = [GenerationRequest(str(i), build_messages(f"Write digits {i}"), list(range(args.samples)), seed=i, sampling=sampling) for i in range(args.tasks)]
+        requests = [
+            GenerationRequest(
+                str(i),
+                build_messages(f"Write digits {i}"),
+                list(range(args.samples)),
+                seed=i,
+                sampling=sampling,
+            )
+            for i in range(args.tasks)
+        ]
         started = time.perf_counter()
-        tokens = sum(len(c.completion_ids or ()) for result in iterate(backend.generate(requests)) for c in result.completions)
+        tokens = sum(
+            len(c.completion_ids or ())
+            for result in iterate(backend.generate(requests))
+            for c in result.completions
+        )
         seconds = time.perf_counter() - started
         print(f"sampling: {tokens} tokens in {seconds:.1f} s, {tokens / seconds:.0f} tokens/s")
         backend.close()

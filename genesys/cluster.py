@@ -35,7 +35,11 @@ def import_ray() -> Any:
 
 def forwarded_environment() -> dict[str, str]:
     """The variables of this process that actors must see too."""
-    return {name: value for name, value in os.environ.items() if name in FORWARDED_ENV or name.startswith(FORWARDED_PREFIX)}
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name in FORWARDED_ENV or name.startswith(FORWARDED_PREFIX)
+    }
 
 
 @contextlib.contextmanager
@@ -50,7 +54,11 @@ def ray_session(cluster: ClusterConfig, local_cpus: float = 0.0) -> Iterator[Any
     if ray.is_initialized():
         yield ray
         return
-    options: dict[str, Any] = {"namespace": NAMESPACE, "runtime_env": {"env_vars": forwarded_environment()}, "log_to_driver": False}
+    options: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "runtime_env": {"env_vars": forwarded_environment()},
+        "log_to_driver": False,
+    }
     if cluster.address:
         options["address"] = cluster.address
     else:
@@ -58,7 +66,9 @@ def ray_session(cluster: ClusterConfig, local_cpus: float = 0.0) -> Iterator[Any
     try:
         ray.init(**options)
     except ConnectionError as exc:
-        raise InputError(f"cluster.address {cluster.address!r}: no Ray cluster answers ({exc}); start one with `ray start --head`") from None
+        raise InputError(
+            f"cluster.address {cluster.address!r}: no Ray cluster answers ({exc}); start one with `ray start --head`"
+        ) from None
     log.info("ray: connected to %s", cluster.address or "a Ray instance started on this machine")
     try:
         yield ray

@@ -23,19 +23,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic_core import PydanticUndefined
 from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticUndefined
 
 from genesys.errors import InputError
 
-SECTION = ConfigDict(extra="forbid", defer_build=True)  # built on first use: a command validates only its own models
+SECTION = ConfigDict(
+    extra="forbid", defer_build=True
+)  # built on first use: a command validates only its own models
 LENGTH_PENALTIES = ("none", "exact", "max", "clip", "overlong")
 DEFAULT_LENGTH_COEF = 0.0003
 DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
 SANDBOXES = ("auto", "docker", "bwrap", "subprocess")
 METRICS = ("score", "correct")
 # Reward terms (computed in genesys.rewards): name -> (needs the completion length, needs a target length).
-REWARD_TERMS = {"score": (False, False), "exact": (True, True), "max": (True, True), "clip": (True, True), "overlong": (True, False)}
+REWARD_TERMS = {
+    "score": (False, False),
+    "exact": (True, True),
+    "max": (True, True),
+    "clip": (True, True),
+    "overlong": (True, False),
+}
 
 
 def setting(
@@ -57,11 +65,16 @@ def setting(
     `positional`: the command's arguments.
     """
     extra = {
-        "flags": list(flags), "switch": list(switch) if switch else None, "metavar": metavar,
-        "choices": list(choices) if choices else None, "positional": positional,
+        "flags": list(flags),
+        "switch": list(switch) if switch else None,
+        "metavar": metavar,
+        "choices": list(choices) if choices else None,
+        "positional": positional,
     }
     if default_factory is not None:
-        return Field(default_factory=default_factory, description=help, json_schema_extra=extra, **constraints)
+        return Field(
+            default_factory=default_factory, description=help, json_schema_extra=extra, **constraints
+        )
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
@@ -91,10 +104,16 @@ class PromptStyle:
     the model continues from it; it is part of `prompt_ids`, not of `llm_response`.
     """
 
-    chat_template: bool = setting(True, "render prompts with the model's chat template", switch=("--no-chat-template", False, "send the raw task prompt instead of the chat template"))
+    chat_template: bool = setting(
+        True,
+        "render prompts with the model's chat template",
+        switch=("--no-chat-template", False, "send the raw task prompt instead of the chat template"),
+    )
     continuation_prefix: str = setting(
-        "", r"text the response starts with, after the chat template (e.g. '<think>\n'; \n and \t are escapes)",
-        flags=("--continuation-prefix",), metavar="TEXT",
+        "",
+        r"text the response starts with, after the chat template (e.g. '<think>\n'; \n and \t are escapes)",
+        flags=("--continuation-prefix",),
+        metavar="TEXT",
     )
 
     def __post_init__(self) -> None:
@@ -106,28 +125,74 @@ class PromptStyle:
 class BackendOptions:
     """A generation backend's own settings ([backend_options]); each applies to the backends named in its help."""
 
-    batch_size: int | None = setting(None, "transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024)", flags=("--batch-size",), ge=1)
-    tensor_parallel_size: int | None = setting(None, "vllm: GPUs per model replica", flags=("--tensor-parallel-size",), ge=1)
-    device: str | None = setting(None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",))
-    dtype: str | None = setting(None, "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)", flags=("--dtype",))
-    base_url: str | None = setting(None, "openai: server URL ending in /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)", flags=("--base-url",))
+    batch_size: int | None = setting(
+        None,
+        "transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024)",
+        flags=("--batch-size",),
+        ge=1,
+    )
+    tensor_parallel_size: int | None = setting(
+        None, "vllm: GPUs per model replica", flags=("--tensor-parallel-size",), ge=1
+    )
+    device: str | None = setting(
+        None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",)
+    )
+    dtype: str | None = setting(
+        None,
+        "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)",
+        flags=("--dtype",),
+    )
+    base_url: str | None = setting(
+        None,
+        "openai: server URL ending in /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)",
+        flags=("--base-url",),
+    )
     api_key: str | None = setting(None, "openai: API key (default: $OPENAI_API_KEY)", flags=("--api-key",))
-    concurrency: int | None = setting(None, "openai: requests in flight at most (default 64)", flags=("--concurrency",), ge=1)
-    max_retries: int | None = setting(None, "openai: retries of a request on 429, 5xx or connection errors, with exponential backoff (default 8)", flags=("--max-retries",), ge=0)
-    logprobs: bool | None = setting(None, "openai: ask for logprobs (false for servers and models that refuse them)", switch=("--no-logprobs", False, "openai: do not ask for logprobs (for servers and models that refuse them)"))
-    split_samples: bool | None = setting(None, "openai: one request per sample, for servers that do not support n > 1", switch=("--split-samples", True, "openai: one request per sample, for servers that do not support n > 1"))
+    concurrency: int | None = setting(
+        None, "openai: requests in flight at most (default 64)", flags=("--concurrency",), ge=1
+    )
+    max_retries: int | None = setting(
+        None,
+        "openai: retries of a request on 429, 5xx or connection errors, with exponential backoff (default 8)",
+        flags=("--max-retries",),
+        ge=0,
+    )
+    logprobs: bool | None = setting(
+        None,
+        "openai: ask for logprobs (false for servers and models that refuse them)",
+        switch=(
+            "--no-logprobs",
+            False,
+            "openai: do not ask for logprobs (for servers and models that refuse them)",
+        ),
+    )
+    split_samples: bool | None = setting(
+        None,
+        "openai: one request per sample, for servers that do not support n > 1",
+        switch=(
+            "--split-samples",
+            True,
+            "openai: one request per sample, for servers that do not support n > 1",
+        ),
+    )
     args: dict[str, Any] = setting(
         help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, openai request fields, or a plugin backend's settings",
-        flags=("-B", "--backend-arg"), metavar="KEY=VALUE", default_factory=dict,
+        flags=("-B", "--backend-arg"),
+        metavar="KEY=VALUE",
+        default_factory=dict,
     )
 
     def for_backend(self, backend: str) -> dict[str, Any]:
         """The settings given, as the keyword arguments of `backend`; one that another backend owns is an InputError."""
-        options = {name: value for name, value in asdict(self).items() if name != "args" and value is not None}
+        options = {
+            name: value for name, value in asdict(self).items() if name != "args" and value is not None
+        }
         for name in options:
             owners = BACKEND_OPTION_OWNERS[name]
             if backend not in owners:
-                raise InputError(f"{_flag(name)} applies to the {' and '.join(owners)} backend, not to {backend} (backend_options.{name})")
+                raise InputError(
+                    f"{_flag(name)} applies to the {' and '.join(owners)} backend, not to {backend} (backend_options.{name})"
+                )
         if self.args and backend in BACKEND_ARGS_KEYWORD:
             options[BACKEND_ARGS_KEYWORD[backend]] = dict(self.args)
         elif self.args:  # a plugin's backend takes its settings as keyword arguments
@@ -169,7 +234,12 @@ class ProofConfig:
     """The shape of TOPLOC proofs ([proofs]): one proof per `decode_batching_size` completion tokens,
     committing to the `topk` largest last-layer hidden-state values of those tokens (`genesys.proofs`)."""
 
-    topk: int = setting(128, "hidden-state values each proof commits to (at most the model's hidden size)", flags=("--proof-topk",), ge=1)
+    topk: int = setting(
+        128,
+        "hidden-state values each proof commits to (at most the model's hidden size)",
+        flags=("--proof-topk",),
+        ge=1,
+    )
     decode_batching_size: int = setting(32, "completion tokens per proof", flags=("--proof-chunk",), ge=1)
 
 
@@ -184,7 +254,9 @@ class GenerateProofSettings(ProofConfig):
         if not self.enabled:
             return None
         if backend not in PROOF_BACKENDS:
-            raise InputError(f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_BACKENDS)}), not {backend}")
+            raise InputError(
+                f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_BACKENDS)}), not {backend}"
+            )
         return ProofConfig(self.topk, self.decode_batching_size)
 
 
@@ -199,17 +271,30 @@ class ProofThresholds:
     `logprob_tolerance` bounds |claimed - recomputed| of every completion token's logprob.
     """
 
-    max_exp_mismatches: int = setting(38, "exponent mismatches per chunk at most", flags=("--max-exp-mismatches",), ge=0)
-    max_mant_err_mean: float = setting(10.0, "mean mantissa difference per chunk at most", flags=("--max-mant-err-mean",), ge=0)
-    max_mant_err_median: float = setting(8.0, "median mantissa difference per chunk at most", flags=("--max-mant-err-median",), ge=0)
-    logprob_tolerance: float = setting(0.05, "largest |claimed - recomputed| logprob of a completion token", flags=("--logprob-tolerance",), ge=0)
+    max_exp_mismatches: int = setting(
+        38, "exponent mismatches per chunk at most", flags=("--max-exp-mismatches",), ge=0
+    )
+    max_mant_err_mean: float = setting(
+        10.0, "mean mantissa difference per chunk at most", flags=("--max-mant-err-mean",), ge=0
+    )
+    max_mant_err_median: float = setting(
+        8.0, "median mantissa difference per chunk at most", flags=("--max-mant-err-median",), ge=0
+    )
+    logprob_tolerance: float = setting(
+        0.05,
+        "largest |claimed - recomputed| logprob of a completion token",
+        flags=("--logprob-tolerance",),
+        ge=0,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
 class ExpectedSampling:
     """The sampling settings rows must have been generated with ([expect]); unset: not checked."""
 
-    temperature: float | None = setting(None, "the temperature rows must name", flags=("--temperature",), ge=0)
+    temperature: float | None = setting(
+        None, "the temperature rows must name", flags=("--temperature",), ge=0
+    )
     top_p: float | None = setting(None, "the top-p rows must name", flags=("--top-p",), gt=0, le=1)
     max_tokens: int | None = setting(None, "the token limit rows must name", flags=("--max-tokens",), ge=1)
 
@@ -221,12 +306,23 @@ class ExpectedSampling:
 class ClusterConfig:
     """Where the work runs ([cluster]): processes on this machine, or Ray actors on a Ray cluster."""
 
-    backend: Literal["local", "ray"] = setting("local", "local: processes on this machine; ray: Ray actors (pip install 'genesys[ray]')", choices=("local", "ray"))
-    address: str | None = setting(None, "Ray cluster to join (e.g. ray://head:10001 or auto); unset: start a Ray instance on this machine")
-    rollout_workers: int = setting(2, "generation actors (train and generate), each with its own copy of the model", ge=1)
+    backend: Literal["local", "ray"] = setting(
+        "local",
+        "local: processes on this machine; ray: Ray actors (pip install 'genesys[ray]')",
+        choices=("local", "ray"),
+    )
+    address: str | None = setting(
+        None,
+        "Ray cluster to join (e.g. ray://head:10001 or auto); unset: start a Ray instance on this machine",
+    )
+    rollout_workers: int = setting(
+        2, "generation actors (train and generate), each with its own copy of the model", ge=1
+    )
     verifier_workers: int = setting(1, "verification actors, each running the verification engine", ge=1)
     rollout_cpus: float = setting(1.0, "CPUs one generation actor declares", ge=0)
-    rollout_gpus: float = setting(0.0, "GPUs one generation actor declares (Ray assigns them through CUDA_VISIBLE_DEVICES)", ge=0)
+    rollout_gpus: float = setting(
+        0.0, "GPUs one generation actor declares (Ray assigns them through CUDA_VISIBLE_DEVICES)", ge=0
+    )
     verifier_cpus: float = setting(1.0, "CPUs one verification actor declares", ge=0)
 
     @property
@@ -242,15 +338,34 @@ class SandboxConfig:
     """Where and under which per-test limits code verifiers run programs ([sandbox]); unset: the verifier's default."""
 
     backend: Literal["auto", "docker", "bwrap", "subprocess"] | None = setting(
-        None, "backend (default auto: docker if a daemon answers and the image exists, else bwrap)", flags=("--sandbox",), choices=SANDBOXES
+        None,
+        "backend (default auto: docker if a daemon answers and the image exists, else bwrap)",
+        flags=("--sandbox",),
+        choices=SANDBOXES,
     )
-    image: str | None = setting(None, "docker image (default genesys-sandbox:latest, made by `genesys sandbox build`)", flags=("--sandbox-image",))
-    time_limit: float | None = setting(None, "CPU seconds per test (default 2)", flags=("--time-limit",), gt=0)
-    memory_limit: int | None = setting(None, "MB of memory per test (default 512)", flags=("--memory-limit",), ge=1)
-    process_limit: int | None = setting(None, "processes and threads per test (default 64)", flags=("--process-limit",), ge=1)
-    output_limit: int | None = setting(None, "bytes of stdout per test (default 8 MiB)", flags=("--output-limit",), ge=1)
-    disk_limit: int | None = setting(None, "MB per file a test writes (default 64)", flags=("--disk-limit",), ge=1)
-    runner_reuse: int | None = setting(None, "submissions one in-sandbox runner serves before a fresh one starts (default 1000)", ge=1)
+    image: str | None = setting(
+        None,
+        "docker image (default genesys-sandbox:latest, made by `genesys sandbox build`)",
+        flags=("--sandbox-image",),
+    )
+    time_limit: float | None = setting(
+        None, "CPU seconds per test (default 2)", flags=("--time-limit",), gt=0
+    )
+    memory_limit: int | None = setting(
+        None, "MB of memory per test (default 512)", flags=("--memory-limit",), ge=1
+    )
+    process_limit: int | None = setting(
+        None, "processes and threads per test (default 64)", flags=("--process-limit",), ge=1
+    )
+    output_limit: int | None = setting(
+        None, "bytes of stdout per test (default 8 MiB)", flags=("--output-limit",), ge=1
+    )
+    disk_limit: int | None = setting(
+        None, "MB per file a test writes (default 64)", flags=("--disk-limit",), ge=1
+    )
+    runner_reuse: int | None = setting(
+        None, "submissions one in-sandbox runner serves before a fresh one starts (default 1000)", ge=1
+    )
 
     def as_options(self) -> dict[str, Any]:
         """The settings given, as verifier options (`sandbox`, `sandbox_image`, `time_limit`, ...)."""
@@ -262,37 +377,71 @@ class SandboxConfig:
 class RewardConfig:
     """How `reward` is derived from `score` ([reward]): a weighted sum of terms, see `genesys.rewards`."""
 
-    length_penalty: str = setting("none", "length term joining the score at weight 1 (none: reward = score)", flags=("--length-penalty",), choices=LENGTH_PENALTIES)
+    length_penalty: str = setting(
+        "none",
+        "length term joining the score at weight 1 (none: reward = score)",
+        flags=("--length-penalty",),
+        choices=LENGTH_PENALTIES,
+    )
     coef: float = setting(DEFAULT_LENGTH_COEF, "coefficient of exact/max", flags=("--length-coef",))
-    target_length: int | None = setting(None, "target tokens for rows without a target_length column (exact, max, clip)", flags=("--target-length",))
-    max_length: int | None = setting(None, "overlong: the maximum completion length in tokens", flags=("--max-length",), ge=1)
-    overlong_buffer: int | None = setting(None, "overlong: tokens before max_length where the penalty ramps up", flags=("--overlong-buffer",), ge=1)
-    overlong_penalty: float = setting(1.0, "overlong: the penalty at max_length and beyond", flags=("--overlong-penalty",), ge=0)
-    tokenizer: str | None = setting(None, "tokenizer (name or path) counting tokens of rows without completion_ids", flags=("--tokenizer",))
+    target_length: int | None = setting(
+        None,
+        "target tokens for rows without a target_length column (exact, max, clip)",
+        flags=("--target-length",),
+    )
+    max_length: int | None = setting(
+        None, "overlong: the maximum completion length in tokens", flags=("--max-length",), ge=1
+    )
+    overlong_buffer: int | None = setting(
+        None,
+        "overlong: tokens before max_length where the penalty ramps up",
+        flags=("--overlong-buffer",),
+        ge=1,
+    )
+    overlong_penalty: float = setting(
+        1.0, "overlong: the penalty at max_length and beyond", flags=("--overlong-penalty",), ge=0
+    )
+    tokenizer: str | None = setting(
+        None,
+        "tokenizer (name or path) counting tokens of rows without completion_ids",
+        flags=("--tokenizer",),
+    )
     weights: dict[str, float] = setting(
         help=f"reward term weights over the defaults (terms: {', '.join(REWARD_TERMS)}; 0 drops one)",
-        flags=("--reward-weight",), metavar="TERM=WEIGHT", default_factory=dict,
+        flags=("--reward-weight",),
+        metavar="TERM=WEIGHT",
+        default_factory=dict,
     )
 
     def __post_init__(self) -> None:
         if self.length_penalty not in LENGTH_PENALTIES:
-            raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {self.length_penalty!r}")
+            raise ValueError(
+                f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got {self.length_penalty!r}"
+            )
         if self.coef < 0:
             raise ValueError(f"length coefficient must be >= 0, got {self.coef}")
         if self.target_length is not None and self.target_length < 0:
             raise ValueError(f"target length must be an integer >= 0, got {self.target_length!r}")
         for name, weight in self.weights.items():
             if name not in REWARD_TERMS:
-                raise ValueError(f"unknown reward term {name!r} in weights; the terms are {', '.join(REWARD_TERMS)}")
+                raise ValueError(
+                    f"unknown reward term {name!r} in weights; the terms are {', '.join(REWARD_TERMS)}"
+                )
             if not math.isfinite(weight):
-                raise ValueError(f"the weight of reward term {name!r} must be a finite number, got {weight!r}")
+                raise ValueError(
+                    f"the weight of reward term {name!r} must be a finite number, got {weight!r}"
+                )
         if not self.terms:
             raise ValueError("the weights leave no reward term: the reward would always be 0")
         if "overlong" in self.terms:
             if self.max_length is None or self.overlong_buffer is None:
-                raise ValueError("the 'overlong' length term needs --max-length and --overlong-buffer (reward.max_length, reward.overlong_buffer)")
+                raise ValueError(
+                    "the 'overlong' length term needs --max-length and --overlong-buffer (reward.max_length, reward.overlong_buffer)"
+                )
             if not self.overlong_buffer <= self.max_length:
-                raise ValueError(f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}")
+                raise ValueError(
+                    f"overlong buffer must be in (0, max_length={self.max_length}], got {self.overlong_buffer}"
+                )
 
     @functools.cached_property
     def terms(self) -> dict[str, float]:
@@ -319,12 +468,39 @@ class RewardConfig:
 class VerifySettings:
     """How verification runs ([verify])."""
 
-    workers: int = setting(help="worker processes (default: all cores)", flags=("--workers",), default_factory=lambda: os.cpu_count() or 1, ge=1)
-    timeout: float | None = setting(None, "per-rollout deadline in seconds, overriding each verifier's own", flags=("--timeout",), gt=0)
-    skip_unknown: bool = setting(False, "record rows of task types no verifier serves as errors instead of refusing the run", switch=("--skip-unknown", True, "record rows of unknown task_type as errors instead of refusing the run"))
-    options: dict[str, Any] = setting(help="an option passed to every verifier", flags=("-O", "--option"), metavar="KEY=VALUE", default_factory=dict)
-    max_rows_per_worker: int | None = setting(100_000, "replace each worker after this many rows, bounding leaks in verifiers", flags=("--max-rows-per-worker",), ge=1)
-    max_pending_rows: int = setting(20_000, "rows in flight at most before submitting waits for results", ge=1)
+    workers: int = setting(
+        help="worker processes (default: all cores)",
+        flags=("--workers",),
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+    )
+    timeout: float | None = setting(
+        None, "per-rollout deadline in seconds, overriding each verifier's own", flags=("--timeout",), gt=0
+    )
+    skip_unknown: bool = setting(
+        False,
+        "record rows of task types no verifier serves as errors instead of refusing the run",
+        switch=(
+            "--skip-unknown",
+            True,
+            "record rows of unknown task_type as errors instead of refusing the run",
+        ),
+    )
+    options: dict[str, Any] = setting(
+        help="an option passed to every verifier",
+        flags=("-O", "--option"),
+        metavar="KEY=VALUE",
+        default_factory=dict,
+    )
+    max_rows_per_worker: int | None = setting(
+        100_000,
+        "replace each worker after this many rows, bounding leaks in verifiers",
+        flags=("--max-rows-per-worker",),
+        ge=1,
+    )
+    max_pending_rows: int = setting(
+        20_000, "rows in flight at most before submitting waits for results", ge=1
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -345,7 +521,11 @@ class VerifyConfig(VerifySettings):
 class GenerateVerifySettings(VerifySettings):
     """[verify] of `genesys generate`: the same settings, and whether to verify at all."""
 
-    enabled: bool = setting(False, "verify rollouts while generating; rows gain score and reward", switch=("--verify", True, "verify rollouts while generating; rows gain score and reward"))
+    enabled: bool = setting(
+        False,
+        "verify rollouts while generating; rows gain score and reward",
+        switch=("--verify", True, "verify rollouts while generating; rows gain score and reward"),
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -359,9 +539,21 @@ class FilterConfig:
 
     min_pass_rate: float = setting(0.0, "lowest pass rate kept", flags=("--min-pass-rate",))
     max_pass_rate: float = setting(1.0, "highest pass rate kept", flags=("--max-pass-rate",))
-    metric: str = setting("score", "pass rate as mean score, or as the fraction with score == 1", flags=("--metric",), choices=METRICS)
-    pass_rate_column: str | None = setting(None, "the input is a task set with a solve rate in COLUMN: filter on it", flags=("--pass-rate-column",), metavar="COLUMN")
-    require_proofs: bool = setting(False, REQUIRE_PROOFS_HELP, switch=("--require-proofs", True, REQUIRE_PROOFS_HELP))
+    metric: str = setting(
+        "score",
+        "pass rate as mean score, or as the fraction with score == 1",
+        flags=("--metric",),
+        choices=METRICS,
+    )
+    pass_rate_column: str | None = setting(
+        None,
+        "the input is a task set with a solve rate in COLUMN: filter on it",
+        flags=("--pass-rate-column",),
+        metavar="COLUMN",
+    )
+    require_proofs: bool = setting(
+        False, REQUIRE_PROOFS_HELP, switch=("--require-proofs", True, REQUIRE_PROOFS_HELP)
+    )
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -403,9 +595,15 @@ class GenerateConfig:
 class VerifyCommand:
     """`genesys verify`: its TOML file and flags."""
 
-    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="INPUT", min_length=1)
-    output: str = setting(help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
-    rejects: str | None = setting(None, "where unreadable rows go (default: OUTPUT.rejects.jsonl)", flags=("--rejects",))
+    inputs: list[str] = setting(
+        help="rollout files, directories or globs", positional=True, metavar="INPUT", min_length=1
+    )
+    output: str = setting(
+        help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output")
+    )
+    rejects: str | None = setting(
+        None, "where unreadable rows go (default: OUTPUT.rejects.jsonl)", flags=("--rejects",)
+    )
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -414,7 +612,13 @@ class VerifyCommand:
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
-        return VerifyConfig(**asdict(self.verify), sandbox=self.sandbox, reward=self.reward, progress=self.progress, cluster=self.cluster)
+        return VerifyConfig(
+            **asdict(self.verify),
+            sandbox=self.sandbox,
+            reward=self.reward,
+            progress=self.progress,
+            cluster=self.cluster,
+        )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -423,19 +627,38 @@ class GenerateCommand:
 
     tasks: list[str] = setting(
         help="task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)",
-        flags=("--tasks",), metavar="SRC", min_length=1,
+        flags=("--tasks",),
+        metavar="SRC",
+        min_length=1,
     )
     model: str = setting(help="model path or name (for openai: the served model name)", flags=("--model",))
-    output: str = setting(help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
-    backend: str = setting("auto", "generation backend (auto: vllm when installed with a GPU, else transformers)", flags=("--backend",))
-    mix: list[float] | None = setting(None, "ratios of the task sources, one per --tasks source", flags=("--mix",), metavar="R1,R2,...")
-    max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
-    system_prompt: str | None = setting(None, "system message put before every task", flags=("--system-prompt",))
-    target_lengths: list[int] | None = setting(
-        None, "give each task one of these thinking lengths, asked for in the system message and stored as target_length",
-        flags=("--target-lengths",), metavar="N1,N2,...",
+    output: str = setting(
+        help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output")
     )
-    target_length_prompt: str = setting(DEFAULT_TARGET_LENGTH_PROMPT, "the target-length instruction, with {target_length}", flags=("--target-length-prompt",), metavar="TEMPLATE")
+    backend: str = setting(
+        "auto",
+        "generation backend (auto: vllm when installed with a GPU, else transformers)",
+        flags=("--backend",),
+    )
+    mix: list[float] | None = setting(
+        None, "ratios of the task sources, one per --tasks source", flags=("--mix",), metavar="R1,R2,..."
+    )
+    max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
+    system_prompt: str | None = setting(
+        None, "system message put before every task", flags=("--system-prompt",)
+    )
+    target_lengths: list[int] | None = setting(
+        None,
+        "give each task one of these thinking lengths, asked for in the system message and stored as target_length",
+        flags=("--target-lengths",),
+        metavar="N1,N2,...",
+    )
+    target_length_prompt: str = setting(
+        DEFAULT_TARGET_LENGTH_PROMPT,
+        "the target-length instruction, with {target_length}",
+        flags=("--target-length-prompt",),
+        metavar="TEMPLATE",
+    )
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
@@ -451,12 +674,26 @@ class GenerateCommand:
         verify = None
         if self.verify.enabled:
             settings = {k: v for k, v in asdict(self.verify).items() if k != "enabled"}
-            verify = VerifyConfig(**settings, sandbox=self.sandbox, reward=self.reward, progress=False, cluster=self.cluster)
+            verify = VerifyConfig(
+                **settings, sandbox=self.sandbox, reward=self.reward, progress=False, cluster=self.cluster
+            )
         return GenerateConfig(
-            tasks=self.tasks, model=self.model, output=self.output, backend=backend, sampling=self.sampling, style=self.style,
-            system_prompt=self.system_prompt, target_lengths=self.target_lengths, target_length_prompt=self.target_length_prompt,
-            mix=self.mix, max_tasks=self.max_tasks, backend_options=self.backend_options.for_backend(backend),
-            verify=verify, proofs=self.proofs.for_backend(backend), progress=self.progress, cluster=self.cluster,
+            tasks=self.tasks,
+            model=self.model,
+            output=self.output,
+            backend=backend,
+            sampling=self.sampling,
+            style=self.style,
+            system_prompt=self.system_prompt,
+            target_lengths=self.target_lengths,
+            target_length_prompt=self.target_length_prompt,
+            mix=self.mix,
+            max_tasks=self.max_tasks,
+            backend_options=self.backend_options.for_backend(backend),
+            verify=verify,
+            proofs=self.proofs.for_backend(backend),
+            progress=self.progress,
+            cluster=self.cluster,
         )
 
 
@@ -464,7 +701,9 @@ class GenerateCommand:
 class FilterCommand:
     """`genesys filter`: its TOML file and flags."""
 
-    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1)
+    inputs: list[str] = setting(
+        help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1
+    )
     output: str = setting(help="output tasks: .jsonl or .parquet", flags=("-o", "--output"))
     filter: FilterConfig = Field(default_factory=FilterConfig)
 
@@ -473,18 +712,39 @@ class FilterCommand:
 class ValidateCommand:
     """`genesys validate`: its TOML file and flags."""
 
-    inputs: list[str] = setting(help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1)
-    model: str = setting(help="the model the rollouts claim: path or hub name", flags=("--model",))
-    output: str = setting(help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output"))
-    model_name: str | None = setting(None, "the model_name rows must carry (default: --model)", flags=("--model-name",))
-    backend: Literal["transformers", "vllm"] = setting(
-        "transformers", "what recomputes the rows: transformers (CPU or GPU) or vllm (its engine, with the capture of generate --proofs)",
-        flags=("--backend",), choices=("transformers", "vllm"),
+    inputs: list[str] = setting(
+        help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1
     )
-    batch_size: int = setting(8, "rows per prefill (transformers) or per engine call (vllm)", flags=("--batch-size",), ge=1)
-    device: str | None = setting(None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",))
-    dtype: str | None = setting(None, "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)", flags=("--dtype",))
-    engine_args: dict[str, Any] = setting(help="vllm: vllm.LLM engine arguments (dtype, max_model_len, ...)", flags=("-B", "--backend-arg"), metavar="KEY=VALUE", default_factory=dict)
+    model: str = setting(help="the model the rollouts claim: path or hub name", flags=("--model",))
+    output: str = setting(
+        help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output")
+    )
+    model_name: str | None = setting(
+        None, "the model_name rows must carry (default: --model)", flags=("--model-name",)
+    )
+    backend: Literal["transformers", "vllm"] = setting(
+        "transformers",
+        "what recomputes the rows: transformers (CPU or GPU) or vllm (its engine, with the capture of generate --proofs)",
+        flags=("--backend",),
+        choices=("transformers", "vllm"),
+    )
+    batch_size: int = setting(
+        8, "rows per prefill (transformers) or per engine call (vllm)", flags=("--batch-size",), ge=1
+    )
+    device: str | None = setting(
+        None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",)
+    )
+    dtype: str | None = setting(
+        None,
+        "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)",
+        flags=("--dtype",),
+    )
+    engine_args: dict[str, Any] = setting(
+        help="vllm: vllm.LLM engine arguments (dtype, max_model_len, ...)",
+        flags=("-B", "--backend-arg"),
+        metavar="KEY=VALUE",
+        default_factory=dict,
+    )
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
     proofs: ProofConfig = Field(default_factory=ProofConfig)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
@@ -492,10 +752,11 @@ class ValidateCommand:
 
     def __post_init__(self) -> None:
         if self.backend == "vllm" and (self.device is not None or self.dtype is not None):
-            raise ValueError("--device and --dtype apply to the transformers backend; give vLLM's dtype as -B dtype=...")
+            raise ValueError(
+                "--device and --dtype apply to the transformers backend; give vLLM's dtype as -B dtype=..."
+            )
         if self.backend == "transformers" and self.engine_args:
             raise ValueError("-B engine arguments apply to the vllm backend")
-
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -542,12 +803,18 @@ def describe_errors(exc: ValidationError, describe_key: Any = None) -> str:
         if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
             problems.append(f"unknown key {where}")
             continue
-        if error["type"] in ("missing", "missing_argument") or (error["type"] == "too_short" and not error.get("input")):
+        if error["type"] in ("missing", "missing_argument") or (
+            error["type"] == "too_short" and not error.get("input")
+        ):
             problems.append(f"{where} is required")
             continue
         message = str(error["msg"]).removeprefix("Value error, ")
         if key:
-            problems.append(f"{where}: {message} (got {error['input']!r})" if "input" in error and error["type"] != "value_error" else f"{where}: {message}")
+            problems.append(
+                f"{where}: {message} (got {error['input']!r})"
+                if "input" in error and error["type"] != "value_error"
+                else f"{where}: {message}"
+            )
         else:
             problems.append(message)
     return "; ".join(problems)

@@ -136,7 +136,9 @@ class VerificationEngine(VerificationPool):
         if unknown:
             raise InputError(
                 f"unknown verifier option(s) {', '.join(map(repr, unknown))} (-O/--option); the installed verifiers read: "
-                + ", ".join(sorted(set().union(*(cls.accepted_options or () for cls in self.classes.values()))))
+                + ", ".join(
+                    sorted(set().union(*(cls.accepted_options or () for cls in self.classes.values())))
+                )
             )
         self._stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
@@ -190,7 +192,13 @@ class VerificationEngine(VerificationPool):
             raise RuntimeError("the verification engine is not running: use it as a context manager")
         task_type = row.get("task_type")
         if task_type not in self.classes:
-            self._finish(key, row, None, {}, VerifyError(ErrorKind.UNKNOWN_TYPE, unknown_type_error(task_type, self.classes)))
+            self._finish(
+                key,
+                row,
+                None,
+                {},
+                VerifyError(ErrorKind.UNKNOWN_TYPE, unknown_type_error(task_type, self.classes)),
+            )
             return
         seq = next(self._seq)
         self._rows[seq] = (key, row)
@@ -246,7 +254,14 @@ class VerificationEngine(VerificationPool):
             for seq in batch.remaining:  # rows the worker did not answer for are tried again
                 self._pending[batch.task_type].appendleft(seq)
 
-    def _finish(self, key: Hashable, row: dict[str, Any], score: float | None, details: dict, error: VerifyError | None) -> None:
+    def _finish(
+        self,
+        key: Hashable,
+        row: dict[str, Any],
+        score: float | None,
+        details: dict,
+        error: VerifyError | None,
+    ) -> None:
         out = dict(row)
         out["score"] = score
         out["verification_result_info"] = details
@@ -272,7 +287,11 @@ class VerificationEngine(VerificationPool):
                 self._receive(worker)  # results that raced with the deadline still count
                 if worker in self._workers and worker.current_rollout() == current:
                     what = "verifier setup" if in_setup else "verification"
-                    self._replace(worker, blame=current[0], error=VerifyError(ErrorKind.TIMEOUT, f"{what} exceeded {limit:g}s"))
+                    self._replace(
+                        worker,
+                        blame=current[0],
+                        error=VerifyError(ErrorKind.TIMEOUT, f"{what} exceeded {limit:g}s"),
+                    )
 
     def _handle_death(self, worker: _Worker) -> None:
         current = worker.current_rollout()
@@ -280,7 +299,11 @@ class VerificationEngine(VerificationPool):
         code = worker.process.exitcode
         blame = current[0] if current else None
         what = "verifier setup" if blame == SEQ_SETUP else "verification"
-        self._replace(worker, blame=blame, error=VerifyError(ErrorKind.CRASH, f"worker process died (exit code {code}) during {what}"))
+        self._replace(
+            worker,
+            blame=blame,
+            error=VerifyError(ErrorKind.CRASH, f"worker process died (exit code {code}) during {what}"),
+        )
 
     def _replace(self, worker: _Worker, blame: float | None, error: VerifyError) -> None:
         """Kill `worker`, record `error` for the rollout(s) it was stuck on, requeue the rest, start a new one."""
@@ -314,7 +337,13 @@ class VerificationEngine(VerificationPool):
         if count > MAX_REQUEUES:
             key, row = self._rows.pop(seq)
             del self._requeues[seq]
-            self._finish(key, row, None, {}, VerifyError(ErrorKind.CRASH, f"{count} workers died while this row was queued on them"))
+            self._finish(
+                key,
+                row,
+                None,
+                {},
+                VerifyError(ErrorKind.CRASH, f"{count} workers died while this row was queued on them"),
+            )
         else:
             self._pending[task_type].appendleft(seq)
 
@@ -376,20 +405,28 @@ class VerificationEngine(VerificationPool):
     def _send_batch(self, worker: _Worker, task_type: str) -> None:
         queue = self._pending[task_type]
         seqs = [queue.popleft() for _ in range(min(len(queue), self._batch_size(task_type)))]
-        batch = _SentBatch(next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs), len(seqs))
+        batch = _SentBatch(
+            next(self._batch_ids), task_type, self.timeout_for(task_type), dict.fromkeys(seqs), len(seqs)
+        )
         rows = [self._rows[seq][1] for seq in seqs]
         try:
             worker.send(Batch(batch.batch_id, task_type, batch.timeout, seqs, rows))
         except Exception as exc:  # a row that cannot be pickled (rows read from files always can)
             seq = next((seq for seq, row in zip(seqs, rows) if not _picklable(row)), seqs[0])
-            raise TypeError(f"row {self._rows[seq][0]!r} cannot be sent to a verification worker: {exc}") from exc
+            raise TypeError(
+                f"row {self._rows[seq][0]!r} cannot be sent to a verification worker: {exc}"
+            ) from exc
         worker.inflight.append(batch)
 
 
-def preload_modules(classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None) -> list[str]:
+def preload_modules(
+    classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None
+) -> list[str]:
     """Modules the fork server imports before workers fork: the worker's own, and the `preload` of
     the verifiers of `expected_types` (all of them when None)."""
-    wanted = [cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types]
+    wanted = [
+        cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types
+    ]
     return ["genesys.worker", *sorted({module for cls in wanted for module in cls.preload})]
 
 

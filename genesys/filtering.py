@@ -27,11 +27,11 @@ import orjson
 
 from genesys.config import FilterConfig as PassRateFilter
 from genesys.errors import InputError
-from genesys.train.groups import fill_batch, split_groups
 from genesys.identity import group_key_columns
 from genesys.inputs import InputFile, resolve_inputs
 from genesys.rewards import TARGET_LENGTH_COLUMN
 from genesys.schema import JSON_COLUMNS, RESPONSE_COLUMNS, VERDICT_COLUMNS
+from genesys.train.groups import fill_batch, split_groups
 
 if TYPE_CHECKING:
     import polars as pl
@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 _BOUND_TOLERANCE = 1e-9
 _ADDED_COLUMNS = ("pass_rate", "n_samples", "n_errors")
 # Per-rollout columns a task row does not keep (`target_length` is a generation setting, not the task's).
-_ROLLOUT_ONLY_COLUMNS = frozenset(RESPONSE_COLUMNS + VERDICT_COLUMNS + ("completion", TARGET_LENGTH_COLUMN) + _ADDED_COLUMNS)
+_ROLLOUT_ONLY_COLUMNS = frozenset(
+    RESPONSE_COLUMNS + VERDICT_COLUMNS + ("completion", TARGET_LENGTH_COLUMN) + _ADDED_COLUMNS
+)
 _ROW_INDEX = "__genesys_row"
 _OUT_OF_RANGE = "__genesys_out_of_range"
 
@@ -74,7 +76,9 @@ def _task_rows(rollouts: pl.LazyFrame, metric: str) -> pl.LazyFrame:
 
     names = rollouts.collect_schema().names()
     if "score" not in names:
-        raise InputError("the rollouts have no 'score' column: verify them first (genesys verify), or name a --pass-rate-column")
+        raise InputError(
+            "the rollouts have no 'score' column: verify them first (genesys verify), or name a --pass-rate-column"
+        )
     keys = group_key_columns(names)
     task_columns = [name for name in names if name not in _ROLLOUT_ONLY_COLUMNS]
     value = pl.col("score") if metric == "score" else (pl.col("score") == 1.0).cast(pl.Float64)
@@ -120,8 +124,11 @@ def refuse_out_of_range(count: int, files: Sequence[InputFile]) -> None:
         raise InputError(f"{count:,} rollout(s) have a score outside 0..1; the first: {where}")
 
 
-def filter_tasks(inputs: Sequence[str], output: str | Path, config: PassRateFilter = PassRateFilter()) -> FilterSummary:
+def filter_tasks(
+    inputs: Sequence[str], output: str | Path, config: PassRateFilter | None = None
+) -> FilterSummary:
     """Keep the tasks of `inputs` whose pass rate is within the bounds; write them to `output` (.jsonl or .parquet)."""
+    config = config or PassRateFilter()
     import polars as pl
 
     from genesys.frames import collect, scan_rollouts
@@ -146,7 +153,9 @@ def filter_tasks(inputs: Sequence[str], output: str | Path, config: PassRateFilt
     too_hard = rate < config.min_pass_rate - _BOUND_TOLERANCE
     too_easy = rate > config.max_pass_rate + _BOUND_TOLERANCE
     counts = tasks.select(
-        too_hard.sum().alias("too_hard"), too_easy.sum().alias("too_easy"), rate.null_count().alias("unscored")
+        too_hard.sum().alias("too_hard"),
+        too_easy.sum().alias("too_easy"),
+        rate.null_count().alias("unscored"),
     ).row(0, named=True)
     kept = tasks.filter(rate.is_not_null() & ~too_hard & ~too_easy)
     _write_tasks(kept, output)
@@ -168,8 +177,12 @@ def _proven(frame: pl.LazyFrame, files: Sequence[InputFile]) -> tuple[pl.LazyFra
     from genesys.frames import collect
 
     if "toploc_valid" not in frame.collect_schema():
-        raise InputError("--require-proofs: the rollouts have no 'toploc_valid' column: validate them first (genesys validate)")
-    valid = (pl.col("toploc_valid").cast(pl.String) == "true").fill_null(False)  # a column read as text says "true" too
+        raise InputError(
+            "--require-proofs: the rollouts have no 'toploc_valid' column: validate them first (genesys validate)"
+        )
+    valid = (pl.col("toploc_valid").cast(pl.String) == "true").fill_null(
+        False
+    )  # a column read as text says "true" too
     dropped = int(collect(frame.select((~valid).sum()), files).item())
     return frame.filter(valid), dropped
 
@@ -179,7 +192,9 @@ def _checked_rate_column(frame: pl.LazyFrame, column: str) -> pl.LazyFrame:
 
     schema = frame.collect_schema()
     if column not in schema:
-        raise InputError(f"--pass-rate-column {column!r} is not a column of the input (columns: {', '.join(schema.names())})")
+        raise InputError(
+            f"--pass-rate-column {column!r} is not a column of the input (columns: {', '.join(schema.names())})"
+        )
     if not schema[column].is_numeric():
         raise InputError(f"--pass-rate-column {column!r} must be numeric, got {schema[column]}")
     return frame.with_columns(pl.col(column).cast(pl.Float64))

@@ -78,7 +78,9 @@ class OpenAIClient:
                         return response.json()
                     problem = f"HTTP {response.status_code}: {response.text[:500]}"
                     if response.status_code not in RETRY_STATUS:
-                        raise APIError(f"{self.base_url}/{path} refused the request: {problem}", response.status_code)
+                        raise APIError(
+                            f"{self.base_url}/{path} refused the request: {problem}", response.status_code
+                        )
                     retry_after = _seconds(response.headers.get("retry-after"))
             if attempt == self.max_retries:
                 break

@@ -85,7 +85,9 @@ def group_key(row: dict[str, Any]) -> GroupKey:
         return str(problem_id), None
     prompt = row.get("prompt")
     if prompt is None:
-        raise InputError("a rollout has neither 'problem_id' nor 'prompt': cannot tell which task it belongs to")
+        raise InputError(
+            "a rollout has neither 'problem_id' nor 'prompt': cannot tell which task it belongs to"
+        )
     return None, str(prompt)
 
 
@@ -97,7 +99,14 @@ def group_key_columns(columns: Collection[str]) -> list[pl.Expr]:
     import polars as pl
 
     if "problem_id" not in columns and "prompt" not in columns:
-        raise InputError("the rollouts have neither 'problem_id' nor 'prompt': cannot tell which task a rollout belongs to")
-    problem_id = pl.col("problem_id").cast(pl.String) if "problem_id" in columns else pl.lit(None, dtype=pl.String)
+        raise InputError(
+            "the rollouts have neither 'problem_id' nor 'prompt': cannot tell which task a rollout belongs to"
+        )
+    problem_id = (
+        pl.col("problem_id").cast(pl.String) if "problem_id" in columns else pl.lit(None, dtype=pl.String)
+    )
     prompt = pl.col("prompt").cast(pl.String) if "prompt" in columns else pl.lit(None, dtype=pl.String)
-    return [problem_id.alias("__genesys_problem_id"), pl.when(problem_id.is_null()).then(prompt).alias("__genesys_prompt")]
+    return [
+        problem_id.alias("__genesys_problem_id"),
+        pl.when(problem_id.is_null()).then(prompt).alias("__genesys_prompt"),
+    ]

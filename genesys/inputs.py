@@ -74,7 +74,9 @@ def _resolve_path(path: Path) -> list[InputFile]:
 def _resolve_dir(path: Path) -> list[InputFile]:
     """A saved dataset, or the data files under `path` in name order (saved datasets found on the way included)."""
     if (path / _HF_DATASET_DICT_MARKER).exists():
-        raise InputError(f"input {str(path)!r} is a DatasetDict; name one split's directory: {', '.join(_splits(path))}")
+        raise InputError(
+            f"input {str(path)!r} is a DatasetDict; name one split's directory: {', '.join(_splits(path))}"
+        )
     if any((path / marker).exists() for marker in _HF_DATASET_MARKERS):
         return [InputFile(path, "hf_dataset")]
     files: list[InputFile] = []

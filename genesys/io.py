@@ -52,10 +52,17 @@ def _iter_jsonl(path: Path) -> Iterator[RowRecord]:
             try:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
-                yield RowRecord(location, None, f"invalid JSON: {exc}", line.decode("utf-8", "replace").rstrip("\n"))
+                yield RowRecord(
+                    location, None, f"invalid JSON: {exc}", line.decode("utf-8", "replace").rstrip("\n")
+                )
                 continue
             if not isinstance(row, dict):
-                yield RowRecord(location, None, f"expected a JSON object, got {type(row).__name__}", line.decode("utf-8", "replace").rstrip("\n"))
+                yield RowRecord(
+                    location,
+                    None,
+                    f"expected a JSON object, got {type(row).__name__}",
+                    line.decode("utf-8", "replace").rstrip("\n"),
+                )
                 continue
             yield RowRecord(location, row)
 
@@ -139,7 +146,10 @@ def _column_array(pa: Any, name: str, values: list[Any]) -> Any:
     try:
         return pa.array(values, type=known)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types: text, strings kept as they are
-        return pa.array([v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values], type=pa.string())
+        return pa.array(
+            [v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values],
+            type=pa.string(),
+        )
 
 
 class RolloutWriter:
@@ -159,7 +169,9 @@ class RolloutWriter:
             _cut_torn_line(self.path)
         else:
             self.kind = "parquet_file" if self.path.name.endswith(PARQUET_SUFFIX) else "parquet_dir"
-            self.shard_dir = self.path.with_name(self.path.name + ".parts") if self.kind == "parquet_file" else self.path
+            self.shard_dir = (
+                self.path.with_name(self.path.name + ".parts") if self.kind == "parquet_file" else self.path
+            )
             if self.shard_dir.exists() and not self.shard_dir.is_dir():
                 raise InputError(f"output {str(self.shard_dir)!r} exists and is not a directory")
             self.shard_dir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +204,9 @@ class RolloutWriter:
         if not rows:
             return
         if self.kind == "jsonl":
-            payload = b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS) for row in rows)
+            payload = b"".join(
+                orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS) for row in rows
+            )
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 view = memoryview(payload)
@@ -247,7 +261,9 @@ class BufferedWriter:
     def add(self, rows: Sequence[dict[str, Any]]) -> None:
         """Take `rows`; write what is gathered when it is large or old enough."""
         self._rows.extend(rows)
-        if len(self._rows) >= self.max_rows or (self._rows and time.monotonic() - self._last_write > self.max_seconds):
+        if len(self._rows) >= self.max_rows or (
+            self._rows and time.monotonic() - self._last_write > self.max_seconds
+        ):
             self.flush()
 
     def flush(self) -> None:
@@ -289,7 +305,9 @@ def _jsonl_keys(path: Path, key_column: str) -> set[str]:
                 try:
                     key = orjson.loads(line).get(key_column)
                 except (orjson.JSONDecodeError, AttributeError):
-                    raise InputError(f"output {path}:{line_no} is not a JSON object; repair or remove that line to resume") from None
+                    raise InputError(
+                        f"output {path}:{line_no} is not a JSON object; repair or remove that line to resume"
+                    ) from None
                 if key is not None:
                     keys.add(str(key))
     return keys
@@ -301,5 +319,9 @@ def _parquet_keys(paths: Sequence[Path], key_column: str) -> set[str]:
     keys: set[str] = set()
     for path in paths:
         if key_column in pq.read_schema(path).names:
-            keys.update(str(k) for k in pq.read_table(path, columns=[key_column]).column(0).to_pylist() if k is not None)
+            keys.update(
+                str(k)
+                for k in pq.read_table(path, columns=[key_column]).column(0).to_pylist()
+                if k is not None
+            )
     return keys

@@ -76,7 +76,9 @@ class VerifierEntry:
         return self.cls.task_type
 
 
-def new_plugin_manager(load_entry_points: bool = True, extra_plugins: Iterable[Any] = ()) -> pluggy.PluginManager:
+def new_plugin_manager(
+    load_entry_points: bool = True, extra_plugins: Iterable[Any] = ()
+) -> pluggy.PluginManager:
     """A plugin manager with the genesys hook specs, entry-point plugins and `extra_plugins`.
 
     With `load_entry_points`, the modules named in $GENESYS_PLUGINS are loaded too.
@@ -89,7 +91,9 @@ def new_plugin_manager(load_entry_points: bool = True, extra_plugins: Iterable[A
             try:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
-                raise PluginError(f"${PLUGINS_ENV_VAR} names {module_name!r}, which cannot be imported: {exc}") from None
+                raise PluginError(
+                    f"${PLUGINS_ENV_VAR} names {module_name!r}, which cannot be imported: {exc}"
+                ) from None
             if pm.get_plugin(module_name) is None and not pm.is_registered(module):
                 pm.register(module, name=module_name)
     for plugin in extra_plugins:
@@ -131,7 +135,9 @@ def verifier_entries(pm: pluggy.PluginManager | None = None) -> dict[str, Verifi
 
 def _check_verifier_class(cls: Any, plugin_name: str) -> None:
     if not (isinstance(cls, type) and issubclass(cls, Verifier)):
-        raise PluginError(f"plugin {plugin_name!r} returned {cls!r} from genesys_verifiers, not a Verifier subclass")
+        raise PluginError(
+            f"plugin {plugin_name!r} returned {cls!r} from genesys_verifiers, not a Verifier subclass"
+        )
     task_type = getattr(cls, "task_type", None)
     if not isinstance(task_type, str) or not task_type:
         raise PluginError(f"verifier {_qualname(cls)} from plugin {plugin_name!r} has no task_type")
@@ -141,16 +147,22 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _named_results(pm: pluggy.PluginManager, hook: str, kind: str, is_valid: Any, expected: str, taken: Any = ()) -> dict[str, Any]:
+def _named_results(
+    pm: pluggy.PluginManager, hook: str, kind: str, is_valid: Any, expected: str, taken: Any = ()
+) -> dict[str, Any]:
     """What every plugin's `hook` returns, by `.name`; a name claimed twice (or in `taken`) is a PluginError."""
     found: dict[str, Any] = {}
     owners: dict[str, str] = {name: "genesys" for name in taken}
     for impl in getattr(pm.hook, hook).get_hookimpls():
         for item in impl.function() or ():
             if not is_valid(item):
-                raise PluginError(f"plugin {impl.plugin_name!r} returned {item!r} from {hook}, not {expected}")
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} returned {item!r} from {hook}, not {expected}"
+                )
             if item.name in owners and found.get(item.name) != item:
-                raise PluginError(f"{kind} {item.name!r} is claimed by two plugins: {owners[item.name]} and {impl.plugin_name}; uninstall one of them")
+                raise PluginError(
+                    f"{kind} {item.name!r} is claimed by two plugins: {owners[item.name]} and {impl.plugin_name}; uninstall one of them"
+                )
             found[item.name] = item
             owners[item.name] = impl.plugin_name
     return found
@@ -163,7 +175,13 @@ def backend_specs(pm: pluggy.PluginManager | None = None) -> dict[str, BackendSp
     def is_valid(spec: Any) -> bool:
         return isinstance(spec, BackendSpec) and bool(spec.name) and spec.name != AUTO
 
-    return _named_results(pm or default_plugin_manager(), "genesys_backends", "backend", is_valid, f"a BackendSpec with a name other than {AUTO!r}")
+    return _named_results(
+        pm or default_plugin_manager(),
+        "genesys_backends",
+        "backend",
+        is_valid,
+        f"a BackendSpec with a name other than {AUTO!r}",
+    )
 
 
 def plugin_infos(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:
@@ -175,7 +193,9 @@ def plugin_infos(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:
     infos = []
     for name, plugin in pm.list_name_plugin():
         version, origin = _plugin_origin(pm, plugin)
-        infos.append(PluginInfo(name=name, version=version, origin=origin, task_types=sorted(served.get(name, []))))
+        infos.append(
+            PluginInfo(name=name, version=version, origin=origin, task_types=sorted(served.get(name, [])))
+        )
     return sorted(infos, key=lambda info: info.name)
 
 
@@ -188,4 +208,11 @@ def plugin_commands(pm: pluggy.PluginManager | None = None) -> dict[str, Any]:
     def is_valid(command: Any) -> bool:
         return isinstance(command, click.Command) and bool(command.name)
 
-    return _named_results(pm or default_plugin_manager(), "genesys_commands", "command", is_valid, "a named click.Command", BUILTIN_COMMANDS)
+    return _named_results(
+        pm or default_plugin_manager(),
+        "genesys_commands",
+        "command",
+        is_valid,
+        "a named click.Command",
+        BUILTIN_COMMANDS,
+    )

@@ -214,7 +214,9 @@ class _Driver:
         self.open.clear()
 
 
-def _settle(future: Future[list[Row]], result: list[Row] | None = None, exception: BaseException | None = None) -> None:
+def _settle(
+    future: Future[list[Row]], result: list[Row] | None = None, exception: BaseException | None = None
+) -> None:
     """Complete `future` unless its caller cancelled it (its rows were verified all the same)."""
     try:
         if exception is not None:

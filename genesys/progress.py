@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -27,7 +34,9 @@ class RunProgress:
     each counted through `advance`'s keyword arguments (`advance(1, samples=8, tokens=912)`).
     """
 
-    def __init__(self, total: int, description: str, unit: str, *, rated: Sequence[str] = (), enabled: bool = True) -> None:
+    def __init__(
+        self, total: int, description: str, unit: str, *, rated: Sequence[str] = (), enabled: bool = True
+    ) -> None:
         self.enabled = enabled
         self.unit = unit
         self.counts = dict.fromkeys(rated or (unit,), 0)

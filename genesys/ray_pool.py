@@ -29,7 +29,12 @@ MAX_RESENDS = 3  # a chunk whose actors keep dying is an infrastructure failure,
 class VerifierActor:
     """The verification engine in a Ray actor: verifies a list of rows, returned in their order."""
 
-    def __init__(self, config: VerifyConfig, verifiers: Mapping[str, type[Verifier]] | None, expected_types: Collection[str] | None) -> None:
+    def __init__(
+        self,
+        config: VerifyConfig,
+        verifiers: Mapping[str, type[Verifier]] | None,
+        expected_types: Collection[str] | None,
+    ) -> None:
         from genesys.engine import VerificationEngine
 
         self.engine = VerificationEngine(config, verifiers, expected_types)
@@ -43,7 +48,9 @@ class VerifierActor:
         verified: list[Row] = list(rows)
         for index, row in self.engine.drain():
             verified[index] = row  # type: ignore[index]
-        return verified, {task_type: _minus(stats, before.get(task_type)) for task_type, stats in self.engine.stats.items()}
+        return verified, {
+            task_type: _minus(stats, before.get(task_type)) for task_type, stats in self.engine.stats.items()
+        }
 
     def pid(self) -> int:
         import os
@@ -51,12 +58,20 @@ class VerifierActor:
         return os.getpid()
 
 
-def start_verifier(cluster: ClusterConfig, config: VerifyConfig, verifiers: Mapping[str, type[Verifier]] | None = None,
-                   expected_types: Collection[str] | None = None) -> Any:
+def start_verifier(
+    cluster: ClusterConfig,
+    config: VerifyConfig,
+    verifiers: Mapping[str, type[Verifier]] | None = None,
+    expected_types: Collection[str] | None = None,
+) -> Any:
     """A new verifier actor with the resources `cluster` declares for one."""
     ray = import_ray()
     local = replace(config, cluster=ClusterConfig(), progress=False)
-    return ray.remote(VerifierActor).options(**actor_options(cluster.verifier_cpus)).remote(local, verifiers, expected_types)
+    return (
+        ray.remote(VerifierActor)
+        .options(**actor_options(cluster.verifier_cpus))
+        .remote(local, verifiers, expected_types)
+    )
 
 
 def _minus(total: TypeStats, earlier: TypeStats | None) -> TypeStats:
@@ -82,8 +97,13 @@ class _Chunk:
 class RayVerificationPool(VerificationPool):
     """Verifies rows on `cluster.verifier_workers` Ray actors; use as a context manager."""
 
-    def __init__(self, config: VerifyConfig, verifiers: Mapping[str, type[Verifier]] | None = None,
-                 expected_types: Collection[str] | None = None, chunk_rows: int = CHUNK_ROWS) -> None:
+    def __init__(
+        self,
+        config: VerifyConfig,
+        verifiers: Mapping[str, type[Verifier]] | None = None,
+        expected_types: Collection[str] | None = None,
+        chunk_rows: int = CHUNK_ROWS,
+    ) -> None:
         super().__init__()
         if verifiers is None:
             from genesys.plugins import verifier_entries
@@ -116,7 +136,9 @@ class RayVerificationPool(VerificationPool):
 
     def start(self) -> None:
         cluster = self.config.cluster
-        self._ray = self._session.enter_context(ray_session(cluster, cluster.verifier_workers * cluster.verifier_cpus))
+        self._ray = self._session.enter_context(
+            ray_session(cluster, cluster.verifier_workers * cluster.verifier_cpus)
+        )
         self.actors = [self._new_actor() for _ in range(cluster.verifier_workers)]
 
     def shutdown(self) -> None:
@@ -176,9 +198,15 @@ class RayVerificationPool(VerificationPool):
 
     def _resend(self, chunk: _Chunk, exc: Exception) -> None:
         if chunk.sends > MAX_RESENDS:
-            raise RuntimeError(f"verifier actors died {chunk.sends} times on the same {len(chunk.rows)} rows; the last: {exc}") from exc
+            raise RuntimeError(
+                f"verifier actors died {chunk.sends} times on the same {len(chunk.rows)} rows; the last: {exc}"
+            ) from exc
         if self.actors[chunk.actor] is chunk.handle:  # not replaced yet by another of its chunks
-            log.warning("verifier actor %d died (%s); starting a replacement and resending its rows", chunk.actor, type(exc).__name__)
+            log.warning(
+                "verifier actor %d died (%s); starting a replacement and resending its rows",
+                chunk.actor,
+                type(exc).__name__,
+            )
             self.actors[chunk.actor] = self._new_actor()
             self.replaced += 1
         chunk.sends += 1

@@ -88,7 +88,15 @@ def _load(inputs: Sequence[str]) -> _Data:
         *[pl.lit(None, dtype=pl.String).alias(n) for n in ("error",) if n not in names],
     )
     rollouts = collect(
-        frame.select("source", "task_type", "score", "reward", "error", length.alias("length"), (pl.col("score") == 1.0).alias("correct")),
+        frame.select(
+            "source",
+            "task_type",
+            "score",
+            "reward",
+            "error",
+            length.alias("length"),
+            (pl.col("score") == 1.0).alias("correct"),
+        ),
         files,
         score_problem,
     )
@@ -225,7 +233,14 @@ def _plot_length_vs_correctness(data: _Data) -> Figure | None:
     bins = np.linspace(lengths.min(), lengths.max() + 1, 31)
     for mask, label, colour in ((correct, "correct", "#2a9d8f"), (~correct, "not correct", "#e76f51")):
         if mask.any():
-            left.hist(lengths[mask], bins=bins, histtype="step", linewidth=2, color=colour, label=f"{label} ({mask.sum()})")
+            left.hist(
+                lengths[mask],
+                bins=bins,
+                histtype="step",
+                linewidth=2,
+                color=colour,
+                label=f"{label} ({mask.sum()})",
+            )
     left.set_xlabel(f"completion length ({data.length_unit})")
     left.set_ylabel("rollouts")
     left.set_title("Length of correct and incorrect completions", fontsize=10)
@@ -252,7 +267,10 @@ def _plot_score_by_task_type(data: _Data) -> Figure | None:
 
     table = _outcome_counts(data.rollouts, "task_type").sort("rollouts")
     figure, ax = _figure(figsize=(8, 1.2 + 0.55 * table.height))
-    labels = [f"{t}  (n={n}, mean {m:.2f})" if m is not None else f"{t}  (n={n})" for t, n, m in table.select("task_type", "rollouts", "mean_score").iter_rows()]
+    labels = [
+        f"{t}  (n={n}, mean {m:.2f})" if m is not None else f"{t}  (n={n})"
+        for t, n, m in table.select("task_type", "rollouts", "mean_score").iter_rows()
+    ]
     left = np.zeros(table.height)
     for outcome, colour in _OUTCOME_COLOURS.items():
         share = table[outcome].to_numpy() / table["rollouts"].to_numpy()
@@ -316,13 +334,28 @@ def _markdown(data: _Data, inputs: Sequence[str], plots: list[Path]) -> str:
         )
         .sort("tasks", descending=True)
     )
-    lines += ["", "## Task pass rates by source", "", "| source | tasks | mean pass rate | never solved | always solved |", "|---|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "## Task pass rates by source",
+        "",
+        "| source | tasks | mean pass rate | never solved | always solved |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for row in by_source.iter_rows(named=True):
-        lines.append(f"| {row['source']} | {row['tasks']} | {_number(row['mean'])} | {row['never']} | {row['always']} |")
+        lines.append(
+            f"| {row['source']} | {row['tasks']} | {_number(row['mean'])} | {row['never']} | {row['always']} |"
+        )
     if errors:
         kinds = (
             rollouts.filter(pl.col("score").is_null())
-            .select(pl.col("error").fill_null("(no message)").str.split(":").list.first().str.strip_chars().alias("kind"))
+            .select(
+                pl.col("error")
+                .fill_null("(no message)")
+                .str.split(":")
+                .list.first()
+                .str.strip_chars()
+                .alias("kind")
+            )
             .group_by("kind")
             .len()
             .sort("len", descending=True)

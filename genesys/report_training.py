@@ -33,13 +33,29 @@ SMOOTH_FRACTION = 0.05
 
 # name of the PNG, its title, and its panels: the metrics drawn together on one axes.
 _FIGURES: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
-    ("reward", "Reward and score (means over each step's rollouts)", (("reward_mean", "score_mean"), ("reward_std",))),
+    (
+        "reward",
+        "Reward and score (means over each step's rollouts)",
+        (("reward_mean", "score_mean"), ("reward_std",)),
+    ),
     ("completion_length", "Completion length (tokens, mean per step)", (("completion_len_mean",),)),
-    ("clipping", "Fraction of tokens clipped (low and high ratio bounds, delta bound)", (("clip_low_frac", "clip_high_frac", "delta_frac"),)),
+    (
+        "clipping",
+        "Fraction of tokens clipped (low and high ratio bounds, delta bound)",
+        (("clip_low_frac", "clip_high_frac", "delta_frac"),),
+    ),
     (
         "optimization",
         "Optimization",
-        (("loss",), ("grad_norm",), ("lr",), ("entropy",), ("ratio_mean", "ratio_max"), ("kl",), ("logprob_mismatch",)),
+        (
+            ("loss",),
+            ("grad_norm",),
+            ("lr",),
+            ("entropy",),
+            ("ratio_mean", "ratio_max"),
+            ("kl",),
+            ("logprob_mismatch",),
+        ),
     ),
     (
         "throughput",
@@ -82,12 +98,18 @@ def find_training_run(inputs: Sequence[str]) -> Path | None:
             "report a training run and rollouts in separate calls"
         )
     if len(runs) > 1:
-        raise InputError(f"{len(runs)} training runs given ({', '.join(str(run) for run in runs)}): report one run per call")
+        raise InputError(
+            f"{len(runs)} training runs given ({', '.join(str(run) for run in runs)}): report one run per call"
+        )
     return runs[0]
 
 
 def _paths(spec: str) -> list[Path]:
-    return [Path(match) for match in sorted(glob.glob(spec, recursive=True))] if glob.has_magic(spec) else [Path(spec)]
+    return (
+        [Path(match) for match in sorted(glob.glob(spec, recursive=True))]
+        if glob.has_magic(spec)
+        else [Path(spec)]
+    )
 
 
 def _metrics_file(path: Path) -> Path | None:
@@ -186,7 +208,9 @@ def _draw(run: TrainingRun, title: str, panels: list[tuple[str, ...]]) -> Figure
 
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(5.0 * columns, 3.3 * rows), squeeze=False, layout="constrained")
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(5.0 * columns, 3.3 * rows), squeeze=False, layout="constrained"
+    )
     for ax, panel in zip(axes.flat, panels):
         _draw_panel(ax, run, panel)
     for ax in list(axes.flat)[len(panels) :]:
@@ -203,7 +227,13 @@ def _draw_panel(ax: Axes, run: TrainingRun, keys: tuple[str, ...]) -> None:
         window = 1 if key in _SCHEDULED else smoothing_window(values.size)
         if window > 1:
             (line,) = ax.plot(steps, values, linewidth=0.8, alpha=0.3)
-            ax.plot(steps, moving_average(values, window), color=line.get_color(), linewidth=1.8, label=f"{key} ({window}-step mean)")
+            ax.plot(
+                steps,
+                moving_average(values, window),
+                color=line.get_color(),
+                linewidth=1.8,
+                label=f"{key} ({window}-step mean)",
+            )
         else:
             ax.plot(steps, values, marker="o" if values.size < SMOOTH_FROM else None, markersize=3, label=key)
     ax.set_xlabel("step")
@@ -241,7 +271,13 @@ def _markdown(run: TrainingRun, plots: list[Path]) -> str:
         "",
     ]
     lines += [_headline(run, key) for key in ("reward_mean", "score_mean") if key in run.series]
-    lines += ["", "## Metrics", "", "| metric | steps | first | last | min | max | mean |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "## Metrics",
+        "",
+        "| metric | steps | first | last | min | max | mean |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for key, (_, values) in run.series.items():
         row = (values[0], values[-1], values.min(), values.max(), values.mean())
         lines.append(f"| {key} | {values.size} | " + " | ".join(_number(value) for value in row) + " |")

@@ -67,14 +67,23 @@ class RewardFunction:
 
 
 def rollout_rows(
-    prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None, columns: Mapping[str, Any]
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    completion_ids: Sequence[Sequence[int]] | None,
+    columns: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
     """Rollout rows from a trainer's call: prompts and completions as text or chat messages, and
     the dataset columns that hold one value per completion (others, like `trainer_state`, are not row data)."""
     count = len(completions)
     if len(prompts) != count or (completion_ids is not None and len(completion_ids) != count):
-        raise ValueError(f"got {len(prompts)} prompts and {count} completions; a reward function needs one prompt per completion")
-    per_row = {name: values for name, values in columns.items() if isinstance(values, (list, tuple)) and len(values) == count}
+        raise ValueError(
+            f"got {len(prompts)} prompts and {count} completions; a reward function needs one prompt per completion"
+        )
+    per_row = {
+        name: values
+        for name, values in columns.items()
+        if isinstance(values, (list, tuple)) and len(values) == count
+    }
     rows = []
     for index in range(count):
         row = {name: values[index] for name, values in per_row.items()}

@@ -68,7 +68,13 @@ def _overlong(m: Measures, config: RewardConfig) -> float:
 
 
 # Each term's function; which measures a term needs is part of its name in `genesys.config.REWARD_TERMS`.
-TERMS: dict[str, Callable[[Measures, RewardConfig], float]] = {"score": _score, "exact": _exact, "max": _max, "clip": _clip, "overlong": _overlong}
+TERMS: dict[str, Callable[[Measures, RewardConfig], float]] = {
+    "score": _score,
+    "exact": _exact,
+    "max": _max,
+    "clip": _clip,
+    "overlong": _overlong,
+}
 
 
 def reward_problem(row: Mapping[str, Any], config: RewardConfig) -> str | None:
@@ -92,7 +98,9 @@ class RewardStage:
         self.config = config
         self.terms = [(TERMS[name], weight) for name, weight in config.terms.items()]
         self.is_score = config.terms == {"score": 1.0}  # the default: reward = score, nothing to measure
-        self.tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer and config.needs_length else None
+        self.tokenizer = (
+            _load_tokenizer(config.tokenizer) if config.tokenizer and config.needs_length else None
+        )
 
     def reward(self, score: float | None, row: Mapping[str, Any]) -> float | None:
         """The reward of a row verified with `score`; None when the score is None.
@@ -142,12 +150,18 @@ def _length_source(row: Mapping[str, Any], can_tokenize: bool) -> Any:
     if ids is not None:
         if isinstance(ids, (list, tuple)) or getattr(ids, "ndim", None) == 1:  # arrays and tensors as well
             return ids
-        raise InputError(f"{describe_row(row)}: completion_ids must be a list of token ids, got {type(ids).__name__} {_clipped(ids)}")
+        raise InputError(
+            f"{describe_row(row)}: completion_ids must be a list of token ids, got {type(ids).__name__} {_clipped(ids)}"
+        )
     text = row.get("llm_response", row.get("completion"))
     if text is None:
-        raise InputError(f"{describe_row(row)}: no completion_ids and no llm_response to measure the length of")
+        raise InputError(
+            f"{describe_row(row)}: no completion_ids and no llm_response to measure the length of"
+        )
     if not can_tokenize:
-        raise InputError(f"{describe_row(row)}: no completion_ids; pass a tokenizer (--tokenizer) to count completion tokens")
+        raise InputError(
+            f"{describe_row(row)}: no completion_ids; pass a tokenizer (--tokenizer) to count completion tokens"
+        )
     return str(text)
 
 
@@ -163,7 +177,9 @@ def target_length(row: Mapping[str, Any], config: RewardConfig) -> int:
         )
     target = _as_length(value)
     if target is None:
-        raise InputError(f"{describe_row(row)}: {TARGET_LENGTH_COLUMN!r} must be an integer >= 0, got {_clipped(value)}")
+        raise InputError(
+            f"{describe_row(row)}: {TARGET_LENGTH_COLUMN!r} must be an integer >= 0, got {_clipped(value)}"
+        )
     return target
 
 

@@ -37,7 +37,15 @@ RESPONSE_COLUMNS = (
 )
 VERDICT_COLUMNS = ("score", "verification_result_info", "reward", "error")
 # Columns holding dicts; written as JSON strings where a file format needs one fixed type.
-JSON_COLUMNS = ("verification_info", "metadata", "generation_config", "machine_info", "verification_result_info", "toploc_config", "toploc_errors")
+JSON_COLUMNS = (
+    "verification_info",
+    "metadata",
+    "generation_config",
+    "machine_info",
+    "verification_result_info",
+    "toploc_config",
+    "toploc_errors",
+)
 
 
 class SchemaError(ValueError):
@@ -160,7 +168,11 @@ class Verdict:
 
     def __post_init__(self) -> None:
         if self.error is not None and not isinstance(self.error, str):
-            self.error = f"{type(self.error).__name__}: {self.error}" if isinstance(self.error, BaseException) else str(self.error)
+            self.error = (
+                f"{type(self.error).__name__}: {self.error}"
+                if isinstance(self.error, BaseException)
+                else str(self.error)
+            )
         if self.score is not None:
             score = float(self.score)
             if math.isnan(score) or not 0.0 <= score <= 1.0:
@@ -194,4 +206,3 @@ class VerifyError:
 
     def __str__(self) -> str:
         return self.message if self.kind is ErrorKind.VERDICT else f"{self.kind.value}: {self.message}"
-

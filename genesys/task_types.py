@@ -32,7 +32,9 @@ def refuse_unknown(census: TaskTypeCensus, known: Collection[str]) -> None:
     """Raise InputError naming every task type of `census` outside `known`, with its count and first location."""
     unknown = sorted(set(census.counts) - set(known))
     if unknown:
-        described = "; ".join(f"{t!r} ({census.counts[t]} rows, first at {census.first_seen[t]})" for t in unknown)
+        described = "; ".join(
+            f"{t!r} ({census.counts[t]} rows, first at {census.first_seen[t]})" for t in unknown
+        )
         raise InputError(
             f"{_unknown_text(described, known)}. "
             "Install the plugin that serves it, or pass --skip-unknown to record these rows as errors."

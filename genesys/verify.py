@@ -106,7 +106,12 @@ def _scan(files: Sequence[InputFile], rejects_path: Path, reward: RewardConfig, 
             if reason:
                 scan.rejected += 1
                 raw = record.raw if record.raw is not None else orjson.dumps(record.row).decode()
-                rejects.write(orjson.dumps({"location": record.location, "error": reason, "raw": raw}, option=orjson.OPT_APPEND_NEWLINE))
+                rejects.write(
+                    orjson.dumps(
+                        {"location": record.location, "error": reason, "raw": raw},
+                        option=orjson.OPT_APPEND_NEWLINE,
+                    )
+                )
                 continue
             task_type = record.row["task_type"]  # type: ignore[index]
             scan.task_types.add(task_type, record.location)
@@ -125,7 +130,11 @@ def _keyed_rows(files: Sequence[InputFile]) -> Iterator[dict[str, Any]]:
     return with_unique_response_ids(record.row for record in iter_rows(files) if not _unusable(record))  # type: ignore[misc]
 
 
-def verification_pool(config: VerifyConfig, verifiers: Mapping[str, type[Verifier]] | None = None, expected_types: set[str] | None = None) -> VerificationPool:
+def verification_pool(
+    config: VerifyConfig,
+    verifiers: Mapping[str, type[Verifier]] | None = None,
+    expected_types: set[str] | None = None,
+) -> VerificationPool:
     """The pool `config.cluster` asks for: worker processes here, or actors on a Ray cluster."""
     if config.cluster.ray:
         from genesys.ray_pool import RayVerificationPool
@@ -159,19 +168,25 @@ def verify_files(
     if not config.skip_unknown:
         refuse_unknown(scan.task_types, verifiers)
     if scan.reward_problems:
-        raise InputError(f"{config.reward.describe()}: {scan.reward_problems} row(s) lack what it needs; the first: {scan.first_reward_problem}")
+        raise InputError(
+            f"{config.reward.describe()}: {scan.reward_problems} row(s) lack what it needs; the first: {scan.first_reward_problem}"
+        )
     rewards = RewardStage(config.reward)
     writer = RolloutWriter(output)
     done = writer.existing_keys()
     summary = RunSummary(output=Path(output), rejected=scan.rejected)
     started = time.monotonic()
 
-    def collect(verified: list[tuple[Any, dict[str, Any]]], out: BufferedWriter, progress: RunProgress) -> None:
+    def collect(
+        verified: list[tuple[Any, dict[str, Any]]], out: BufferedWriter, progress: RunProgress
+    ) -> None:
         out.add([rewards.apply(row) for _, row in verified])
         progress.advance(len(verified))
         summary.verified += len(verified)
 
-    with BufferedWriter(writer, FLUSH_ROWS) as out:  # on an interruption too, rows verified so far are written
+    with BufferedWriter(
+        writer, FLUSH_ROWS
+    ) as out:  # on an interruption too, rows verified so far are written
         with RunProgress(scan.valid_rows, "verifying", "rows", enabled=config.progress) as progress:
             with verification_pool(config, verifiers, set(scan.task_types.counts)) as engine:
                 for row in _keyed_rows(files):

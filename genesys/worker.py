@@ -52,7 +52,12 @@ def _json_safe(details: dict[str, Any]) -> dict[str, Any]:
 
 def _add_verdict(results: Results, seq: int, verdict: Any) -> None:
     if not isinstance(verdict, Verdict):
-        results.add(seq, None, {}, VerifyError(ErrorKind.EXCEPTION, f"verify() returned {type(verdict).__name__}, not a Verdict"))
+        results.add(
+            seq,
+            None,
+            {},
+            VerifyError(ErrorKind.EXCEPTION, f"verify() returned {type(verdict).__name__}, not a Verdict"),
+        )
         return
     error = None if verdict.error is None else VerifyError(ErrorKind.VERDICT, verdict.error)
     results.add(seq, verdict.score, _json_safe(verdict.details), error)
@@ -63,7 +68,12 @@ def _add_exception(results: Results, seq: int, exc: BaseException) -> None:
         results.add(seq, None, {}, VerifyError(ErrorKind.SCHEMA, str(exc)))
         return
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
-    results.add(seq, None, {"traceback": "".join(tb)}, VerifyError(ErrorKind.EXCEPTION, f"{type(exc).__name__}: {exc}"))
+    results.add(
+        seq,
+        None,
+        {"traceback": "".join(tb)},
+        VerifyError(ErrorKind.EXCEPTION, f"{type(exc).__name__}: {exc}"),
+    )
 
 
 class WorkerVerifiers:
@@ -86,7 +96,9 @@ class WorkerVerifiers:
                 instance = self.classes[task_type](self.options)
                 instance.setup()
             except (Exception, SystemExit) as exc:
-                self.setup_errors[task_type] = f"setup of {task_type!r} verifier failed: {type(exc).__name__}: {exc}"
+                self.setup_errors[task_type] = (
+                    f"setup of {task_type!r} verifier failed: {type(exc).__name__}: {exc}"
+                )
                 raise RuntimeError(self.setup_errors[task_type]) from exc
             finally:
                 self.state[STATE_START] = IDLE
@@ -117,7 +129,9 @@ def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch: Bat
     return results
 
 
-def _run_async_batch(loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch: Batch) -> Results:
+def _run_async_batch(
+    loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch: Batch
+) -> Results:
     """Run the batch's rollouts concurrently, each under the batch's timeout (a soft one here).
 
     Each finished rollout is sent at once (none is left to return) and renews the batch's mark, so
@@ -135,7 +149,9 @@ def _run_async_batch(loop: asyncio.AbstractEventLoop, conn: Connection, state: A
             if not deadline.expired():  # the verifier's own timeout (a socket, a client): its error
                 _add_exception(result, seq, exc)
             else:
-                result.add(seq, None, {}, VerifyError(ErrorKind.TIMEOUT, f"verification exceeded {batch.timeout:g}s"))
+                result.add(
+                    seq, None, {}, VerifyError(ErrorKind.TIMEOUT, f"verification exceeded {batch.timeout:g}s")
+                )
         except (Exception, SystemExit) as exc:
             _add_exception(result, seq, exc)
         _mark(state, SEQ_ASYNC_BATCH)

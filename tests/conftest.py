@@ -65,5 +65,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def digit_tasks(path: Path, count: int = 16) -> Path:
     """Tasks rewarded by the share of digits in the completion (the test plugin's digit_share verifier)."""
-    rows = [{"problem_id": f"p{i}", "source": "toy", "task_type": "digit_share", "prompt": f"Write digits {i}", "verification_info": {}} for i in range(count)]
+    rows = [
+        {
+            "problem_id": f"p{i}",
+            "source": "toy",
+            "task_type": "digit_share",
+            "prompt": f"Write digits {i}",
+            "verification_info": {},
+        }
+        for i in range(count)
+    ]
     return write_jsonl(path, rows)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import GENESYS, read_jsonl, rollout, write_jsonl
 
 
@@ -68,7 +67,9 @@ def test_unknown_task_type_is_refused_before_any_work(tmp_path: Path, plugin_env
 
 def test_skip_unknown_records_errors_and_goes_on(tmp_path: Path, plugin_env):
     inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("echo", "a", expected="a"), rollout("mystery", "b")])
-    result = genesys("verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--skip-unknown", env=plugin_env)
+    result = genesys(
+        "verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--skip-unknown", env=plugin_env
+    )
     assert result.returncode == 0, result.stderr
     out = {r["task_type"]: r for r in read_jsonl(tmp_path / "out.jsonl")}
     assert out["echo"]["score"] == 1.0
@@ -77,7 +78,9 @@ def test_skip_unknown_records_errors_and_goes_on(tmp_path: Path, plugin_env):
 
 def test_malformed_lines_land_in_the_rejects_file(tmp_path: Path, plugin_env):
     good = json.dumps(rollout("echo", "a", expected="a"))
-    (tmp_path / "in.jsonl").write_text(f"{good}\n{{broken\n[1, 2]\n{json.dumps({'prompt': 'no type'})}\n{good}\n")
+    (tmp_path / "in.jsonl").write_text(
+        f"{good}\n{{broken\n[1, 2]\n{json.dumps({'prompt': 'no type'})}\n{good}\n"
+    )
     result = genesys("verify", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"), env=plugin_env)
     assert result.returncode == 0, result.stderr
     assert len(read_jsonl(tmp_path / "out.jsonl")) == 2
@@ -91,12 +94,17 @@ def test_malformed_lines_land_in_the_rejects_file(tmp_path: Path, plugin_env):
 def test_parquet_and_glob_inputs_keep_every_column(tmp_path: Path, plugin_env):
     import pyarrow as pa
 
-    rows = [rollout("echo", "a", expected="a", response_id="r1"), rollout("echo", "b", expected="a", response_id="r2")]
+    rows = [
+        rollout("echo", "a", expected="a", response_id="r1"),
+        rollout("echo", "b", expected="a", response_id="r2"),
+    ]
     for row in rows:
         row["extra_column"] = 7
     pq.write_table(pa.Table.from_pylist(rows[:1]), tmp_path / "part-a.parquet")
     pq.write_table(pa.Table.from_pylist(rows[1:]), tmp_path / "part-b.parquet")
-    result = genesys("verify", str(tmp_path / "part-*.parquet"), "-o", str(tmp_path / "out.parquet"), env=plugin_env)
+    result = genesys(
+        "verify", str(tmp_path / "part-*.parquet"), "-o", str(tmp_path / "out.parquet"), env=plugin_env
+    )
     assert result.returncode == 0, result.stderr
     out = {r["response_id"]: r for r in pq.read_table(tmp_path / "out.parquet").to_pylist()}
     assert out["r1"]["score"] == 1.0 and out["r2"]["score"] == 0.0
@@ -117,9 +125,16 @@ def test_dict_valued_columns_read_without_conversion(tmp_path: Path, plugin_env)
 
 
 def test_summary_counts_errors_and_timeouts_apart(tmp_path: Path, plugin_env):
-    rows = [rollout("echo", "a", expected="a"), rollout("echo", "b", expected="a"), rollout("boom", "x"), rollout("hang", "x")]
+    rows = [
+        rollout("echo", "a", expected="a"),
+        rollout("echo", "b", expected="a"),
+        rollout("boom", "x"),
+        rollout("hang", "x"),
+    ]
     inputs = write_jsonl(tmp_path / "in.jsonl", rows)
-    result = genesys("verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--workers", "2", env=plugin_env)
+    result = genesys(
+        "verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--workers", "2", env=plugin_env
+    )
     assert result.returncode == 0, result.stderr
     lines = {line.split()[1]: line for line in result.stderr.splitlines() if line.startswith("│")}
     assert lines["echo"].replace(" ", "").startswith("│echo│2│0.500│0│0│")
@@ -152,10 +167,26 @@ def test_no_worker_outlives_a_killed_run_even_when_stuck(tmp_path: Path, plugin_
     marker = f"GENESYS_TEST_MARKER={uuid.uuid4().hex}"
     env = {**plugin_env, "GENESYS_TEST_MARKER": marker.split("=", 1)[1]}
     inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("hang", "x", response_id=str(i)) for i in range(4)])
-    run = subprocess.Popen([GENESYS, "verify", str(inputs), "-o", str(tmp_path / "o.jsonl"), "--timeout", "100", "--workers", "2"], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [
+            GENESYS,
+            "verify",
+            str(inputs),
+            "-o",
+            str(tmp_path / "o.jsonl"),
+            "--timeout",
+            "100",
+            "--workers",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
-    while len(_processes_with_marker(marker)) < 3 and time.monotonic() < deadline:  # the run and its workers are up
+    while (
+        len(_processes_with_marker(marker)) < 3 and time.monotonic() < deadline
+    ):  # the run and its workers are up
         time.sleep(0.2)
     time.sleep(1.0)  # the workers are now spinning in Hang.verify
     run.kill()
@@ -167,8 +198,12 @@ def test_no_worker_outlives_a_killed_run_even_when_stuck(tmp_path: Path, plugin_
 
 
 def test_preloaded_modules_are_imported_once_before_workers_fork(tmp_path: Path, plugin_env):
-    inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("preloaded", "x", response_id=str(i)) for i in range(40)])
-    result = genesys("verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--workers", "2", env=plugin_env)
+    inputs = write_jsonl(
+        tmp_path / "in.jsonl", [rollout("preloaded", "x", response_id=str(i)) for i in range(40)]
+    )
+    result = genesys(
+        "verify", str(inputs), "-o", str(tmp_path / "out.jsonl"), "--workers", "2", env=plugin_env
+    )
     assert result.returncode == 0, result.stderr
     details = [r["verification_result_info"] for r in read_jsonl(tmp_path / "out.jsonl")]
     assert len({d["imported_in"] for d in details}) == 1  # one import, shared by every worker

@@ -147,8 +147,14 @@ def test_parse_tests_reads_both_kinds() -> None:
         ({"language": "cobol", "test_cases": [{"input": "", "output": ""}]}, "verification_info.language"),
         ({"language": "python"}, "verification_info.test_cases"),
         ({"test_cases": [{"input": "1"}]}, "verification_info.test_cases[0].output"),
-        ({"test_cases": [{"type": "function_call", "input": [], "output": 1}]}, "verification_info.test_cases[0].fn_name"),
-        ({"test_cases": [{"type": "unit", "input": "", "output": ""}]}, "verification_info.test_cases[0].type"),
+        (
+            {"test_cases": [{"type": "function_call", "input": [], "output": 1}]},
+            "verification_info.test_cases[0].fn_name",
+        ),
+        (
+            {"test_cases": [{"type": "unit", "input": "", "output": ""}]},
+            "verification_info.test_cases[0].type",
+        ),
     ],
 )
 def test_parse_tests_names_the_bad_field(info: dict, field: str) -> None:
@@ -157,7 +163,9 @@ def test_parse_tests_names_the_bad_field(info: dict, field: str) -> None:
 
 
 def _prediction(completion: str, truth: object) -> Rollout:
-    return Rollout(task_type="code_output_prediction", verification_info={"ground_truth": truth}, completion=completion)
+    return Rollout(
+        task_type="code_output_prediction", verification_info={"ground_truth": truth}, completion=completion
+    )
 
 
 def test_code_output_prediction() -> None:
@@ -167,10 +175,14 @@ def test_code_output_prediction() -> None:
     assert verifier.verify(_prediction('{"output": "b"}', "B")).score == 0.0  # not case-folded
     assert verifier.verify(_prediction('{"output": 42}', "42")).score == 1.0
     assert verifier.verify(_prediction('{"output": [1, 2.0]}', [1, 2])).score == 1.0
-    assert verifier.verify(_prediction('{"output": [1, 2.0000000001]}', [1, 2])).score == 0.0  # integers exactly
+    assert (
+        verifier.verify(_prediction('{"output": [1, 2.0000000001]}', [1, 2])).score == 0.0
+    )  # integers exactly
     missing = verifier.verify(_prediction("I think it prints 3", "3"))
     assert missing.score == 0.0 and missing.details["status"] == "no_output"
-    bad = verifier.verify(Rollout(task_type="code_output_prediction", verification_info={}, completion='{"output": 1}'))
+    bad = verifier.verify(
+        Rollout(task_type="code_output_prediction", verification_info={}, completion='{"output": 1}')
+    )
     assert bad.score is None and "ground_truth" in (bad.error or "")
     assert extract_prediction('{"a": {"output": 1}}') == 1
 

@@ -49,7 +49,15 @@ def runner_frames(tests: int, stdout_bytes: int, finish: bool = True) -> Iterato
     yield frame({"event": "ready", "uid": 1000})
     yield frame({"event": "compiled", "ok": True, "time_s": 0.0})
     for index in range(tests):
-        yield frame({"event": "test", "index": index, "status": "ok", "stdout": str(index % 10) * stdout_bytes, "time_s": 0.01})
+        yield frame(
+            {
+                "event": "test",
+                "index": index,
+                "status": "ok",
+                "stdout": str(index % 10) * stdout_bytes,
+                "time_s": 0.01,
+            }
+        )
     if finish:
         yield frame({"event": "done"})
 
@@ -80,7 +88,9 @@ def test_session_charges_a_lost_runner_through_on_test() -> None:
         return {"index": index, "status": report["status"], "message": report.get("message")}
 
     session = RunnerSession(FakeTransport(runner_frames(2, 10, finish=False)))
-    result = session.run(Submission("python", "", [{"type": "stdin_stdout", "input": ""}] * 4, on_test=on_test))
+    result = session.run(
+        Submission("python", "", [{"type": "stdin_stdout", "input": ""}] * 4, on_test=on_test)
+    )
     assert session.broken
     assert result.tests == [
         {"index": 0, "status": "ok", "message": None},
@@ -126,7 +136,13 @@ def test_big_outputs_are_judged_without_keeping_them(verifier: CodeVerifier) -> 
     assert verdict.error is None, verdict.error
     statuses = [test["status"] for test in verdict.details["tests"]]
     assert statuses == ["passed"] * (TESTS - 1) + ["wrong_answer"], verdict.details
-    assert verdict.details["tests"][-1]["message"].startswith(f"line {LINES}: expected"), verdict.details["tests"][-1]
-    assert (verdict.details["passed"], verdict.details["total"], verdict.details["status"]) == (TESTS - 1, TESTS, "wrong_answer")
+    assert verdict.details["tests"][-1]["message"].startswith(f"line {LINES}: expected"), verdict.details[
+        "tests"
+    ][-1]
+    assert (verdict.details["passed"], verdict.details["total"], verdict.details["status"]) == (
+        TESTS - 1,
+        TESTS,
+        "wrong_answer",
+    )
     assert verdict.score == pytest.approx((TESTS - 1) / TESTS)
     assert peak < PEAK_LIMIT, f"verifying {TESTS} tests of 8 MiB peaked at {peak / MIB:.0f} MiB"

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import GENESYS, REPO, read_jsonl, write_jsonl
 from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, host_processes_with
 from test_sandbox_lifecycle import wait_until
@@ -61,12 +60,15 @@ def test_sample_code_rollouts(kind: str, tmp_path: Path) -> None:
     rows = [
         row
         for row in read_jsonl(SAMPLES)
-        if row["problem_id"] in EXPECTED_SAMPLES and json.loads(row["verification_info"]).get("language", "python") in languages
+        if row["problem_id"] in EXPECTED_SAMPLES
+        and json.loads(row["verification_info"]).get("language", "python") in languages
     ]
     out = verify(write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl", kind)
     scores = {row["problem_id"]: row["score"] for row in out}
     errors = {row["problem_id"]: row["error"] for row in out if row["error"]}
-    assert scores == pytest.approx({row["problem_id"]: EXPECTED_SAMPLES[row["problem_id"]] for row in rows}), errors
+    assert scores == pytest.approx(
+        {row["problem_id"]: EXPECTED_SAMPLES[row["problem_id"]] for row in rows}
+    ), errors
     assert {"code-sum-py", "code-two-sum-py", "cop-1", "cop-2"} <= set(scores)
     assert all(row["error"] is None for row in out)
     slow = next((row for row in out if row["problem_id"] == "code-sum-js-slow"), None)
@@ -95,7 +97,15 @@ def test_hostile_rollouts_do_not_disturb_the_run(kind: str, tmp_path: Path) -> N
     for index, (name, source) in enumerate(HOSTILE.items()):
         rows.append(row(name, source))
         rows.append(row(f"good-{index}", PROGRAMS["python"]["correct"]))
-    out = verify(write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl", kind, "--workers", "2", "--time-limit", "1")
+    out = verify(
+        write_jsonl(tmp_path / "in.jsonl", rows),
+        tmp_path / "out.jsonl",
+        kind,
+        "--workers",
+        "2",
+        "--time-limit",
+        "1",
+    )
     by_id = {row["problem_id"]: row for row in out}
     assert len(by_id) == len(rows)
     for name in HOSTILE:
@@ -112,11 +122,23 @@ def test_engine_deadline_kills_the_sandbox_with_the_worker(kind: str, tmp_path: 
     marker = f"genesys-deadline-check-{kind}-{tmp_path.name}"
     sleeper = f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])"
     rows = [row("sleeper", sleeper), row("good", PROGRAMS["python"]["correct"])]
-    out = verify(write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl", kind, "--workers", "1", "--timeout", "4", "--time-limit", "30")
+    out = verify(
+        write_jsonl(tmp_path / "in.jsonl", rows),
+        tmp_path / "out.jsonl",
+        kind,
+        "--workers",
+        "1",
+        "--timeout",
+        "4",
+        "--time-limit",
+        "30",
+    )
     by_id = {row["problem_id"]: row for row in out}
     assert by_id["sleeper"]["score"] is None and by_id["sleeper"]["error"].startswith("timeout")
     assert by_id["good"]["score"] == 1.0
-    assert wait_until(lambda: not host_processes_with(marker), 20), "the sleeping program outlived its killed worker"
+    assert wait_until(lambda: not host_processes_with(marker), 20), (
+        "the sleeping program outlived its killed worker"
+    )
     if kind == "docker":
         import docker
 

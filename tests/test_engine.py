@@ -8,13 +8,44 @@ import signal
 import time
 
 import pytest
+from conftest import rollout
+from genesys_testplugins import (
+    AsyncBusy,
+    AsyncEcho,
+    Boom,
+    Crash,
+    Echo,
+    EnvProbe,
+    ErrorObject,
+    ExitInSetup,
+    Hang,
+    Odd,
+    RegexHang,
+    SerialSlow,
+    Slow,
+)
 
 import genesys
-from conftest import rollout
 from genesys.engine import VerificationEngine, VerifyConfig
-from genesys_testplugins import AsyncBusy, AsyncEcho, Boom, Crash, Echo, EnvProbe, ErrorObject, ExitInSetup, Hang, Odd, RegexHang, SerialSlow, Slow
 
-VERIFIERS = {cls.task_type: cls for cls in (Echo, EnvProbe, Odd, Slow, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, SerialSlow, Hang, Crash, Boom, AsyncEcho)}
+VERIFIERS = {
+    cls.task_type: cls
+    for cls in (
+        Echo,
+        EnvProbe,
+        Odd,
+        Slow,
+        ExitInSetup,
+        RegexHang,
+        AsyncBusy,
+        ErrorObject,
+        SerialSlow,
+        Hang,
+        Crash,
+        Boom,
+        AsyncEcho,
+    )
+}
 
 
 def run(rows, **config):
@@ -22,7 +53,9 @@ def run(rows, **config):
 
 
 def test_results_come_back_in_input_order_with_verdict_columns():
-    rows = [rollout("echo", "yes" if i % 3 else "no", expected="yes", response_id=f"r{i}") for i in range(300)]
+    rows = [
+        rollout("echo", "yes" if i % 3 else "no", expected="yes", response_id=f"r{i}") for i in range(300)
+    ]
     out = run(rows, workers=2)
     assert [r["response_id"] for r in out] == [f"r{i}" for i in range(300)]
     assert [r["score"] for r in out] == [1.0 if i % 3 else 0.0 for i in range(300)]
@@ -103,19 +136,29 @@ def test_rows_queued_behind_many_crashes_are_still_verified():
     # A death pinned on one rollout leaves the rows queued behind it innocent: however often that
     # happens they are verified, never given up on as repeat crash suspects.
     crashes = set(range(2, 60, 5))
-    rows = [rollout("crash", "x") if i in crashes else rollout("echo", "yes", expected="yes") for i in range(60)]
+    rows = [
+        rollout("crash", "x") if i in crashes else rollout("echo", "yes", expected="yes") for i in range(60)
+    ]
     out = run(rows, workers=2)
     assert [i for i, r in enumerate(out) if r["score"] is None] == sorted(crashes)
     assert all(out[i]["error"].startswith("worker_crash: worker process died") for i in crashes)
 
 
 def test_exceptions_and_bad_rows_are_errors_not_wrong_answers():
-    rows = [rollout("boom", "x"), rollout("echo", "no", expected="yes"), {**rollout("echo", "x"), "verification_info": "{not json"}]
+    rows = [
+        rollout("boom", "x"),
+        rollout("echo", "no", expected="yes"),
+        {**rollout("echo", "x"), "verification_info": "{not json"},
+    ]
     out = run(rows, workers=1)
     assert out[0]["score"] is None and out[0]["error"].startswith("exception: ValueError: verifier bug")
     assert "traceback" in out[0]["verification_result_info"]
     assert out[1]["score"] == 0.0 and out[1]["error"] is None
-    assert out[2]["score"] is None and out[2]["error"].startswith("invalid_row:") and "verification_info" in out[2]["error"]
+    assert (
+        out[2]["score"] is None
+        and out[2]["error"].startswith("invalid_row:")
+        and "verification_info" in out[2]["error"]
+    )
 
 
 def test_unknown_task_type_in_engine_is_an_error_row():
@@ -137,14 +180,18 @@ def test_async_verifier_runs_rows_concurrently_with_soft_timeouts():
 def test_max_parallel_limits_concurrent_workers():
     rows = [rollout("serial_slow", "x", sleep=0.05) for _ in range(12)]
     out = run(rows, workers=2)
-    intervals = sorted((r["verification_result_info"]["start"], r["verification_result_info"]["end"]) for r in out)
+    intervals = sorted(
+        (r["verification_result_info"]["start"], r["verification_result_info"]["end"]) for r in out
+    )
     assert all(later[0] >= earlier[1] - 1e-3 for earlier, later in zip(intervals, intervals[1:]))
 
 
 def test_without_max_parallel_workers_do_overlap():
     rows = [rollout("slow", "x", sleep=0.2) for _ in range(8)]
     out = run(rows, workers=2)
-    intervals = sorted((r["verification_result_info"]["start"], r["verification_result_info"]["end"]) for r in out)
+    intervals = sorted(
+        (r["verification_result_info"]["start"], r["verification_result_info"]["end"]) for r in out
+    )
     assert any(later[0] < earlier[1] for earlier, later in zip(intervals, intervals[1:]))
 
 
@@ -166,7 +213,9 @@ def test_workers_are_replaced_after_max_rows_per_worker():
 
 def test_a_setup_that_exits_makes_error_rows_and_the_run_ends():
     out = run([rollout("exit_in_setup", "x"), rollout("echo", "a", expected="a")], workers=1)
-    assert out[0]["score"] is None and "setup of 'exit_in_setup' verifier failed: SystemExit" in out[0]["error"]
+    assert (
+        out[0]["score"] is None and "setup of 'exit_in_setup' verifier failed: SystemExit" in out[0]["error"]
+    )
     assert out[1]["score"] == 1.0
 
 
@@ -211,6 +260,9 @@ def test_workers_see_the_environment_of_when_the_run_starts(monkeypatch):
 
 
 def test_a_row_that_cannot_be_sent_to_a_worker_is_named():
-    rows = [rollout("echo", "yes", expected="yes", response_id="fine"), {**rollout("echo", "yes", response_id="bad"), "extra": lambda: 0}]
+    rows = [
+        rollout("echo", "yes", expected="yes", response_id="fine"),
+        {**rollout("echo", "yes", response_id="bad"), "extra": lambda: 0},
+    ]
     with pytest.raises(TypeError, match="row 1 cannot be sent to a verification worker"):
         run(rows, workers=1)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import GENESYS, read_jsonl, write_jsonl
+
 from genesys.errors import InputError
 from genesys.filtering import PassRateFilter, filter_tasks
 
@@ -38,7 +38,10 @@ def rollouts(scores_by_task: dict[str, list[float | None]] = KNOWN) -> list[dict
                     "in_source_id": f"src-{problem_id}",
                     "prompt": f"prompt of {problem_id}",
                     "gold_standard_solution": None,
-                    "verification_info": {"ground_truth": problem_id, "tests": [{"input": [1, "a"], "output": index}]},
+                    "verification_info": {
+                        "ground_truth": problem_id,
+                        "tests": [{"input": [1, "a"], "output": index}],
+                    },
                     "metadata": {"difficulty": index},
                     "llm_response": f"answer {k}",
                     "response_id": f"{problem_id}-{k}",
@@ -53,10 +56,14 @@ def rollouts(scores_by_task: dict[str, list[float | None]] = KNOWN) -> list[dict
     return rows
 
 
-def run_filter(tmp_path: Path, rows: list[dict], output: str = "kept.jsonl", **bounds) -> tuple[list[dict], object]:
+def run_filter(
+    tmp_path: Path, rows: list[dict], output: str = "kept.jsonl", **bounds
+) -> tuple[list[dict], object]:
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
     summary = filter_tasks([str(inputs)], tmp_path / output, PassRateFilter(**bounds))
-    return read_jsonl(tmp_path / output) if output.endswith(".jsonl") else pl.read_parquet(tmp_path / output).to_dicts(), summary
+    return read_jsonl(tmp_path / output) if output.endswith(".jsonl") else pl.read_parquet(
+        tmp_path / output
+    ).to_dicts(), summary
 
 
 def test_keeps_exactly_the_tasks_within_inclusive_bounds(tmp_path: Path):
@@ -67,7 +74,13 @@ def test_keeps_exactly_the_tasks_within_inclusive_bounds(tmp_path: Path):
         ("t3", pytest.approx(0.5), 10, 2),
         ("t4", pytest.approx(0.9), 10, 0),
     ]
-    assert (summary.tasks, summary.kept, summary.too_hard, summary.too_easy, summary.unscored) == (7, 4, 1, 1, 1)
+    assert (summary.tasks, summary.kept, summary.too_hard, summary.too_easy, summary.unscored) == (
+        7,
+        4,
+        1,
+        1,
+        1,
+    )
     assert (summary.rollouts, summary.errors) == (66, 6)
 
 
@@ -92,27 +105,45 @@ def test_output_rows_are_tasks_without_completion_columns(tmp_path: Path):
 def test_parquet_output_holds_dict_columns_as_json_strings(tmp_path: Path):
     kept, _ = run_filter(tmp_path, rollouts(), output="kept.parquet", min_pass_rate=0.9, max_pass_rate=1.0)
     assert [t["problem_id"] for t in kept] == ["t4", "t5"]
-    assert json.loads(kept[0]["verification_info"]) == {"ground_truth": "t4", "tests": [{"input": [1, "a"], "output": 4}]}
+    assert json.loads(kept[0]["verification_info"]) == {
+        "ground_truth": "t4",
+        "tests": [{"input": [1, "a"], "output": 4}],
+    }
 
 
 def test_parquet_shards_and_jsonl_inputs_combine(tmp_path: Path):
     rows = rollouts()
     shards = tmp_path / "shards"
     shards.mkdir()
-    as_strings = [{**r, "verification_info": json.dumps(r["verification_info"]), "metadata": json.dumps(r["metadata"]), "verification_result_info": json.dumps(r["verification_result_info"])} for r in rows]
+    as_strings = [
+        {
+            **r,
+            "verification_info": json.dumps(r["verification_info"]),
+            "metadata": json.dumps(r["metadata"]),
+            "verification_result_info": json.dumps(r["verification_result_info"]),
+        }
+        for r in rows
+    ]
     pl.DataFrame(as_strings[:20]).write_parquet(shards / "part-0.parquet")
     pl.DataFrame(as_strings[20:40]).write_parquet(shards / "part-1.parquet")
     tail = write_jsonl(tmp_path / "tail.jsonl", rows[40:])
     filter_tasks([str(shards), str(tail)], tmp_path / "kept.jsonl", PassRateFilter(0.1, 0.9))
     kept = read_jsonl(tmp_path / "kept.jsonl")
-    assert [(t["problem_id"], t["n_samples"], t["n_errors"]) for t in kept] == [("t1", 10, 0), ("t2", 10, 0), ("t3", 10, 2), ("t4", 10, 0)]
+    assert [(t["problem_id"], t["n_samples"], t["n_errors"]) for t in kept] == [
+        ("t1", 10, 0),
+        ("t2", 10, 0),
+        ("t3", 10, 2),
+        ("t4", 10, 0),
+    ]
     assert kept[2]["verification_info"] == rows[30]["verification_info"]  # t3, read from a parquet shard
 
 
 def test_correct_metric_counts_only_full_scores(tmp_path: Path):
     partial = {"half": [0.5] * 4, "mixed": [1.0, 0.5, 0.5, 0.0]}
     by_score, _ = run_filter(tmp_path, rollouts(partial), min_pass_rate=0.0, max_pass_rate=1.0)
-    by_correct, _ = run_filter(tmp_path, rollouts(partial), min_pass_rate=0.0, max_pass_rate=1.0, metric="correct")
+    by_correct, _ = run_filter(
+        tmp_path, rollouts(partial), min_pass_rate=0.0, max_pass_rate=1.0, metric="correct"
+    )
     assert [t["pass_rate"] for t in by_score] == [0.5, 0.5]
     assert [t["pass_rate"] for t in by_correct] == [0.0, 0.25]
 
@@ -122,18 +153,33 @@ def test_prompt_identifies_tasks_without_problem_id(tmp_path: Path):
     for r in rows:
         r["problem_id"] = None
     kept, summary = run_filter(tmp_path, rows, min_pass_rate=0.0, max_pass_rate=1.0)
-    assert [(t["prompt"], t["pass_rate"], t["n_samples"]) for t in kept] == [("prompt of a", 0.5, 2), ("prompt of b", 0.75, 4)]
+    assert [(t["prompt"], t["pass_rate"], t["n_samples"]) for t in kept] == [
+        ("prompt of a", 0.5, 2),
+        ("prompt of b", 0.75, 4),
+    ]
     no_column = [{k: v for k, v in r.items() if k != "problem_id"} for r in rows]
     kept, _ = run_filter(tmp_path, no_column, min_pass_rate=0.6, max_pass_rate=1.0)
     assert [t["prompt"] for t in kept] == ["prompt of b"]
 
 
 def test_pass_rate_column_filters_a_task_set(tmp_path: Path):
-    tasks = [{"problem_id": f"p{i}", "prompt": "q", "solve_rate": rate} for i, rate in enumerate([0.0, 0.25, 0.5, None, 1.0])]
+    tasks = [
+        {"problem_id": f"p{i}", "prompt": "q", "solve_rate": rate}
+        for i, rate in enumerate([0.0, 0.25, 0.5, None, 1.0])
+    ]
     inputs = write_jsonl(tmp_path / "tasks.jsonl", tasks)
-    summary = filter_tasks([str(inputs)], tmp_path / "kept.jsonl", PassRateFilter(0.25, 0.5, pass_rate_column="solve_rate"))
+    summary = filter_tasks(
+        [str(inputs)], tmp_path / "kept.jsonl", PassRateFilter(0.25, 0.5, pass_rate_column="solve_rate")
+    )
     assert read_jsonl(tmp_path / "kept.jsonl") == tasks[1:3]
-    assert (summary.tasks, summary.kept, summary.too_hard, summary.too_easy, summary.unscored, summary.rollouts) == (5, 2, 1, 1, 1, None)
+    assert (
+        summary.tasks,
+        summary.kept,
+        summary.too_hard,
+        summary.too_easy,
+        summary.unscored,
+        summary.rollouts,
+    ) == (5, 2, 1, 1, 1, None)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +187,11 @@ def test_pass_rate_column_filters_a_task_set(tmp_path: Path):
     [
         ([{"problem_id": "a", "prompt": "x"}], PassRateFilter(), "no 'score' column"),
         ([{"score": 1.0}], PassRateFilter(), "neither 'problem_id' nor 'prompt'"),
-        ([{"problem_id": "a", "rate": 0.5}], PassRateFilter(pass_rate_column="solve"), "'solve' is not a column"),
+        (
+            [{"problem_id": "a", "rate": 0.5}],
+            PassRateFilter(pass_rate_column="solve"),
+            "'solve' is not a column",
+        ),
         ([{"problem_id": "a", "rate": "high"}], PassRateFilter(pass_rate_column="rate"), "must be numeric"),
     ],
 )
@@ -156,7 +206,10 @@ def test_unusable_input_is_an_input_error(tmp_path: Path, rows, config, message)
     [
         ("high", 'rollouts.jsonl:3: score "high" is not a number'),
         (True, "rollouts.jsonl:3: score true is not a number"),
-        (1.5, "1 rollout(s) have a score outside 0..1; the first: {dir}/rollouts.jsonl:3: score 1.5 is outside 0..1"),
+        (
+            1.5,
+            "1 rollout(s) have a score outside 0..1; the first: {dir}/rollouts.jsonl:3: score 1.5 is outside 0..1",
+        ),
         (-0.5, "the first: {dir}/rollouts.jsonl:3: score -0.5 is outside 0..1"),
     ],
 )
@@ -182,9 +235,17 @@ def test_cli_names_the_line_of_a_score_that_is_not_a_number(tmp_path: Path):
     rows = rollouts()
     rows[4]["score"] = "0.5"
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    done = subprocess.run([GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
-    assert f'{inputs}:5: score "0.5" is not a number' in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert (
+        f'{inputs}:5: score "0.5" is not a number' in done.stderr
+        and len(done.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_bad_bounds_and_metric_are_refused():
@@ -198,8 +259,20 @@ def test_cli_filters_and_reports_counts(tmp_path: Path):
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
     output = tmp_path / "kept.parquet"
     done = subprocess.run(
-        [GENESYS, "filter", str(inputs), "-o", str(output), "--min-pass-rate", "0.2", "--max-pass-rate", "0.6"],
-        capture_output=True, text=True, timeout=60,
+        [
+            GENESYS,
+            "filter",
+            str(inputs),
+            "-o",
+            str(output),
+            "--min-pass-rate",
+            "0.2",
+            "--max-pass-rate",
+            "0.6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert pl.read_parquet(output)["problem_id"].to_list() == ["t2", "t3"]
@@ -237,7 +310,10 @@ def test_filter_command_does_not_import_torch(tmp_path: Path):
 def test_saved_hf_dataset_input(tmp_path: Path):
     from datasets import Dataset
 
-    rows = [{**r, "verification_info": json.dumps(r["verification_info"]), "metadata": json.dumps(r["metadata"])} for r in rollouts()]
+    rows = [
+        {**r, "verification_info": json.dumps(r["verification_info"]), "metadata": json.dumps(r["metadata"])}
+        for r in rollouts()
+    ]
     for r in rows:
         r.pop("verification_result_info")
     Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
@@ -278,8 +354,12 @@ def test_cli_require_proofs_reports_the_dropped_rollouts(tmp_path: Path):
     for row, valid in zip(rows, [True, False, True]):
         row["toploc_valid"] = valid
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    done = subprocess.run([GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl"), "--require-proofs"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl"), "--require-proofs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "1 rollouts without a valid TOPLOC proof dropped" in done.stderr
     assert read_jsonl(tmp_path / "kept.jsonl")[0]["pass_rate"] == 0.5

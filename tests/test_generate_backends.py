@@ -6,11 +6,17 @@ import asyncio
 import subprocess
 
 import pytest
+from conftest import GENESYS, read_jsonl
 
 import genesys
-from conftest import GENESYS, read_jsonl
 from genesys.errors import InputError
-from genesys.generate.backend import BackendSpec, PromptStyle, backend_names, create_backend, resolve_backend_name
+from genesys.generate.backend import (
+    BackendSpec,
+    PromptStyle,
+    backend_names,
+    create_backend,
+    resolve_backend_name,
+)
 from genesys.plugins import PluginError, new_plugin_manager
 
 
@@ -48,10 +54,18 @@ def test_auto_takes_the_usable_backend_of_highest_priority():
     assert backend_names(pm) == ["auto", "fast", "steady", "slow", "remote"]
     assert resolve_backend_name("auto", pm) == "steady"
     assert resolve_backend_name("fast", pm) == "fast"  # named: no usability check
-    with pytest.raises(InputError, match="--backend must be one of auto, fast, steady, slow, remote, got 'tgi'"):
+    with pytest.raises(
+        InputError, match="--backend must be one of auto, fast, steady, slow, remote, got 'tgi'"
+    ):
         resolve_backend_name("tgi", pm)
     with pytest.raises(InputError, match=r"--backend auto: no backend can run here \(tried: fast\)"):
-        resolve_backend_name("auto", _manager(BackendSpec("fast", "nowhere:Fast", usable=lambda: False), BackendSpec("remote", "nowhere:Remote")))
+        resolve_backend_name(
+            "auto",
+            _manager(
+                BackendSpec("fast", "nowhere:Fast", usable=lambda: False),
+                BackendSpec("remote", "nowhere:Remote"),
+            ),
+        )
 
 
 def test_without_any_backend_the_error_says_to_reinstall():
@@ -83,8 +97,23 @@ def test_a_backend_class_loads_only_when_built(plugin_env):
 
 def test_generate_runs_end_to_end_with_a_plugin_backend(plugin_env, tmp_path):
     output = tmp_path / "rollouts.jsonl"
-    command = [GENESYS, "generate", "--tasks", "countdown:count=3", "--model", "no-model", "-o", str(output),
-               "--backend", "scripted", "-n", "2", "--max-tokens", "9", "--no-progress"]
+    command = [
+        GENESYS,
+        "generate",
+        "--tasks",
+        "countdown:count=3",
+        "--model",
+        "no-model",
+        "-o",
+        str(output),
+        "--backend",
+        "scripted",
+        "-n",
+        "2",
+        "--max-tokens",
+        "9",
+        "--no-progress",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=plugin_env)
     assert result.returncode == 0, result.stderr
     rows = read_jsonl(output)
@@ -92,8 +121,16 @@ def test_generate_runs_end_to_end_with_a_plugin_backend(plugin_env, tmp_path):
     for row in rows:
         sample = row["response_id"].rsplit("-", 1)[1]
         assert row["llm_response"] == f"{row['prompt'][-12:]} #{sample}"[:9]
-        assert row["completion_ids"] == [ord(c) for c in row["llm_response"]] and row["completion_logprobs"] == [-1.0] * len(row["llm_response"])
-        assert row["generation_config"]["backend"] == "scripted" and row["machine_info"]["backend"] == "scripted"
+        assert row["completion_ids"] == [ord(c) for c in row["llm_response"]] and row[
+            "completion_logprobs"
+        ] == [-1.0] * len(row["llm_response"])
+        assert (
+            row["generation_config"]["backend"] == "scripted" and row["machine_info"]["backend"] == "scripted"
+        )
     command[command.index("scripted")] = "nothing"
     unknown = subprocess.run(command, capture_output=True, text=True, timeout=120, env=plugin_env)
-    assert unknown.returncode == 2 and "--backend must be one of auto, vllm, transformers, openai, scripted, got 'nothing'" in unknown.stderr
+    assert (
+        unknown.returncode == 2
+        and "--backend must be one of auto, vllm, transformers, openai, scripted, got 'nothing'"
+        in unknown.stderr
+    )

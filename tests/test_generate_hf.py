@@ -24,7 +24,9 @@ from genesys.generate.tiny_model import build_tiny_model
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    torch.set_num_threads(1)  # a tiny model gains nothing from threads, and loses a lot beside busy neighbours
+    torch.set_num_threads(
+        1
+    )  # a tiny model gains nothing from threads, and loses a lot beside busy neighbours
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
 
 
@@ -34,7 +36,9 @@ def _backend(model: str) -> TransformersBackend:
 
 def _request(key: str, prompt: str, n: int, seed: int = 0, **sampling) -> GenerationRequest:
     settings = {"max_tokens": 12, "temperature": 0.8, "top_p": 0.9} | sampling
-    return GenerationRequest(key, build_messages(prompt, "Be brief."), list(range(n)), seed, SamplingConfig(**settings))
+    return GenerationRequest(
+        key, build_messages(prompt, "Be brief."), list(range(n)), seed, SamplingConfig(**settings)
+    )
 
 
 def _generate(backend: TransformersBackend, requests: list[GenerationRequest]) -> list:
@@ -43,18 +47,28 @@ def _generate(backend: TransformersBackend, requests: list[GenerationRequest]) -
 
 def test_n_samples_per_task_with_the_chat_template_and_prefix(tiny_model):
     backend = _backend(tiny_model)
-    results = {r.request.key: r for r in _generate(backend, [_request("a", "What is 1 + 1?", 3), _request("b", "Name a prime.", 2)])}
+    results = {
+        r.request.key: r
+        for r in _generate(backend, [_request("a", "What is 1 + 1?", 3), _request("b", "Name a prime.", 2)])
+    }
     assert sorted(results) == ["a", "b"]
     assert len(results["a"].completions) == 3 and len(results["b"].completions) == 2
     prompt_text = backend.tokenizer.decode(results["a"].prompt_ids)
-    assert prompt_text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 1 + 1?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert (
+        prompt_text
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 1 + 1?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
     for completion in results["a"].completions:
         assert 1 <= len(completion.completion_ids) <= 12
         assert completion.finish_reason in ("stop", "length")
-        assert completion.text == backend.tokenizer.decode(completion.completion_ids, skip_special_tokens=True)
+        assert completion.text == backend.tokenizer.decode(
+            completion.completion_ids, skip_special_tokens=True
+        )
 
 
-def _sampled_logprobs(model, prompt_ids: list[int], completion_ids: list[int], temperature: float, top_p: float) -> list[float]:
+def _sampled_logprobs(
+    model, prompt_ids: list[int], completion_ids: list[int], temperature: float, top_p: float
+) -> list[float]:
     """The logprobs of `completion_ids` under the model's logits divided by `temperature` and cut to
     the top-p nucleus (the tokens whose more likely tokens hold less than `top_p` of the mass)."""
     with torch.no_grad():
@@ -73,18 +87,27 @@ def _sampled_logprobs(model, prompt_ids: list[int], completion_ids: list[int], t
 def test_logprobs_are_those_of_the_sampled_tokens_even_with_left_padding(tiny_model, temperature, top_p):
     backend = _backend(tiny_model)
     prompts = ["Hi.", "Compute the sum of the first 100 positive integers, then explain it twice over."]
-    requests = [_request(f"k{i}", p, 2, seed=i, max_tokens=16, temperature=temperature, top_p=top_p) for i, p in enumerate(prompts)]
+    requests = [
+        _request(f"k{i}", p, 2, seed=i, max_tokens=16, temperature=temperature, top_p=top_p)
+        for i, p in enumerate(prompts)
+    ]
     results = _generate(backend, requests)
     lengths = {len(r.prompt_ids) for r in results}
     assert len(lengths) == 2  # the short prompt was left-padded in the batch
     for result in results:
         for completion in result.completions:
             assert len(completion.logprobs) == len(completion.completion_ids)
-            expected = _sampled_logprobs(backend.model, result.prompt_ids, completion.completion_ids, temperature, top_p)
+            expected = _sampled_logprobs(
+                backend.model, result.prompt_ids, completion.completion_ids, temperature, top_p
+            )
             assert completion.logprobs == pytest.approx(expected, abs=1e-4)
             assert all(lp <= 0 for lp in completion.logprobs)
-            untempered = _sampled_logprobs(backend.model, result.prompt_ids, completion.completion_ids, 1.0, 1.0)
-            assert (completion.logprobs == pytest.approx(untempered, abs=1e-4)) == (temperature == 1.0 and top_p == 1.0)
+            untempered = _sampled_logprobs(
+                backend.model, result.prompt_ids, completion.completion_ids, 1.0, 1.0
+            )
+            assert (completion.logprobs == pytest.approx(untempered, abs=1e-4)) == (
+                temperature == 1.0 and top_p == 1.0
+            )
 
 
 def test_each_request_samples_with_its_own_settings_in_one_call(tiny_model):
@@ -94,10 +117,15 @@ def test_each_request_samples_with_its_own_settings_in_one_call(tiny_model):
     results = {r.request.key: r for r in _generate(backend, [greedy, nucleus])}
     first, second = results["greedy"].completions
     assert first.completion_ids == second.completion_ids and len(first.completion_ids) <= 3
-    assert first.logprobs == pytest.approx(_sampled_logprobs(backend.model, results["greedy"].prompt_ids, first.completion_ids, 1.0, 1.0), abs=1e-4)
+    assert first.logprobs == pytest.approx(
+        _sampled_logprobs(backend.model, results["greedy"].prompt_ids, first.completion_ids, 1.0, 1.0),
+        abs=1e-4,
+    )
     for completion in results["nucleus"].completions:
         assert len(completion.completion_ids) <= 6
-        expected = _sampled_logprobs(backend.model, results["nucleus"].prompt_ids, completion.completion_ids, 1.5, 0.5)
+        expected = _sampled_logprobs(
+            backend.model, results["nucleus"].prompt_ids, completion.completion_ids, 1.5, 0.5
+        )
         assert completion.logprobs == pytest.approx(expected, abs=1e-4)
 
 
@@ -163,9 +191,13 @@ def test_update_weights_loads_into_the_live_model_and_stamps_the_results(tiny_mo
     assert (before.weights_version, after.weights_version, reference.weights_version) == (0, 1, 0)
     after_fixed = _sampled_logprobs(backend.model, fixed[:2], fixed[2:], 1.0, 1.0)
     assert after_fixed != pytest.approx(before_fixed, abs=1e-3)
-    assert after_fixed == pytest.approx(_sampled_logprobs(fresh.model, fixed[:2], fixed[2:], 1.0, 1.0), abs=1e-5)
+    assert after_fixed == pytest.approx(
+        _sampled_logprobs(fresh.model, fixed[:2], fixed[2:], 1.0, 1.0), abs=1e-5
+    )
     for mine, theirs in zip(after.completions, reference.completions):
-        assert mine.completion_ids == theirs.completion_ids and mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)
+        assert mine.completion_ids == theirs.completion_ids and mine.logprobs == pytest.approx(
+            theirs.logprobs, abs=1e-5
+        )
     assert [c.logprobs for c in after.completions] != [c.logprobs for c in before.completions]
 
 
@@ -195,7 +227,11 @@ def test_a_template_without_system_role_gets_the_system_text_in_the_user_message
         "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
         "<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
     )
-    text = render_text(tokenizer, build_messages("Solve it.", "Think for 100 tokens."), PromptStyle(continuation_prefix="<think>"))
+    text = render_text(
+        tokenizer,
+        build_messages("Solve it.", "Think for 100 tokens."),
+        PromptStyle(continuation_prefix="<think>"),
+    )
     assert text == "<user>Think for 100 tokens.\n\nSolve it.<assistant><think>"
 
 
@@ -213,7 +249,9 @@ def _threads_used(backend: TransformersBackend, monkeypatch: pytest.MonkeyPatch)
     return threads
 
 
-def test_the_worker_thread_loads_and_runs_the_model_and_without_it_the_caller_does_with_the_same_samples(tiny_model, monkeypatch):
+def test_the_worker_thread_loads_and_runs_the_model_and_without_it_the_caller_does_with_the_same_samples(
+    tiny_model, monkeypatch
+):
     loaded_in: list[int] = []
     load = hf.AutoModelForCausalLM.from_pretrained
 
@@ -223,7 +261,12 @@ def test_the_worker_thread_loads_and_runs_the_model_and_without_it_the_caller_do
 
     monkeypatch.setattr(hf.AutoModelForCausalLM, "from_pretrained", recorded_load)
     request = _request("a", "Tell me a story.", 3, seed=4)
-    threaded, inline = _backend(tiny_model), TransformersBackend(tiny_model, PromptStyle(continuation_prefix="<think>\n"), batch_size=4, worker_thread=False)
+    threaded, inline = (
+        _backend(tiny_model),
+        TransformersBackend(
+            tiny_model, PromptStyle(continuation_prefix="<think>\n"), batch_size=4, worker_thread=False
+        ),
+    )
     used = {backend.worker_thread: _threads_used(backend, monkeypatch) for backend in (threaded, inline)}
     results = []
     for backend in (threaded, inline):
@@ -236,8 +279,13 @@ def test_the_worker_thread_loads_and_runs_the_model_and_without_it_the_caller_do
     assert len(used[True]) == 3 and len(set(used[True])) == 1
     assert loaded_in == [used[True][0], caller]
     assert caller not in used[True]
-    assert all([c.completion_ids for c in r.completions] == [c.completion_ids for c in results[0].completions] for r in results)
-    assert all([c.logprobs for c in r.completions] == [c.logprobs for c in results[0].completions] for r in results)
+    assert all(
+        [c.completion_ids for c in r.completions] == [c.completion_ids for c in results[0].completions]
+        for r in results
+    )
+    assert all(
+        [c.logprobs for c in r.completions] == [c.logprobs for c in results[0].completions] for r in results
+    )
 
 
 def test_the_sampler_draws_from_the_processed_distribution_and_never_a_token_of_probability_zero():
@@ -259,5 +307,7 @@ def test_the_sampler_draws_from_the_processed_distribution_and_never_a_token_of_
 
 def test_the_sampler_without_a_generator_takes_the_most_likely_token():
     sampler = TokenSampler(None)
-    tokens = sampler(torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])).argmax(dim=-1)
+    tokens = sampler(
+        torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])
+    ).argmax(dim=-1)
     assert tokens.tolist() == [1, 0]

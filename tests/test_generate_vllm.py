@@ -65,7 +65,9 @@ def _flat(*positions: tuple[int, float, dict[int, float]]) -> FlatLogprobs:
 def tokenizer():
     from genesys.generate.tiny_model import train_tokenizer
 
-    return train_tokenizer(["a few words of text to learn from, yes and no", "and a few more"], vocab_size=300)
+    return train_tokenizer(
+        ["a few words of text to learn from, yes and no", "and a few more"], vocab_size=300
+    )
 
 
 def test_request_output_maps_to_completions_in_index_order(tokenizer):
@@ -76,8 +78,23 @@ def test_request_output_maps_to_completions_in_index_order(tokenizer):
         prompt_token_ids=[101, 102, 103],
         prompt_logprobs=None,
         outputs=[
-            CompletionOutput(1, "", no, -3.5, _flat(*[(t, -1.0, {5: -0.1}) for t in no[:-1]], (no[-1], -0.5, {})), "stop", None),
-            CompletionOutput(0, "", yes, -1.0, _flat(*[(t, -0.2 * (k + 1), {1: -0.05} if k else {}) for k, t in enumerate(yes)]), "length"),
+            CompletionOutput(
+                1,
+                "",
+                no,
+                -3.5,
+                _flat(*[(t, -1.0, {5: -0.1}) for t in no[:-1]], (no[-1], -0.5, {})),
+                "stop",
+                None,
+            ),
+            CompletionOutput(
+                0,
+                "",
+                yes,
+                -1.0,
+                _flat(*[(t, -0.2 * (k + 1), {1: -0.05} if k else {}) for k, t in enumerate(yes)]),
+                "length",
+            ),
         ],
     )
     request = GenerationRequest("task", [{"role": "user", "content": "?"}], [2, 3], seed=1)
@@ -85,8 +102,14 @@ def test_request_output_maps_to_completions_in_index_order(tokenizer):
     assert result.request is request and result.prompt_ids == [101, 102, 103]
     first, second = result.completions
     assert (first.text, first.completion_ids, first.finish_reason) == (" yes", yes, "length")
-    assert first.logprobs == pytest.approx([-0.2 * (k + 1) for k in range(len(yes))])  # the sampled token's, not the top alternative's
-    assert (second.text, second.completion_ids, second.finish_reason) == (" no", no, "stop")  # the stop token in the ids, not in the text
+    assert first.logprobs == pytest.approx(
+        [-0.2 * (k + 1) for k in range(len(yes))]
+    )  # the sampled token's, not the top alternative's
+    assert (second.text, second.completion_ids, second.finish_reason) == (
+        " no",
+        no,
+        "stop",
+    )  # the stop token in the ids, not in the text
     assert second.logprobs == [-1.0] * (len(no) - 1) + [-0.5]
 
 
@@ -141,9 +164,16 @@ def fake_vllm(monkeypatch):
         def generate(self, prompts, params, use_tqdm=True):
             calls["generate"].append((prompts, params, use_tqdm))
             return [
-                RequestOutput(str(i), None, p["prompt_token_ids"], None,
-                              [CompletionOutput(k, "", [5, 6], -1.0, _flat((5, -0.5, {}), (6, -0.5, {})), "stop")
-                               for k in range(sp.kwargs["n"])])
+                RequestOutput(
+                    str(i),
+                    None,
+                    p["prompt_token_ids"],
+                    None,
+                    [
+                        CompletionOutput(k, "", [5, 6], -1.0, _flat((5, -0.5, {}), (6, -0.5, {})), "stop")
+                        for k in range(sp.kwargs["n"])
+                    ],
+                )
                 for i, (p, sp) in enumerate(zip(prompts, params))
             ]
 
@@ -154,8 +184,14 @@ def fake_vllm(monkeypatch):
         def reset_prefix_cache(self):
             calls["reset_prefix_cache"] += 1
 
-    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams, __version__="test"))
-    monkeypatch.setitem(sys.modules, "vllm.platforms", SimpleNamespace(current_platform=SimpleNamespace(is_cpu=lambda: LLM.platform_is_cpu)))
+    monkeypatch.setitem(
+        sys.modules, "vllm", SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams, __version__="test")
+    )
+    monkeypatch.setitem(
+        sys.modules,
+        "vllm.platforms",
+        SimpleNamespace(current_platform=SimpleNamespace(is_cpu=lambda: LLM.platform_is_cpu)),
+    )
     calls["llm"] = LLM
     return calls, tokenizer
 
@@ -166,25 +202,73 @@ def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
     from genesys.generate.vllm import VLLMBackend
 
     calls, tokenizer = fake_vllm
-    backend = VLLMBackend("org/model", PromptStyle(continuation_prefix="<think>\n"), tensor_parallel_size=2, batch_size=2, seed=4,
-                          engine_args={"gpu_memory_utilization": 0.8})
-    assert calls["init"] == {"model": "org/model", "tensor_parallel_size": 2, "enable_prefix_caching": True, "seed": 4, "gpu_memory_utilization": 0.8,
-                             "logprobs_mode": "processed_logprobs"}
-    sampling = [SamplingConfig(n=3, max_tokens=99, temperature=0.7, top_p=0.9, seed=4)] * 2 + [SamplingConfig(max_tokens=5, temperature=0.2)]
-    requests = [GenerationRequest(f"t{i}", build_messages(f"question {i}"), [0, 1, 2] if i else [1], seed=10 + i, sampling=sampling[i]) for i in range(3)]
+    backend = VLLMBackend(
+        "org/model",
+        PromptStyle(continuation_prefix="<think>\n"),
+        tensor_parallel_size=2,
+        batch_size=2,
+        seed=4,
+        engine_args={"gpu_memory_utilization": 0.8},
+    )
+    assert calls["init"] == {
+        "model": "org/model",
+        "tensor_parallel_size": 2,
+        "enable_prefix_caching": True,
+        "seed": 4,
+        "gpu_memory_utilization": 0.8,
+        "logprobs_mode": "processed_logprobs",
+    }
+    sampling = [SamplingConfig(n=3, max_tokens=99, temperature=0.7, top_p=0.9, seed=4)] * 2 + [
+        SamplingConfig(max_tokens=5, temperature=0.2)
+    ]
+    requests = [
+        GenerationRequest(
+            f"t{i}",
+            build_messages(f"question {i}"),
+            [0, 1, 2] if i else [1],
+            seed=10 + i,
+            sampling=sampling[i],
+        )
+        for i in range(3)
+    ]
     results = list(iterate(backend.generate(requests)))
     assert [len(call[0]) for call in calls["generate"]] == [2, 1]  # batch_size tasks per engine call
     prompts, params, use_tqdm = calls["generate"][0]
     assert use_tqdm is False
-    assert tokenizer.decode(prompts[0]["prompt_token_ids"]).endswith("question 0<|im_end|>\n<|im_start|>assistant\n<think>\n")
-    fast = {"logprobs": 0, "flat_logprobs": True, "detokenize": False}  # the sampled token's logprob, no detokenizing in the engine
+    assert tokenizer.decode(prompts[0]["prompt_token_ids"]).endswith(
+        "question 0<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
+    fast = {
+        "logprobs": 0,
+        "flat_logprobs": True,
+        "detokenize": False,
+    }  # the sampled token's logprob, no detokenizing in the engine
     unmarked = {"extra_args": None}  # no TOPLOC proofs asked for: no hidden states captured
-    assert params[0].kwargs == {"n": 1, "temperature": 0.7, "top_p": 0.9, "max_tokens": 99, "seed": 10, **fast, **unmarked}
+    assert params[0].kwargs == {
+        "n": 1,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_tokens": 99,
+        "seed": 10,
+        **fast,
+        **unmarked,
+    }
     assert params[1].kwargs["n"] == 3
-    assert calls["generate"][1][1][0].kwargs == {"n": 3, "temperature": 0.2, "top_p": 1.0, "max_tokens": 5, "seed": 12, **fast, **unmarked}
+    assert calls["generate"][1][1][0].kwargs == {
+        "n": 3,
+        "temperature": 0.2,
+        "top_p": 1.0,
+        "max_tokens": 5,
+        "seed": 12,
+        **fast,
+        **unmarked,
+    }
     assert [r.request.key for r in results] == ["t0", "t1", "t2"]
     assert [len(r.completions) for r in results] == [1, 3, 3]
-    assert results[1].completions[0].logprobs == [-0.5, -0.5] and results[0].prompt_ids == prompts[0]["prompt_token_ids"]
+    assert (
+        results[1].completions[0].logprobs == [-0.5, -0.5]
+        and results[0].prompt_ids == prompts[0]["prompt_token_ids"]
+    )
     assert results[1].completions[0].text == tokenizer.decode([5, 6])
 
 
@@ -217,9 +301,15 @@ def test_a_colocated_engine_takes_new_weights_and_drops_the_prefix_cache(fake_vl
     weights = {"model.embed_tokens.weight": torch.ones(2, 2, requires_grad=True)}
     asyncio.run(backend.update_weights(weights))
     asyncio.run(backend.update_weights(weights.items(), version=7))
-    assert [method for method, _ in calls["rpc"]] == [reload_in_place] * 2 and calls["reset_prefix_cache"] == 2
+    assert [method for method, _ in calls["rpc"]] == [reload_in_place] * 2 and calls[
+        "reset_prefix_cache"
+    ] == 2
     [(name, sent)] = calls["rpc"][0][1][0]
-    assert name == "model.embed_tokens.weight" and not sent.requires_grad and sent.data_ptr() == weights[name].data_ptr()  # no copy
+    assert (
+        name == "model.embed_tokens.weight"
+        and not sent.requires_grad
+        and sent.data_ptr() == weights[name].data_ptr()
+    )  # no copy
     with pytest.raises(ValueError, match="not newer"):
         asyncio.run(backend.update_weights(weights, version=7))
     [result] = iterate(backend.generate([GenerationRequest("t", build_messages("q"), [0], seed=0)]))

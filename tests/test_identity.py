@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import write_jsonl
+
 from genesys.errors import InputError
 from genesys.filtering import task_pass_rates
 from genesys.frames import scan_rollouts
@@ -38,7 +38,13 @@ def test_task_key_follows_what_defines_the_task():
     reordered = {**TASK, "verification_info": {"b": [1, {"a": 2, "z": 1}], "ground_truth": "5/6"}}
     assert task_key(reordered) == task_key(TASK)
     assert task_key({**TASK, "llm_response": "other", "metadata": {"x": 1}}) == task_key(TASK)
-    for name, value in [("source", "other"), ("problem_id", "p-8"), ("task_type", "x"), ("prompt", "p"), ("verification_info", {})]:
+    for name, value in [
+        ("source", "other"),
+        ("problem_id", "p-8"),
+        ("task_type", "x"),
+        ("prompt", "p"),
+        ("verification_info", {}),
+    ]:
         assert task_key({**TASK, name: value}) != task_key(TASK), name
 
 
@@ -66,7 +72,12 @@ def test_polars_group_key_agrees_with_the_python_one(tmp_path: Path, file_format
     if file_format == "jsonl":
         write_jsonl(path, ROWS)
     else:  # one type per parquet column
-        pl.DataFrame([{**row, "problem_id": None if row["problem_id"] is None else str(row["problem_id"])} for row in ROWS]).write_parquet(path)
+        pl.DataFrame(
+            [
+                {**row, "problem_id": None if row["problem_id"] is None else str(row["problem_id"])}
+                for row in ROWS
+            ]
+        ).write_parquet(path)
     frame = scan_rollouts(resolve_inputs([str(path)]))
     in_polars = frame.select(group_key_columns(frame.collect_schema().names())).collect().rows()
     assert in_polars == [group_key(row) for row in ROWS]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import write_jsonl
+
 from genesys.errors import InputError
 from genesys.filtering import filter_tasks
 from genesys.frames import scan_rollouts
@@ -32,7 +32,15 @@ def _bad_input(tmp_path: Path, case: str) -> str:
     (tmp_path / "notes.csv").write_text("a,b\n")
     if case == "dataset dict":
         return str(_saved_dataset_dict(tmp_path / "dd"))
-    return str(tmp_path / {"missing": "nope.jsonl", "glob": "*.parquet", "unsupported": "notes.csv", "empty directory": "empty"}[case])
+    return str(
+        tmp_path
+        / {
+            "missing": "nope.jsonl",
+            "glob": "*.parquet",
+            "unsupported": "notes.csv",
+            "empty directory": "empty",
+        }[case]
+    )
 
 
 def _error(call) -> str:
@@ -82,11 +90,17 @@ def test_directories_and_globs_resolve_to_the_same_files_for_rows_and_frames(tmp
     write_jsonl(shards / "b.jsonl", [{"problem_id": "b", "score": 0.0}])
     pl.DataFrame([{"problem_id": "a", "score": 1.0}]).write_parquet(shards / "a.parquet")
     write_jsonl(shards / "nested" / "c.jsonl", [{"problem_id": "c", "score": 0.5}])
-    Dataset.from_list([{"problem_id": "d", "score": 0.0}]).save_to_disk(str(shards / "saved"))  # its .json files are not data
+    Dataset.from_list([{"problem_id": "d", "score": 0.0}]).save_to_disk(
+        str(shards / "saved")
+    )  # its .json files are not data
     (shards / "README.md").write_text("not data")
     files = resolve_inputs([str(shards), str(tmp_path / "shards" / "*.jsonl")])
     assert [(f.path.relative_to(shards).as_posix(), f.format) for f in files] == [
-        ("a.parquet", "parquet"), ("b.jsonl", "jsonl"), ("nested/c.jsonl", "jsonl"), ("saved", "hf_dataset"), ("b.jsonl", "jsonl"),
+        ("a.parquet", "parquet"),
+        ("b.jsonl", "jsonl"),
+        ("nested/c.jsonl", "jsonl"),
+        ("saved", "hf_dataset"),
+        ("b.jsonl", "jsonl"),
     ]
     rows = [record.row["problem_id"] for record in iter_rows(files)]
     assert rows == scan_rollouts(files).collect()["problem_id"].to_list() == ["a", "b", "c", "d", "b"]

@@ -22,6 +22,8 @@ print(",".join(sorted(name for name in %r if name in sys.modules)))
 
 
 def test_verifying_math_imports_no_extra():
-    done = subprocess.run([sys.executable, "-c", PROBE % (EXTRAS,)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE % (EXTRAS,)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"imported extras: {done.stdout.strip()}"

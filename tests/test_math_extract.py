@@ -31,7 +31,9 @@ def test_empty_box_is_an_empty_answer() -> None:
 
 
 def test_minerva_final_answer_sentence() -> None:
-    found = extract_answer("So it is 3/4.\nFinal Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.")
+    found = extract_answer(
+        "So it is 3/4.\nFinal Answer: The final answer is $\\frac{3}{4}$. I hope it is correct."
+    )
     assert (found.answer, found.method) == (r"\frac{3}{4}", "final_answer")
 
 

@@ -97,7 +97,9 @@ def test_equations_are_not_collapsed_to_zero_equals_zero() -> None:
 def test_equation_chains_state_their_last_member() -> None:
     assert score("x = 5", r"\boxed{x = 7 - 2 = 5}") == 1.0
     assert score("11", r"\boxed{x = 5 + 5 + 1 = 11}") == 1.0
-    assert score("x = 11", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 1.0  # math-verify's suite: the last member counts
+    assert (
+        score("x = 11", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 1.0
+    )  # math-verify's suite: the last member counts
     assert score("5", r"\boxed{x = 5 + 5 + 1 = 11}") == 0.0
     assert score("7", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 0.0
     assert score("5", r"\boxed{5 + 5 + 1 = 11}") == 0.0
@@ -241,7 +243,9 @@ def test_unusable_gold_is_an_error_not_a_wrong_answer() -> None:
     assert verdict.error is not None and verdict.error.startswith("invalid_ground_truth")
 
 
-@pytest.mark.parametrize("gold", ["$5$", r"\boxed{5}", r"\(5\)", r"$\boxed{5}$", r"The answer is $\boxed{5}$."])
+@pytest.mark.parametrize(
+    "gold", ["$5$", r"\boxed{5}", r"\(5\)", r"$\boxed{5}$", r"The answer is $\boxed{5}$."]
+)
 def test_gold_delimiters_are_optional(gold: str) -> None:
     assert score(gold, r"\boxed{5}") == 1.0
 
@@ -253,7 +257,9 @@ def test_grading_uses_no_alarm_signals_and_works_off_the_main_thread() -> None:
 
     before = signal.getsignal(signal.SIGALRM)
     results: list[float | None] = []
-    worker = threading.Thread(target=lambda: results.append(score(r"\frac{\sqrt{3}}{2}", r"\boxed{\sin(\pi/3)}")))
+    worker = threading.Thread(
+        target=lambda: results.append(score(r"\frac{\sqrt{3}}{2}", r"\boxed{\sin(\pi/3)}"))
+    )
     worker.start()
     worker.join()
     assert results == [1.0]

@@ -27,8 +27,16 @@ def both_ways(gold: str, right: str, near_miss: str) -> None:
         ("3/4", r"\frac{3}{4}", r"\frac{4}{3}"),
         ("-5", "After simplifying, the value is\n-5", "After simplifying, the value is\n5"),
         ("1000.99", "$1,000.99", "$1,000.90"),
-        ("2/3", "So the probability that Alice wins is 2/3. <|im_start|>user", "So the probability is 1/3. <|im_start|>user"),
-        ("12", "Therefore, there are 12 sequences. I hope it is correct.", "Therefore, there are 13 sequences."),
+        (
+            "2/3",
+            "So the probability that Alice wins is 2/3. <|im_start|>user",
+            "So the probability is 1/3. <|im_start|>user",
+        ),
+        (
+            "12",
+            "Therefore, there are 12 sequences. I hope it is correct.",
+            "Therefore, there are 13 sequences.",
+        ),
     ],
 )
 def test_bare_answers_without_delimiters(gold: str, right: str, near_miss: str) -> None:
@@ -36,7 +44,10 @@ def test_bare_answers_without_delimiters(gold: str, right: str, near_miss: str) 
 
 
 def test_a_number_in_prose_that_states_no_result_is_no_answer() -> None:
-    assert grade("8", "The cube has 8 vertices, but I am not sure how to count the edges.").details["reason"] == "no_answer"
+    assert (
+        grade("8", "The cube has 8 vertices, but I am not sure how to count the edges.").details["reason"]
+        == "no_answer"
+    )
     assert score("2", "AZYUK2A") == 0.0  # a digit inside a word is not a number
     assert score("9", "Answer $ \n 9 \n $") == 0.0  # inline math broken over lines is not read
 
@@ -104,7 +115,11 @@ def test_labelled_and_assigned_answers(gold: str, right: str, near_miss: str) ->
         ("z = 1 + 1 = 2", r"$z = 3 + 3 = 2$", r"$z = 1 + 1 = 3$"),
         ("[-2, 7]", r"\boxed{-2 \le x \le 7}", r"\boxed{-2 < x \le 7}"),
         ("0 < f(x) < 1", r"\boxed{(0, 1)}", r"\boxed{(0, 1]}"),
-        (r"(-\infty, -3] \cup [2, \infty)", r"\boxed{x \le -3 \text{ or } x \ge 2}", r"\boxed{x < -3 \text{ or } x \ge 2}"),
+        (
+            r"(-\infty, -3] \cup [2, \infty)",
+            r"\boxed{x \le -3 \text{ or } x \ge 2}",
+            r"\boxed{x < -3 \text{ or } x \ge 2}",
+        ),
         ("f(2) < f(1) < f(4)", r"\boxed{f(2) < f(1) < f(4)}", r"\boxed{f(1) < f(2) < f(4)}"),
     ],
 )
@@ -118,7 +133,11 @@ def test_chains_and_intervals(gold: str, right: str, near_miss: str) -> None:
         (r"\boxed{1}\boxed{2}", r"\boxed{1,2}", r"\boxed{1,3}"),
         (r"\(\boxed{1}\) and \(\boxed{-2}\).", r"$\boxed{-2,1}$", r"$\boxed{-2}$"),
         (r"\boxed{1} papers and \boxed{2} bins", r"\boxed{1, 2}", r"\boxed{2}"),
-        ("(1, 2), (2, 1)", r"So $\boxed{(1, 2)}$ and $\boxed{(2, 1)}$.", r"So $\boxed{(1, 2)}$ and $\boxed{(2, 2)}$."),
+        (
+            "(1, 2), (2, 1)",
+            r"So $\boxed{(1, 2)}$ and $\boxed{(2, 1)}$.",
+            r"So $\boxed{(1, 2)}$ and $\boxed{(2, 2)}$.",
+        ),
     ],
 )
 def test_several_boxes(gold: str, right: str, near_miss: str) -> None:
@@ -156,8 +175,11 @@ CASES_GOLD = r"f(n) = \begin{cases} n/2 & n \text{ even} \\ 3n+1 & n \text{ odd}
 @pytest.mark.parametrize(
     ("gold", "right", "near_miss"),
     [
-        (CASES_GOLD, r"\boxed{\begin{cases} 3n+1 & n \text{ odd} \\ \frac{n}{2} & n \text{ even} \end{cases}}",
-         r"\boxed{\begin{cases} \frac{n}{2} & n \text{ odd} \\ 3n+1 & n \text{ even} \end{cases}}"),
+        (
+            CASES_GOLD,
+            r"\boxed{\begin{cases} 3n+1 & n \text{ odd} \\ \frac{n}{2} & n \text{ even} \end{cases}}",
+            r"\boxed{\begin{cases} \frac{n}{2} & n \text{ odd} \\ 3n+1 & n \text{ even} \end{cases}}",
+        ),
         ("5\\", r"\boxed{5}", r"\boxed{6}"),
         (r"\dfrac{3}{4}", r"\boxed{\tfrac34}", r"\boxed{\tfrac43}"),
         (r"\left( 3, \frac{\pi}{2} \right)", r"\boxed{(3, \frac{\pi}{2})}", r"\boxed{(\frac{\pi}{2}, 3)}"),
@@ -176,7 +198,9 @@ def test_a_gold_that_cannot_be_read_is_an_error_quoting_it() -> None:
     assert verdict.error.startswith("invalid_ground_truth") and r"\\frac{" in verdict.error
 
 
-BOX_THEN_MINERVA = "First $\\boxed{{255}}$ in interest.\nFinal Answer: The final answer is ${}$. I hope it is correct."
+BOX_THEN_MINERVA = (
+    "First $\\boxed{{255}}$ in interest.\nFinal Answer: The final answer is ${}$. I hope it is correct."
+)
 GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether she sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
 
 
@@ -186,11 +210,23 @@ GSM8K_GOLD = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether she so
         (GSM8K_GOLD, "She sold 24 in May, 72 in all.\n#### 72", "She sold 48 + 48.\n#### 96"),
         ("72", "48 + 24 = 72.\nThe answer is: 72", "48 + 48 = 96.\nThe answer is: 96"),
         ("72", "Answer: 72", "Answer: 96"),
-        ("42", r"<think>maybe \boxed{41}</think> so \boxed{42}", r"<think>maybe \boxed{42}</think> so \boxed{41}"),
-        ("42", "Final Answer: The final answer is 42. I hope it is correct.", "Final Answer: The final answer is 24. I hope it is correct."),
+        (
+            "42",
+            r"<think>maybe \boxed{41}</think> so \boxed{42}",
+            r"<think>maybe \boxed{42}</think> so \boxed{41}",
+        ),
+        (
+            "42",
+            "Final Answer: The final answer is 42. I hope it is correct.",
+            "Final Answer: The final answer is 24. I hope it is correct.",
+        ),
         ("10455", BOX_THEN_MINERVA.format("10,455"), BOX_THEN_MINERVA.format("10,545")),
         ("34", "Final Answer: The largest $n$ is 34.", "Final Answer: The largest $n$ is 35."),
-        (r"28\%", r"Final Answer: The final answer is $28 \%$. I hope it is correct.", r"Final Answer: The final answer is $72 \%$. I hope it is correct."),
+        (
+            r"28\%",
+            r"Final Answer: The final answer is $28 \%$. I hope it is correct.",
+            r"Final Answer: The final answer is $72 \%$. I hope it is correct.",
+        ),
     ],
 )
 def test_dataset_answer_markers(gold: str, right: str, near_miss: str) -> None:
@@ -199,11 +235,17 @@ def test_dataset_answer_markers(gold: str, right: str, near_miss: str) -> None:
 
 def test_a_gold_sentence_is_read_for_its_result() -> None:
     both_ways("There are 12 ways to do it.", r"\boxed{12}", r"\boxed{13}")
-    both_ways("The midpoints form a regular hexagon", r"\boxed{\text{The midpoints form a regular hexagon}}", r"\boxed{\text{a square}}")
+    both_ways(
+        "The midpoints form a regular hexagon",
+        r"\boxed{\text{The midpoints form a regular hexagon}}",
+        r"\boxed{\text{a square}}",
+    )
 
 
 def test_a_long_gold_solution_is_read_for_its_final_answer() -> None:
-    solution = "Let us reason at length. " * 60 + "Final Answer: The final answer is $28 \\%$. I hope it is correct."
+    solution = (
+        "Let us reason at length. " * 60 + "Final Answer: The final answer is $28 \\%$. I hope it is correct."
+    )
     both_ways(solution, r"\boxed{28\%}", r"\boxed{72\%}")
 
 
@@ -281,7 +323,11 @@ def test_trailing_zeros_are_not_significant_digits() -> None:
             r"\boxed{\left(\frac{1}{3}, \frac{2}{3}\right) \approx (0.33, 0.67)}",
             r"\boxed{\left(\frac{1}{3}, \frac{2}{3}\right) \approx (0.33, 1.67)}",
         ),
-        (r"(\sqrt{2}, 2)", r"\boxed{(x, y) = (\sqrt{2}, 2) \approx (1.41, 2)}", r"\boxed{(x, y) = (\sqrt{2}, 2) \approx (1.41, 3)}"),
+        (
+            r"(\sqrt{2}, 2)",
+            r"\boxed{(x, y) = (\sqrt{2}, 2) \approx (1.41, 2)}",
+            r"\boxed{(x, y) = (\sqrt{2}, 2) \approx (1.41, 3)}",
+        ),
         (
             r"\begin{pmatrix}\frac{1}{3}\\ 2\end{pmatrix}",
             r"\boxed{\begin{pmatrix}\frac{1}{3}\\ 2\end{pmatrix} \approx \begin{pmatrix}0.333\\ 2\end{pmatrix}}",
@@ -289,7 +335,9 @@ def test_trailing_zeros_are_not_significant_digits() -> None:
         ),
     ],
 )
-def test_approximations_of_tuples_and_vectors_are_checked_entry_by_entry(gold: str, right: str, near_miss: str) -> None:
+def test_approximations_of_tuples_and_vectors_are_checked_entry_by_entry(
+    gold: str, right: str, near_miss: str
+) -> None:
     both_ways(gold, right, near_miss)
     assert grade(gold, near_miss).details["reason"] == "hedging"
 
@@ -305,5 +353,7 @@ def test_approximations_of_tuples_and_vectors_are_checked_entry_by_entry(gold: s
         ("[-2, 7]", r"\boxed{7 \ge x \ge -2}", r"\boxed{7 \ge x > -2}"),
     ],
 )
-def test_inequalities_bounding_a_variable_are_the_intervals_they_allow(gold: str, right: str, near_miss: str) -> None:
+def test_inequalities_bounding_a_variable_are_the_intervals_they_allow(
+    gold: str, right: str, near_miss: str
+) -> None:
     both_ways(gold, right, near_miss)

@@ -49,7 +49,9 @@ def test_missing_ground_truth_is_an_error() -> None:
 
     verifier = MathVerifier()
     verifier.setup()
-    verdict = verifier.verify(Rollout.from_row({**math_row("5", r"\boxed{5}", "r"), "verification_info": "{}"}))
+    verdict = verifier.verify(
+        Rollout.from_row({**math_row("5", r"\boxed{5}", "r"), "verification_info": "{}"})
+    )
     assert verdict.score is None and verdict.error.startswith("invalid_ground_truth")
 
 
@@ -84,7 +86,11 @@ def test_genesys_verify_cli_scores_math_rollouts(tmp_path: Path) -> None:
     ]
     source = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out.jsonl"
-    subprocess.run([GENESYS, "verify", str(source), "-o", str(out), "--no-progress", "--workers", "1"], check=True, cwd=REPO)
+    subprocess.run(
+        [GENESYS, "verify", str(source), "-o", str(out), "--no-progress", "--workers", "1"],
+        check=True,
+        cwd=REPO,
+    )
     verified = {r["response_id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert verified["r1"]["score"] == 1.0
     assert verified["r2"]["score"] == 0.0

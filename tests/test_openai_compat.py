@@ -60,7 +60,11 @@ class FakeServer:
                 try:
                     time.sleep(server.delay)
                     if failure is not None:
-                        self._send(failure, {"error": {"message": "try later"}}, {"Retry-After": "0"} if failure == 429 else {})
+                        self._send(
+                            failure,
+                            {"error": {"message": "try later"}},
+                            {"Retry-After": "0"} if failure == 429 else {},
+                        )
                     elif self.path == "/v1/chat/completions":
                         self._send(200, server.chat_reply(body))
                     elif self.path == "/v1/completions":
@@ -91,8 +95,16 @@ class FakeServer:
         prompt = body["messages"][-1]["content"]
         if "RESPONSE TO GRADE:" in prompt:
             graded = prompt.split("RESPONSE TO GRADE:", 1)[1]
-            text = "No idea." if "mumble" in graded else ("Matches. RATING: 8" if "42" in graded else "Wrong. RATING: 1")
-            return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+            text = (
+                "No idea."
+                if "mumble" in graded
+                else ("Matches. RATING: 8" if "42" in graded else "Wrong. RATING: 1")
+            )
+            return {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ]
+            }
         choices = []
         for index in reversed(range(body.get("n", 1))):  # out of order on purpose
             ids = self._tokens(index)
@@ -101,8 +113,14 @@ class FakeServer:
                 "index": index,
                 "message": {"role": "assistant", "content": f"answer {index}: <answer>1 + 2</answer>"},
                 "finish_reason": "length" if index else "stop",
-                "logprobs": {"content": [{"token": tok, "logprob": -0.1 * (k + 1), "bytes": None, "top_logprobs": []} for k, tok in enumerate(tokens)]}
-                if body.get("logprobs") else None,
+                "logprobs": {
+                    "content": [
+                        {"token": tok, "logprob": -0.1 * (k + 1), "bytes": None, "top_logprobs": []}
+                        for k, tok in enumerate(tokens)
+                    ]
+                }
+                if body.get("logprobs")
+                else None,
             }
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids
@@ -114,8 +132,14 @@ class FakeServer:
 
     def text_reply(self, body: dict) -> dict:
         choices = [
-            {"index": i, "text": f"continued {i}", "finish_reason": "stop",
-             "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-0.5, -0.25]} if body.get("logprobs") is not None else None}
+            {
+                "index": i,
+                "text": f"continued {i}",
+                "finish_reason": "stop",
+                "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-0.5, -0.25]}
+                if body.get("logprobs") is not None
+                else None,
+            }
             for i in range(body.get("n", 1))
         ]
         return {"id": "y", "object": "text_completion", "choices": choices}
@@ -137,7 +161,16 @@ def server():
 
 def _requests(count: int, n: int, sampling: SamplingConfig | None = None) -> list[GenerationRequest]:
     sampling = sampling or SamplingConfig()
-    return [GenerationRequest(f"task{i}", build_messages(f"question {i}", "system words"), list(range(n)), seed=i, sampling=sampling) for i in range(count)]
+    return [
+        GenerationRequest(
+            f"task{i}",
+            build_messages(f"question {i}", "system words"),
+            list(range(n)),
+            seed=i,
+            sampling=sampling,
+        )
+        for i in range(count)
+    ]
 
 
 def _generate(backend: OpenAIBackend, requests: list[GenerationRequest]) -> list:
@@ -145,24 +178,44 @@ def _generate(backend: OpenAIBackend, requests: list[GenerationRequest]) -> list
 
 
 def test_chat_backend_maps_text_logprobs_and_token_ids(server):
-    backend = OpenAIBackend("served-model", PromptStyle(), base_url=server.base_url, api_key="sekret", request_fields={"return_token_ids": True})
-    results = {r.request.key: r for r in _generate(backend, _requests(3, 2, SamplingConfig(max_tokens=64, temperature=0.6, top_p=0.95)))}
+    backend = OpenAIBackend(
+        "served-model",
+        PromptStyle(),
+        base_url=server.base_url,
+        api_key="sekret",
+        request_fields={"return_token_ids": True},
+    )
+    results = {
+        r.request.key: r
+        for r in _generate(
+            backend, _requests(3, 2, SamplingConfig(max_tokens=64, temperature=0.6, top_p=0.95))
+        )
+    }
     assert sorted(results) == ["task0", "task1", "task2"]
     for result in results.values():
         assert result.prompt_ids == [1, 2, 3, 4]
         first, second = result.completions  # put back in index order
-        assert first.text.startswith("answer 0") and first.finish_reason == "stop" and second.finish_reason == "length"
+        assert (
+            first.text.startswith("answer 0")
+            and first.finish_reason == "stop"
+            and second.finish_reason == "length"
+        )
         assert first.completion_ids == [10, 20, 30] and second.completion_ids == [11, 21, 31]
         assert first.logprobs == pytest.approx([-0.1, -0.2, -0.3])
     path, body, headers = server.requests[0]
     assert path == "/v1/chat/completions" and headers["Authorization"] == "Bearer sekret"
     assert body["model"] == "served-model" and body["n"] == 2 and body["max_tokens"] == 64
     assert body["temperature"] == 0.6 and body["top_p"] == 0.95 and body["logprobs"] is True
-    assert body["messages"][0] == {"role": "system", "content": "system words"} and body["return_token_ids"] is True
+    assert (
+        body["messages"][0] == {"role": "system", "content": "system words"}
+        and body["return_token_ids"] is True
+    )
 
 
 def test_token_ids_written_as_tokens_are_parsed(server):
-    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url, request_fields={"return_tokens_as_token_ids": True})
+    backend = OpenAIBackend(
+        "m", PromptStyle(), base_url=server.base_url, request_fields={"return_tokens_as_token_ids": True}
+    )
     [result] = _generate(backend, _requests(1, 1))
     assert result.completions[0].completion_ids == [10, 20, 30] and result.prompt_ids is None
 
@@ -183,7 +236,9 @@ def test_continuation_prefix_continues_an_assistant_message(server):
 
 
 def test_raw_prompts_use_the_completions_endpoint(server):
-    backend = OpenAIBackend("m", PromptStyle(chat_template=False, continuation_prefix=">>"), base_url=server.base_url)
+    backend = OpenAIBackend(
+        "m", PromptStyle(chat_template=False, continuation_prefix=">>"), base_url=server.base_url
+    )
     [result] = _generate(backend, _requests(1, 2, SamplingConfig(n=2)))
     path, body, _ = server.requests[0]
     assert path == "/v1/completions" and body["prompt"] == "system words\n\nquestion 0>>"
@@ -246,16 +301,41 @@ def test_iterate_stops_the_generator_when_abandoned():
 def test_generate_command_with_the_openai_backend_and_verification(server, tmp_path):
     output = tmp_path / "rollouts.jsonl"
     result = subprocess.run(
-        [GENESYS, "generate", "--tasks", "countdown:count=3", "--model", "served", "-o", str(output), "--backend", "openai",
-         "--base-url", server.base_url, "-n", "2", "-B", "return_token_ids=true", "--verify", "--workers", "1", "--no-progress"],
-        capture_output=True, text=True, timeout=120,
+        [
+            GENESYS,
+            "generate",
+            "--tasks",
+            "countdown:count=3",
+            "--model",
+            "served",
+            "-o",
+            str(output),
+            "--backend",
+            "openai",
+            "--base-url",
+            server.base_url,
+            "-n",
+            "2",
+            "-B",
+            "return_token_ids=true",
+            "--verify",
+            "--workers",
+            "1",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert len(rows) == 6 and len({r["response_id"] for r in rows}) == 6
     for row in rows:
         assert row["model_name"] == "served" and row["generation_config"]["backend"] == "openai"
-        assert row["prompt_ids"] == [1, 2, 3, 4] and len(row["completion_ids"]) == len(row["completion_logprobs"]) == 3
+        assert (
+            row["prompt_ids"] == [1, 2, 3, 4]
+            and len(row["completion_ids"]) == len(row["completion_logprobs"]) == 3
+        )
         assert row["score"] == 0.0 and row["error"] is None  # "1 + 2" does not use the puzzle's numbers
         assert row["machine_info"]["endpoint"] == server.base_url
 
@@ -264,8 +344,15 @@ def test_generate_command_with_the_openai_backend_and_verification(server, tmp_p
 
 
 def _judged(completion: str, **row) -> genesys.Rollout:
-    return genesys.Rollout.from_row({"task_type": "llm_judgeable_groundtruth_similarity", "prompt": "What is six times seven?",
-                                     "gold_standard_solution": "42", "llm_response": completion, **row})
+    return genesys.Rollout.from_row(
+        {
+            "task_type": "llm_judgeable_groundtruth_similarity",
+            "prompt": "What is six times seven?",
+            "gold_standard_solution": "42",
+            "llm_response": completion,
+            **row,
+        }
+    )
 
 
 def _verify_all(judge: LLMJudge, rollouts: list[genesys.Rollout]) -> list[genesys.Verdict]:
@@ -278,15 +365,25 @@ def _verify_all(judge: LLMJudge, rollouts: list[genesys.Rollout]) -> list[genesy
 
 def test_rating_parsing_and_final_answer():
     assert parse_rating("reasons... RATING: 7\nmore RATING: 10") == 1.0
-    assert parse_rating("rating: 2.5") == 0.25 and parse_rating("RATING: 30") == 1.0 and parse_rating("none") is None
+    assert (
+        parse_rating("rating: 2.5") == 0.25
+        and parse_rating("RATING: 30") == 1.0
+        and parse_rating("none") is None
+    )
     assert final_answer("<think>hmm 41</think>\n It is 42.") == "It is 42."
 
 
 def test_judge_scores_errors_and_configuration(server):
     judge = LLMJudge({"judge_base_url": server.base_url, "judge_model": "judge", "judge_max_retries": 0})
-    good, bad, mumble, no_reference = _verify_all(judge, [
-        _judged("<think>6*7</think> 42"), _judged("41"), _judged("mumble"), _judged("42", gold_standard_solution=None),
-    ])
+    good, bad, mumble, no_reference = _verify_all(
+        judge,
+        [
+            _judged("<think>6*7</think> 42"),
+            _judged("41"),
+            _judged("mumble"),
+            _judged("42", gold_standard_solution=None),
+        ],
+    )
     assert good.score == 0.8 and good.error is None and "RATING: 8" in good.details["judge_reply"]
     assert bad.score == 0.1
     assert mumble.score is None and mumble.error.startswith("judge_unparseable")
@@ -301,16 +398,28 @@ def test_judge_unreachable_or_unconfigured_is_an_error_not_a_zero(monkeypatch):
     assert unconfigured.score is None and unconfigured.error.startswith("judge_not_configured")
     with FakeServer() as gone:
         url = gone.base_url
-    [down] = _verify_all(LLMJudge({"judge_base_url": url, "judge_model": "j", "judge_max_retries": 0}), [_judged("42")])
+    [down] = _verify_all(
+        LLMJudge({"judge_base_url": url, "judge_model": "j", "judge_max_retries": 0}), [_judged("42")]
+    )
     assert down.score is None and down.error.startswith("judge_unavailable")
 
 
 def test_judge_in_the_verification_engine(server):
     options = {"judge_base_url": server.base_url, "judge_model": "judge"}
-    rows = [{"task_type": "llm_judgeable_groundtruth_similarity", "prompt": "6*7?", "verification_info": {"ground_truth": "42"},
-             "llm_response": answer} for answer in ("42", "41", "the answer is 42")]
-    out = genesys.verify_rollouts(rows, config=VerifyConfig(workers=1, options=options, progress=False),
-                                  verifiers={"llm_judgeable_groundtruth_similarity": LLMJudge})
+    rows = [
+        {
+            "task_type": "llm_judgeable_groundtruth_similarity",
+            "prompt": "6*7?",
+            "verification_info": {"ground_truth": "42"},
+            "llm_response": answer,
+        }
+        for answer in ("42", "41", "the answer is 42")
+    ]
+    out = genesys.verify_rollouts(
+        rows,
+        config=VerifyConfig(workers=1, options=options, progress=False),
+        verifiers={"llm_judgeable_groundtruth_similarity": LLMJudge},
+    )
     assert [(r["score"], r["error"]) for r in out] == [(0.8, None), (0.1, None), (0.8, None)]
 
 
@@ -318,16 +427,45 @@ def test_generate_command_stops_with_one_line_when_the_server_keeps_failing(tmp_
     with FakeServer() as gone:
         url = gone.base_url
     result = subprocess.run(
-        [GENESYS, "generate", "--tasks", "math-samples", "--max-tasks", "1", "--model", "m", "-o", str(tmp_path / "o.jsonl"),
-         "--backend", "openai", "--base-url", url, "--max-retries", "1", "--no-progress"],
-        capture_output=True, text=True, timeout=60,
+        [
+            GENESYS,
+            "generate",
+            "--tasks",
+            "math-samples",
+            "--max-tasks",
+            "1",
+            "--model",
+            "m",
+            "-o",
+            str(tmp_path / "o.jsonl"),
+            "--backend",
+            "openai",
+            "--base-url",
+            url,
+            "--max-retries",
+            "1",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
-    assert "failed after 2 attempts" in result.stderr and "rerun the same command" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "failed after 2 attempts" in result.stderr
+        and "rerun the same command" in result.stderr
+        and "Traceback" not in result.stderr
+    )
 
 
 def test_split_samples_sends_one_request_per_sample(server):
-    backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url, split_samples=True, request_fields={"return_token_ids": True})
+    backend = OpenAIBackend(
+        "m",
+        PromptStyle(),
+        base_url=server.base_url,
+        split_samples=True,
+        request_fields={"return_token_ids": True},
+    )
     request = GenerationRequest("t", build_messages("q"), [1, 3, 4], seed=100)
     [result] = _generate(backend, [request])
     bodies = sorted((body for _, body, _ in server.requests), key=lambda b: b["seed"])
@@ -337,11 +475,18 @@ def test_split_samples_sends_one_request_per_sample(server):
 
 def test_each_request_is_sent_with_its_own_sampling_settings(server):
     backend = OpenAIBackend("m", PromptStyle(), base_url=server.base_url)
-    cold, hot = _requests(1, 1, SamplingConfig(temperature=0.0, max_tokens=8))[0], _requests(2, 1, SamplingConfig(temperature=1.3, top_p=0.5))[1]
+    cold, hot = (
+        _requests(1, 1, SamplingConfig(temperature=0.0, max_tokens=8))[0],
+        _requests(2, 1, SamplingConfig(temperature=1.3, top_p=0.5))[1],
+    )
     _generate(backend, [cold, hot])
     bodies = {body["messages"][-1]["content"]: body for _, body, _ in server.requests}
     assert (bodies["question 0"]["temperature"], bodies["question 0"]["max_tokens"]) == (0.0, 8)
-    assert (bodies["question 1"]["temperature"], bodies["question 1"]["top_p"], bodies["question 1"]["max_tokens"]) == (1.3, 0.5, 1024)
+    assert (
+        bodies["question 1"]["temperature"],
+        bodies["question 1"]["top_p"],
+        bodies["question 1"]["max_tokens"],
+    ) == (1.3, 0.5, 1024)
 
 
 def test_a_server_cannot_take_new_weights(server):

@@ -8,9 +8,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import GENESYS, read_jsonl, rollout, write_jsonl
 
 import genesys
-from conftest import GENESYS, read_jsonl, rollout, write_jsonl
 from genesys.plugins import PluginError, new_plugin_manager, plugin_infos, verifier_entries
 
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
@@ -37,7 +37,7 @@ def installed_palindrome(tmp_path_factory: pytest.TempPathFactory):
     )
     (root / "genesys_palindrome_test" / "__init__.py").write_text(
         textwrap.dedent(
-            '''
+            """
             import genesys
 
             class Palindrome(genesys.Verifier):
@@ -50,7 +50,7 @@ def installed_palindrome(tmp_path_factory: pytest.TempPathFactory):
             @genesys.hookimpl
             def genesys_verifiers():
                 return [Palindrome]
-            '''
+            """
         )
     )
     subprocess.run([*PIP, "install", "--no-deps", "--no-build-isolation", str(root)], check=True, timeout=300)
@@ -64,8 +64,15 @@ def test_an_installed_plugin_is_discovered_listed_and_used(installed_palindrome,
     line = next(line for line in listing.stdout.splitlines() if "palindrome" in line)
     assert "1.2.3" in line and "genesys-palindrome-test" in line
 
-    inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("palindrome", "racecar"), rollout("palindrome", "genesys")])
-    result = subprocess.run([GENESYS, "verify", str(inputs), "-o", str(tmp_path / "out.jsonl")], capture_output=True, text=True, timeout=120)
+    inputs = write_jsonl(
+        tmp_path / "in.jsonl", [rollout("palindrome", "racecar"), rollout("palindrome", "genesys")]
+    )
+    result = subprocess.run(
+        [GENESYS, "verify", str(inputs), "-o", str(tmp_path / "out.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert [r["score"] for r in read_jsonl(tmp_path / "out.jsonl")] == [1.0, 0.0]
 
@@ -75,12 +82,18 @@ def test_the_example_countdown_plugin_is_installed_and_scores(tmp_path: Path):
     assert entries["countdown"].plugin == "countdown"
     info = {"numbers": [25, 50, 3, 7], "target": 518}
     rows = [
-        rollout("countdown", "<think>50*...</think> <answer>(50 + 25) * 7 - 3 - 4</answer>", **info),  # uses 4: not given
+        rollout(
+            "countdown", "<think>50*...</think> <answer>(50 + 25) * 7 - 3 - 4</answer>", **info
+        ),  # uses 4: not given
         rollout("countdown", "<answer>50 * 7 + 25 * 7</answer>", **info),  # 7 twice
         rollout("countdown", "so <answer>(25 - 7) * 50 / 3 + 218</answer>", **info),
         rollout("countdown", "<answer>7 * (50 + 25) - 3 * 1</answer>", **info),
         rollout("countdown", "no tags at all", **info),
-        rollout("countdown", "<answer>50 * (7 + 3) + 25 - 7</answer>", **{"numbers": [50, 7, 3, 25, 7], "target": 518}),
+        rollout(
+            "countdown",
+            "<answer>50 * (7 + 3) + 25 - 7</answer>",
+            **{"numbers": [50, 7, 3, 25, 7], "target": 518},
+        ),
     ]
     out = genesys.verify_rollouts(rows, config=genesys.verify.VerifyConfig(workers=1, progress=False))
     reasons = [r["verification_result_info"].get("reason") for r in out]
@@ -141,7 +154,9 @@ def test_the_cli_does_not_import_torch_transformers_or_vllm(plugin_env):
         "heavy = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]\n"
         "print(','.join(heavy) or 'none')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=plugin_env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=plugin_env
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "none"
 

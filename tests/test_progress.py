@@ -30,7 +30,9 @@ def _printed(print_call) -> str:
 
 def test_summaries_print_their_own_figures():
     stats = {"echo": TypeStats(count=4, score_sum=3.0, scored=4), "mystery": TypeStats(count=2, errors=2)}
-    generated = GenerateSummary(output=Path("out.jsonl"), tasks=3, generated=6, resumed=2, tokens=60, seconds=2.0, verify_stats=stats)
+    generated = GenerateSummary(
+        output=Path("out.jsonl"), tasks=3, generated=6, resumed=2, tokens=60, seconds=2.0, verify_stats=stats
+    )
     text = _printed(lambda: print_generate_summary(generated))
     assert "generated 6 rollouts in 2.0s" in text and "verified 6 rows in 2.0s (3 rows/s)" in text
     assert "echo" in text and "0.750" in text and "output: out.jsonl" in text

@@ -12,18 +12,30 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("toploc", reason="toploc is not installed: build it with `make install` (or see the proofs extra in pyproject.toml)")
+pytest.importorskip(
+    "toploc",
+    reason="toploc is not installed: build it with `make install` (or see the proofs extra in pyproject.toml)",
+)
 
 import orjson  # noqa: E402
 import torch  # noqa: E402
-
 from conftest import GENESYS  # noqa: E402
+from toploc_tampering import (  # noqa: E402
+    TINY_PROOFS,
+    TINY_THRESHOLDS,
+    claiming,
+    copy_proofs,
+    edit_logprobs,
+    generate,
+    perturbed_model,
+    read_rows,
+    swap_token,
+    write_tasks,
+)
+
 from genesys.config import ProofConfig, ValidateCommand  # noqa: E402
 from genesys.proofs.toploc import ProofError, as_proof_dtype, build_proofs, decode_proofs, verify_proofs  # noqa: E402
 from genesys.proofs.validate import validate_files  # noqa: E402
-from toploc_tampering import (  # noqa: E402
-    TINY_PROOFS, TINY_THRESHOLDS, claiming, copy_proofs, edit_logprobs, generate, perturbed_model, read_rows, swap_token, write_tasks,
-)
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +59,20 @@ def write(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def validate(model: str, rows: list[dict[str, Any]], work: Path, name: str, **settings: Any) -> list[dict[str, Any]]:
+def validate(
+    model: str, rows: list[dict[str, Any]], work: Path, name: str, **settings: Any
+) -> list[dict[str, Any]]:
     """`rows` validated against `model` with the tiny model's proof settings and thresholds."""
     output = work / f"{name}-validated.jsonl"
-    config = ValidateCommand(inputs=[str(write(work / f"{name}.jsonl", rows))], model=model, output=str(output), progress=False,
-                             proofs=TINY_PROOFS, thresholds=TINY_THRESHOLDS, **settings)
+    config = ValidateCommand(
+        inputs=[str(write(work / f"{name}.jsonl", rows))],
+        model=model,
+        output=str(output),
+        progress=False,
+        proofs=TINY_PROOFS,
+        thresholds=TINY_THRESHOLDS,
+        **settings,
+    )
     validate_files(config)
     return read_rows(output)
 
@@ -72,14 +93,20 @@ def test_generated_rows_carry_proofs_and_settings(honest: list[dict[str, Any]], 
     for row in honest:
         chunks = -(-len(row["completion_ids"]) // TINY_PROOFS.decode_batching_size)
         assert len(row["toploc_proofs"]) == chunks
-        config = row["toploc_config"] if isinstance(row["toploc_config"], dict) else orjson.loads(row["toploc_config"])
+        config = (
+            row["toploc_config"]
+            if isinstance(row["toploc_config"], dict)
+            else orjson.loads(row["toploc_config"])
+        )
         assert config["topk"] == 16 and config["decode_batching_size"] == 8 and config["dtype"] == "bfloat16"
         assert config["model"] == tiny_model and len(config["weights_sha256"]) == 64
 
 
 def test_honest_rows_are_all_valid(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
     validated = validate(tiny_model, honest, work, "honest")
-    assert [row["toploc_valid"] for row in validated] == [True] * len(honest), [row["toploc_reason"] for row in validated]
+    assert [row["toploc_valid"] for row in validated] == [True] * len(honest), [
+        row["toploc_reason"] for row in validated
+    ]
     for row in validated:
         errors = row["toploc_errors"]
         assert errors["failed_chunks"] == 0 and errors["chunks"] == len(row["toploc_proofs"])
@@ -87,7 +114,9 @@ def test_honest_rows_are_all_valid(honest: list[dict[str, Any]], tiny_model: str
         assert row["toploc_reason"] is None
 
 
-def test_rows_of_another_model_claiming_this_one_are_rejected_by_the_proofs(honest, tiny_model, tasks, work) -> None:
+def test_rows_of_another_model_claiming_this_one_are_rejected_by_the_proofs(
+    honest, tiny_model, tasks, work
+) -> None:
     from genesys.generate.tiny_model import build_tiny_model
 
     other = str(build_tiny_model(work / "other-model", seed=1))
@@ -95,12 +124,16 @@ def test_rows_of_another_model_claiming_this_one_are_rejected_by_the_proofs(hone
     assert_all_rejected_by(validate(tiny_model, forged, work, "other"), "proof")
 
 
-def test_rows_naming_another_model_are_rejected_for_the_claim(tiny_model: str, tasks: Path, work: Path) -> None:
+def test_rows_naming_another_model_are_rejected_for_the_claim(
+    tiny_model: str, tasks: Path, work: Path
+) -> None:
     other = perturbed_model(tiny_model, work / "named-model", scale=1e-3, seed=7)
     rows = generate(other, tasks, work / "named.jsonl", TINY_PROOFS, n=1)
     validated = validate(tiny_model, rows, work, "named")
     assert_all_rejected_by(validated, "model")
-    assert all("expected" in row["toploc_reason"] and "weights hash" in row["toploc_reason"] for row in validated)
+    assert all(
+        "expected" in row["toploc_reason"] and "weights hash" in row["toploc_reason"] for row in validated
+    )
 
 
 def test_rows_of_perturbed_weights_are_rejected_by_the_proofs(honest, tiny_model, tasks, work) -> None:
@@ -115,26 +148,39 @@ def test_one_swapped_completion_token_is_rejected_by_the_proofs(honest, tiny_mod
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     forged = [swap_token(row, tokenizer) for row in honest if len(row["completion_ids"]) > 8]
     validated = validate(tiny_model, forged, work, "swapped")
-    assert_all_rejected_by(validated, "proof")  # the logprob check alone misses some: the tiny model's are nearly uniform
+    assert_all_rejected_by(
+        validated, "proof"
+    )  # the logprob check alone misses some: the tiny model's are nearly uniform
     assert all("text" not in row["toploc_problems"] for row in validated)  # the forger decoded the text again
 
 
-def test_a_proof_copied_from_another_row_is_rejected(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
+def test_a_proof_copied_from_another_row_is_rejected(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
     assert_all_rejected_by(validate(tiny_model, copy_proofs(honest), work, "copied"), "proof")
 
 
-def test_edited_logprobs_are_rejected_although_the_proofs_pass(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
+def test_edited_logprobs_are_rejected_although_the_proofs_pass(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
     validated = validate(tiny_model, [edit_logprobs(row, -0.5) for row in honest], work, "logprobs")
     assert_all_rejected_by(validated, "logprobs")
-    assert all(row["toploc_errors"]["failed_chunks"] == 0 and row["toploc_problems"] == ["logprobs"] for row in validated)
+    assert all(
+        row["toploc_errors"]["failed_chunks"] == 0 and row["toploc_problems"] == ["logprobs"]
+        for row in validated
+    )
     assert all(0.49 < row["toploc_errors"]["max_logprob_diff"] < 0.51 for row in validated)
 
 
-def test_text_prompt_and_stop_rules_are_checked(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
+def test_text_prompt_and_stop_rules_are_checked(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
     other_text = copy.deepcopy(honest[0]) | {"llm_response": "a better answer"}
     other_prompt = copy.deepcopy(honest[1]) | {"prompt": "Prove the Riemann hypothesis."}
     too_long = next(copy.deepcopy(row) for row in honest if row["finish_reason"] == "length")
-    too_long["generation_config"] = too_long["generation_config"] | {"max_tokens": len(too_long["completion_ids"]) - 1}
+    too_long["generation_config"] = too_long["generation_config"] | {
+        "max_tokens": len(too_long["completion_ids"]) - 1
+    }
     rows = validate(tiny_model, [other_text, other_prompt, too_long], work, "claims")
     assert "completion_ids do not decode to llm_response" in rows[0]["toploc_reason"]
     assert "prompt_ids do not contain the row's prompt" in rows[1]["toploc_reason"]
@@ -142,21 +188,32 @@ def test_text_prompt_and_stop_rules_are_checked(honest: list[dict[str, Any]], ti
     assert [row["toploc_valid"] for row in rows] == [False] * 3
 
 
-def test_expected_sampling_settings_are_enforced(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
+def test_expected_sampling_settings_are_enforced(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
     from genesys.config import ExpectedSampling
 
-    rows = validate(tiny_model, honest[:2], work, "sampling", expect=ExpectedSampling(temperature=0.7, max_tokens=24))
-    assert all(row["toploc_problems"] == ["sampling"] and "temperature 1.0, expected 0.7" in row["toploc_reason"] for row in rows)
+    rows = validate(
+        tiny_model, honest[:2], work, "sampling", expect=ExpectedSampling(temperature=0.7, max_tokens=24)
+    )
+    assert all(
+        row["toploc_problems"] == ["sampling"] and "temperature 1.0, expected 0.7" in row["toploc_reason"]
+        for row in rows
+    )
 
 
-def test_rows_without_proofs_are_null_with_a_reason(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
+def test_rows_without_proofs_are_null_with_a_reason(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
     rows = [{k: v for k, v in row.items() if k != "toploc_proofs"} for row in honest[:2]]
     validated = validate(tiny_model, rows, work, "unproved")
     assert [row["toploc_valid"] for row in validated] == [None, None]
     assert all(row["toploc_reason"] == "the row has no toploc_proofs" for row in validated)
 
 
-def test_a_missing_or_null_proof_makes_the_row_invalid_without_crashing(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
+def test_a_missing_or_null_proof_makes_the_row_invalid_without_crashing(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
     missing = copy.deepcopy(honest[0])
     missing["toploc_proofs"] = missing["toploc_proofs"][:-1]
     null = copy.deepcopy(honest[1])
@@ -169,12 +226,23 @@ def test_a_missing_or_null_proof_makes_the_row_invalid_without_crashing(honest: 
 # --- resuming and the command line ---------------------------------------------------------------
 
 
-def test_validate_resumes_after_a_partial_output(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
+def test_validate_resumes_after_a_partial_output(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
     source = write(work / "resume.jsonl", honest)
     output = work / "resume-out.jsonl"
     full = validate(tiny_model, honest, work, "resume-reference")
-    output.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in full[:5]) + b'{"response_id": "cut off mid-li')
-    config = ValidateCommand(inputs=[str(source)], model=tiny_model, output=str(output), progress=False, proofs=TINY_PROOFS, thresholds=TINY_THRESHOLDS)
+    output.write_bytes(
+        b"".join(orjson.dumps(row) + b"\n" for row in full[:5]) + b'{"response_id": "cut off mid-li'
+    )
+    config = ValidateCommand(
+        inputs=[str(source)],
+        model=tiny_model,
+        output=str(output),
+        progress=False,
+        proofs=TINY_PROOFS,
+        thresholds=TINY_THRESHOLDS,
+    )
     summary = validate_files(config)
     assert summary.resumed == 5 and summary.valid == len(honest) - 5
     rows = read_rows(output)
@@ -182,15 +250,39 @@ def test_validate_resumes_after_a_partial_output(honest: list[dict[str, Any]], t
     assert all(row["toploc_valid"] for row in rows)
 
 
-def test_cli_validates_prints_a_summary_and_resumes(honest: list[dict[str, Any]], tiny_model: str, work: Path) -> None:
-    source = write(work / "cli.jsonl", [*honest[:3], edit_logprobs(honest[3]), {k: v for k, v in honest[4].items() if k != "toploc_proofs"}])
+def test_cli_validates_prints_a_summary_and_resumes(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
+    source = write(
+        work / "cli.jsonl",
+        [*honest[:3], edit_logprobs(honest[3]), {k: v for k, v in honest[4].items() if k != "toploc_proofs"}],
+    )
     output = work / "cli-out.jsonl"
-    command = [GENESYS, "validate", str(source), "--model", tiny_model, "-o", str(output), "--proof-topk", "16", "--proof-chunk", "8",
-               "--max-exp-mismatches", "1", "--max-mant-err-mean", "1.0", "--max-mant-err-median", "1.5"]
+    command = [
+        GENESYS,
+        "validate",
+        str(source),
+        "--model",
+        tiny_model,
+        "-o",
+        str(output),
+        "--proof-topk",
+        "16",
+        "--proof-chunk",
+        "8",
+        "--max-exp-mismatches",
+        "1",
+        "--max-mant-err-mean",
+        "1.0",
+        "--max-mant-err-median",
+        "1.5",
+    ]
     first = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     assert "validated 5 rows" in first.stderr and "with a logprobs problem" in first.stderr
-    verdicts = {row["response_id"]: row["toploc_valid"] for row in read_rows(output)}  # unproved rows are written first
+    verdicts = {
+        row["response_id"]: row["toploc_valid"] for row in read_rows(output)
+    }  # unproved rows are written first
     assert [verdicts[row["response_id"]] for row in honest[:5]] == [True, True, True, False, None]
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "already in the output" in again.stderr
@@ -207,7 +299,10 @@ def test_float32_activations_are_refused_not_turned_into_null_proofs() -> None:
     proofs = decode_proofs(build_proofs(as_proof_dtype(hidden), TINY_PROOFS), 10, TINY_PROOFS)
     with pytest.raises(ValueError, match="got float32"):
         verify_proofs(hidden, proofs, TINY_PROOFS)
-    assert all(chunk.exp_mismatches == 0 and chunk.mant_err_mean == 0 for chunk in verify_proofs(as_proof_dtype(hidden), proofs, TINY_PROOFS))
+    assert all(
+        chunk.exp_mismatches == 0 and chunk.mant_err_mean == 0
+        for chunk in verify_proofs(as_proof_dtype(hidden), proofs, TINY_PROOFS)
+    )
 
 
 def test_float16_activations_verify_and_other_shapes_are_refused() -> None:
@@ -251,17 +346,26 @@ except ProofError as exc:
 
 
 def test_a_null_modulus_proof_is_refused_without_killing_the_process() -> None:
-    run = subprocess.run([sys.executable, "-c", NULL_PROOF_SCRIPT], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", NULL_PROOF_SCRIPT], capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, (run.returncode, run.stderr)
     assert "refused: proof 0 has modulus 0" in run.stdout
 
 
-@pytest.mark.parametrize(("tokens", "hidden_size", "settings"), [(21, 64, TINY_PROOFS), (70, 4096, ProofConfig(topk=128, decode_batching_size=32))])
-def test_proofs_are_those_the_package_builds_one_chunk_at_a_time(tokens: int, hidden_size: int, settings: ProofConfig) -> None:
+@pytest.mark.parametrize(
+    ("tokens", "hidden_size", "settings"),
+    [(21, 64, TINY_PROOFS), (70, 4096, ProofConfig(topk=128, decode_batching_size=32))],
+)
+def test_proofs_are_those_the_package_builds_one_chunk_at_a_time(
+    tokens: int, hidden_size: int, settings: ProofConfig
+) -> None:
     """Full chunks and a shorter last one; at hidden 4096 a chunk has more values than the largest modulus."""
     import toploc
 
     hidden = as_proof_dtype(torch.randn(tokens, hidden_size, generator=torch.Generator().manual_seed(1)))
-    expected = toploc.build_proofs_base64(hidden, settings.decode_batching_size, settings.topk, skip_prefill=True)
+    expected = toploc.build_proofs_base64(
+        hidden, settings.decode_batching_size, settings.topk, skip_prefill=True
+    )
     assert build_proofs(hidden, settings) == expected
     assert len(expected) == -(-tokens // settings.decode_batching_size)

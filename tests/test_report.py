@@ -6,24 +6,38 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import GENESYS, write_jsonl
+
 from genesys.errors import InputError
 from genesys.report import write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = {"pass_rate_by_source", "reward_distribution", "completion_length", "length_vs_correctness", "score_by_task_type"}
+PLOTS = {
+    "pass_rate_by_source",
+    "reward_distribution",
+    "completion_length",
+    "length_vs_correctness",
+    "score_by_task_type",
+}
 
 
 def rollouts() -> list[dict]:
     """3 sources x 4 tasks x 5 samples; longer completions fail more often; every 10th rollout errored."""
     rows = []
     for t in range(12):
-        source, task_type = [("math-a", "verifiable_math"), ("code-b", "verifiable_code"), ("puzzles", "countdown")][t % 3]
+        source, task_type = [
+            ("math-a", "verifiable_math"),
+            ("code-b", "verifiable_code"),
+            ("puzzles", "countdown"),
+        ][t % 3]
         for k in range(5):
             n = len(rows)
             length = 100 + 150 * k + 10 * t
-            score = None if n % 10 == 9 else (1.0 if k < t % 5 + 1 else (0.5 if task_type == "verifiable_code" else 0.0))
+            score = (
+                None
+                if n % 10 == 9
+                else (1.0 if k < t % 5 + 1 else (0.5 if task_type == "verifiable_code" else 0.0))
+            )
             rows.append(
                 {
                     "problem_id": f"task-{t}",
@@ -90,7 +104,10 @@ def test_unverified_rollouts_are_refused(tmp_path: Path):
         write_report([str(inputs)], tmp_path / "report")
 
 
-@pytest.mark.parametrize(("bad", "message"), [("x", 'r.jsonl:8: score "x" is not a number'), (7, "r.jsonl:8: score 7 is outside 0..1")])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [("x", 'r.jsonl:8: score "x" is not a number'), (7, "r.jsonl:8: score 7 is outside 0..1")],
+)
 def test_a_bad_score_is_refused_naming_its_line(tmp_path: Path, bad, message):
     rows = rollouts()
     rows[7]["score"] = bad
@@ -100,7 +117,12 @@ def test_a_bad_score_is_refused_naming_its_line(tmp_path: Path, bad, message):
 
 def test_cli_writes_plots_and_summary(tmp_path: Path):
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
-    done = subprocess.run([GENESYS, "report", str(inputs), "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [GENESYS, "report", str(inputs), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert {p.stem for p in (tmp_path / "out").glob("*.png")} == PLOTS
     assert (tmp_path / "out" / "summary.md").read_text().startswith("# Rollout report")

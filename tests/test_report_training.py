@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import GENESYS, write_jsonl
+from test_report import assert_png, rollouts
+
 from genesys.errors import InputError
 from genesys.report_training import find_training_run, moving_average, write_training_report
-from test_report import assert_png, rollouts
 
 FIGURES = {"reward", "completion_length", "clipping", "optimization", "throughput", "other_metrics"}
 
@@ -50,7 +50,12 @@ def training_run(directory: Path, steps: int = 40) -> Path:
     directory.mkdir(parents=True)
     write_jsonl(directory / "metrics.jsonl", [step_metrics(step) for step in range(1, steps + 1)])
     (directory / "config.toml").write_text('model = "tiny-model"\n[optim]\nlr = 1e-6\n')
-    for name in ("checkpoints/step-000020", "checkpoints/step-000040", "checkpoints/.tmp-step-000060-1", "final"):
+    for name in (
+        "checkpoints/step-000020",
+        "checkpoints/step-000040",
+        "checkpoints/.tmp-step-000060-1",
+        "final",
+    ):
         (directory / name).mkdir(parents=True)
     return directory
 
@@ -104,7 +109,12 @@ def test_moving_average_is_trailing():
 
 @pytest.mark.parametrize(
     ("line", "message"),
-    [("{not json", "not valid JSON"), ('{"reward_mean": 0.5}', "integer 'step'"), ('{"step": "3"}', "integer 'step'"), ("[1, 2]", "integer 'step'")],
+    [
+        ("{not json", "not valid JSON"),
+        ('{"reward_mean": 0.5}', "integer 'step'"),
+        ('{"step": "3"}', "integer 'step'"),
+        ("[1, 2]", "integer 'step'"),
+    ],
 )
 def test_a_bad_line_is_refused_by_file_and_line(tmp_path: Path, line: str, message: str):
     path = tmp_path / "metrics.jsonl"
@@ -144,7 +154,12 @@ def test_inputs_are_told_apart(tmp_path: Path):
 
 def test_cli_reports_a_run_directory(tmp_path: Path):
     run = training_run(tmp_path / "run")
-    done = subprocess.run([GENESYS, "report", str(run), "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [GENESYS, "report", str(run), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert {path.stem for path in (tmp_path / "out").glob("*.png")} == FIGURES
     assert (tmp_path / "out" / "summary.md").read_text().startswith("# Training run report")
@@ -153,7 +168,12 @@ def test_cli_reports_a_run_directory(tmp_path: Path):
 def test_cli_refuses_a_run_mixed_with_rollouts(tmp_path: Path):
     run = training_run(tmp_path / "run")
     verified = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
-    done = subprocess.run([GENESYS, "report", str(run), str(verified), "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [GENESYS, "report", str(run), str(verified), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "is not a training run" in done.stderr and "separate calls" in done.stderr
     assert not (tmp_path / "out").exists()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from genesys_testplugins import Echo
 
 from genesys.engine import VerificationEngine, VerifyConfig
 from genesys.reward_function import RewardFunction, rollout_rows
 from genesys.rewards import RewardConfig
-from genesys_testplugins import Echo
 
 VERIFIERS = {"echo": Echo}
 
@@ -25,9 +25,16 @@ def trainer_columns(count: int) -> dict:
 
 
 def test_rewards_for_text_and_chat_completions_with_a_length_term():
-    config = VerifyConfig(workers=1, progress=False, reward=RewardConfig("exact", target_length=10, coef=0.01))
+    config = VerifyConfig(
+        workers=1, progress=False, reward=RewardConfig("exact", target_length=10, coef=0.01)
+    )
     with RewardFunction(config, VERIFIERS) as reward_func:
-        plain = reward_func(["say yes"] * 3, ["yes", "no", "yes"], completion_ids=[[0] * 10, [0] * 10, [0] * 30], **trainer_columns(3))
+        plain = reward_func(
+            ["say yes"] * 3,
+            ["yes", "no", "yes"],
+            completion_ids=[[0] * 10, [0] * 10, [0] * 30],
+            **trainer_columns(3),
+        )
         chat = reward_func(
             [[{"role": "system", "content": "be brief"}, {"role": "user", "content": "say yes"}]] * 2,
             [[{"role": "assistant", "content": "yes"}], [{"role": "assistant", "content": "nope"}]],
@@ -46,7 +53,9 @@ def test_a_completion_without_a_verdict_or_a_measurable_length_gets_none():
     with VerificationEngine(config, VERIFIERS) as pool:
         reward_func = RewardFunction(config, pool=pool)
         with reward_func:
-            rewards = reward_func(["q"] * 3, ["yes", "yes", "yes"], **columns)  # no completion_ids and no tokenizer
+            rewards = reward_func(
+                ["q"] * 3, ["yes", "yes", "yes"], **columns
+            )  # no completion_ids and no tokenizer
         assert pool.outstanding == 0 and pool.verify_rows([]) == []  # a pool it was given stays open
     assert rewards == [None, None, None]
     errors = [row["error"] for row in reward_func.last_rows]

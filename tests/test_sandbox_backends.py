@@ -85,12 +85,12 @@ PROGRAMS = {
     "rust": {
         "correct": (
             "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap();\n"
-            "let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect(); println!(\"{}\", v[0] + v[1]); }"
+            'let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect(); println!("{}", v[0] + v[1]); }'
         ),
-        "wrong": "fn main() { println!(\"5\"); }",
+        "wrong": 'fn main() { println!("5"); }',
         "slow": "fn main() { let mut x: u64 = 0; loop { x = x.wrapping_add(std::hint::black_box(1)); } }",
-        "crash": "fn main() { let v: Vec<i32> = Vec::new(); println!(\"{}\", v[3]); }",
-        "broken": "fn main() { let x: i32 = \"text\"; }",
+        "crash": 'fn main() { let v: Vec<i32> = Vec::new(); println!("{}", v[3]); }',
+        "broken": 'fn main() { let x: i32 = "text"; }',
     },
     "javascript": {
         "correct": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);",
@@ -161,7 +161,9 @@ def host_listener() -> Iterator[tuple[str, int]]:
     server.close()
 
 
-def hostile_programs(host: str, port: int, secret_file: Path, marker: str) -> dict[str, tuple[str, str | None, set[str]]]:
+def hostile_programs(
+    host: str, port: int, secret_file: Path, marker: str
+) -> dict[str, tuple[str, str | None, set[str]]]:
     """name -> (python source, expected stdout when contained, acceptable statuses)."""
     return {
         "network": (
@@ -222,7 +224,11 @@ def hostile_programs(host: str, port: int, secret_file: Path, marker: str) -> di
             "none",
             {"passed"},
         ),
-        "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('alive')", None, {"runtime_error", "passed", "wrong_answer"}),
+        "kill_parent": (
+            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('alive')",
+            None,
+            {"runtime_error", "passed", "wrong_answer"},
+        ),
         "kill_everything": (
             "import os, signal\nfor pid in (1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nprint('alive')",
             None,
@@ -243,7 +249,11 @@ def hostile_programs(host: str, port: int, secret_file: Path, marker: str) -> di
             "detached",
             {"passed"},
         ),
-        "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", None, {"time_limit", "runtime_error", "memory_limit"}),
+        "fork_bomb": (
+            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+            None,
+            {"time_limit", "runtime_error", "memory_limit"},
+        ),
         "memory_bomb": ("hog = []\nwhile True:\n    hog.append(bytearray(64 << 20))", None, {"memory_limit"}),
         "cpu_spin": ("while True:\n    pass", None, {"time_limit"}),
         "sleep_forever": ("import time\ntime.sleep(3600)", None, {"time_limit"}),
@@ -252,8 +262,16 @@ def hostile_programs(host: str, port: int, secret_file: Path, marker: str) -> di
             None,
             {"time_limit"},
         ),
-        "output_flood": ("import sys\nwhile True:\n    sys.stdout.write('y' * 65536)", None, {"output_limit"}),
-        "disk_fill": ("with open('fill.bin', 'wb') as f:\n    while True:\n        f.write(b'0' * (1 << 20))", None, {"output_limit", "runtime_error"}),
+        "output_flood": (
+            "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)",
+            None,
+            {"output_limit"},
+        ),
+        "disk_fill": (
+            "with open('fill.bin', 'wb') as f:\n    while True:\n        f.write(b'0' * (1 << 20))",
+            None,
+            {"output_limit", "runtime_error"},
+        ),
         "disk_fill_many": (
             "i = 0\nwhile True:\n    with open('f%d' % i, 'wb') as f:\n        f.write(b'0' * (32 << 20))\n    i += 1",
             None,
@@ -274,7 +292,9 @@ def host_processes_with(marker: str) -> list[int]:
     return found
 
 
-def test_hostile_programs_are_contained(verifier: CodeVerifier, host_listener: tuple[str, int], tmp_path: Path) -> None:
+def test_hostile_programs_are_contained(
+    verifier: CodeVerifier, host_listener: tuple[str, int], tmp_path: Path
+) -> None:
     secret_file = tmp_path / "host-secret.txt"
     secret_file.write_text(SECRET)
     marker = f"genesys-detached-{os.getpid()}-{verifier.sandbox.name}"
@@ -380,7 +400,9 @@ def test_runner_reuse(verifier: CodeVerifier) -> None:
         fresh.teardown()
 
 
-def test_bwrap_runner_is_compiled_once_by_the_sandbox_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bwrap_runner_is_compiled_once_by_the_sandbox_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from genesys.sandbox.bwrap import compiled_runner
     from genesys.sandbox.process import RUNNER_PATH
 

@@ -64,7 +64,9 @@ def assert_b_cannot_copy_a(verifier: CodeVerifier, a: str, b: str, tests: list[d
 # --- 1. scratch directories that survive the wipe ---------------------------------------------------
 
 
-def test_an_extended_attribute_on_a_scratch_directory_does_not_reach_the_next_submission(verifier: CodeVerifier) -> None:
+def test_an_extended_attribute_on_a_scratch_directory_does_not_reach_the_next_submission(
+    verifier: CodeVerifier,
+) -> None:
     answer = secrets.token_hex(16)
     a = f"""
     import os
@@ -143,7 +145,10 @@ POISONS = {
 LATER = [
     (PROGRAMS["python"]["correct"], SUM_TESTS),
     ("a, b = map(int, input().split())\nvalues = list(range(1 << 20))\nprint(a + b + values[0])", SUM_TESTS),
-    ("import sys\nprint(sum(map(int, sys.stdin.read().split())))", [{"type": "stdin_stdout", "input": "1 " * 2_000_000, "output": "2000000"}]),
+    (
+        "import sys\nprint(sum(map(int, sys.stdin.read().split())))",
+        [{"type": "stdin_stdout", "input": "1 " * 2_000_000, "output": "2000000"}],
+    ),
 ]
 # Solves the sum task, after poisoning every process it can reach.
 POISONER = """
@@ -167,7 +172,9 @@ def test_a_program_cannot_change_how_later_programs_run(verifier: CodeVerifier, 
     for source, tests in LATER:
         later = verify(verifier, source, tests)
         assert later.score == 1.0, (source, later.details)
-    after = verify(verifier, STATE_PROBE, [{"type": "stdin_stdout", "input": "", "output": pristine["stdout"]}])
+    after = verify(
+        verifier, STATE_PROBE, [{"type": "stdin_stdout", "input": "", "output": pristine["stdout"]}]
+    )
     assert after.score == 1.0, (pristine["stdout"], after.details)
 
 
@@ -197,7 +204,9 @@ print(found)
 """
 
 
-def test_the_rlimits_of_the_runner_s_processes_carry_nothing_to_the_next_submission(verifier: CodeVerifier) -> None:
+def test_the_rlimits_of_the_runner_s_processes_carry_nothing_to_the_next_submission(
+    verifier: CodeVerifier,
+) -> None:
     answer = random.randrange(10_000, 100_000)
     prelude = "import os, resource\n" + OTHER_PIDS
     a, b = prelude + RLIMIT_PUBLISHER.format(answer=answer), prelude + RLIMIT_READER
@@ -265,7 +274,9 @@ def test_the_cpu_time_of_a_test_s_children_counts(verifier: CodeVerifier, childr
     # Charged for its children's CPU time; on a machine too busy to give them 2.4 s before the wall
     # limit, stopped there instead (the code that counted one process passed it, at 0.002 s).
     assert test["status"] == "time_limit", test
-    assert test["time_s"] >= verifier.limits.time_s or test["wall_s"] >= 0.95 * verifier.limits.wall_limit, test
+    assert test["time_s"] >= verifier.limits.time_s or test["wall_s"] >= 0.95 * verifier.limits.wall_limit, (
+        test
+    )
 
 
 # --- memory counts every process of a test ----------------------------------------------------------

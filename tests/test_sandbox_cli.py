@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from conftest import GENESYS
 from test_sandbox_backends import backend_skip_reason
 

@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, code_rollout, host_processes_with
+from test_sandbox_lifecycle import wait_until
 
 from genesys.sandbox.backends import open_sandbox
 from genesys.sandbox.base import DEFAULT_REUSE, Sandbox, Submission
 from genesys.sandbox.limits import Limits
 from genesys.verifiers.code import CodeVerifier
-from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, code_rollout, host_processes_with
-from test_sandbox_lifecycle import wait_until
 
 BACKENDS = ("docker", "bwrap")
 SECRET = "answer-4f2a"
@@ -113,12 +113,18 @@ int main() {
 
 
 def run_one(sandbox: Sandbox, source: str, stdin: str = "", language: str = "python") -> dict:
-    result = sandbox.run(Submission(language, textwrap.dedent(source), [{"type": "stdin_stdout", "input": stdin}]))
+    result = sandbox.run(
+        Submission(language, textwrap.dedent(source), [{"type": "stdin_stdout", "input": stdin}])
+    )
     assert result.compiled, result.compile_message
     return result.tests[0]
 
 
-@pytest.fixture(scope="module", params=[(kind, reuse) for kind in BACKENDS for reuse in (DEFAULT_REUSE, 1)], ids=lambda p: f"{p[0]}-reuse{p[1]}")
+@pytest.fixture(
+    scope="module",
+    params=[(kind, reuse) for kind in BACKENDS for reuse in (DEFAULT_REUSE, 1)],
+    ids=lambda p: f"{p[0]}-reuse{p[1]}",
+)
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     kind, reuse = request.param
     reason = backend_skip_reason(kind)
@@ -163,7 +169,9 @@ for directory, subdirectories, _ in os.walk("/"):
 
 
 def test_programs_write_only_where_the_runner_wipes(sandbox: Sandbox) -> None:
-    walked = sandbox.run(Submission("python", WRITABLE, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30)))
+    walked = sandbox.run(
+        Submission("python", WRITABLE, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30))
+    )
     writable = walked.tests[0]["stdout"].split()
     assert walked.tests[0]["status"] == "ok" and "/tmp" in writable, walked.tests
     assert all(path.startswith(("/tmp", "/dev/shm", "/dev/mqueue")) for path in writable), writable
@@ -185,12 +193,16 @@ for key in range(6):
     made += 1
 print(made)
 """
-ALLOCATE_400MB = "memory = bytearray(400 << 20)\nmemory[::4096] = bytes(len(range(0, 400 << 20, 4096)))\nprint('fits')"
+ALLOCATE_400MB = (
+    "memory = bytearray(400 << 20)\nmemory[::4096] = bytes(len(range(0, 400 << 20, 4096)))\nprint('fits')"
+)
 
 
 def test_memory_an_earlier_submission_left_in_shared_memory_is_freed(sandbox: Sandbox) -> None:
     # 2.4 GB of segments plus 400 MB is more than the sandbox's whole memory (about 2.5 GB).
-    bomb = sandbox.run(Submission("python", SHM_BOMB, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30)))
+    bomb = sandbox.run(
+        Submission("python", SHM_BOMB, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30))
+    )
     assert bomb.tests[0]["status"] in ("ok", "memory_limit", "runtime_error"), bomb.tests
     allocated = run_one(sandbox, ALLOCATE_400MB)
     assert allocated["status"] == "ok" and allocated["stdout"] == "fits\n", (bomb.tests, allocated)
@@ -249,7 +261,9 @@ def test_the_container_init_is_out_of_reach_even_without_the_filter() -> None:
         uid = run_one(opened, "import os\nprint(os.getuid())")["stdout"].strip()
         (container,) = opened.containers()
         # A process of the programs' uid started by docker exec: docker's own filter allows ptrace.
-        code, output = container.exec_run([opened.toolchains["python"]["run"], "-c", TRACER], user=f"{uid}:{uid}")
+        code, output = container.exec_run(
+            [opened.toolchains["python"]["run"], "-c", TRACER], user=f"{uid}:{uid}"
+        )
     assert code == 0 and output.decode() == "unreachable\n", output
 
 
@@ -324,7 +338,9 @@ def test_processes_the_runner_did_not_start_are_killed(kind: str) -> None:
         uid = run_one(opened, "import os\nprint(os.getuid())")["stdout"].strip()
         planted = plant_stranger(opened, uid)
         # nsenter's own command line holds the marker too: wait for the process running as the programs' uid
-        assert wait_until(lambda: _owned_by(host_processes_with(MARKER), int(uid)), 60), "the planted process never started"
+        assert wait_until(lambda: _owned_by(host_processes_with(MARKER), int(uid)), 60), (
+            "the planted process never started"
+        )
         seen = run_one(opened, FIND_STRANGERS)
         assert seen["stdout"] == "none\n", seen  # the next submission starts without it
         assert wait_until(lambda: not host_processes_with(MARKER), 30)
@@ -403,16 +419,26 @@ def test_nothing_of_an_earlier_submission_is_in_a_test_s_memory(verifier: CodeVe
     publisher = PUBLISHER_OF_ANSWERS.format(mark=secrets.token_hex(16))
     tests = [
         {"type": "stdin_stdout", "input": f"INPUT={answer}", "output": f"ANSWER={answer}"},
-        {"type": "function_call", "fn_name": "answer", "input": [f"INPUT={call_answer}"], "output": f"ANSWER={call_answer}"},
+        {
+            "type": "function_call",
+            "fn_name": "answer",
+            "input": [f"INPUT={call_answer}"],
+            "output": f"ANSWER={call_answer}",
+        },
     ]
     assert verifier.verify(code_rollout("python", publisher, tests)).score == 1.0
-    scan = verifier.verify(code_rollout("python", MEMORY_SCANNER, [{"type": "stdin_stdout", "input": "", "output": "nothing"}]))
+    scan = verifier.verify(
+        code_rollout("python", MEMORY_SCANNER, [{"type": "stdin_stdout", "input": "", "output": "nothing"}])
+    )
     assert scan.score == 1.0, scan.details
 
 
 def test_a_test_finds_nothing_of_another_test_in_its_memory(verifier: CodeVerifier) -> None:
     answer = secrets.token_hex(16)
-    program = "import sys\ndata = sys.stdin.read().strip()\nif data != 'scan':\n    print('ANSWER=' + data[6:])\n    raise SystemExit\n" + MEMORY_SCANNER
+    program = (
+        "import sys\ndata = sys.stdin.read().strip()\nif data != 'scan':\n    print('ANSWER=' + data[6:])\n    raise SystemExit\n"
+        + MEMORY_SCANNER
+    )
     tests = [
         {"type": "stdin_stdout", "input": f"INPUT={answer}", "output": f"ANSWER={answer}"},
         {"type": "stdin_stdout", "input": "scan", "output": "nothing"},
@@ -525,7 +551,13 @@ def test_outside_a_sandbox_the_runner_leaves_other_processes_and_ipc_objects_alo
     neighbour = subprocess.Popen(["sleep", "60"])
     try:
         with open_sandbox("subprocess") as opened:
-            result = opened.run(Submission("python", "open('left', 'w').write('x')\nprint('ok')", [{"type": "stdin_stdout", "input": ""}]))
+            result = opened.run(
+                Submission(
+                    "python",
+                    "open('left', 'w').write('x')\nprint('ok')",
+                    [{"type": "stdin_stdout", "input": ""}],
+                )
+            )
             workdir = os.path.join(opened._scratch, "work")
         assert result.tests[0]["status"] == "ok", result.tests
         assert neighbour.poll() is None  # not a stranger to kill outside a sandbox

@@ -54,7 +54,12 @@ def unshare_skip_reason() -> str | None:
     """Why this test cannot start processes in a fresh pid namespace here (None when it can)."""
     if not shutil.which("unshare"):
         return "unshare (util-linux) is not installed"
-    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "true"], capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if probe.returncode != 0:
         return f"cannot make a pid namespace here: {probe.stderr.strip()}"
     return None
@@ -150,7 +155,9 @@ def test_run_lease_holder_dead(lease_dir: Path, pid_namespaces: None) -> None:
 def dead_run() -> str:
     """The id of a run whose holder exited without letting go of its lease (as a SIGKILLed one would)."""
     take = "import os; from genesys.sandbox.leases import RunLease; print(RunLease().run_id, flush=True); os._exit(0)"
-    return subprocess.run([sys.executable, "-c", take], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", take], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_prune_removes_only_dead_runs_not_kept(lease_dir: Path) -> None:
@@ -168,18 +175,25 @@ def sandbox_skip_reason(kind: str) -> str | None:
     return unshare_skip_reason() or backend_skip_reason(kind)
 
 
-@pytest.mark.parametrize("kind", [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)])
+@pytest.mark.parametrize(
+    "kind", [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
+)
 def test_sandboxes_in_other_pid_namespaces_get_other_uids(kind: str, lease_dir: Path) -> None:
     """Two jobs whose pids are equal (1, each in its own pid namespace) run their programs as other uids."""
     reason = sandbox_skip_reason(kind)
     if reason:
         pytest.skip(reason)
-    with in_pid_namespace(SANDBOX_HOLDER, kind) as (_, (first,)), in_pid_namespace(SANDBOX_HOLDER, kind) as (_, (second,)):
+    with (
+        in_pid_namespace(SANDBOX_HOLDER, kind) as (_, (first,)),
+        in_pid_namespace(SANDBOX_HOLDER, kind) as (_, (second,)),
+    ):
         assert int(first) >= 1000 and int(second) >= 1000
         assert first != second
 
 
-@pytest.mark.parametrize("kind", [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)])
+@pytest.mark.parametrize(
+    "kind", [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
+)
 def test_a_closed_sandbox_gives_its_uid_back(kind: str, lease_dir: Path) -> None:
     reason = sandbox_skip_reason(kind)
     if reason:
@@ -189,7 +203,9 @@ def test_a_closed_sandbox_gives_its_uid_back(kind: str, lease_dir: Path) -> None
 
     sandbox = open_sandbox(kind)
     try:
-        result = sandbox.run(Submission("python", "import os; print(os.getuid())", [{"type": "stdin_stdout", "input": ""}]))
+        result = sandbox.run(
+            Submission("python", "import os; print(os.getuid())", [{"type": "stdin_stdout", "input": ""}])
+        )
         uid = int(result.tests[0]["stdout"])
         assert not uid_free(uid)
     finally:
@@ -232,8 +248,12 @@ def test_reaping_spares_a_live_run_in_another_pid_namespace(docker_client, lease
         try:
             no_containers = dead_run()
             reap_stale(docker_client)
-            assert container.id in [c.id for c in docker_client.containers.list(all=True)], "a live run's container was reaped"
-            assert not (lease_dir / "runs" / f"{no_containers}.lock").exists(), "a dead run's lock file was kept"
+            assert container.id in [c.id for c in docker_client.containers.list(all=True)], (
+                "a live run's container was reaped"
+            )
+            assert not (lease_dir / "runs" / f"{no_containers}.lock").exists(), (
+                "a dead run's lock file was kept"
+            )
             holder.kill()
             holder.wait()
 
@@ -248,7 +268,9 @@ def test_reaping_spares_a_live_run_in_another_pid_namespace(docker_client, lease
 
 
 @pytest.mark.docker
-def test_a_docker_sandbox_in_another_pid_namespace_keeps_its_containers(docker_client, lease_dir: Path) -> None:
+def test_a_docker_sandbox_in_another_pid_namespace_keeps_its_containers(
+    docker_client, lease_dir: Path
+) -> None:
     """A job opening a docker sandbox here (which reaps) leaves a live job's pool alone, though that job's
     pid means another process here."""
     from genesys.sandbox.docker_backend import DockerSandbox

@@ -12,10 +12,10 @@ import textwrap
 import time
 
 import pytest
+from test_sandbox_backends import backend_skip_reason, host_processes_with
 
 from genesys.sandbox.backends import open_sandbox
 from genesys.sandbox.base import SandboxUnavailable, Submission
-from test_sandbox_backends import backend_skip_reason, host_processes_with
 
 # Opens a sandbox, reports its containers, then runs a program that sleeps under a marker name.
 SECRET_NAME = "GENESYS_TEST_SECRET"
@@ -84,14 +84,20 @@ def test_pool_containers_are_hardened(docker_backend: None) -> None:
         container.reload()
         host, config = container.attrs["HostConfig"], container.attrs["Config"]
         python = sandbox.toolchains["python"]["run"]
-        init_status = container.exec_run([python, "-c", "print(open('/proc/1/status').read())"]).output.decode()
+        init_status = container.exec_run(
+            [python, "-c", "print(open('/proc/1/status').read())"]
+        ).output.decode()
     assert host["NetworkMode"] == "none" and config["NetworkDisabled"]
-    assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert (
+        host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    )
     assert host["Memory"] > 0 and host["MemorySwap"] == host["Memory"]
     assert host["PidsLimit"] > 0 and host["NanoCpus"] > 0
     assert "size=" in host["Tmpfs"]["/tmp"]
     # Root only to start (a docker exec gets the first user's capabilities): the init drops to its own uid at once.
-    assert {cap.removeprefix("CAP_") for cap in host["CapAdd"]} == {cap.removeprefix("CAP_") for cap in RUNNER_CAPABILITIES}
+    assert {cap.removeprefix("CAP_") for cap in host["CapAdd"]} == {
+        cap.removeprefix("CAP_") for cap in RUNNER_CAPABILITIES
+    }
     uids = next(line.split()[1:] for line in init_status.splitlines() if line.startswith("Uid:"))
     assert uids == [str(INIT_UID)] * 4, init_status
     assert not config["Env"] or not any(SECRET_NAME in item for item in config["Env"])
@@ -109,7 +115,9 @@ def test_stale_containers_are_reaped(docker_backend: None) -> None:
 
     # A run whose holder exited without letting go of its lease (as a SIGKILLed one would).
     take_lease = "import os; from genesys.sandbox.leases import RunLease; print(RunLease().run_id, flush=True); os._exit(0)"
-    dead_run = subprocess.run([sys.executable, "-c", take_lease], capture_output=True, text=True, check=True).stdout.strip()
+    dead_run = subprocess.run(
+        [sys.executable, "-c", take_lease], capture_output=True, text=True, check=True
+    ).stdout.strip()
     client = docker.from_env()
     python = json.loads(client.images.get(DEFAULT_IMAGE).labels["genesys.toolchains"])["python"]["run"]
     stale = client.containers.run(
@@ -152,7 +160,9 @@ def test_subprocess_backend_warns_loudly_and_runs(caplog: pytest.LogCaptureFixtu
     )
     with open_sandbox("subprocess") as sandbox:
         result = sandbox.run(Submission("python", program, [{"type": "stdin_stdout", "input": "1 2 3"}]))
-    assert any(record.levelname == "WARNING" and "NOT a sandbox" in record.getMessage() for record in caplog.records)
+    assert any(
+        record.levelname == "WARNING" and "NOT a sandbox" in record.getMessage() for record in caplog.records
+    )
     assert result.compiled and result.tests[0]["status"] == "ok" and result.tests[0]["stdout"] == "6\n"
 
 
@@ -167,7 +177,12 @@ def test_a_container_stopped_from_outside_is_a_sandbox_error(docker_backend: Non
         sandbox.warm_up()
         (container,) = sandbox.containers()
         threading.Timer(1.0, lambda: container.kill()).start()
-        sleeper = Submission("python", "import time\ntime.sleep(30)", [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=20))
+        sleeper = Submission(
+            "python",
+            "import time\ntime.sleep(30)",
+            [{"type": "stdin_stdout", "input": ""}],
+            limits=Limits(time_s=20),
+        )
         with pytest.raises(SandboxError, match="container stopped"):
             sandbox.run(sleeper)
         # A fresh container takes its place.

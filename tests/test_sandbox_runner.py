@@ -9,30 +9,62 @@ from pathlib import Path
 
 import pytest
 
-
 SUPPORT = Path(__file__).parent / "support"
 
-LIMITS = {"time_s": 2, "memory_mb": 256, "disk_mb": 16, "processes": 16, "output_bytes": 1 << 16, "wall_s": 5.0}
+LIMITS = {
+    "time_s": 2,
+    "memory_mb": 256,
+    "disk_mb": 16,
+    "processes": 16,
+    "output_bytes": 1 << 16,
+    "wall_s": 5.0,
+}
 
 
 def zygote_replies(source: str, runs: int, workdir: Path, before: str = "", **request: object) -> list[dict]:
     """The replies to `runs` runs of `source` as a Python test (or of `argv=[...]`), forked from a
     zygote of a fresh interpreter that first ran `before` (see support/fresh_zygote.py for why not
     this process); `limits=`, `stdin=` as the request takes them."""
-    request = {"source": source, "runs": runs, "limits": LIMITS, "workdir": str(workdir), "before": before, **request}
+    request = {
+        "source": source,
+        "runs": runs,
+        "limits": LIMITS,
+        "workdir": str(workdir),
+        "before": before,
+        **request,
+    }
     done = subprocess.run(
-        [sys.executable, str(SUPPORT / "fresh_zygote.py"), json.dumps(request)], capture_output=True, text=True, timeout=60
+        [sys.executable, str(SUPPORT / "fresh_zygote.py"), json.dumps(request)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 EXITS = {
-    "detached stdout": ("import sys, codecs\nprint('x')\nsys.stdout = codecs.getwriter('utf-8')(sys.stdout.detach())\nsys.stdout.write('y\\n')", 0, "x\ny\n"),
-    "closed and reopened": ("import sys\nprint('x', flush=True)\nsys.stdout.close()\nsys.stdout = open(1, 'w', closefd=False)\nprint('y')", 0, "x\ny\n"),
+    "detached stdout": (
+        "import sys, codecs\nprint('x')\nsys.stdout = codecs.getwriter('utf-8')(sys.stdout.detach())\nsys.stdout.write('y\\n')",
+        0,
+        "x\ny\n",
+    ),
+    "closed and reopened": (
+        "import sys\nprint('x', flush=True)\nsys.stdout.close()\nsys.stdout = open(1, 'w', closefd=False)\nprint('y')",
+        0,
+        "x\ny\n",
+    ),
     "stdout set to None": ("import sys\nprint('x')\nsys.stdout.flush()\nsys.stdout = None", 0, "x\n"),
-    "swapped stdout": ("import io, sys\nprint('first')\nsys.stdout = io.StringIO()\nprint('kept in memory')", 0, "first\n"),
-    "atexit after an error": ("import atexit\natexit.register(print, 'bye')\nraise ValueError('boom')", 1, "bye\n"),
+    "swapped stdout": (
+        "import io, sys\nprint('first')\nsys.stdout = io.StringIO()\nprint('kept in memory')",
+        0,
+        "first\n",
+    ),
+    "atexit after an error": (
+        "import atexit\natexit.register(print, 'bye')\nraise ValueError('boom')",
+        1,
+        "bye\n",
+    ),
     "atexit after sys.exit": ("import atexit, sys\natexit.register(print, 'bye')\nsys.exit(3)", 3, "bye\n"),
 }
 

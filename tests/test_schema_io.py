@@ -40,12 +40,19 @@ def test_genesys_rows_read_without_conversion():
     assert rollout.generation_config == {"temperature": 0.7}
     assert rollout.extra == {"extra_col": [1, 2]}
     task = Task.from_row({**GENESYS_ROW, "verification_info": {"ground_truth": "1"}})
-    assert task.verification_info == {"ground_truth": "1"} and task.to_row()["problem_id"] == "SYNTHETIC-1-math-00042"
+    assert (
+        task.verification_info == {"ground_truth": "1"}
+        and task.to_row()["problem_id"] == "SYNTHETIC-1-math-00042"
+    )
 
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"verification_info": "{oops"}, "verification_info"), ({"metadata": "[1]"}, "metadata"), ({"task_type": None}, "task_type")],
+    [
+        ({"verification_info": "{oops"}, "verification_info"),
+        ({"metadata": "[1]"}, "metadata"),
+        ({"task_type": None}, "task_type"),
+    ],
 )
 def test_schema_errors_name_the_field(change, field):
     with pytest.raises(SchemaError, match=field):
@@ -76,8 +83,28 @@ def test_jsonl_writer_cuts_a_torn_last_line_and_reports_keys(tmp_path: Path):
 
 def test_parquet_shards_keep_types_stable_and_dicts_as_json(tmp_path: Path):
     writer = RolloutWriter(tmp_path / "shards")
-    writer.write([{"response_id": "a", "score": None, "error": None, "verification_result_info": {"k": 1}, "completion_ids": [1, 2]}])
-    writer.write([{"response_id": "b", "score": 1.0, "error": "x", "verification_result_info": {}, "completion_ids": None}])
+    writer.write(
+        [
+            {
+                "response_id": "a",
+                "score": None,
+                "error": None,
+                "verification_result_info": {"k": 1},
+                "completion_ids": [1, 2],
+            }
+        ]
+    )
+    writer.write(
+        [
+            {
+                "response_id": "b",
+                "score": 1.0,
+                "error": "x",
+                "verification_result_info": {},
+                "completion_ids": None,
+            }
+        ]
+    )
     shards = sorted((tmp_path / "shards").glob("*.parquet"))
     assert len(shards) == 2
     schemas = {str(pq.read_schema(s)) for s in shards}
@@ -90,7 +117,9 @@ def test_parquet_shards_keep_types_stable_and_dicts_as_json(tmp_path: Path):
 def test_reading_parquet_dirs_and_saved_datasets_with_locations(tmp_path: Path):
     from datasets import Dataset
 
-    Dataset.from_list([{"task_type": "echo", "prompt": "a"}, {"task_type": "echo", "prompt": "b"}]).save_to_disk(str(tmp_path / "saved"))
+    Dataset.from_list(
+        [{"task_type": "echo", "prompt": "a"}, {"task_type": "echo", "prompt": "b"}]
+    ).save_to_disk(str(tmp_path / "saved"))
     records = list(iter_rows(resolve_inputs([str(tmp_path / "saved")])))
     assert [r.row["prompt"] for r in records] == ["a", "b"]
     assert records[1].location.endswith("saved#1")
@@ -116,12 +145,21 @@ def test_a_crash_during_the_parquet_merge_clean_up_does_not_duplicate_rows(tmp_p
     assert again.existing_keys() == {"a", "b"}
     again.write([{"response_id": "c"}])
     again.close()
-    assert sorted(pq.read_table(tmp_path / "out.parquet").column("response_id").to_pylist()) == ["a", "b", "c"]
+    assert sorted(pq.read_table(tmp_path / "out.parquet").column("response_id").to_pylist()) == [
+        "a",
+        "b",
+        "c",
+    ]
 
 
 def test_mixed_and_null_columns_keep_values_and_merge(tmp_path: Path):
     writer = RolloutWriter(tmp_path / "out.parquet")
-    writer.write([{"response_id": "a", "in_source_id": 17, "rating": 3}, {"response_id": "b", "in_source_id": "abc", "rating": 4}])
+    writer.write(
+        [
+            {"response_id": "a", "in_source_id": 17, "rating": 3},
+            {"response_id": "b", "in_source_id": "abc", "rating": 4},
+        ]
+    )
     writer.write([{"response_id": "c", "in_source_id": None, "rating": None}])
     writer.close()
     rows = {r["response_id"]: r for r in pq.read_table(tmp_path / "out.parquet").to_pylist()}
@@ -136,7 +174,9 @@ def test_a_broken_line_in_a_jsonl_output_is_named_on_resume(tmp_path: Path):
         RolloutWriter(path).existing_keys()
 
 
-def test_buffered_writer_writes_units_by_size_and_age_and_the_rest_on_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_buffered_writer_writes_units_by_size_and_age_and_the_rest_on_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     import genesys.io
 
     now = [100.0]

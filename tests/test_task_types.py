@@ -31,10 +31,26 @@ def test_verify_generate_and_skipped_rows_say_it_alike(tmp_path):
     path.write_text(json.dumps({"task_type": "mystery", "prompt": "x", "llm_response": "y"}) + "\n")
     with pytest.raises(InputError) as verified:
         verify_files([str(path)], tmp_path / "out.jsonl", config=VerifyConfig(progress=False), verifiers={})
-    generate = GenerateConfig(tasks=[str(path)], model="/nonexistent", output=tmp_path / "o.jsonl", verify=VerifyConfig(progress=False), progress=False)
+    generate = GenerateConfig(
+        tasks=[str(path)],
+        model="/nonexistent",
+        output=tmp_path / "o.jsonl",
+        verify=VerifyConfig(progress=False),
+        progress=False,
+    )
     with pytest.raises(InputError) as generated:
         run_generation(generate)
-    assert str(verified.value).startswith(f"unknown task_type 'mystery' (1 rows, first at {path}:1); known task types: none.")
-    assert str(generated.value).startswith(f"unknown task_type 'mystery' (1 rows, first at task 0 of {str(path)!r}); known task types: ")
-    [row] = verify_rollouts([{"task_type": "mystery"}], config=VerifyConfig(workers=1, progress=False), verifiers={})
-    assert row["error"] == f"unknown_task_type: {unknown_type_error('mystery', ())}" == "unknown_task_type: unknown task_type 'mystery'; known task types: none"
+    assert str(verified.value).startswith(
+        f"unknown task_type 'mystery' (1 rows, first at {path}:1); known task types: none."
+    )
+    assert str(generated.value).startswith(
+        f"unknown task_type 'mystery' (1 rows, first at task 0 of {str(path)!r}); known task types: "
+    )
+    [row] = verify_rollouts(
+        [{"task_type": "mystery"}], config=VerifyConfig(workers=1, progress=False), verifiers={}
+    )
+    assert (
+        row["error"]
+        == f"unknown_task_type: {unknown_type_error('mystery', ())}"
+        == "unknown_task_type: unknown task_type 'mystery'; known task types: none"
+    )

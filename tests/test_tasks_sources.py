@@ -32,7 +32,10 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_parse_spec_reads_typed_options():
-    assert parse_spec("countdown:count=5,seed=2,name=x") == ("countdown", {"count": 5, "seed": 2, "name": "x"})
+    assert parse_spec("countdown:count=5,seed=2,name=x") == (
+        "countdown",
+        {"count": 5, "seed": 2, "name": "x"},
+    )
     assert parse_spec("math-samples") == ("math-samples", {})
     with pytest.raises(InputError, match="key=value"):
         parse_spec("countdown:count")
@@ -60,7 +63,9 @@ def test_unreadable_row_names_its_location(tmp_path):
 def test_dataset_saved_to_disk(tmp_path):
     import datasets
 
-    datasets.Dataset.from_list([{**_task(i), "metadata": "{}"} for i in range(4)]).save_to_disk(str(tmp_path / "saved"))
+    datasets.Dataset.from_list([{**_task(i), "metadata": "{}"} for i in range(4)]).save_to_disk(
+        str(tmp_path / "saved")
+    )
     source = load_source(str(tmp_path / "saved"))
     assert sorted(r["problem_id"] for r in source.rows) == [f"local-{i}" for i in range(4)]
 
@@ -86,7 +91,11 @@ def test_builtin_task_sets_are_valid_genesys_tasks():
             task = genesys.Task.from_row(row)
             assert task.task_type == task_type and task.prompt and task.verification_info
     code = load_source("code-samples").rows
-    assert all(case["type"] in ("stdin_stdout", "function_call") for r in code for case in r["verification_info"]["test_cases"])
+    assert all(
+        case["type"] in ("stdin_stdout", "function_call")
+        for r in code
+        for case in r["verification_info"]["test_cases"]
+    )
 
 
 def test_unknown_spec_lists_what_exists():
@@ -151,7 +160,12 @@ def test_tasks_command_lists_the_task_sets():
     import subprocess
     import sys
 
-    result = subprocess.run([str(Path(sys.executable).with_name("genesys")), "tasks"], capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""})
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("genesys")), "tasks"],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "200", "PATH": ""},
+    )
     assert result.returncode == 0, result.stderr
     for name in ("math-samples", "code-samples", "countdown"):
         assert name in result.stdout

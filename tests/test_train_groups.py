@@ -16,7 +16,11 @@ def group(problem_id: str, scores, rewards=None) -> list[dict]:
 def test_groups_follow_problem_id_then_prompt():
     rows = [{"problem_id": "a"}, {"prompt": "q"}, {"problem_id": "a"}, {"prompt": "q"}, {"prompt": "other"}]
     assert [len(g) for g in group_by_task(rows)] == [2, 2, 1]
-    assert group_key({"prompt": "q"}) == group_key({"prompt": "q", "problem_id": None}) != group_key({"prompt": "r"})
+    assert (
+        group_key({"prompt": "q"})
+        == group_key({"prompt": "q", "problem_id": None})
+        != group_key({"prompt": "r"})
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,7 +83,9 @@ def test_fill_batch_refills_from_further_rounds_until_full():
 
 
 def test_fill_batch_stops_at_the_round_cap():
-    generate = Rounds([[group("a", [1, 1])], [group("b", [0, 1])], [group("c", [0, 0])], [group("d", [1, 0])]])
+    generate = Rounds(
+        [[group("a", [1, 1])], [group("b", [0, 1])], [group("c", [0, 0])], [group("d", [1, 0])]]
+    )
     batch = fill_batch(generate, 2, max_rounds=3)
     assert generate.asked == [2, 2, 1]
     assert [g[0]["problem_id"] for g in batch.groups] == ["b"]

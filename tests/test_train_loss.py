@@ -17,7 +17,9 @@ EPS_LOW, EPS_HIGH, DELTA = 0.2, 0.28, 4.0
 
 def _loss(ratio: float, advantage: float):
     logprob = torch.tensor([[math.log(ratio)]], requires_grad=True)
-    result = clipped_token_loss(logprob, torch.zeros(1, 1), torch.tensor([advantage]), eps_low=EPS_LOW, eps_high=EPS_HIGH, delta=DELTA)
+    result = clipped_token_loss(
+        logprob, torch.zeros(1, 1), torch.tensor([advantage]), eps_low=EPS_LOW, eps_high=EPS_HIGH, delta=DELTA
+    )
     result.loss.sum().backward()
     return result, float(result.loss.detach()), float(logprob.grad)
 
@@ -61,8 +63,12 @@ def test_unclipped_tokens_give_minus_ratio_times_advantage(ratio, advantage):
 def test_token_normalisation_weights_every_token_equally_and_sequence_normalisation_every_sequence():
     token_loss = torch.tensor([[1.0, 2.0, 3.0], [10.0, 0.0, 0.0]])
     mask = torch.tensor([[True, True, True], [True, False, False]])
-    assert float(reduce_loss(token_loss, mask, "token", denominator=4)) == pytest.approx((1 + 2 + 3 + 10) / 4)  # 4.0
-    assert float(reduce_loss(token_loss, mask, "sequence", denominator=2)) == pytest.approx((2.0 + 10.0) / 2)  # 6.0
+    assert float(reduce_loss(token_loss, mask, "token", denominator=4)) == pytest.approx(
+        (1 + 2 + 3 + 10) / 4
+    )  # 4.0
+    assert float(reduce_loss(token_loss, mask, "sequence", denominator=2)) == pytest.approx(
+        (2.0 + 10.0) / 2
+    )  # 6.0
 
 
 def test_padding_contributes_nothing_whatever_its_values():
@@ -80,7 +86,9 @@ def test_micro_batch_shares_add_up_to_the_batch_mean():
     token_loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0], [5.0, 6.0, 0.0]])
     mask = token_loss != 0
     whole = reduce_loss(token_loss, mask, "token", denominator=6)
-    parts = reduce_loss(token_loss[:1], mask[:1], "token", 6) + reduce_loss(token_loss[1:], mask[1:], "token", 6)
+    parts = reduce_loss(token_loss[:1], mask[:1], "token", 6) + reduce_loss(
+        token_loss[1:], mask[1:], "token", 6
+    )
     assert float(parts) == pytest.approx(float(whole)) == pytest.approx(21 / 6)
 
 
@@ -90,7 +98,9 @@ def test_group_advantages_subtract_the_group_mean_and_optionally_divide_by_its_s
     assert plain.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 1 / 6, 1 / 6, -1 / 3])
     scaled = group_advantages(rewards, [4, 3], scale_by_std=True, eps=0.0)
     assert scaled[:4].tolist() == pytest.approx([1.0, -1.0, -1.0, 1.0])  # std 0.5
-    assert scaled[4:].tolist() == pytest.approx([1 / 6 / math.sqrt(1 / 18)] * 2 + [-1 / 3 / math.sqrt(1 / 18)])
+    assert scaled[4:].tolist() == pytest.approx(
+        [1 / 6 / math.sqrt(1 / 18)] * 2 + [-1 / 3 / math.sqrt(1 / 18)]
+    )
     assert group_advantages(torch.tensor([0.7, 0.7]), [2], scale_by_std=True).tolist() == [0.0, 0.0]
     with pytest.raises(ValueError, match="7 rewards"):
         group_advantages(rewards[:6], [4, 3])
@@ -116,7 +126,10 @@ def test_token_logprobs_and_entropy_equal_a_log_softmax_at_the_temperature():
 
 
 def test_collate_aligns_completions_and_masks_padding():
-    batch = collate([TrainingSequence([1, 2, 3], [7], [-0.5], 1.0), TrainingSequence([4], [8, 9], [-0.1, -0.2], -1.0)], pad_id=0)
+    batch = collate(
+        [TrainingSequence([1, 2, 3], [7], [-0.5], 1.0), TrainingSequence([4], [8, 9], [-0.1, -0.2], -1.0)],
+        pad_id=0,
+    )
     assert batch.input_ids.tolist() == [[1, 2, 3, 7, 0], [0, 0, 4, 8, 9]]
     assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
     assert batch.position_ids.tolist() == [[0, 1, 2, 3, 3], [0, 0, 0, 1, 2]]

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from conftest import GENESYS, REPO, SUPPORT, digit_tasks, read_jsonl, rollout, write_jsonl  # noqa: E402
+
 from genesys.cluster import NAMESPACE  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
 
@@ -29,15 +30,30 @@ pytestmark = pytest.mark.slow
 def local_ray():
     """One local Ray instance for the module (4 logical CPUs: 2 rollout, 1 verifier actor, spare),
     whose actors load the test plugins."""
-    env = {"GENESYS_PLUGINS": "genesys_testplugins", "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE, runtime_env={"env_vars": env})
+    env = {
+        "GENESYS_PLUGINS": "genesys_testplugins",
+        "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(REPO)]),
+        "OMP_NUM_THREADS": "1",
+    }
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace=NAMESPACE,
+        runtime_env={"env_vars": env},
+    )
     yield ray
     ray.shutdown()
 
 
-def ray_config(model: str, out: Path, tasks: Path, staleness: int = 1, steps: int = 12, **sections: Any) -> TrainConfig:
+def ray_config(
+    model: str, out: Path, tasks: Path, staleness: int = 1, steps: int = 12, **sections: Any
+) -> TrainConfig:
     data: dict[str, Any] = {
-        "model": model, "output_dir": str(out), "seed": 0, "progress": False,
+        "model": model,
+        "output_dir": str(out),
+        "seed": 0,
+        "progress": False,
         "data": {"tasks": [str(tasks)]},
         "rollout": {"prompts_per_step": 4, "samples_per_prompt": 8, "max_tokens": 32},
         "optim": {"steps": steps, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
@@ -47,15 +63,27 @@ def ray_config(model: str, out: Path, tasks: Path, staleness: int = 1, steps: in
         "cluster": {"backend": "ray", "rollout_workers": 2, "verifier_workers": 1},
     }
     for section, values in sections.items():
-        data[section] = {**data[section], **values} if isinstance(values, dict) and isinstance(data.get(section), dict) else values
+        data[section] = (
+            {**data[section], **values}
+            if isinstance(values, dict) and isinstance(data.get(section), dict)
+            else values
+        )
     return TrainConfig.load(None, data)
 
 
-def test_two_workers_with_staleness_one_stay_in_bound_and_learn(tiny_model, tmp_path, plugin_env, local_ray, caplog):
+def test_two_workers_with_staleness_one_stay_in_bound_and_learn(
+    tiny_model, tmp_path, plugin_env, local_ray, caplog
+):
     with caplog.at_level(logging.INFO, logger="genesys.train.async_rollouts"):
-        result = train(ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=30))
+        result = train(
+            ray_config(
+                tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=30
+            )
+        )
     messages = [record.getMessage() for record in caplog.records]
-    assert any(m.startswith("step 1: waiting for rollouts") for m in messages)  # the actors were still starting
+    assert any(
+        m.startswith("step 1: waiting for rollouts") for m in messages
+    )  # the actors were still starting
     assert sum("staleness histogram" in m for m in messages) == 30
     metrics = result.metrics
     assert [m["step"] for m in metrics] == list(range(1, 31))
@@ -76,9 +104,13 @@ def test_two_workers_with_staleness_one_stay_in_bound_and_learn(tiny_model, tmp_
 
 
 def test_staleness_zero_on_ray_trains_on_policy(tiny_model, tmp_path, plugin_env, local_ray):
-    result = train(ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=0, steps=4))
+    result = train(
+        ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=0, steps=4)
+    )
     assert all(m["staleness_max"] == 0 for m in result.metrics)
-    assert result.metrics[0]["logprob_mismatch"] <= 1e-4  # the first batch comes from the trainer's own weights
+    assert (
+        result.metrics[0]["logprob_mismatch"] <= 1e-4
+    )  # the first batch comes from the trainer's own weights
 
 
 def _kill_when(metrics: Path, steps: int, name_suffix: str, killed: dict[str, Any]) -> None:
@@ -88,19 +120,27 @@ def _kill_when(metrics: Path, steps: int, name_suffix: str, killed: dict[str, An
         if metrics.exists() and len(metrics.read_text().splitlines()) >= steps:
             break
         time.sleep(0.05)
-    names = [actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True) if actor["name"].endswith(name_suffix)]
+    names = [
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["name"].endswith(name_suffix)
+    ]
     pid = ray.get(ray.get_actor(names[0], namespace=NAMESPACE).pid.remote())
     os.kill(pid, signal.SIGKILL)
     killed["pid"] = pid
 
 
-def test_a_rollout_worker_killed_mid_run_is_replaced_and_nothing_is_trained_twice(tiny_model, tmp_path, plugin_env, local_ray, caplog):
+def test_a_rollout_worker_killed_mid_run_is_replaced_and_nothing_is_trained_twice(
+    tiny_model, tmp_path, plugin_env, local_ray, caplog
+):
     out = tmp_path / "run"
     killed: dict[str, Any] = {}
     killer = threading.Thread(target=_kill_when, args=(out / "metrics.jsonl", 3, "-rollout-0.0", killed))
     killer.start()
     with caplog.at_level(logging.WARNING, logger="genesys.train.async_rollouts"):
-        result = train(ray_config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=12))
+        result = train(
+            ray_config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=12)
+        )
     killer.join()
     assert "pid" in killed
     metrics = result.metrics
@@ -140,11 +180,22 @@ def test_ray_verify_on_two_actors_equals_the_local_result_row_for_row(tmp_path, 
     from genesys.verify import verify_files
 
     inputs = _verify_inputs(tmp_path / "in.jsonl", 150)
-    local = verify_files([str(inputs)], tmp_path / "local.jsonl", config=VerifyConfig(workers=1, progress=False))
-    spread = verify_files([str(inputs)], tmp_path / "ray.jsonl", config=VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)))
+    local = verify_files(
+        [str(inputs)], tmp_path / "local.jsonl", config=VerifyConfig(workers=1, progress=False)
+    )
+    spread = verify_files(
+        [str(inputs)],
+        tmp_path / "ray.jsonl",
+        config=VerifyConfig(
+            workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)
+        ),
+    )
     assert spread.verified == local.verified == 150
     assert {t: vars(s) for t, s in spread.stats.items()} == {t: vars(s) for t, s in local.stats.items()}
-    expected, found = _comparable(read_jsonl(tmp_path / "local.jsonl")), _comparable(read_jsonl(tmp_path / "ray.jsonl"))
+    expected, found = (
+        _comparable(read_jsonl(tmp_path / "local.jsonl")),
+        _comparable(read_jsonl(tmp_path / "ray.jsonl")),
+    )
     assert len(found) == 150 and found == expected
 
 
@@ -153,7 +204,10 @@ def test_ray_pool_resends_the_rows_of_a_verifier_actor_that_died(plugin_env, loc
     from genesys.ray_pool import RayVerificationPool
 
     rows = [{**rollout("slow", "x", sleep=0.05), "problem_id": f"p{i}"} for i in range(40)]
-    with RayVerificationPool(VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)), chunk_rows=10) as pool:
+    with RayVerificationPool(
+        VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)),
+        chunk_rows=10,
+    ) as pool:
         pid = ray.get(pool.actors[0].pid.remote())  # asked first: the actor answers one call at a time
         for index, row in enumerate(rows):
             pool.submit(index, row)
@@ -169,16 +223,43 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_mode
     """SIGKILL `genesys train` on Ray after its step-2 checkpoint; the same command (starting its own
     Ray instance) finishes the run, every step once, no draw trained twice."""
     out, tasks = tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl")
-    command = [GENESYS, "train", "--model", tiny_model, "-o", str(out), f"--data.tasks={tasks}", "--optim.steps", "6", "--optim.lr", "3e-3",
-               "--optim.micro_batch_size", "32", "--rollout.prompts_per_step", "4", "--rollout.max_tokens", "16", "--checkpoint.every", "2",
-               "--verify.workers", "1", "--async.max_staleness", "1", "--cluster.backend", "ray", "--no-progress"]
+    command = [
+        GENESYS,
+        "train",
+        "--model",
+        tiny_model,
+        "-o",
+        str(out),
+        f"--data.tasks={tasks}",
+        "--optim.steps",
+        "6",
+        "--optim.lr",
+        "3e-3",
+        "--optim.micro_batch_size",
+        "32",
+        "--rollout.prompts_per_step",
+        "4",
+        "--rollout.max_tokens",
+        "16",
+        "--checkpoint.every",
+        "2",
+        "--verify.workers",
+        "1",
+        "--async.max_staleness",
+        "1",
+        "--cluster.backend",
+        "ray",
+        "--no-progress",
+    ]
     env = {**plugin_env, "OMP_NUM_THREADS": "1"}
     metrics = out / "metrics.jsonl"
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
         while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-            assert first.poll() is None and time.monotonic() < deadline, "the run ended or stalled before it could be killed"
+            assert first.poll() is None and time.monotonic() < deadline, (
+                "the run ended or stalled before it could be killed"
+            )
             time.sleep(0.05)
     finally:
         first.kill()
@@ -197,10 +278,21 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_mode
 def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(tmp_path):
     from genesys.train.async_rollouts import AsyncRollouts, _Group
 
-    config = TrainConfig.load(None, {"model": "m", "output_dir": str(tmp_path), "data": {"tasks": ["t"]}, "async": {"max_staleness": 1}, "cluster": {"backend": "ray"}})
+    config = TrainConfig.load(
+        None,
+        {
+            "model": "m",
+            "output_dir": str(tmp_path),
+            "data": {"tasks": ["t"]},
+            "async": {"max_staleness": 1},
+            "cluster": {"backend": "ray"},
+        },
+    )
     rollouts = AsyncRollouts(config, [{"prompt": "p"}], "m", ray)
     rollouts.taken = 5  # the trainer is about to take step 6: policy steps 4 and 5 are within the bound
-    rollouts.ready = [_Group(position, version, [], 0) for position, version in ((0, 3), (1, 4), (2, 5), (3, 2))]
+    rollouts.ready = [
+        _Group(position, version, [], 0) for position, version in ((0, 3), (1, 4), (2, 5), (3, 2))
+    ]
     rollouts.live = {0: 0, 1: 0, 2: 0, 3: 0}
     rollouts._drop_stale()
     assert [group.version for group in rollouts.ready] == [4, 5]
@@ -211,7 +303,9 @@ def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(t
 def test_weights_whose_checksum_differs_are_refused():
     from genesys.train.broadcast import checksum, cpu_weights, verified_weights
 
-    weights = cpu_weights([("a", torch.ones(3)), ("b", torch.zeros(2, 2, dtype=torch.bfloat16)), ("c", torch.tensor(1.5))])
+    weights = cpu_weights(
+        [("a", torch.ones(3)), ("b", torch.zeros(2, 2, dtype=torch.bfloat16)), ("c", torch.tensor(1.5))]
+    )
     digest = checksum(weights)
     assert verified_weights(weights, digest, 1) is weights
     damaged = {**weights, "b": weights["b"].clone()}
@@ -221,12 +315,27 @@ def test_weights_whose_checksum_differs_are_refused():
     assert checksum({"a": weights["a"]}) != checksum({"b": weights["a"]})  # names count, not only bytes
 
 
-def _generate_config(model: str, tasks: Path, output: Path, backend: str, cluster: dict[str, Any] | None = None, **sampling: Any) -> Any:
+def _generate_config(
+    model: str,
+    tasks: Path,
+    output: Path,
+    backend: str,
+    cluster: dict[str, Any] | None = None,
+    **sampling: Any,
+) -> Any:
     from genesys.config import ClusterConfig, GenerateConfig, SamplingConfig, VerifyConfig
 
     cluster_config = ClusterConfig(**(cluster or {}))
-    return GenerateConfig(tasks=[str(tasks)], model=model, output=output, backend=backend, sampling=SamplingConfig(**sampling),
-                          verify=VerifyConfig(workers=1, progress=False, cluster=cluster_config), progress=False, cluster=cluster_config)
+    return GenerateConfig(
+        tasks=[str(tasks)],
+        model=model,
+        output=output,
+        backend=backend,
+        sampling=SamplingConfig(**sampling),
+        verify=VerifyConfig(workers=1, progress=False, cluster=cluster_config),
+        progress=False,
+        cluster=cluster_config,
+    )
 
 
 def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, plugin_env, local_ray):
@@ -234,11 +343,24 @@ def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, p
 
     tasks = digit_tasks(tmp_path / "tasks.jsonl", count=30)
     run_generation(_generate_config("m", tasks, tmp_path / "local.jsonl", "scripted", n=3, max_tokens=20))
-    summary = run_generation(_generate_config("m", tasks, tmp_path / "ray.jsonl", "scripted", {"backend": "ray", "rollout_workers": 2}, n=3, max_tokens=20))
+    summary = run_generation(
+        _generate_config(
+            "m",
+            tasks,
+            tmp_path / "ray.jsonl",
+            "scripted",
+            {"backend": "ray", "rollout_workers": 2},
+            n=3,
+            max_tokens=20,
+        )
+    )
     assert summary.generated == 90
 
     def by_id(path: Path) -> dict[str, dict[str, Any]]:
-        return {row["response_id"]: {k: v for k, v in row.items() if k != "machine_info"} for row in read_jsonl(path)}
+        return {
+            row["response_id"]: {k: v for k, v in row.items() if k != "machine_info"}
+            for row in read_jsonl(path)
+        }
 
     assert by_id(tmp_path / "ray.jsonl") == by_id(tmp_path / "local.jsonl")
     assert all(row["machine_info"]["ray_actors"] == 2 for row in read_jsonl(tmp_path / "ray.jsonl"))
@@ -251,9 +373,20 @@ def test_ray_generate_resends_the_requests_of_a_killed_actor(tiny_model, tmp_pat
 
     tasks = digit_tasks(tmp_path / "tasks.jsonl", count=48)
     cluster = {"backend": "ray", "rollout_workers": 2}
-    config = _generate_config(tiny_model, tasks, tmp_path / "out.jsonl", "transformers", cluster, n=4, max_tokens=16)
-    backend = RayBackend("transformers", tiny_model, PromptStyle(), {"batch_size": 8}, ClusterConfig(**cluster), chunk_requests=4)
-    os.kill(ray.get(backend.actors[0].pid.remote()), signal.SIGKILL)  # the chunks sent to it fail and go to a replacement
+    config = _generate_config(
+        tiny_model, tasks, tmp_path / "out.jsonl", "transformers", cluster, n=4, max_tokens=16
+    )
+    backend = RayBackend(
+        "transformers",
+        tiny_model,
+        PromptStyle(),
+        {"batch_size": 8},
+        ClusterConfig(**cluster),
+        chunk_requests=4,
+    )
+    os.kill(
+        ray.get(backend.actors[0].pid.remote()), signal.SIGKILL
+    )  # the chunks sent to it fail and go to a replacement
     try:
         summary = run_generation(config, backend=backend)
     finally:

@@ -13,13 +13,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from conftest import GENESYS, digit_tasks, read_jsonl, write_jsonl  # noqa: E402
+
 from genesys.errors import InputError  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
 
 
 def config(model: str, out: Path, tasks: Path | None = None, **sections: Any) -> TrainConfig:
     data = {
-        "model": model, "output_dir": str(out), "seed": 0, "progress": False,
+        "model": model,
+        "output_dir": str(out),
+        "seed": 0,
+        "progress": False,
         "data": {"tasks": [str(tasks)]} if tasks else {},
         "rollout": {"prompts_per_step": 4, "samples_per_prompt": 8, "max_tokens": 32},
         "optim": {"steps": 3, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
@@ -27,12 +31,23 @@ def config(model: str, out: Path, tasks: Path | None = None, **sections: Any) ->
         "verify": {"workers": 1},
     }
     for section, values in sections.items():
-        data[section] = {**data[section], **values} if isinstance(values, dict) and isinstance(data.get(section), dict) else values
+        data[section] = (
+            {**data[section], **values}
+            if isinstance(values, dict) and isinstance(data.get(section), dict)
+            else values
+        )
     return TrainConfig.load(None, data)
 
 
 def test_first_update_recomputes_the_sampling_logprobs_so_the_ratio_is_one(tiny_model, tmp_path, plugin_env):
-    result = train(config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 1, "micro_batch_size": 5}))
+    result = train(
+        config(
+            tiny_model,
+            tmp_path / "run",
+            digit_tasks(tmp_path / "tasks.jsonl"),
+            optim={"steps": 1, "micro_batch_size": 5},
+        )
+    )
     first = result.metrics[0]
     assert first["logprob_mismatch"] <= 1e-4
     assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
@@ -42,8 +57,14 @@ def test_first_update_recomputes_the_sampling_logprobs_so_the_ratio_is_one(tiny_
 
 
 @pytest.mark.parametrize("lr, climbs", [(3e-3, True), (0.0, False)])
-def test_a_tiny_model_learns_the_toy_task_and_does_not_without_a_learning_rate(tiny_model, tmp_path, plugin_env, lr, climbs):
-    result = train(config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 60, "lr": lr}))
+def test_a_tiny_model_learns_the_toy_task_and_does_not_without_a_learning_rate(
+    tiny_model, tmp_path, plugin_env, lr, climbs
+):
+    result = train(
+        config(
+            tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 60, "lr": lr}
+        )
+    )
     rewards = [m["reward_mean"] for m in result.metrics]
     start, end = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert start < 0.2
@@ -53,23 +74,57 @@ def test_a_tiny_model_learns_the_toy_task_and_does_not_without_a_learning_rate(t
         assert end < 0.2, rewards
 
 
-def test_run_directory_holds_config_metrics_checkpoints_and_a_loadable_final_model(tiny_model, tmp_path, plugin_env):
+def test_run_directory_holds_config_metrics_checkpoints_and_a_loadable_final_model(
+    tiny_model, tmp_path, plugin_env
+):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "run"
-    train(config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 5}, checkpoint={"every": 1, "keep": 2}))
+    train(
+        config(
+            tiny_model,
+            out,
+            digit_tasks(tmp_path / "tasks.jsonl"),
+            optim={"steps": 5},
+            checkpoint={"every": 1, "keep": 2},
+        )
+    )
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000003", "step-000004"]
     assert (out / "checkpoints" / "step-000004" / "model.safetensors").is_file()
     assert (out / "checkpoints" / "step-000004" / "trainer_state.pt").is_file()
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5]
-    required = {"step", "reward_mean", "score_mean", "loss", "grad_norm", "lr", "clip_low_frac", "clip_high_frac", "delta_frac", "ratio_mean",
-                "ratio_max", "entropy", "completion_len_mean", "groups_dropped", "tokens_per_s", "step_seconds"}
+    required = {
+        "step",
+        "reward_mean",
+        "score_mean",
+        "loss",
+        "grad_norm",
+        "lr",
+        "clip_low_frac",
+        "clip_high_frac",
+        "delta_frac",
+        "ratio_mean",
+        "ratio_max",
+        "entropy",
+        "completion_len_mean",
+        "groups_dropped",
+        "tokens_per_s",
+        "step_seconds",
+    }
     assert required <= metrics[0].keys()
     import tomllib
 
     assert tomllib.loads((out / "config.toml").read_text())["optim"]["steps"] == 5
-    again = train(config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 5}, checkpoint={"every": 1, "keep": 2}))
+    again = train(
+        config(
+            tiny_model,
+            out,
+            digit_tasks(tmp_path / "tasks.jsonl"),
+            optim={"steps": 5},
+            checkpoint={"every": 1, "keep": 2},
+        )
+    )
     assert again.already_complete and len(again.metrics) == 5  # a finished run is not trained again
     final = AutoModelForCausalLM.from_pretrained(out / "final")
     start = AutoModelForCausalLM.from_pretrained(tiny_model)
@@ -77,7 +132,14 @@ def test_run_directory_holds_config_metrics_checkpoints_and_a_loadable_final_mod
 
 
 def test_several_updates_per_batch_reuse_the_recorded_logprobs(tiny_model, tmp_path, plugin_env):
-    result = train(config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 4, "updates_per_batch": 2, "lr": 1e-2}))
+    result = train(
+        config(
+            tiny_model,
+            tmp_path / "run",
+            digit_tasks(tmp_path / "tasks.jsonl"),
+            optim={"steps": 4, "updates_per_batch": 2, "lr": 1e-2},
+        )
+    )
     first, second = result.metrics[0], result.metrics[1]
     assert first["logprob_mismatch"] <= 1e-4 and second["logprob_mismatch"] is None
     assert second["reward_mean"] == first["reward_mean"]  # the same batch
@@ -85,20 +147,62 @@ def test_several_updates_per_batch_reuse_the_recorded_logprobs(tiny_model, tmp_p
     assert result.metrics[2]["reward_mean"] != first["reward_mean"]  # a new batch
 
 
-def test_sequence_normalisation_kl_entropy_and_gradient_checkpointing_run_and_are_logged(tiny_model, tmp_path, plugin_env):
-    result = train(config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), optim={"steps": 2, "micro_batch_size": 7},
-                          loss={"normalize": "sequence", "kl_beta": 0.1, "entropy_coef": 0.01, "scale_by_std": True}, gradient_checkpointing=True))
-    assert result.metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference before its first update
+def test_sequence_normalisation_kl_entropy_and_gradient_checkpointing_run_and_are_logged(
+    tiny_model, tmp_path, plugin_env
+):
+    result = train(
+        config(
+            tiny_model,
+            tmp_path / "run",
+            digit_tasks(tmp_path / "tasks.jsonl"),
+            optim={"steps": 2, "micro_batch_size": 7},
+            loss={"normalize": "sequence", "kl_beta": 0.1, "entropy_coef": 0.01, "scale_by_std": True},
+            gradient_checkpointing=True,
+        )
+    )
+    assert result.metrics[0]["kl"] == pytest.approx(
+        0.0, abs=1e-6
+    )  # the policy is the reference before its first update
     assert result.metrics[1]["kl"] > 0.0
 
 
 def test_offline_training_from_a_generate_verify_file(tiny_model, tmp_path, plugin_env):
     tasks = digit_tasks(tmp_path / "tasks.jsonl", count=6)
     rollouts = tmp_path / "rollouts.jsonl"
-    subprocess.run([GENESYS, "generate", "--tasks", str(tasks), "--model", tiny_model, "-o", str(rollouts), "-n", "4", "--max-tokens", "16",
-                    "--backend", "transformers", "--verify", "--workers", "1", "--no-progress"], check=True, env=plugin_env, capture_output=True)
-    result = train(config(tiny_model, tmp_path / "run", data={"rollouts": [str(rollouts)]}, rollout={"prompts_per_step": 2},
-                          optim={"steps": 3, "micro_batch_size": 4}))
+    subprocess.run(
+        [
+            GENESYS,
+            "generate",
+            "--tasks",
+            str(tasks),
+            "--model",
+            tiny_model,
+            "-o",
+            str(rollouts),
+            "-n",
+            "4",
+            "--max-tokens",
+            "16",
+            "--backend",
+            "transformers",
+            "--verify",
+            "--workers",
+            "1",
+            "--no-progress",
+        ],
+        check=True,
+        env=plugin_env,
+        capture_output=True,
+    )
+    result = train(
+        config(
+            tiny_model,
+            tmp_path / "run",
+            data={"rollouts": [str(rollouts)]},
+            rollout={"prompts_per_step": 2},
+            optim={"steps": 3, "micro_batch_size": 4},
+        )
+    )
     assert len(result.metrics) == 3
     first = result.metrics[0]
     assert first["logprob_mismatch"] <= 1e-4  # the recorded logprobs are the model's own
@@ -112,7 +216,9 @@ def _run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def test_cli_overrides_and_bad_config_keys_are_refused_by_name(tiny_model, tmp_path, plugin_env):
     toml = tmp_path / "run.toml"
-    toml.write_text(f'model = "{tiny_model}"\noutput_dir = "{tmp_path / "run"}"\n[data]\ntasks = ["{digit_tasks(tmp_path / "tasks.jsonl")}"]\n[optim]\nsteps = 1\n')
+    toml.write_text(
+        f'model = "{tiny_model}"\noutput_dir = "{tmp_path / "run"}"\n[data]\ntasks = ["{digit_tasks(tmp_path / "tasks.jsonl")}"]\n[optim]\nsteps = 1\n'
+    )
     unknown = _run_cli(str(toml), "--optim.lrr", "1", env=plugin_env)
     assert unknown.returncode == 2 and "--optim.lrr" in unknown.stderr
     toml.write_text(toml.read_text() + "[loss]\neps_low = 0.2\nclip = 3\n")
@@ -127,12 +233,20 @@ def test_cli_overrides_and_bad_config_keys_are_refused_by_name(tiny_model, tmp_p
 
 
 def test_bad_input_is_refused_before_any_training(tiny_model, tmp_path, plugin_env):
-    no_verifier = write_jsonl(tmp_path / "tasks.jsonl", [{"problem_id": "p", "task_type": "no_such_type", "prompt": "hi", "verification_info": {}}])
+    no_verifier = write_jsonl(
+        tmp_path / "tasks.jsonl",
+        [{"problem_id": "p", "task_type": "no_such_type", "prompt": "hi", "verification_info": {}}],
+    )
     with pytest.raises(InputError, match="no_such_type"):
         train(config(tiny_model, tmp_path / "a", no_verifier))
     with pytest.raises(InputError, match="does-not-exist"):
-        train(config(str(tmp_path / "does-not-exist"), tmp_path / "b", digit_tasks(tmp_path / "digits.jsonl")))
-    no_logprobs = write_jsonl(tmp_path / "rollouts.jsonl", [{"prompt": "p", "prompt_ids": [1, 2], "completion_ids": [3], "reward": 1.0}])
+        train(
+            config(str(tmp_path / "does-not-exist"), tmp_path / "b", digit_tasks(tmp_path / "digits.jsonl"))
+        )
+    no_logprobs = write_jsonl(
+        tmp_path / "rollouts.jsonl",
+        [{"prompt": "p", "prompt_ids": [1, 2], "completion_ids": [3], "reward": 1.0}],
+    )
     with pytest.raises(InputError, match=r"rollouts.jsonl:1: rollout has no completion_logprobs"):
         train(config(tiny_model, tmp_path / "c", data={"rollouts": [str(no_logprobs)]}))
     with pytest.raises(InputError, match="delta must exceed"):
@@ -147,8 +261,28 @@ def test_a_run_killed_mid_training_resumes_to_the_same_weights(tiny_model, tmp_p
     env = {**plugin_env, "OMP_NUM_THREADS": "1"}
 
     def command(out: Path) -> list[str]:
-        return [GENESYS, "train", "--model", tiny_model, "-o", str(out), f"--data.tasks={tasks}", "--optim.steps", "8", "--optim.lr", "3e-3",
-                "--optim.micro_batch_size", "16", "--rollout.max_tokens", "16", "--checkpoint.every", "2", "--verify.workers", "1", "--no-progress"]
+        return [
+            GENESYS,
+            "train",
+            "--model",
+            tiny_model,
+            "-o",
+            str(out),
+            f"--data.tasks={tasks}",
+            "--optim.steps",
+            "8",
+            "--optim.lr",
+            "3e-3",
+            "--optim.micro_batch_size",
+            "16",
+            "--rollout.max_tokens",
+            "16",
+            "--checkpoint.every",
+            "2",
+            "--verify.workers",
+            "1",
+            "--no-progress",
+        ]
 
     subprocess.run(command(tmp_path / "straight"), check=True, env=env, capture_output=True, timeout=600)
     killed = tmp_path / "killed"
@@ -169,7 +303,9 @@ def test_a_run_killed_mid_training_resumes_to_the_same_weights(tiny_model, tmp_p
     for name in straight:
         assert torch.equal(straight[name], resumed[name]), name
     assert [m["step"] for m in read_jsonl(metrics)] == list(range(1, 9))
-    assert [m["reward_mean"] for m in read_jsonl(metrics)] == [m["reward_mean"] for m in read_jsonl(tmp_path / "straight" / "metrics.jsonl")]
+    assert [m["reward_mean"] for m in read_jsonl(metrics)] == [
+        m["reward_mean"] for m in read_jsonl(tmp_path / "straight" / "metrics.jsonl")
+    ]
 
 
 def _wait_for(condition, process: subprocess.Popen, timeout: float = 300.0) -> None:
@@ -188,8 +324,14 @@ def test_report_to_an_unknown_tracker_is_refused(tiny_model, tmp_path):
 
 
 def recorded(problem_id: str, reward: float, valid: bool | None) -> dict[str, Any]:
-    row = {"problem_id": problem_id, "prompt": f"task {problem_id}", "prompt_ids": [1, 2, 3], "completion_ids": [4, 5], "completion_logprobs": [-1.0, -1.0],
-           "reward": reward}
+    row = {
+        "problem_id": problem_id,
+        "prompt": f"task {problem_id}",
+        "prompt_ids": [1, 2, 3],
+        "completion_ids": [4, 5],
+        "completion_logprobs": [-1.0, -1.0],
+        "reward": reward,
+    }
     return row if valid is None else row | {"toploc_valid": valid}
 
 
@@ -197,23 +339,44 @@ def test_require_proofs_drops_and_counts_rollouts_without_a_valid_proof(tiny_mod
     from genesys.train.distributed import World
     from genesys.train.rollouts import RecordedRollouts
 
-    rows = [recorded("a", 1.0, True), recorded("a", 0.0, True), recorded("a", 1.0, False), recorded("a", 0.0, None),
-            recorded("b", 1.0, False), recorded("b", 0.0, False), recorded("c", 0.5, True), recorded("c", 0.0, True)]
+    rows = [
+        recorded("a", 1.0, True),
+        recorded("a", 0.0, True),
+        recorded("a", 1.0, False),
+        recorded("a", 0.0, None),
+        recorded("b", 1.0, False),
+        recorded("b", 0.0, False),
+        recorded("c", 0.5, True),
+        recorded("c", 0.0, True),
+    ]
     path = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    source = RecordedRollouts(config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)], "require_proofs": True}), World())
+    source = RecordedRollouts(
+        config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)], "require_proofs": True}), World()
+    )
     assert source.rows_unproven == 4
     served = [row for group in source.next_batch(2).groups for row in group]
-    assert sorted(row["problem_id"] for row in served) == ["a", "a", "c", "c"] and all(row["toploc_valid"] is True for row in served)
-    unchecked = RecordedRollouts(config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)]}), World())
+    assert sorted(row["problem_id"] for row in served) == ["a", "a", "c", "c"] and all(
+        row["toploc_valid"] is True for row in served
+    )
+    unchecked = RecordedRollouts(
+        config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)]}), World()
+    )
     assert unchecked.rows_unproven == 0 and sum(len(group) for group in unchecked.groups) == 8
 
 
 def test_require_proofs_needs_recorded_rollouts_and_says_when_none_is_valid(tiny_model, tmp_path, plugin_env):
     with pytest.raises(InputError, match="data.require_proofs applies to recorded rollouts"):
-        config(tiny_model, tmp_path / "a", digit_tasks(tmp_path / "tasks.jsonl"), data={"require_proofs": True})
+        config(
+            tiny_model, tmp_path / "a", digit_tasks(tmp_path / "tasks.jsonl"), data={"require_proofs": True}
+        )
     path = write_jsonl(tmp_path / "rollouts.jsonl", [recorded("a", 1.0, False), recorded("a", 0.0, None)])
     toml = tmp_path / "run.toml"
-    toml.write_text(f'model = "{tiny_model}"\noutput_dir = "{tmp_path / "run"}"\n[data]\nrollouts = ["{path}"]\n')
+    toml.write_text(
+        f'model = "{tiny_model}"\noutput_dir = "{tmp_path / "run"}"\n[data]\nrollouts = ["{path}"]\n'
+    )
     refused = _run_cli(str(toml), "--require-proofs", env=plugin_env)
     assert refused.returncode == 2, refused.stderr
-    assert "no rollouts with a valid TOPLOC proof (2 without: check them with genesys validate)" in refused.stderr
+    assert (
+        "no rollouts with a valid TOPLOC proof (2 without: check them with genesys validate)"
+        in refused.stderr
+    )

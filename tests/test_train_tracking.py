@@ -8,8 +8,8 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-
 from conftest import digit_tasks
+
 from genesys.errors import InputError
 from genesys.train.tracking import open_trackers
 
@@ -19,7 +19,13 @@ CONFIG = {"model": "tiny", "optim": {"lr": 1e-6, "steps": 3}}
 def steps() -> list[dict[str, Any]]:
     """Three steps as the trainer logs them: `step` among the metrics, a null, a key only on step 1."""
     return [
-        {"step": step, "reward_mean": 0.1 * step, "groups_dropped": step % 2, "kl": None, **({"logprob_mismatch": 0.01} if step == 1 else {})}
+        {
+            "step": step,
+            "reward_mean": 0.1 * step,
+            "groups_dropped": step % 2,
+            "kl": None,
+            **({"logprob_mismatch": 0.01} if step == 1 else {}),
+        }
         for step in (1, 2, 3)
     ]
 
@@ -34,7 +40,11 @@ def test_tensorboard_writes_scalars_that_read_back(tmp_path: Path):
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert set(events.Tags()["scalars"]) == {"reward_mean", "groups_dropped", "logprob_mismatch"}
-    assert [(e.step, round(e.value, 6)) for e in events.Scalars("reward_mean")] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("reward_mean")] == [
+        (1, 0.1),
+        (2, 0.2),
+        (3, 0.3),
+    ]
     assert [(e.step, e.value) for e in events.Scalars("groups_dropped")] == [(1, 1.0), (2, 0.0), (3, 1.0)]
     assert [e.step for e in events.Scalars("logprob_mismatch")] == [1]
 
@@ -42,7 +52,10 @@ def test_tensorboard_writes_scalars_that_read_back(tmp_path: Path):
 def recorder(name: str, calls: list[tuple[str, Any]]) -> ModuleType:
     """A stand-in for the wandb or trackio module that records the calls made to it."""
     module = ModuleType(name)
-    run = SimpleNamespace(log=lambda values, step: calls.append(("log", (values, step))), finish=lambda: calls.append(("finish", None)))
+    run = SimpleNamespace(
+        log=lambda values, step: calls.append(("log", (values, step))),
+        finish=lambda: calls.append(("finish", None)),
+    )
 
     def init(**kwargs: Any) -> SimpleNamespace:
         calls.append(("init", kwargs))
@@ -53,7 +66,9 @@ def recorder(name: str, calls: list[tuple[str, Any]]) -> ModuleType:
 
 
 @pytest.mark.parametrize("name", ["wandb", "trackio"])
-def test_wandb_and_trackio_get_the_project_run_config_and_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str):
+def test_wandb_and_trackio_get_the_project_run_config_and_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+):
     calls: list[tuple[str, Any]] = []
     monkeypatch.setitem(sys.modules, name, recorder(name, calls))
     monkeypatch.setenv("GENESYS_PROJECT", "math-grpo")
@@ -61,7 +76,9 @@ def test_wandb_and_trackio_get_the_project_run_config_and_steps(tmp_path: Path, 
     for metrics in steps():
         tracker.log(metrics, metrics["step"])
     tracker.close()
-    init = {"project": "math-grpo", "name": "run-7", "config": CONFIG} | ({"dir": str(tmp_path)} if name == "wandb" else {})
+    init = {"project": "math-grpo", "name": "run-7", "config": CONFIG} | (
+        {"dir": str(tmp_path)} if name == "wandb" else {}
+    )
     assert calls[0] == ("init", init)
     assert calls[1] == ("log", ({"reward_mean": 0.1, "groups_dropped": 1, "logprob_mismatch": 0.01}, 1))
     assert calls[2] == ("log", ({"reward_mean": 0.2, "groups_dropped": 0}, 2))
@@ -77,13 +94,17 @@ def test_the_project_defaults_to_genesys(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("missing", ["tensorboard", "wandb", "trackio"])
-def test_a_missing_library_is_refused_before_any_tracker_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str):
+def test_a_missing_library_is_refused_before_any_tracker_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+):
     calls: list[tuple[str, Any]] = []
     monkeypatch.setitem(sys.modules, "trackio", recorder("trackio", calls))
     monkeypatch.setitem(sys.modules, missing, None)  # None in sys.modules makes `import missing` fail
     monkeypatch.delitem(sys.modules, "torch.utils.tensorboard", raising=False)
     report_to = [name for name in ("tensorboard", "trackio") if name != missing] + [missing]
-    with pytest.raises(InputError, match=rf"report_to '{missing}' needs the {missing} package.*: pip install {missing}$"):
+    with pytest.raises(
+        InputError, match=rf"report_to '{missing}' needs the {missing} package.*: pip install {missing}$"
+    ):
         open_trackers(report_to, tmp_path, CONFIG, "run")
     assert not (tmp_path / "tensorboard").exists()
     assert calls == []
@@ -102,7 +123,9 @@ def test_no_tracker_is_a_tracker_that_does_nothing(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_a_training_run_reports_to_tensorboard_and_its_directory_draws(tiny_model, tmp_path: Path, plugin_env):
+def test_a_training_run_reports_to_tensorboard_and_its_directory_draws(
+    tiny_model, tmp_path: Path, plugin_env
+):
     pytest.importorskip("transformers")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -113,16 +136,28 @@ def test_a_training_run_reports_to_tensorboard_and_its_directory_draws(tiny_mode
     config = TrainConfig.load(
         None,
         {
-            "model": tiny_model, "output_dir": str(out), "progress": False, "report_to": ["tensorboard"],
+            "model": tiny_model,
+            "output_dir": str(out),
+            "progress": False,
+            "report_to": ["tensorboard"],
             "data": {"tasks": [str(digit_tasks(tmp_path / "tasks.jsonl"))]},
             "rollout": {"prompts_per_step": 2, "samples_per_prompt": 4, "max_tokens": 16},
-            "optim": {"steps": 3, "lr": 1e-3}, "checkpoint": {"every": 0}, "verify": {"workers": 1},
+            "optim": {"steps": 3, "lr": 1e-3},
+            "checkpoint": {"every": 0},
+            "verify": {"workers": 1},
         },
     )
     result = train(config)
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
-    assert [(e.step, pytest.approx(e.value)) for e in events.Scalars("reward_mean")] == [(m["step"], m["reward_mean"]) for m in result.metrics]
+    assert [(e.step, pytest.approx(e.value)) for e in events.Scalars("reward_mean")] == [
+        (m["step"], m["reward_mean"]) for m in result.metrics
+    ]
     report = write_training_report(out / "metrics.jsonl", tmp_path / "report")
-    assert {"reward", "completion_length", "clipping", "optimization", "throughput"} <= {path.stem for path in report.plots}
-    assert "Steps: 3 recorded (step 1 to 3). Checkpoints: none; final model in `final/`." in report.summary.read_text()
+    assert {"reward", "completion_length", "clipping", "optimization", "throughput"} <= {
+        path.stem for path in report.plots
+    }
+    assert (
+        "Steps: 3 recorded (step 1 to 3). Checkpoints: none; final model in `final/`."
+        in report.summary.read_text()
+    )

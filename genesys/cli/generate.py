@@ -18,8 +18,8 @@ from genesys.config import GenerateCommand
 )
 def command(config: GenerateCommand) -> int:
     from genesys.generate.backend import resolve_backend_name
-    from genesys.http import APIError
     from genesys.generate.runner import run_generation
+    from genesys.http import APIError
 
     try:
         run_generation(config.build(resolve_backend_name(config.backend)))

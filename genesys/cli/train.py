@@ -22,9 +22,13 @@ def command(config: TrainConfig) -> int:
 
     result = train(config)
     if result.already_complete:
-        print(f"{result.output_dir} already holds this run's {len(result.metrics)} steps and its final model {result.final_dir}; nothing to do")
+        print(
+            f"{result.output_dir} already holds this run's {len(result.metrics)} steps and its final model {result.final_dir}; nothing to do"
+        )
     elif result.metrics:
         last = result.metrics[-1]
         reward = last.get("reward_mean")
-        print(f"trained {last['step']} steps; last reward_mean {reward if reward is None else round(reward, 4)}; final model in {result.final_dir}")
+        print(
+            f"trained {last['step']} steps; last reward_mean {reward if reward is None else round(reward, 4)}; final model in {result.final_dir}"
+        )
     return 0

@@ -154,7 +154,9 @@ class BackendSpec:
         try:
             return getattr(importlib.import_module(module_name), attribute)
         except ImportError as exc:
-            raise InputError(f"--backend {self.name} cannot be loaded ({exc}); install what it needs, e.g. pip install 'genesys[generate]'") from None
+            raise InputError(
+                f"--backend {self.name} cannot be loaded ({exc}); install what it needs, e.g. pip install 'genesys[generate]'"
+            ) from None
 
 
 def _specs(pm: pluggy.PluginManager | None) -> dict[str, BackendSpec]:
@@ -176,7 +178,9 @@ def resolve_backend_name(name: str, pm: pluggy.PluginManager | None = None) -> s
     """A registered backend's name; `auto` becomes the usable backend of highest priority."""
     specs = _specs(pm)
     if not specs:
-        raise InputError("no generation backend is registered; reinstall genesys (pip install -e .) so its entry points, the built-in backends among them, are current")
+        raise InputError(
+            "no generation backend is registered; reinstall genesys (pip install -e .) so its entry points, the built-in backends among them, are current"
+        )
     if name != AUTO and name not in specs:
         raise InputError(f"--backend must be one of {', '.join(backend_names(pm))}, got {name!r}")
     if name != AUTO:
@@ -185,10 +189,14 @@ def resolve_backend_name(name: str, pm: pluggy.PluginManager | None = None) -> s
         if spec.usable is not None and spec.usable():
             return spec.name
     candidates = [spec.name for spec in _by_priority(specs.values()) if spec.usable is not None]
-    raise InputError(f"--backend auto: no backend can run here (tried: {', '.join(candidates) or 'none'}); install one or name a --backend")
+    raise InputError(
+        f"--backend auto: no backend can run here (tried: {', '.join(candidates) or 'none'}); install one or name a --backend"
+    )
 
 
-def create_backend(name: str, model: str, style: PromptStyle, options: dict[str, Any], pm: pluggy.PluginManager | None = None) -> Backend:
+def create_backend(
+    name: str, model: str, style: PromptStyle, options: dict[str, Any], pm: pluggy.PluginManager | None = None
+) -> Backend:
     """Build the backend `name` (or `auto`'s choice) for `model`; `options` are its own settings."""
     spec = _specs(pm)[resolve_backend_name(name, pm)]
     return spec.load()(model, style, **options)

@@ -28,9 +28,21 @@ def vllm_usable() -> bool:
 @genesys.hookimpl
 def genesys_backends() -> list[BackendSpec]:
     return [
-        BackendSpec("vllm", "genesys.generate.vllm:VLLMBackend", usable=vllm_usable, priority=20,
-                    description="vLLM's offline engine (GPU)"),
-        BackendSpec("transformers", "genesys.generate.hf:TransformersBackend", usable=transformers_usable, priority=10,
-                    description="transformers model.generate (CPU or GPU)"),
-        BackendSpec("openai", "genesys.generate.openai:OpenAIBackend", description="an OpenAI-compatible server"),
+        BackendSpec(
+            "vllm",
+            "genesys.generate.vllm:VLLMBackend",
+            usable=vllm_usable,
+            priority=20,
+            description="vLLM's offline engine (GPU)",
+        ),
+        BackendSpec(
+            "transformers",
+            "genesys.generate.hf:TransformersBackend",
+            usable=transformers_usable,
+            priority=10,
+            description="transformers model.generate (CPU or GPU)",
+        ),
+        BackendSpec(
+            "openai", "genesys.generate.openai:OpenAIBackend", description="an OpenAI-compatible server"
+        ),
     ]

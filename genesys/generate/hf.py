@@ -23,12 +23,27 @@ from typing import Any, TypeVar
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 from transformers.utils import logging as transformers_logging
 
-from genesys.errors import InputError
 from genesys.config import ProofConfig
-from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, SamplingConfig, Weights, next_weights_version
+from genesys.errors import InputError
+from genesys.generate.backend import (
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    PromptStyle,
+    SamplingConfig,
+    Weights,
+    next_weights_version,
+)
 from genesys.generate.prompts import render_ids
 
 T = TypeVar("T")
@@ -53,7 +68,9 @@ class TokenSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         logprobs = scores.float().log_softmax(dim=-1)
-        tokens = logprobs.argmax(dim=-1, keepdim=True) if self.generator is None else self._draw(logprobs.exp())
+        tokens = (
+            logprobs.argmax(dim=-1, keepdim=True) if self.generator is None else self._draw(logprobs.exp())
+        )
         self.steps.append(logprobs.gather(1, tokens))
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
 
@@ -124,11 +141,15 @@ class TransformersBackend:
         self.model_name = model
         self.style = style
         self.worker_thread = worker_thread
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="genesys-transformers") if worker_thread else None
+        self._worker = (
+            ThreadPoolExecutor(1, thread_name_prefix="genesys-transformers") if worker_thread else None
+        )
         self.batch_size = batch_size
         # Loaded by the thread that will run it, so torch builds no thread pool in this one.
         load = partial(load_causal_lm, model, device, dtype, model_kwargs)
-        self.device, self.tokenizer, self.model = load() if self._worker is None else self._worker.submit(load).result()
+        self.device, self.tokenizer, self.model = (
+            load() if self._worker is None else self._worker.submit(load).result()
+        )
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
         self.weights_version = 0
         self._model_lock = threading.Lock()  # one batch or one weight update at a time
@@ -147,12 +168,20 @@ class TransformersBackend:
         from genesys.proofs.weights import weights_sha256
 
         return {
-            "topk": self.proofs.topk, "decode_batching_size": self.proofs.decode_batching_size, "dtype": PROOF_DTYPE,
-            "model": self.model_name, "weights_sha256": weights_sha256(self.model),
+            "topk": self.proofs.topk,
+            "decode_batching_size": self.proofs.decode_batching_size,
+            "dtype": PROOF_DTYPE,
+            "model": self.model_name,
+            "weights_sha256": weights_sha256(self.model),
         }
 
     def info(self) -> dict[str, Any]:
-        info = {"backend": self.name, "transformers": transformers.__version__, "torch": torch.__version__, "device": self.device}
+        info = {
+            "backend": self.name,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "device": self.device,
+        }
         if self.device.startswith("cuda"):
             info["gpu"] = torch.cuda.get_device_name(self.device)
         else:
@@ -166,7 +195,9 @@ class TransformersBackend:
 
     async def update_weights(self, weights: Weights, version: int | None = None) -> None:
         """Copy `weights` (by parameter or buffer name) into the live model, after the running batch."""
-        await self._call(self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version)
+        await self._call(
+            self._load_weights, list(weights.items() if isinstance(weights, Mapping) else weights), version
+        )
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
         """`function(*args)` in the worker thread, or right here without one."""
@@ -177,14 +208,25 @@ class TransformersBackend:
     def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
         with self._model_lock:
             new_version = next_weights_version(self.weights_version, version)
-            targets = {**dict(self.model.named_parameters(remove_duplicate=False)), **dict(self.model.named_buffers(remove_duplicate=False))}
+            targets = {
+                **dict(self.model.named_parameters(remove_duplicate=False)),
+                **dict(self.model.named_buffers(remove_duplicate=False)),
+            }
             unknown = [name for name, _ in weights if name not in targets]
             if unknown:
-                raise ValueError(f"the model has no parameter {unknown[0]!r} ({len(unknown)} unknown names); nothing was loaded")
-            mismatched = [(name, tuple(t.shape), tuple(targets[name].shape)) for name, t in weights if tuple(t.shape) != tuple(targets[name].shape)]
+                raise ValueError(
+                    f"the model has no parameter {unknown[0]!r} ({len(unknown)} unknown names); nothing was loaded"
+                )
+            mismatched = [
+                (name, tuple(t.shape), tuple(targets[name].shape))
+                for name, t in weights
+                if tuple(t.shape) != tuple(targets[name].shape)
+            ]
             if mismatched:
                 name, given, expected = mismatched[0]
-                raise ValueError(f"weight {name!r} has shape {given}, the model's has {expected}; nothing was loaded")
+                raise ValueError(
+                    f"weight {name!r} has shape {given}, the model's has {expected}; nothing was loaded"
+                )
             with torch.no_grad():
                 for name, tensor in weights:
                     targets[name].copy_(tensor)
@@ -200,34 +242,49 @@ class TransformersBackend:
         for batch in self._batches(requests, prompts):
             first, sample = batch[0]
             completions, version = await self._call(
-                self._run_batch, [prompts[i] for i, _ in batch], requests[first].seed + sample, requests[first].sampling
+                self._run_batch,
+                [prompts[i] for i, _ in batch],
+                requests[first].seed + sample,
+                requests[first].sampling,
             )
             for (i, j), completion in zip(batch, completions):
                 partial.setdefault(i, {})[j] = completion
                 versions[i] = min(versions.get(i, version), version)
                 if len(partial[i]) == requests[i].n:
                     done = partial.pop(i)
-                    yield GenerationResult(requests[i], prompts[i], [done[k] for k in range(requests[i].n)], versions.pop(i))
+                    yield GenerationResult(
+                        requests[i], prompts[i], [done[k] for k in range(requests[i].n)], versions.pop(i)
+                    )
 
-    def _batches(self, requests: list[GenerationRequest], prompts: list[list[int]]) -> Iterator[list[tuple[int, int]]]:
+    def _batches(
+        self, requests: list[GenerationRequest], prompts: list[list[int]]
+    ) -> Iterator[list[tuple[int, int]]]:
         """(request, sample) items in batches of one sampling setting each, longest prompts first."""
         groups: dict[tuple[int, float, float], list[tuple[int, int]]] = {}
         for i, request in enumerate(requests):
             s = request.sampling
-            groups.setdefault((s.max_tokens, s.temperature, s.top_p), []).extend((i, j) for j in range(request.n))
+            groups.setdefault((s.max_tokens, s.temperature, s.top_p), []).extend(
+                (i, j) for j in range(request.n)
+            )
         for items in groups.values():
             items.sort(key=lambda ij: -len(prompts[ij[0]]))
             for start in range(0, len(items), self.batch_size):
                 yield items[start : start + self.batch_size]
 
-    def _run_batch(self, prompts: list[list[int]], seed: int, sampling: SamplingConfig) -> tuple[list[Completion], int]:
+    def _run_batch(
+        self, prompts: list[list[int]], seed: int, sampling: SamplingConfig
+    ) -> tuple[list[Completion], int]:
         """One batch with the model to itself: its completions and the weights version that made them."""
         with self._model_lock:
             return self.generate_batch(prompts, seed, sampling), self.weights_version
 
-    def generate_batch(self, prompts: list[list[int]], seed: int, sampling: SamplingConfig) -> list[Completion]:
+    def generate_batch(
+        self, prompts: list[list[int]], seed: int, sampling: SamplingConfig
+    ) -> list[Completion]:
         """Sample one completion for each prompt (token ids) in one `model.generate` call."""
-        encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(self.device)
+        encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(
+            self.device
+        )
         generator = torch.Generator(self.device).manual_seed(seed) if sampling.temperature > 0 else None
         sampler = TokenSampler(generator)
         capture = self._capture()
@@ -249,7 +306,9 @@ class TransformersBackend:
             )
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = sampler.logprobs().cpu().tolist()
-        completions = [self._completion(tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)]
+        completions = [
+            self._completion(tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
+        ]
         if self.proofs is not None:
             self._attach_proofs(completions, capture.per_step())
         return completions
@@ -275,10 +334,17 @@ class TransformersBackend:
         finish = "length" if end is None else "stop"
         tokens = tokens if end is None else tokens[:end]
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        return Completion(text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish)
+        return Completion(
+            text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish
+        )
 
 
-def load_causal_lm(model: str, device: str | None = None, dtype: str | None = None, model_kwargs: dict[str, Any] | None = None) -> tuple[str, Any, Any]:
+def load_causal_lm(
+    model: str,
+    device: str | None = None,
+    dtype: str | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+) -> tuple[str, Any, Any]:
     """(device, tokenizer, model) for a model path or hub name; the tokenizer pads on the left.
 
     `device` defaults to cuda when available, `dtype` to the checkpoint's own on GPU and float32 on CPU.
@@ -294,7 +360,9 @@ def load_causal_lm(model: str, device: str | None = None, dtype: str | None = No
         tokenizer.pad_token = tokenizer.eos_token
     # On CPU, bfloat16 weights would run far slower than float32 on most processors.
     dtype = dtype or ("float32" if device == "cpu" else "auto")
-    loaded = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(device).eval()
+    loaded = (
+        AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(device).eval()
+    )
     return device, tokenizer, loaded
 
 

@@ -36,7 +36,9 @@ def completion_from_chat_choice(choice: dict[str, Any]) -> Completion:
     content = (choice.get("logprobs") or {}).get("content")
     logprobs = [float(t["logprob"]) for t in content] if content else None
     ids = choice.get("token_ids") or _ids_from_tokens([t.get("token") for t in content] if content else None)
-    return Completion(text=text, completion_ids=ids, logprobs=logprobs, finish_reason=choice.get("finish_reason"))
+    return Completion(
+        text=text, completion_ids=ids, logprobs=logprobs, finish_reason=choice.get("finish_reason")
+    )
 
 
 def completion_from_text_choice(choice: dict[str, Any]) -> Completion:
@@ -45,7 +47,12 @@ def completion_from_text_choice(choice: dict[str, Any]) -> Completion:
     token_logprobs = block.get("token_logprobs")
     logprobs = [float(x) for x in token_logprobs] if token_logprobs else None
     ids = choice.get("token_ids") or _ids_from_tokens(block.get("tokens"))
-    return Completion(text=choice.get("text") or "", completion_ids=ids, logprobs=logprobs, finish_reason=choice.get("finish_reason"))
+    return Completion(
+        text=choice.get("text") or "",
+        completion_ids=ids,
+        logprobs=logprobs,
+        finish_reason=choice.get("finish_reason"),
+    )
 
 
 def _choices_in_order(reply: dict[str, Any], n: int, where: str) -> list[dict[str, Any]]:
@@ -86,7 +93,12 @@ class OpenAIBackend:
     ) -> None:
         self.model = model
         self.style = style
-        self.client_options = {"base_url": base_url, "api_key": api_key, "concurrency": concurrency, "max_retries": max_retries}
+        self.client_options = {
+            "base_url": base_url,
+            "api_key": api_key,
+            "concurrency": concurrency,
+            "max_retries": max_retries,
+        }
         self.concurrency = concurrency
         self.logprobs = logprobs
         self.split_samples = split_samples
@@ -133,21 +145,31 @@ class OpenAIBackend:
 
     async def _one(self, client: OpenAIClient, request: GenerationRequest) -> GenerationResult:
         if self.split_samples:
-            parts = await asyncio.gather(*(self._ask(client, request, [sample]) for sample in request.sample_indices))
-            return GenerationResult(request, parts[0][0], [completion for _, completions in parts for completion in completions])
+            parts = await asyncio.gather(
+                *(self._ask(client, request, [sample]) for sample in request.sample_indices)
+            )
+            return GenerationResult(
+                request, parts[0][0], [completion for _, completions in parts for completion in completions]
+            )
         prompt_ids, completions = await self._ask(client, request, request.sample_indices)
         return GenerationResult(request, prompt_ids, completions)
 
-    async def _ask(self, client: OpenAIClient, request: GenerationRequest, samples: list[int]) -> tuple[list[int] | None, list[Completion]]:
+    async def _ask(
+        self, client: OpenAIClient, request: GenerationRequest, samples: list[int]
+    ) -> tuple[list[int] | None, list[Completion]]:
         """One HTTP request for `samples` of the task: the prompt ids (when given) and the completions."""
         body = self.request_body(request, samples)
         where = f"task {request.key}"
         if self.style.chat_template:
             reply = await client.chat(body)
-            completions = [completion_from_chat_choice(c) for c in _choices_in_order(reply, len(samples), where)]
+            completions = [
+                completion_from_chat_choice(c) for c in _choices_in_order(reply, len(samples), where)
+            ]
         else:
             reply = await client.complete(body)
-            completions = [completion_from_text_choice(c) for c in _choices_in_order(reply, len(samples), where)]
+            completions = [
+                completion_from_text_choice(c) for c in _choices_in_order(reply, len(samples), where)
+            ]
         return reply.get("prompt_token_ids"), completions
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:

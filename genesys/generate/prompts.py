@@ -13,7 +13,9 @@ from genesys.config import PromptStyle
 from genesys.errors import InputError
 
 
-def build_messages(prompt: str, system_prompt: str | None = None, target_instruction: str | None = None) -> list[dict[str, str]]:
+def build_messages(
+    prompt: str, system_prompt: str | None = None, target_instruction: str | None = None
+) -> list[dict[str, str]]:
     """The chat messages of one task: an optional system message (system prompt, then the target
     length instruction) and the task prompt as the user message."""
     system = "\n\n".join(part for part in (system_prompt, target_instruction) if part)
@@ -55,7 +57,9 @@ def render_text(tokenizer: Any, messages: list[dict[str, str]], style: PromptSty
             if messages[0]["role"] != "system":
                 raise
             # Templates without a system role (e.g. Gemma's): the system text leads the user message.
-            text = tokenizer.apply_chat_template(merge_system_into_user(messages), tokenize=False, add_generation_prompt=True)
+            text = tokenizer.apply_chat_template(
+                merge_system_into_user(messages), tokenize=False, add_generation_prompt=True
+            )
     else:
         text = raw_text(messages)
     return text + style.continuation_prefix

@@ -55,23 +55,42 @@ class _Chunk:
 class RayBackend:
     """The backend `name` on Ray actors, one model copy each (`cluster.rollout_*` resources)."""
 
-    def __init__(self, name: str, model: str, style: PromptStyle, options: dict[str, Any], cluster: ClusterConfig, chunk_requests: int = CHUNK_REQUESTS) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        style: PromptStyle,
+        options: dict[str, Any],
+        cluster: ClusterConfig,
+        chunk_requests: int = CHUNK_REQUESTS,
+    ) -> None:
         self.name = name
         self.weights_version = 0
         self.cluster = cluster
         self.chunk_requests = chunk_requests
         self._args = (name, model, style, options)
         self._session = contextlib.ExitStack()
-        self.ray = self._session.enter_context(ray_session(cluster, cluster.rollout_workers * cluster.rollout_cpus + cluster.verifier_workers * cluster.verifier_cpus))
+        self.ray = self._session.enter_context(
+            ray_session(
+                cluster,
+                cluster.rollout_workers * cluster.rollout_cpus
+                + cluster.verifier_workers * cluster.verifier_cpus,
+            )
+        )
         self.actors = [self._new_actor() for _ in range(cluster.rollout_workers)]
         self.replaced = 0
-        self._info = {**self.ray.get(self.actors[0].info.remote()), "ray_actors": len(self.actors)}  # waits for the model to load
+        self._info = {
+            **self.ray.get(self.actors[0].info.remote()),
+            "ray_actors": len(self.actors),
+        }  # waits for the model to load
 
     def info(self) -> dict[str, Any]:
         return self._info
 
     async def update_weights(self, weights: Weights, version: int | None = None) -> None:
-        raise NotImplementedError("the Ray generation backend serves `genesys generate`; training on Ray sends weights to its own rollout workers")
+        raise NotImplementedError(
+            "the Ray generation backend serves `genesys generate`; training on Ray sends weights to its own rollout workers"
+        )
 
     def close(self) -> None:
         for actor in self.actors:
@@ -97,7 +116,9 @@ class RayBackend:
             for result in results:
                 yield result
 
-    def _fill(self, flying: dict[Any, _Chunk], retry: deque[_Chunk], chunks: Iterator[list[GenerationRequest]]) -> None:
+    def _fill(
+        self, flying: dict[Any, _Chunk], retry: deque[_Chunk], chunks: Iterator[list[GenerationRequest]]
+    ) -> None:
         """Send chunks (resent ones first) while an actor has fewer than CHUNKS_PER_ACTOR in flight."""
         while True:
             load = [0] * len(self.actors)
@@ -120,9 +141,15 @@ class RayBackend:
     def _after_death(self, chunk: _Chunk, exc: Exception) -> _Chunk:
         """Replace the dead actor (once, whichever of its chunks reports it first); the chunk, to resend."""
         if chunk.sends >= MAX_SENDS:
-            raise RuntimeError(f"generation actors died {chunk.sends} times on the same {len(chunk.requests)} requests; the last: {exc}") from exc
+            raise RuntimeError(
+                f"generation actors died {chunk.sends} times on the same {len(chunk.requests)} requests; the last: {exc}"
+            ) from exc
         if self.actors[chunk.actor] is chunk.handle:  # not replaced yet by another of its chunks
-            log.warning("generation actor %d died (%s); starting a replacement and resending its requests", chunk.actor, type(exc).__name__)
+            log.warning(
+                "generation actor %d died (%s); starting a replacement and resending its requests",
+                chunk.actor,
+                type(exc).__name__,
+            )
             self.actors[chunk.actor] = self._new_actor()
             self.replaced += 1
         chunk.sends += 1
@@ -130,7 +157,11 @@ class RayBackend:
 
     def _new_actor(self) -> Any:
         cluster = self.cluster
-        return self.ray.remote(GenerationActor).options(**actor_options(cluster.rollout_cpus, cluster.rollout_gpus)).remote(*self._args)
+        return (
+            self.ray.remote(GenerationActor)
+            .options(**actor_options(cluster.rollout_cpus, cluster.rollout_gpus))
+            .remote(*self._args)
+        )
 
 
 def _chunks(requests: Iterable[GenerationRequest], size: int) -> Iterator[list[GenerationRequest]]:

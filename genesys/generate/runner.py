@@ -23,7 +23,14 @@ from typing import Any
 from genesys.config import GenerateConfig, VerifyConfig
 from genesys.engine import TypeStats
 from genesys.errors import InputError
-from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, create_backend, iterate, resolve_backend_name
+from genesys.generate.backend import (
+    Backend,
+    GenerationRequest,
+    GenerationResult,
+    create_backend,
+    iterate,
+    resolve_backend_name,
+)
 from genesys.generate.prompts import build_messages, pick_target_length, target_instruction
 from genesys.identity import response_id, task_key
 from genesys.inputs import resolve_inputs
@@ -86,7 +93,9 @@ def plan_tasks(
             raise InputError(f"task {index} of {spec!r}: {exc}") from None
         if not task.prompt:
             raise InputError(f"task {index} of {spec!r}: field 'prompt' is missing or empty")
-        row.update(verification_info=task.verification_info, metadata=task.metadata)  # dicts, whatever they arrived as
+        row.update(
+            verification_info=task.verification_info, metadata=task.metadata
+        )  # dicts, whatever they arrived as
         key = task_key(row)
         if key in seen:
             duplicates += 1
@@ -94,7 +103,11 @@ def plan_tasks(
         seen.add(key)
         missing = [i for i in range(config.sampling.n) if response_id(key, i) not in done]
         resumed += config.sampling.n - len(missing)
-        target = pick_target_length(config.target_lengths, key, config.sampling.seed) if config.target_lengths else None
+        target = (
+            pick_target_length(config.target_lengths, key, config.sampling.seed)
+            if config.target_lengths
+            else None
+        )
         plans.append(PlannedTask(key, row, missing, target))
     return plans, resumed, duplicates
 
@@ -139,12 +152,20 @@ def check_resumable(writer: RolloutWriter, model: str, settings: dict[str, Any])
         return
     found_model = first.row.get("model_name")
     if found_model is not None and found_model != model:
-        raise InputError(f"output {str(writer.path)!r} holds rollouts of model {found_model!r}, not {model!r}; write to another output")
+        raise InputError(
+            f"output {str(writer.path)!r} holds rollouts of model {found_model!r}, not {model!r}; write to another output"
+        )
     found = parse_json_field(first.row.get("generation_config"), "generation_config")
-    changed = sorted(k for k in found.keys() | settings.keys() if k not in RESUMABLE_CHANGES and found.get(k) != settings.get(k))
+    changed = sorted(
+        k
+        for k in found.keys() | settings.keys()
+        if k not in RESUMABLE_CHANGES and found.get(k) != settings.get(k)
+    )
     if found and changed:
         described = ", ".join(f"{k} {found.get(k)!r} -> {settings.get(k)!r}" for k in changed)
-        raise InputError(f"output {str(writer.path)!r} was generated with other settings ({described}); use the same flags or another output")
+        raise InputError(
+            f"output {str(writer.path)!r} was generated with other settings ({described}); use the same flags or another output"
+        )
 
 
 def generation_settings(config: GenerateConfig, backend_name: str) -> dict[str, Any]:
@@ -211,9 +232,15 @@ class RowBuilder:
 
 def _requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[GenerationRequest]:
     for plan in plans:
-        instruction = target_instruction(config.target_length_prompt, plan.target_length) if plan.target_length is not None else None
+        instruction = (
+            target_instruction(config.target_length_prompt, plan.target_length)
+            if plan.target_length is not None
+            else None
+        )
         messages = build_messages(plan.row["prompt"], config.system_prompt, instruction)
-        yield GenerationRequest(plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key), config.sampling)
+        yield GenerationRequest(
+            plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key), config.sampling
+        )
 
 
 def run_generation(config: GenerateConfig, backend: Backend | None = None) -> GenerateSummary:
@@ -222,7 +249,9 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
     if config.target_lengths is not None:
         if not config.target_lengths or min(config.target_lengths) < 1:
             raise InputError(f"--target-lengths must be positive integers, got {list(config.target_lengths)}")
-        target_instruction(config.target_length_prompt, config.target_lengths[0])  # a bad template fails before any work
+        target_instruction(
+            config.target_length_prompt, config.target_lengths[0]
+        )  # a bad template fails before any work
     selected = select_tasks(config)
     backend_name = backend.name if backend is not None else resolve_backend_name(config.backend)
     settings = generation_settings(config, backend_name)
@@ -236,14 +265,18 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
         check_verifiable(selected, config.verify)
         check_rewardable(plans, config.verify.reward)
         rewards = RewardStage(config.verify.reward)
-    summary = GenerateSummary(output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates)
+    summary = GenerateSummary(
+        output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates
+    )
     todo = [p for p in plans if p.missing]
     if todo:
         built = backend is None
         backend = backend or _build_backend(config, backend_name)
         try:
             builder = RowBuilder(config.model, settings, machine_info(backend))
-            with RunProgress(len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress) as progress:
+            with RunProgress(
+                len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress
+            ) as progress:
                 progress.skip(len(plans) - len(todo))
                 with BufferedWriter(writer, FLUSH_ROWS) as out:
                     _generate(todo, config, backend, builder, out, progress, summary, rewards)
@@ -259,7 +292,11 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
 
 def _build_backend(config: GenerateConfig, backend_name: str) -> Backend:
     """The backend of the run: here, or on Ray actors (`cluster.backend = "ray"`)."""
-    options = config.backend_options if config.proofs is None else {**config.backend_options, "proofs": config.proofs}
+    options = (
+        config.backend_options
+        if config.proofs is None
+        else {**config.backend_options, "proofs": config.proofs}
+    )
     if config.cluster.ray:
         from genesys.generate.ray_backend import RayBackend
 

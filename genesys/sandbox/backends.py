@@ -17,7 +17,7 @@ PROBES = {
     "cpp": "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }\n",
     "rust": (
         "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap();\n"
-        "  let n: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).sum(); println!(\"{}\", n); }\n"
+        '  let n: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).sum(); println!("{}", n); }\n'
     ),
     "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);\n",
 }
@@ -51,13 +51,17 @@ def open_sandbox(
     if kind == "docker":
         from genesys.sandbox.docker_backend import DEFAULT_IMAGE, DockerSandbox
 
-        return DockerSandbox(image or DEFAULT_IMAGE, pool_size=pool_size, limits=limits, scratch_mb=scratch_mb, reuse=reuse)
+        return DockerSandbox(
+            image or DEFAULT_IMAGE, pool_size=pool_size, limits=limits, scratch_mb=scratch_mb, reuse=reuse
+        )
     if kind == "bwrap":
         from genesys.sandbox.bwrap import BwrapSandbox, find_bwrap
 
         find_bwrap()  # before looking for toolchains: says plainly when bubblewrap is missing
         host = _host()
-        return BwrapSandbox(host.toolchains, files=host.files, limits=limits, scratch_mb=scratch_mb, reuse=reuse)
+        return BwrapSandbox(
+            host.toolchains, files=host.files, limits=limits, scratch_mb=scratch_mb, reuse=reuse
+        )
     if kind == "subprocess":
         from genesys.sandbox.toolchains import runner_commands
         from genesys.sandbox.unsandboxed import SubprocessSandbox
@@ -66,7 +70,9 @@ def open_sandbox(
     reasons = []
     for candidate in ("docker", "bwrap"):
         try:
-            return open_sandbox(candidate, limits=limits, image=image, pool_size=pool_size, scratch_mb=scratch_mb, reuse=reuse)
+            return open_sandbox(
+                candidate, limits=limits, image=image, pool_size=pool_size, scratch_mb=scratch_mb, reuse=reuse
+            )
         except SandboxUnavailable as exc:
             reasons.append(f"{candidate}: {exc}")
     raise SandboxUnavailable(
@@ -97,7 +103,9 @@ def check_backend(kind: str, image: str | None = None) -> BackendCheck:
     with sandbox:
         for language in sandbox.languages():
             try:
-                result = sandbox.run(Submission(language, PROBES[language], [{"type": "stdin_stdout", "input": "2 40\n"}]))
+                result = sandbox.run(
+                    Submission(language, PROBES[language], [{"type": "stdin_stdout", "input": "2 40\n"}])
+                )
             except SandboxError as exc:
                 report.languages[language] = f"sandbox error: {exc}"
                 continue
@@ -105,7 +113,9 @@ def check_backend(kind: str, image: str | None = None) -> BackendCheck:
                 report.languages[language] = f"compile error: {(result.compile_message or '')[:200]}"
             elif result.tests[0]["status"] != "ok" or result.tests[0].get("stdout", "").strip() != "42":
                 test = result.tests[0]
-                report.languages[language] = f"{test['status']}: {(test.get('stderr') or test.get('message') or '')[:200]}"
+                report.languages[language] = (
+                    f"{test['status']}: {(test.get('stderr') or test.get('message') or '')[:200]}"
+                )
             else:
                 report.languages[language] = "ok"
         if getattr(sandbox, "cgroup_note", ""):

@@ -53,7 +53,9 @@ class Submission:
     limits: Limits = field(default_factory=Limits)
     compile_limits: Limits = COMPILE_LIMITS
     budget_s: float = 60.0
-    on_test: Callable[[int, dict[str, Any]], dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    on_test: Callable[[int, dict[str, Any]], dict[str, Any]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def to_job(self) -> dict[str, Any]:
         """The request frame the in-sandbox runner reads."""
@@ -96,10 +98,10 @@ class Sandbox(abc.ABC):
     def languages(self) -> list[str]:
         """The languages this sandbox can run."""
 
-    def warm_up(self) -> None:
+    def warm_up(self) -> None:  # noqa: B027 - optional hook
         """Start what the first submission would otherwise wait for."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release containers and processes."""
 
     def __enter__(self) -> Sandbox:

@@ -32,7 +32,9 @@ SCRATCH = "/tmp/genesys"
 SHM_MB = 64  # /dev/shm, as docker sizes it
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 # Run by the sandbox's interpreter on the host: compile runner.py (argv 1) to argv 2, naming it argv 3.
-COMPILE_RUNNER = "import py_compile, sys; py_compile.compile(sys.argv[1], sys.argv[2], sys.argv[3], doraise=True)"
+COMPILE_RUNNER = (
+    "import py_compile, sys; py_compile.compile(sys.argv[1], sys.argv[2], sys.argv[3], doraise=True)"
+)
 
 
 def find_bwrap() -> str:
@@ -76,7 +78,12 @@ def compiled_runner(python: str) -> str:
         if not os.path.exists(path):
             os.makedirs(cache_dir(), exist_ok=True)
             shown_as = os.path.join(SANDBOX_DIR, "runner.py")  # the file name its tracebacks give
-            subprocess.run([real, "-I", "-S", "-c", COMPILE_RUNNER, RUNNER_PATH, path, shown_as], capture_output=True, timeout=60, check=True)
+            subprocess.run(
+                [real, "-I", "-S", "-c", COMPILE_RUNNER, RUNNER_PATH, path, shown_as],
+                capture_output=True,
+                timeout=60,
+                check=True,
+            )
     except (OSError, subprocess.SubprocessError):
         return RUNNER_PATH
     return path
@@ -100,7 +107,9 @@ class BwrapSandbox(LocalSandbox):
         self.bwrap = find_bwrap()
         self.files = files or file_set(toolchains)
         self.runner = compiled_runner(self.toolchains["python"]["run"])
-        self._sandbox_runner = os.path.join(SANDBOX_DIR, "runner.pyc" if self.runner.endswith(".pyc") else "runner.py")
+        self._sandbox_runner = os.path.join(
+            SANDBOX_DIR, "runner.pyc" if self.runner.endswith(".pyc") else "runner.py"
+        )
         self._hidden_dirs = self.files.skipped_dirs()
         self.scratch_mb = scratch_mb
         limits = limits or Limits()
@@ -112,7 +121,14 @@ class BwrapSandbox(LocalSandbox):
     def sandbox_argv(self) -> list[str]:
         """bwrap and its options for the sandbox itself (namespaces, file system, no capabilities),
         without a command: what `command` starts the runner in, with the runner's own settings."""
-        argv = [self.bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        argv = [
+            self.bwrap,
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for key, value in ENV.items():
             argv += ["--setenv", key, value]
@@ -156,7 +172,6 @@ class BwrapSandbox(LocalSandbox):
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
-
 
 
 def _parents(paths: list[str]) -> list[str]:

@@ -9,7 +9,13 @@ from genesys.sandbox.backends import check_backend
 from genesys.sandbox.base import SandboxUnavailable
 
 
-def build(mode: str = "auto", tag: str | None = None, languages: list[str] | None = None, python: str | None = None, force: bool = False) -> int:
+def build(
+    mode: str = "auto",
+    tag: str | None = None,
+    languages: list[str] | None = None,
+    python: str | None = None,
+    force: bool = False,
+) -> int:
     """Build the sandbox image; `mode` is auto (online when a registry answers), online or offline."""
     from genesys.sandbox import image
     from genesys.sandbox.docker_backend import DEFAULT_IMAGE
@@ -25,7 +31,9 @@ def build(mode: str = "auto", tag: str | None = None, languages: list[str] | Non
             if mode == "online":
                 report = image.build_online(tag, progress=status.update)
             else:
-                report = image.build_offline(tag, languages=languages, python=python, force=force, progress=status.update)
+                report = image.build_offline(
+                    tag, languages=languages, python=python, force=force, progress=status.update
+                )
     except (SandboxUnavailable, ToolchainError) as exc:
         console.print(f"[red]genesys sandbox build: {exc}[/red]")
         return 1
@@ -44,11 +52,19 @@ def check(image: str | None = None) -> int:
         reports = [check_backend(kind, image=image) for kind in ("docker", "bwrap", "subprocess")]
     for report in reports:
         languages = ", ".join(
-            language if outcome == "ok" else f"[red]{language} ({outcome})[/red]" for language, outcome in report.languages.items()
+            language if outcome == "ok" else f"[red]{language} ({outcome})[/red]"
+            for language, outcome in report.languages.items()
         )
         works = report.available and any(outcome == "ok" for outcome in report.languages.values())
         usable = usable or (works and report.backend != "subprocess")
         note = report.note + (" (not a sandbox)" if report.backend == "subprocess" else "")
-        rows.append((report.backend, "[green]yes[/green]" if works else "[red]no[/red]", languages or "-", note.strip()))
+        rows.append(
+            (
+                report.backend,
+                "[green]yes[/green]" if works else "[red]no[/red]",
+                languages or "-",
+                note.strip(),
+            )
+        )
     print_table("genesys sandboxes", ("backend", "works", "languages", "note"), rows)
     return 0 if usable else 1

@@ -64,7 +64,9 @@ def docker_client(timeout: float = 30.0) -> Any:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure here means "no daemon"
-        raise SandboxUnavailable(f"no Docker daemon answers ({exc}); start dockerd or use --sandbox bwrap") from None
+        raise SandboxUnavailable(
+            f"no Docker daemon answers ({exc}); start dockerd or use --sandbox bwrap"
+        ) from None
     return client
 
 
@@ -188,14 +190,20 @@ class DockerSandbox(Sandbox):
         try:
             image_obj = self.client.images.get(image)
         except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound and friends
-            raise SandboxUnavailable(f"the sandbox image {image!r} is missing; build it with `genesys sandbox build`") from None
+            raise SandboxUnavailable(
+                f"the sandbox image {image!r} is missing; build it with `genesys sandbox build`"
+            ) from None
         labels = image_obj.labels or {}
         if "genesys.toolchains" not in labels:
-            raise SandboxUnavailable(f"image {image!r} is not a genesys sandbox image (no genesys.toolchains label)")
+            raise SandboxUnavailable(
+                f"image {image!r} is not a genesys sandbox image (no genesys.toolchains label)"
+            )
         from genesys.sandbox.image import runner_digest
 
         if labels.get("genesys.runner") != runner_digest():
-            raise SandboxUnavailable(f"image {image!r} holds another version of the sandbox runner; rebuild it with `genesys sandbox build`")
+            raise SandboxUnavailable(
+                f"image {image!r} holds another version of the sandbox runner; rebuild it with `genesys sandbox build`"
+            )
         self.toolchains: dict[str, dict[str, str]] = json.loads(labels["genesys.toolchains"])
         self.limits = limits or Limits()
         self.scratch_mb = scratch_mb
@@ -226,7 +234,9 @@ class DockerSandbox(Sandbox):
             pids_limit=max(self.limits.processes, COMPILE_LIMITS.processes) + 16,
             nano_cpus=int(self.cpus * 1e9),
             cap_drop=["ALL"],
-            cap_add=list(RUNNER_CAPABILITIES),  # the runner's only (see `_start_session`); programs drop them all
+            cap_add=list(
+                RUNNER_CAPABILITIES
+            ),  # the runner's only (see `_start_session`); programs drop them all
             security_opt=["no-new-privileges"],
             ipc_mode="private",
             auto_remove=True,
@@ -236,7 +246,16 @@ class DockerSandbox(Sandbox):
             "image": self.image_name,
             # Root only to start: an exec gets the capabilities of the container's first user, and the
             # runner needs RUNNER_CAPABILITIES; the init drops to INIT_UID itself at once.
-            "command": [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, "keep", str(int(self.lifetime_s)), str(INIT_UID)],
+            "command": [
+                python,
+                "-I",
+                "-S",
+                "-B",
+                RUNNER_IN_IMAGE,
+                "keep",
+                str(int(self.lifetime_s)),
+                str(INIT_UID),
+            ],
             "user": "0:0",
             "stdin_open": True,
             "detach": False,  # makes docker close the container's stdin when our attachment ends
@@ -271,12 +290,31 @@ class DockerSandbox(Sandbox):
     def _start_session(self, slot: _Slot) -> RunnerSession:
         api = self.client.api
         python = self.toolchains["python"]["run"]
-        command = [python, "-I", "-S", "-B", RUNNER_IN_IMAGE, json.dumps(self.toolchains), SCRATCH, *SANDBOXED_RUNNER_ARGS]
-        command += ["--uid", str(slot.uid)]  # the programs' uid; the runner stays root with RUNNER_CAPABILITIES only
+        command = [
+            python,
+            "-I",
+            "-S",
+            "-B",
+            RUNNER_IN_IMAGE,
+            json.dumps(self.toolchains),
+            SCRATCH,
+            *SANDBOXED_RUNNER_ARGS,
+        ]
+        command += [
+            "--uid",
+            str(slot.uid),
+        ]  # the programs' uid; the runner stays root with RUNNER_CAPABILITIES only
         user = "0:0"
         try:
             exec_id = api.exec_create(
-                slot.container.id, command, stdin=True, stdout=True, stderr=True, workdir="/tmp", user=user, environment=RUNNER_ENV
+                slot.container.id,
+                command,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                workdir="/tmp",
+                user=user,
+                environment=RUNNER_ENV,
             )
             raw = api.exec_start(exec_id["Id"], socket=True)
         except Exception as exc:  # noqa: BLE001

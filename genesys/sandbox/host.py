@@ -49,8 +49,15 @@ def _load(path: str) -> HostToolchains | None:
     try:
         with open(path) as handle:
             data = json.load(handle)
-        toolchains = {name: Toolchain(**{**tool, "skip": tuple(tool["skip"])}) for name, tool in data["toolchains"].items()}
-        files = FileSet(data["files"]["roots"], data["files"]["links"], {k: tuple(v) for k, v in data["files"]["skip"].items()})
+        toolchains = {
+            name: Toolchain(**{**tool, "skip": tuple(tool["skip"])})
+            for name, tool in data["toolchains"].items()
+        }
+        files = FileSet(
+            data["files"]["roots"],
+            data["files"]["links"],
+            {k: tuple(v) for k, v in data["files"]["skip"].items()},
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not all(os.path.lexists(path) for path in [*files.roots, *files.links]):

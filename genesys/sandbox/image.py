@@ -165,7 +165,9 @@ def build_offline(
     return BuildReport(tag, "offline", sorted(found), missing, _size_mb(client, tag))
 
 
-def build_online(tag: str = DEFAULT_IMAGE, progress: Callable[[str], None] = lambda message: None) -> BuildReport:
+def build_online(
+    tag: str = DEFAULT_IMAGE, progress: Callable[[str], None] = lambda message: None
+) -> BuildReport:
     """Build from the shipped Dockerfile (needs the registry for its Debian base image)."""
     client = docker_client(timeout=1800)
     progress(f"pulling {ONLINE_BASE}")
@@ -176,7 +178,9 @@ def build_online(tag: str = DEFAULT_IMAGE, progress: Callable[[str], None] = lam
             tar.add(RUNNER_PATH, arcname="runner.py")
         context.seek(0)
         progress(f"building {tag} from {DOCKERFILE}")
-        _docker_build(client, tag, fileobj=context, custom_context=True, buildargs={"RUNNER_DIGEST": runner_digest()})
+        _docker_build(
+            client, tag, fileobj=context, custom_context=True, buildargs={"RUNNER_DIGEST": runner_digest()}
+        )
     return BuildReport(tag, "online", sorted(ONLINE_TOOLCHAINS), {}, _size_mb(client, tag))
 
 

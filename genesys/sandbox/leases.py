@@ -40,7 +40,9 @@ def lease_dir(name: str) -> str:
         except FileExistsError:
             pass
         except OSError as exc:
-            raise SandboxUnavailable(f"cannot make the lease directory {directory}: {exc}; set GENESYS_LEASE_DIR") from None
+            raise SandboxUnavailable(
+                f"cannot make the lease directory {directory}: {exc}; set GENESYS_LEASE_DIR"
+            ) from None
         _check_dir(directory)
     return path
 
@@ -49,11 +51,17 @@ def _check_dir(path: str) -> None:
     """Refuse a directory whose files others could remove or replace (a lock there proves nothing)."""
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
-        raise SandboxUnavailable(f"the lease directory {path} is not a directory; remove it or set GENESYS_LEASE_DIR")
+        raise SandboxUnavailable(
+            f"the lease directory {path} is not a directory; remove it or set GENESYS_LEASE_DIR"
+        )
     if info.st_uid not in (0, os.geteuid()):
-        raise SandboxUnavailable(f"the lease directory {path} belongs to uid {info.st_uid}; remove it or set GENESYS_LEASE_DIR")
+        raise SandboxUnavailable(
+            f"the lease directory {path} belongs to uid {info.st_uid}; remove it or set GENESYS_LEASE_DIR"
+        )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-        raise SandboxUnavailable(f"the lease directory {path} is writable by others without the sticky bit; chmod +t it")
+        raise SandboxUnavailable(
+            f"the lease directory {path} is writable by others without the sticky bit; chmod +t it"
+        )
 
 
 def _open_lock_file(path: str) -> int | None:
@@ -126,7 +134,9 @@ class UidLease(_Lease):
                 super().__init__(fd)
                 return
             os.close(fd)
-        raise SandboxUnavailable(f"all {count} sandbox uids from {first} are in use on this host (leases in {directory})")
+        raise SandboxUnavailable(
+            f"all {count} sandbox uids from {first} are in use on this host (leases in {directory})"
+        )
 
 
 class RunLease(_Lease):

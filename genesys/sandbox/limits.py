@@ -63,4 +63,6 @@ class Limits:
 
 
 # Compilers get more room than the programs they build.
-COMPILE_LIMITS = Limits(time_s=30.0, memory_mb=2048, processes=256, output_bytes=1 << 20, disk_mb=256, wall_s=60.0)
+COMPILE_LIMITS = Limits(
+    time_s=30.0, memory_mb=2048, processes=256, output_bytes=1 << 20, disk_mb=256, wall_s=60.0
+)

@@ -154,4 +154,3 @@ class LocalSandbox(Sandbox):
         if self._uid_lease is not None:
             self._uid_lease.release()
             self._uid_lease = None
-

@@ -81,7 +81,9 @@ class RunnerSession:
         compiled = self._frame(deadline)
         if compiled is None:
             self.broken = True
-            raise SandboxError(f"the sandbox runner exited during compilation: {self.transport.diagnostics() or 'no output'}")
+            raise SandboxError(
+                f"the sandbox runner exited during compilation: {self.transport.diagnostics() or 'no output'}"
+            )
         result = RunResult(
             compiled=bool(compiled.get("ok")),
             compile_message=compiled.get("message"),
@@ -97,7 +99,12 @@ class RunnerSession:
                 if not pending:
                     raise  # no program was running: the sandbox itself is stuck
                 self.broken = True
-                self._charge(submission, result, "the sandbox's test runner stopped answering: the program stopped or wedged it", "stopped")
+                self._charge(
+                    submission,
+                    result,
+                    "the sandbox's test runner stopped answering: the program stopped or wedged it",
+                    "stopped",
+                )
                 return result
             if frame is None:  # the program killed its runner: charge the running test, skip the rest
                 self.broken = True
@@ -124,9 +131,21 @@ class RunnerSession:
             return
         n_tests = len(submission.tests)
         if len(result.tests) < n_tests:
-            cls._keep(submission, result, {"status": "runtime_error", "message": message, "index": len(result.tests)})
+            cls._keep(
+                submission,
+                result,
+                {"status": "runtime_error", "message": message, "index": len(result.tests)},
+            )
         while len(result.tests) < n_tests:
-            cls._keep(submission, result, {"status": "runtime_error", "message": f"not run: an earlier test {what} the runner", "index": len(result.tests)})
+            cls._keep(
+                submission,
+                result,
+                {
+                    "status": "runtime_error",
+                    "message": f"not run: an earlier test {what} the runner",
+                    "index": len(result.tests),
+                },
+            )
 
     def _frame(self, deadline: float) -> dict[str, Any] | None:
         while True:

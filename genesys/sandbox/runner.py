@@ -38,28 +38,28 @@ its live processes and kills the test past either limit.
 import _signal
 import _socket
 import atexit
-import ctypes
-import gc
-import io
-import json
-import marshal
-import os
-import resource
-import select
-import signal
-import struct
-import sys
-import time
 
 # Imported here so that forked Python tests find them already loaded.
 import bisect  # noqa: F401
 import collections  # noqa: F401
+import ctypes
 import functools
+import gc
 import heapq  # noqa: F401
+import io
 import itertools  # noqa: F401
+import json
+import marshal
 import math  # noqa: F401
+import os
 import re  # noqa: F401
+import resource
+import select
+import signal
 import string  # noqa: F401
+import struct
+import sys
+import time
 import types
 import typing  # noqa: F401
 
@@ -77,8 +77,16 @@ READ_CHUNK = 1 << 16
 QUIET_S = 0.01  # how long a test's output is left in its pipes before the runner reads it as it comes
 TREE_CHECK_S = 0.05  # how often the runner sums the CPU time and memory of a running test's processes
 MEMORY_ERROR_EXIT = 3
-MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"memory allocation of", b"heap out of memory", b"Cannot allocate memory")
-ZYGOTE_ANSWER_S = 10.0  # how long the template or a zygote may take to answer before the runner gives up on it
+MEMORY_MARKERS = (
+    b"MemoryError",
+    b"std::bad_alloc",
+    b"memory allocation of",
+    b"heap out of memory",
+    b"Cannot allocate memory",
+)
+ZYGOTE_ANSWER_S = (
+    10.0  # how long the template or a zygote may take to answer before the runner gives up on it
+)
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -215,7 +223,10 @@ def rlimits(limits, language):
         # cap writable data (with room for thread stacks) instead of the address space.
         space = [(resource.RLIMIT_DATA, (memory + (256 << 20),) * 2), (resource.RLIMIT_STACK, (8 << 20,) * 2)]
     else:
-        space = [(resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_STACK, (min(memory // 4, 64 << 20),) * 2)]
+        space = [
+            (resource.RLIMIT_AS, (memory, memory)),
+            (resource.RLIMIT_STACK, (min(memory // 4, 64 << 20),) * 2),
+        ]
     return [
         (resource.RLIMIT_CPU, (seconds, seconds + 1)),
         *space,
@@ -230,16 +241,53 @@ def rlimits(limits, language):
 
 # Per machine: the audit architecture and the numbers of the system calls the filter looks at.
 SYSCALLS = {
-    "x86_64": (0xC000003E, {"socket": 41, "clone": 56, "ptrace": 101, "add_key": 248, "request_key": 249, "keyctl": 250,
-                            "unshare": 272, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
-                            "clone3": 435, "pidfd_getfd": 438}),
-    "aarch64": (0xC00000B7, {"unshare": 97, "ptrace": 117, "socket": 198, "add_key": 217, "request_key": 218, "keyctl": 219,
-                             "clone": 220, "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271,
-                             "clone3": 435, "pidfd_getfd": 438}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "socket": 41,
+            "clone": 56,
+            "ptrace": 101,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "unshare": 272,
+            "setns": 308,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "clone3": 435,
+            "pidfd_getfd": 438,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "unshare": 97,
+            "ptrace": 117,
+            "socket": 198,
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "clone": 220,
+            "setns": 268,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "clone3": 435,
+            "pidfd_getfd": 438,
+        },
+    ),
 }
 # Refused outright: reaching into other processes, kernel keyrings (they outlive processes), namespaces.
-DENIED_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "add_key", "request_key",
-                   "keyctl", "unshare", "setns")
+DENIED_SYSCALLS = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "add_key",
+    "request_key",
+    "keyctl",
+    "unshare",
+    "setns",
+)
 CLONE_NEW_NAMESPACES = 0x7E020080  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 INET_FAMILIES = (2, 10)  # AF_INET, AF_INET6: no network, and closed TCP sockets linger (TIME_WAIT)
 X32_SYSCALL_BIT = 0x40000000
@@ -337,7 +385,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def keep_capabilities(capabilities):
@@ -345,7 +397,9 @@ def keep_capabilities(capabilities):
     mask = 0
     for capability in capabilities:
         mask |= 1 << capability
-    data = (_CapData * 2)(_CapData(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0), _CapData(mask >> 32, mask >> 32, 0))
+    data = (_CapData * 2)(
+        _CapData(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0), _CapData(mask >> 32, mask >> 32, 0)
+    )
     if _libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), data) != 0:
         raise OSError(ctypes.get_errno(), "cannot set the runner's capabilities")
 
@@ -378,7 +432,9 @@ def _check(result, what):
 
 def _mount(source, target, fstype, flags, data=None):
     encode = lambda value: None if value is None else value.encode()  # noqa: E731
-    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), "mount " + target)
+    _check(
+        _libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), "mount " + target
+    )
 
 
 def new_pid_namespace(own_pid_namespace):
@@ -580,7 +636,9 @@ CPU_TOTAL = struct.Struct("=q")
 def _ask(sock, request, fds, size):
     """Send `request` (with file descriptors) and return the answer of `size` bytes, or ZygoteLost."""
     try:
-        rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))] if fds else []
+        rights = (
+            [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))] if fds else []
+        )
         sock.sendmsg([request], rights, _socket.MSG_NOSIGNAL)
     except OSError:
         raise ZygoteLost() from None
@@ -648,7 +706,11 @@ class Zygote:
         spec_fd = os.memfd_create("test", 0)
         try:
             os.write(spec_fd, marshal.dumps(spec))
-            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % (len(wiring) + 1), *wiring, spec_fd))
+            rights = (
+                _socket.SOL_SOCKET,
+                _socket.SCM_RIGHTS,
+                struct.pack("%di" % (len(wiring) + 1), *wiring, spec_fd),
+            )
             self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
         except OSError:
             raise ZygoteLost() from None
@@ -701,7 +763,9 @@ class Zygote:
     def kill_test(self):
         """Kill every process of the running test, and wait until none of them runs."""
         for _ in range(10000):
-            running = [pid for pid in descendants_of(self.pid) if (_stat(pid) or [b"X"])[0] not in (b"Z", b"X")]
+            running = [
+                pid for pid in descendants_of(self.pid) if (_stat(pid) or [b"X"])[0] not in (b"Z", b"X")
+            ]
             if not running:
                 return
             for pid in running:
@@ -854,7 +918,9 @@ def become_child(stdin_fd, write_ends, child_main):
         for target, fd in enumerate(write_ends, start=1):
             os.dup2(fd, target)
         os.closerange(len(write_ends) + 1, 65536)
-        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # not signal.signal: its enums cost a forked test page copies
+        _signal.signal(
+            _signal.SIGCHLD, _signal.SIG_DFL
+        )  # not signal.signal: its enums cost a forked test page copies
         code = child_main()
     except BaseException as exc:  # noqa: BLE001 - the child must never return into the zygote
         try:
@@ -877,7 +943,9 @@ def _test_main(kind, body, call, limits, uid, workdir, files):
         for path, text in files:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(text)
-        _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)  # Python ignores it; a program past its file size limit dies of it
+        _signal.signal(
+            _signal.SIGXFSZ, _signal.SIG_DFL
+        )  # Python ignores it; a program past its file size limit dies of it
         os.execve(body[0], body, CLEAN_ENV)
 
     return main
@@ -1026,7 +1094,11 @@ def call_function(module, fn_name, args):
     target = getattr(module, fn_name, None)
     if not callable(target):
         for value in list(vars(module).values()):
-            if isinstance(value, type) and value.__module__ == "__main__" and callable(getattr(value, fn_name, None)):
+            if (
+                isinstance(value, type)
+                and value.__module__ == "__main__"
+                and callable(getattr(value, fn_name, None))
+            ):
                 target = getattr(value(), fn_name)
                 break
     if not callable(target):
@@ -1131,15 +1203,29 @@ def run_test(language, program, test, workdir, limits, zygote, uid=None):
     if language == "python":
         call = (test["fn_name"], test["input"]) if is_call else None
         spec = test_spec("python", program, limits, "python", uid, workdir, call=call)
-        outcome = run_process(zygote, spec, b"" if is_call else _stdin_of(test), limits, with_result_pipe=is_call)
+        outcome = run_process(
+            zygote, spec, b"" if is_call else _stdin_of(test), limits, with_result_pipe=is_call
+        )
     elif language == "javascript" and is_call:
         argv = program[:-1] + [os.path.join(workdir, "call.js")]
         stdin = json.dumps({"fn_name": test["fn_name"], "args": _call_args(test["input"])}).encode("utf-8")
-        outcome = run_process(zygote, test_spec("exec", argv, limits, language, uid, workdir), stdin, limits, with_result_pipe=True)
+        outcome = run_process(
+            zygote,
+            test_spec("exec", argv, limits, language, uid, workdir),
+            stdin,
+            limits,
+            with_result_pipe=True,
+        )
     elif is_call:
-        return {"event": "test", "status": "runtime_error", "message": "function_call tests run only in python or javascript"}
+        return {
+            "event": "test",
+            "status": "runtime_error",
+            "message": "function_call tests run only in python or javascript",
+        }
     else:
-        outcome = run_process(zygote, test_spec("exec", program, limits, language, uid, workdir), _stdin_of(test), limits)
+        outcome = run_process(
+            zygote, test_spec("exec", program, limits, language, uid, workdir), _stdin_of(test), limits
+        )
     status = classify(outcome, limits)
     reply = {
         "event": "test",
@@ -1182,15 +1268,28 @@ def serve_one(job, toolchains, zygote, out_fd, uid):
     done = {"event": "done"}
     try:
         program, error, seconds = compile_submission(
-            job["language"], job["source"], workdir, toolchains, job["compile_limits"], job["limits"], zygote, uid
+            job["language"],
+            job["source"],
+            workdir,
+            toolchains,
+            job["compile_limits"],
+            job["limits"],
+            zygote,
+            uid,
         )
-        write_frame(out_fd, {"event": "compiled", "ok": error is None, "message": error, "time_s": round(seconds, 4)})
+        write_frame(
+            out_fd, {"event": "compiled", "ok": error is None, "message": error, "time_s": round(seconds, 4)}
+        )
         if error is None:
             for index, test in enumerate(job["tests"]):
                 limits = dict(job["limits"])
                 left = deadline - time.monotonic()
                 if left <= 0.05:
-                    reply = {"event": "test", "status": "time_limit", "message": "the submission's time budget ran out"}
+                    reply = {
+                        "event": "test",
+                        "status": "time_limit",
+                        "message": "the submission's time budget ran out",
+                    }
                 else:
                     limits["wall_s"] = min(float(limits["wall_s"]), left)
                     reply = run_test(job["language"], program, test, workdir, limits, zygote, uid)
@@ -1217,7 +1316,9 @@ def main(argv):
     uid = int(argv[argv.index("--uid") + 1]) if "--uid" in argv else None
     workdir = os.path.join(scratch, "work")
     if sandboxed:
-        scratch_bytes = os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize  # the size the sandbox gave /tmp
+        scratch_bytes = (
+            os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize
+        )  # the size the sandbox gave /tmp
         keep_capabilities(RUNNER_CAPABILITIES if uid is not None else (CAP_SETPCAP, CAP_SYS_ADMIN))
         drop_from_bounding_set(set(range(64)) - set(RUNNER_CAPABILITIES))
         # Once, for every zygote's mount namespace (a copy of this one): nothing mounted there

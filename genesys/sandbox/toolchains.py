@@ -17,7 +17,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 # Parts of a Python installation a submission never needs (and that can be large).
-PYTHON_SKIP = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3")
+PYTHON_SKIP = (
+    "site-packages",
+    "dist-packages",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+)
 # Under the generic /usr/include only the C library's own header directories are kept.
 C_INCLUDE_SUBDIRS = ("linux", "asm-generic", "sys", "bits", "gnu", "arpa", "net", "netinet", "rpc", "scsi")
 PROBE_HEADERS = (
@@ -68,7 +77,9 @@ def find_python(python: str | None = None) -> Toolchain:
             " sysconfig.get_config_var('DESTSHARED') or '', sys.version_info[:2], sys.version.split()[0]]))"
         )
         try:
-            executable, stdlib, dynload, major_minor, version = json.loads(_run([exe, "-I", "-S", "-c", probe]))
+            executable, stdlib, dynload, major_minor, version = json.loads(
+                _run([exe, "-I", "-S", "-c", probe])
+            )
         except (ToolchainError, ValueError, OSError) as exc:
             errors.append(f"{candidate}: {exc}")
             continue
@@ -99,7 +110,21 @@ def find_cpp() -> Toolchain:
             handle.writelines(f"#include <{header}>\n" for header in PROBE_HEADERS)
             handle.write("int main() { std::cout << std::sqrt(2.0) << std::endl; }\n")
         verbose = subprocess.run(
-            [gxx, "-std=c++17", "-O2", "-v", "-Wl,--trace", "-o", os.path.join(tmp, "probe"), probe, "-lm", "-lpthread", "-lrt", "-ldl", "-lutil"],
+            [
+                gxx,
+                "-std=c++17",
+                "-O2",
+                "-v",
+                "-Wl,--trace",
+                "-o",
+                os.path.join(tmp, "probe"),
+                probe,
+                "-lm",
+                "-lpthread",
+                "-lrt",
+                "-ldl",
+                "-lutil",
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -110,13 +135,17 @@ def find_cpp() -> Toolchain:
         paths += _include_paths(verbose.stderr)
         paths += [line.strip() for line in verbose.stdout.splitlines() if line.strip().startswith("/")]
         headers = _run([gxx, "-std=c++17", "-M", probe])
-        paths += [word for word in headers.replace("\\\n", " ").split() if word.startswith("/") and word != probe]
+        paths += [
+            word for word in headers.replace("\\\n", " ").split() if word.startswith("/") and word != probe
+        ]
     return Toolchain("cpp", version, {"compile": gxx, "linker": gcc}, paths, _other_libraries_headers(paths))
 
 
 def _include_paths(verbose: str) -> list[str]:
     block = re.search(r"#include <\.\.\.> search starts here:\n(.*?)End of search list", verbose, re.S)
-    return [line.strip() for line in (block.group(1).splitlines() if block else []) if os.path.isdir(line.strip())]
+    return [
+        line.strip() for line in (block.group(1).splitlines() if block else []) if os.path.isdir(line.strip())
+    ]
 
 
 def _other_libraries_headers(paths: list[str]) -> tuple[str, ...]:
@@ -129,12 +158,24 @@ def _other_libraries_headers(paths: list[str]) -> tuple[str, ...]:
     real = {os.path.realpath(path) for path in paths}  # g++ may print /usr/lib/gcc/.../../../../include
     if "/usr/include" not in real:
         return ()
-    needed = {os.path.relpath(path, "/usr/include").split("/")[0] for path in real if path.startswith("/usr/include/")}
+    needed = {
+        os.path.relpath(path, "/usr/include").split("/")[0]
+        for path in real
+        if path.startswith("/usr/include/")
+    }
     others = [path for path in real if os.path.isdir(path) and path != "/usr/include"]
     elsewhere = {name for path in others for _, dirs, _ in os.walk(path) for name in dirs}
-    nested = {name for current, dirs, _ in os.walk("/usr/include") if current != "/usr/include" for name in dirs}
+    nested = {
+        name for current, dirs, _ in os.walk("/usr/include") if current != "/usr/include" for name in dirs
+    }
     kept = {*C_INCLUDE_SUBDIRS, *needed, *elsewhere, *nested}
-    return tuple(sorted(entry.name for entry in os.scandir("/usr/include") if entry.is_dir(follow_symlinks=False) and entry.name not in kept))
+    return tuple(
+        sorted(
+            entry.name
+            for entry in os.scandir("/usr/include")
+            if entry.is_dir(follow_symlinks=False) and entry.name not in kept
+        )
+    )
 
 
 def find_rust(cpp: Toolchain | None) -> Toolchain:
@@ -154,7 +195,12 @@ def find_rust(cpp: Toolchain | None) -> Toolchain:
     libdir = os.path.join(sysroot, "lib")
     paths = [real, os.path.join(libdir, "rustlib", host.group(1))]
     paths += [entry.path for entry in os.scandir(libdir) if entry.is_file() and ".so" in entry.name]
-    return Toolchain("rust", version.group(1) if version else "?", {"compile": real, "linker": cpp.commands["linker"]}, paths)
+    return Toolchain(
+        "rust",
+        version.group(1) if version else "?",
+        {"compile": real, "linker": cpp.commands["linker"]},
+        paths,
+    )
 
 
 def find_node() -> Toolchain:
@@ -165,12 +211,19 @@ def find_node() -> Toolchain:
     return Toolchain("javascript", version, {"run": os.path.realpath(node)}, [node])
 
 
-def discover(python: str | None = None, languages: Iterable[str] | None = None) -> tuple[dict[str, Toolchain], dict[str, str]]:
+def discover(
+    python: str | None = None, languages: Iterable[str] | None = None
+) -> tuple[dict[str, Toolchain], dict[str, str]]:
     """The host's toolchains by language, and why each missing one is missing."""
     wanted = set(languages or ("python", "cpp", "rust", "javascript"))
     found: dict[str, Toolchain] = {}
     missing: dict[str, str] = {}
-    finders = {"python": lambda: find_python(python), "cpp": find_cpp, "rust": lambda: find_rust(found.get("cpp")), "javascript": find_node}
+    finders = {
+        "python": lambda: find_python(python),
+        "cpp": find_cpp,
+        "rust": lambda: find_rust(found.get("cpp")),
+        "javascript": find_node,
+    }
     if "rust" in wanted:
         wanted.add("cpp")
     for language in ("python", "cpp", "rust", "javascript"):
@@ -203,7 +256,9 @@ def _is_elf(path: str) -> bool:
 def _ldd(paths: list[str]) -> set[str]:
     libs: set[str] = set()
     for start in range(0, len(paths), 200):
-        done = subprocess.run(["ldd", *paths[start : start + 200]], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["ldd", *paths[start : start + 200]], capture_output=True, text=True, check=False
+        )
         for line in done.stdout.splitlines():
             match = re.search(r"=>\s+(/\S+)", line) or re.match(r"\s*(/\S+)\s+\(0x", line)
             if match:
@@ -278,7 +333,9 @@ def file_set(toolchains: dict[str, Toolchain], extra: Iterable[str] = ()) -> Fil
             links[hop] = os.readlink(hop)
         return real
 
-    pending = [(path, tool.skip) for tool in toolchains.values() for path in tool.paths] + [(path, ()) for path in extra]
+    pending = [(path, tool.skip) for tool in toolchains.values() for path in tool.paths] + [
+        (path, ()) for path in extra
+    ]
     for path, names in pending:
         if not os.path.lexists(path):
             continue
@@ -292,7 +349,11 @@ def file_set(toolchains: dict[str, Toolchain], extra: Iterable[str] = ()) -> Fil
                     if not _inside(target, roots):
                         roots.add(target)
                     inner = target
-                if os.path.isfile(inner) and (os.access(inner, os.X_OK) or ".so" in os.path.basename(inner)) and _is_elf(inner):
+                if (
+                    os.path.isfile(inner)
+                    and (os.access(inner, os.X_OK) or ".so" in os.path.basename(inner))
+                    and _is_elf(inner)
+                ):
                     elves.append(inner)
         elif _is_elf(real):
             elves.append(real)

@@ -41,7 +41,9 @@ def task_sets(pm: pluggy.PluginManager | None = None) -> dict[str, TaskSet]:
     for impl in pm.hook.genesys_tasks.get_hookimpls():
         for task_set in impl.function() or ():
             if not isinstance(task_set, TaskSet):
-                raise PluginError(f"plugin {impl.plugin_name!r} returned {task_set!r} from genesys_tasks, not a TaskSet")
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} returned {task_set!r} from genesys_tasks, not a TaskSet"
+                )
             previous = found.get(task_set.name)
             if previous is not None and previous[0] is not task_set:
                 raise PluginError(
@@ -66,6 +68,12 @@ def _load_code_samples() -> list[dict[str, Any]]:
 @hookimpl
 def genesys_tasks() -> list[TaskSet]:
     return [
-        TaskSet("math-samples", _load_math_samples, "bundled competition-style math problems (verifiable_math)"),
-        TaskSet("code-samples", _load_code_samples, "bundled Python programming problems with tests (verifiable_code)"),
+        TaskSet(
+            "math-samples", _load_math_samples, "bundled competition-style math problems (verifiable_math)"
+        ),
+        TaskSet(
+            "code-samples",
+            _load_code_samples,
+            "bundled Python programming problems with tests (verifiable_code)",
+        ),
     ]

@@ -41,9 +41,13 @@ def mix_tasks(
     return [(spec, i, dict(by_spec[spec].rows[i])) for spec, i in picked]
 
 
-def _counts_for_ratios(sources: Sequence[TaskSource], ratios: Sequence[float], max_tasks: int | None) -> list[int]:
+def _counts_for_ratios(
+    sources: Sequence[TaskSource], ratios: Sequence[float], max_tasks: int | None
+) -> list[int]:
     if len(ratios) != len(sources):
-        raise InputError(f"--mix has {len(ratios)} ratios for {len(sources)} task sources; give one ratio per source")
+        raise InputError(
+            f"--mix has {len(ratios)} ratios for {len(sources)} task sources; give one ratio per source"
+        )
     if any(not r > 0 for r in ratios):
         raise InputError(f"--mix ratios must all be > 0, got {list(ratios)}")
     if len({s.spec for s in sources}) != len(sources):
@@ -53,7 +57,9 @@ def _counts_for_ratios(sources: Sequence[TaskSource], ratios: Sequence[float], m
     for source in sources:
         if len(source) == 0:
             raise InputError(f"task source {source.spec!r} holds no tasks")
-    total = max_tasks if max_tasks is not None else min(int(len(s) / share) for s, share in zip(sources, shares))
+    total = (
+        max_tasks if max_tasks is not None else min(int(len(s) / share) for s, share in zip(sources, shares))
+    )
     counts = _apportion(total, shares)
     for source, count in zip(sources, counts):
         if count > len(source):

@@ -38,7 +38,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     name, sep, tail = spec.partition(":")
     if not sep or not tail:
         return name, {}
-    return name, parse_key_values(tail.split(","), f"--tasks {spec!r} (options after ':' are comma-separated)")
+    return name, parse_key_values(
+        tail.split(","), f"--tasks {spec!r} (options after ':' are comma-separated)"
+    )
 
 
 def load_source(spec: str) -> TaskSource:
@@ -84,5 +86,7 @@ def _load_hub(spec: str, name: str, options: dict[str, Any]) -> Sequence[dict[st
     except (OSError, ValueError) as exc:  # missing dataset or split, hub unreachable
         raise InputError(f"--tasks {spec!r}: cannot load dataset {name!r}: {exc}") from None
     if not isinstance(dataset, datasets.Dataset):
-        raise InputError(f"--tasks {spec!r}: expected one split, got {type(dataset).__name__}; name it with :split=NAME")
+        raise InputError(
+            f"--tasks {spec!r}: expected one split, got {type(dataset).__name__}; name it with :split=NAME"
+        )
     return dataset

@@ -113,7 +113,15 @@ class AsyncRollouts:
         self.order = ItemOrder(len(tasks), config.seed)
         self.requeue: deque[tuple[int, int]] = deque()
         self.rewards = RewardStage(config.reward)
-        self.pool = RayVerificationPool(VerifyConfig(**asdict(config.verify), sandbox=config.sandbox, reward=config.reward, progress=False, cluster=self.cluster))
+        self.pool = RayVerificationPool(
+            VerifyConfig(
+                **asdict(config.verify),
+                sandbox=config.sandbox,
+                reward=config.reward,
+                progress=False,
+                cluster=self.cluster,
+            )
+        )
         self.taken = 0  # batches taken by the trainer (the trainer's step when it asks for the next)
         self.version = 0  # the newest published weights version
         self.published: PublishedWeights | None = None
@@ -161,10 +169,19 @@ class AsyncRollouts:
                 if self.failure is not None:
                     raise RuntimeError(f"asynchronous rollouts failed: {self.failure}") from self.failure
                 self._drop_stale()
-                if len(self.ready) >= size or self.counts.groups_dropped >= self.config.rollout.max_refill_rounds * size:
+                if (
+                    len(self.ready) >= size
+                    or self.counts.groups_dropped >= self.config.rollout.max_refill_rounds * size
+                ):
                     break
                 if not waited:
-                    log.info("step %d: waiting for rollouts (%d of %d groups ready, %d in flight)", self.taken + 1, len(self.ready), size, len(self.live) - len(self.ready))
+                    log.info(
+                        "step %d: waiting for rollouts (%d of %d groups ready, %d in flight)",
+                        self.taken + 1,
+                        len(self.ready),
+                        size,
+                        len(self.live) - len(self.ready),
+                    )
                     waited = True
                 self.cond.wait(0.5)
             batch, self.ready = self.ready[:size], self.ready[size:]
@@ -174,7 +191,9 @@ class AsyncRollouts:
             self.taken += 1
             self.cond.notify_all()
         hist = step.extra["staleness_hist"]
-        log.info("step %d: staleness histogram %s, waited %.2f s", self.taken, hist, step.extra["trainer_wait_s"])
+        log.info(
+            "step %d: staleness histogram %s, waited %.2f s", self.taken, hist, step.extra["trainer_wait_s"]
+        )
         return step
 
     def state(self) -> dict[str, Any]:
@@ -255,7 +274,9 @@ class AsyncRollouts:
     def _send_weights(self, index: int) -> None:
         weights = self.published
         if weights is not None:
-            self.loads[self.slots[index].actor.load_weights.remote(weights.version, weights.checksum, [weights.ref])] = (index, weights.version)
+            self.loads[
+                self.slots[index].actor.load_weights.remote(weights.version, weights.checksum, [weights.ref])
+            ] = (index, weights.version)
 
     def _job_done(self, ref: Any) -> None:
         job = self.jobs.pop(ref)
@@ -282,8 +303,15 @@ class AsyncRollouts:
         slot = self.slots[job.slot]
         slot.failed_starts += 1
         if slot.failed_starts > MAX_FAILED_STARTS:
-            raise RuntimeError(f"rollout worker {job.slot} died {slot.failed_starts} times without finishing a job; the last: {exc}") from exc
-        log.warning("rollout worker %d died (%s); replacing it and resending its %d unfinished tasks", job.slot, type(exc).__name__, len(job.draws))
+            raise RuntimeError(
+                f"rollout worker {job.slot} died {slot.failed_starts} times without finishing a job; the last: {exc}"
+            ) from exc
+        log.warning(
+            "rollout worker %d died (%s); replacing it and resending its %d unfinished tasks",
+            job.slot,
+            type(exc).__name__,
+            len(job.draws),
+        )
         slot.incarnation += 1
         slot.actor = self._new_worker(job.slot, slot.incarnation)
         self.counts.worker_restarts += 1
@@ -341,8 +369,11 @@ class AsyncRollouts:
         groups = [group.rows for group in batch]
         step = StepRollouts(
             groups=groups,  # type: ignore[arg-type]
-            groups_seen=counts.groups_seen, groups_dropped=counts.groups_dropped, rounds=counts.jobs,
-            errors=sum(len(g) - len(usable(g)) for g in groups), generated_tokens=counts.generated_tokens,  # type: ignore[arg-type]
+            groups_seen=counts.groups_seen,
+            groups_dropped=counts.groups_dropped,
+            rounds=counts.jobs,
+            errors=sum(len(g) - len(usable(g)) for g in groups),
+            generated_tokens=counts.generated_tokens,  # type: ignore[arg-type]
         )
         step.extra = {
             "staleness_mean": sum(staleness) / len(staleness) if staleness else None,
@@ -368,4 +399,6 @@ class AsyncRollouts:
             options.setdefault("batch_size", self.job_groups * config.rollout.samples_per_prompt)
             options.setdefault("device", "cuda" if cluster.rollout_gpus > 0 else "cpu")
         name = f"{self.run_id}-rollout-{index}.{incarnation}"
-        return RolloutWorker.options(**actor_options(cluster.rollout_cpus, cluster.rollout_gpus, name)).remote(config, self.source_model, options, config.style)
+        return RolloutWorker.options(
+            **actor_options(cluster.rollout_cpus, cluster.rollout_gpus, name)
+        ).remote(config, self.source_model, options, config.style)

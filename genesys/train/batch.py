@@ -25,7 +25,9 @@ class TrainingSequence:
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.behaviour_logprobs):
-            raise ValueError(f"{len(self.completion_ids)} completion ids but {len(self.behaviour_logprobs)} logprobs")
+            raise ValueError(
+                f"{len(self.completion_ids)} completion ids but {len(self.behaviour_logprobs)} logprobs"
+            )
         if not self.prompt_ids:
             raise ValueError("a training sequence needs at least one prompt token")
 
@@ -52,10 +54,14 @@ class MicroBatch:
         return int(self.completion_mask.sum())
 
 
-def collate(sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device | str = "cpu") -> MicroBatch:
+def collate(
+    sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device | str = "cpu"
+) -> MicroBatch:
     """The micro-batch of `sequences`, padded as the module describes."""
     prompt_len = max(len(s.prompt_ids) for s in sequences)
-    completion_len = max(1, max(len(s.completion_ids) for s in sequences))  # one masked column when all are empty
+    completion_len = max(
+        1, max(len(s.completion_ids) for s in sequences)
+    )  # one masked column when all are empty
     size = len(sequences)
     input_ids = torch.full((size, prompt_len + completion_len), pad_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
@@ -73,7 +79,15 @@ def collate(sequences: Sequence[TrainingSequence], pad_id: int, device: torch.de
             behaviour[i, :c] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)
-    tensors = (input_ids, attention_mask, position_ids, completion_ids, completion_mask, behaviour, advantages)
+    tensors = (
+        input_ids,
+        attention_mask,
+        position_ids,
+        completion_ids,
+        completion_mask,
+        behaviour,
+        advantages,
+    )
     return MicroBatch(*(t.to(device) for t in tensors))
 
 

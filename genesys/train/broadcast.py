@@ -55,5 +55,7 @@ def verified_weights(weights: Weights, expected: str, version: int) -> Weights:
     """`weights` when their checksum is `expected`; a ValueError (nothing to load) otherwise."""
     found = checksum(weights)
     if found != expected:
-        raise ValueError(f"weights version {version} arrived with checksum {found}, published as {expected}; not loaded")
+        raise ValueError(
+            f"weights version {version} arrived with checksum {found}, published as {expected}; not loaded"
+        )
     return weights

@@ -45,7 +45,11 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 def rng_states() -> dict[str, Any]:
     """Python's, numpy's and torch's random states (CPU and, when present, CUDA)."""
-    states: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    states: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -59,7 +63,9 @@ def restore_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def save_checkpoint(root: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int) -> Path:
+def save_checkpoint(
+    root: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int
+) -> Path:
     """Write checkpoint `step` atomically, then delete all but the newest `keep`; returns its path."""
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)

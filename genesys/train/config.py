@@ -40,17 +40,29 @@ SIGNALS = ("reward", "score", "correct")
 class DataConfig:
     """Where training data comes from ([data]): task sources (online) or rollout files (offline)."""
 
-    tasks: list[str] | None = setting(None, "task sources, as `genesys generate --tasks` takes them (online mode)", metavar="SRC")
-    rollouts: list[str] | None = setting(None, "rollout files from `genesys generate --verify` (offline mode)", metavar="FILE")
+    tasks: list[str] | None = setting(
+        None, "task sources, as `genesys generate --tasks` takes them (online mode)", metavar="SRC"
+    )
+    rollouts: list[str] | None = setting(
+        None, "rollout files from `genesys generate --verify` (offline mode)", metavar="FILE"
+    )
     mix: list[float] | None = setting(None, "ratios of the task sources, one per source", metavar="R1,R2,...")
     system_prompt: str | None = setting(None, "system message put before every task")
-    require_proofs: bool = setting(False, REQUIRE_PROOFS_HELP + " (offline mode)", switch=("--require-proofs", True, REQUIRE_PROOFS_HELP + " (offline mode)"))
+    require_proofs: bool = setting(
+        False,
+        REQUIRE_PROOFS_HELP + " (offline mode)",
+        switch=("--require-proofs", True, REQUIRE_PROOFS_HELP + " (offline mode)"),
+    )
 
     def __post_init__(self) -> None:
         if bool(self.tasks) == bool(self.rollouts):
-            raise ValueError("give exactly one of data.tasks (online training) and data.rollouts (offline training)")
+            raise ValueError(
+                "give exactly one of data.tasks (online training) and data.rollouts (offline training)"
+            )
         if self.require_proofs and not self.rollouts:
-            raise ValueError("data.require_proofs applies to recorded rollouts (data.rollouts checked by genesys validate)")
+            raise ValueError(
+                "data.require_proofs applies to recorded rollouts (data.rollouts checked by genesys validate)"
+            )
         if self.mix is not None and (not self.tasks or len(self.mix) != len(self.tasks)):
             raise ValueError("data.mix needs one ratio per data.tasks source")
 
@@ -64,13 +76,28 @@ class RolloutConfig:
     samples_per_prompt: int = setting(8, "completions per task (the group size)", ge=2)
     max_tokens: int = setting(64, "completion tokens at most", ge=1)
     temperature: float = setting(1.0, "sampling temperature (the trainer's logprobs use the same)", gt=0)
-    top_p: float = setting(1.0, "nucleus sampling mass; below 1 the recomputed logprobs differ from the sampling ones", gt=0, le=1)
+    top_p: float = setting(
+        1.0,
+        "nucleus sampling mass; below 1 the recomputed logprobs differ from the sampling ones",
+        gt=0,
+        le=1,
+    )
     filter_groups: bool = setting(True, "drop groups whose rollouts all have the same signal, and refill")
-    filter_signal: Literal["reward", "score", "correct"] = setting("reward", "what a group must vary in to be kept", choices=SIGNALS)
-    max_refill_rounds: int = setting(4, "generation rounds per step at most when refilling dropped groups", ge=1)
+    filter_signal: Literal["reward", "score", "correct"] = setting(
+        "reward", "what a group must vary in to be kept", choices=SIGNALS
+    )
+    max_refill_rounds: int = setting(
+        4, "generation rounds per step at most when refilling dropped groups", ge=1
+    )
 
     def sampling(self, seed: int) -> SamplingConfig:
-        return SamplingConfig(n=self.samples_per_prompt, max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p, seed=seed)
+        return SamplingConfig(
+            n=self.samples_per_prompt,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=seed,
+        )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -80,7 +107,9 @@ class OptimConfig:
     steps: int = setting(100, "optimizer steps of the run", ge=1)
     lr: float = setting(1e-5, "peak learning rate", ge=0)
     warmup_steps: int = setting(0, "steps of linear warmup from 0 to lr", ge=0)
-    schedule: Literal["constant", "cosine"] = setting("constant", "learning rate after warmup", choices=("constant", "cosine"))
+    schedule: Literal["constant", "cosine"] = setting(
+        "constant", "learning rate after warmup", choices=("constant", "cosine")
+    )
     min_lr_ratio: float = setting(0.0, "cosine: the final learning rate as a fraction of lr", ge=0, le=1)
     max_grad_norm: float = setting(0.1, "clip the gradient's global norm to this (0: no clipping)", ge=0)
     micro_batch_size: int = setting(8, "sequences per forward/backward pass (bounds memory)", ge=1)
@@ -98,14 +127,22 @@ class LossConfig:
     eps_low: float = setting(0.2, "lower clip of the ratio for negative advantages", ge=0, lt=1)
     eps_high: float = setting(0.2, "upper clip of the ratio for positive advantages", ge=0)
     delta: float = setting(4.0, "bound of the ratio for negative advantages (must exceed 1 + eps_high)", gt=1)
-    kl_beta: float = setting(0.0, "weight of the KL to the frozen initial model (0: no reference model)", ge=0)
+    kl_beta: float = setting(
+        0.0, "weight of the KL to the frozen initial model (0: no reference model)", ge=0
+    )
     entropy_coef: float = setting(0.0, "weight of the entropy bonus", ge=0)
-    normalize: Literal["token", "sequence"] = setting("token", "token: mean over all completion tokens; sequence: mean of per-sequence means", choices=("token", "sequence"))
+    normalize: Literal["token", "sequence"] = setting(
+        "token",
+        "token: mean over all completion tokens; sequence: mean of per-sequence means",
+        choices=("token", "sequence"),
+    )
     scale_by_std: bool = setting(False, "divide advantages by their group's standard deviation")
 
     def __post_init__(self) -> None:
         if self.delta <= 1 + self.eps_high:
-            raise ValueError(f"loss.delta must exceed 1 + eps_high = {1 + self.eps_high:g}, got {self.delta:g}")
+            raise ValueError(
+                f"loss.delta must exceed 1 + eps_high = {1 + self.eps_high:g}, got {self.delta:g}"
+            )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -120,7 +157,9 @@ class CheckpointConfig:
 class AsyncConfig:
     """Asynchronous training ([async]): generation runs ahead of the trainer by a bounded number of steps."""
 
-    max_staleness: int = setting(0, "train on rollouts of a policy at most this many steps old (0: synchronous)", ge=0)
+    max_staleness: int = setting(
+        0, "train on rollouts of a policy at most this many steps old (0: synchronous)", ge=0
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -128,11 +167,19 @@ class TrainConfig:
     """`genesys train`: everything a training run needs; the shape of its TOML file."""
 
     model: str = setting(help="model path or hub name to start from", flags=("--model",))
-    output_dir: str = setting(help="run directory: metrics, checkpoints, the final model", flags=("-o", "--output-dir"))
+    output_dir: str = setting(
+        help="run directory: metrics, checkpoints, the final model", flags=("-o", "--output-dir")
+    )
     seed: int = setting(0, "seed of task order, sampling and initialisation", flags=("--seed",))
-    report_to: list[str] = setting(help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list)
-    precision: Literal["fp32", "bf16"] = setting("fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16"))
-    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (less memory, more compute)")
+    report_to: list[str] = setting(
+        help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list
+    )
+    precision: Literal["fp32", "bf16"] = setting(
+        "fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16")
+    )
+    gradient_checkpointing: bool = setting(
+        False, "recompute activations in the backward pass (less memory, more compute)"
+    )
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
     data: DataConfig = Field(default_factory=lambda: DataConfig(tasks=None, rollouts=None))
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -150,13 +197,21 @@ class TrainConfig:
     def __post_init__(self) -> None:
         unknown = [name for name in self.report_to if name not in TRACKERS]
         if unknown:
-            raise ValueError(f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}")
+            raise ValueError(
+                f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}"
+            )
         if self.async_.max_staleness and not self.cluster.ray:
-            raise ValueError("async.max_staleness > 0 needs rollout workers apart from the trainer: set cluster.backend = 'ray'")
+            raise ValueError(
+                "async.max_staleness > 0 needs rollout workers apart from the trainer: set cluster.backend = 'ray'"
+            )
         if self.cluster.ray and self.optim.updates_per_batch > 1:
-            raise ValueError("cluster.backend = 'ray' takes one optimizer step per generated batch (optim.updates_per_batch = 1)")
+            raise ValueError(
+                "cluster.backend = 'ray' takes one optimizer step per generated batch (optim.updates_per_batch = 1)"
+            )
         if self.cluster.ray and self.offline:
-            raise ValueError("cluster.backend = 'ray' generates rollouts; offline training (data.rollouts) runs without it")
+            raise ValueError(
+                "cluster.backend = 'ray' generates rollouts; offline training (data.rollouts) runs without it"
+            )
 
     @property
     def offline(self) -> bool:

@@ -56,7 +56,9 @@ class GroupSplit:
         return len(self.dropped) / total if total else 0.0
 
 
-def split_groups(rows: Iterable[Row], signal: str = "correct", key: Callable[[Row], Hashable] = group_key) -> GroupSplit:
+def split_groups(
+    rows: Iterable[Row], signal: str = "correct", key: Callable[[Row], Hashable] = group_key
+) -> GroupSplit:
     """Group rollouts by task and separate the groups with signal from those without."""
     split = GroupSplit()
     for group in group_by_task(rows, key):
@@ -117,5 +119,10 @@ def fill_batch(
         seen += len(split.kept) + len(split.dropped)
         dropped += len(split.dropped)
     return FilledBatch(
-        groups=kept[:size], surplus=kept[size:], size=size, rounds=rounds, groups_seen=seen, groups_dropped=dropped
+        groups=kept[:size],
+        surplus=kept[size:],
+        size=size,
+        rounds=rounds,
+        groups_seen=seen,
+        groups_dropped=dropped,
     )

@@ -31,7 +31,7 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
         logits = logits / temperature
     log_z = torch.logsumexp(logits, dim=-1, keepdim=True)
     probs = torch.exp(logits - log_z)
-    return (log_z.squeeze(-1) - (probs * logits).sum(dim=-1))
+    return log_z.squeeze(-1) - (probs * logits).sum(dim=-1)
 
 
 @cache
@@ -44,7 +44,13 @@ def completion_logits(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor
     keep = batch.completion_len + 1
     inner = getattr(model, "module", model)  # the model inside a DistributedDataParallel wrapper
     kwargs = {"logits_to_keep": keep} if _takes_logits_to_keep(type(inner)) else {}
-    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False, **kwargs)
+    output = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+        **kwargs,
+    )
     return output.logits[:, -keep:-1, :]
 
 

@@ -18,11 +18,15 @@ from dataclasses import dataclass
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, group_sizes: Sequence[int], scale_by_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_sizes: Sequence[int], scale_by_std: bool = False, eps: float = 1e-6
+) -> torch.Tensor:
     """`A = r - mean(group)` for consecutive groups of the given sizes, optionally divided by the
     group's standard deviation (population std, plus `eps`)."""
     if rewards.ndim != 1 or rewards.numel() != sum(group_sizes):
-        raise ValueError(f"rewards must be a flat tensor of {sum(group_sizes)} rewards (the groups' sizes), got shape {tuple(rewards.shape)}")
+        raise ValueError(
+            f"rewards must be a flat tensor of {sum(group_sizes)} rewards (the groups' sizes), got shape {tuple(rewards.shape)}"
+        )
     parts = []
     for group in torch.split(rewards, list(group_sizes)):
         advantage = group - group.mean()
@@ -68,7 +72,9 @@ def clipped_token_loss(
     )
 
 
-def reduce_loss(token_loss: torch.Tensor, mask: torch.Tensor, normalize: str, denominator: float) -> torch.Tensor:
+def reduce_loss(
+    token_loss: torch.Tensor, mask: torch.Tensor, normalize: str, denominator: float
+) -> torch.Tensor:
     """This micro-batch's share of the batch loss.
 
     `token`: the sum of masked token losses divided by `denominator`, the number of completion tokens

@@ -17,7 +17,9 @@ class MetricsLog:
 
     def __init__(self, path: Path, resume_from: int) -> None:
         self.path = path
-        self.records = [record for record in read_metrics(path) if record["step"] <= resume_from] if resume_from else []
+        self.records = (
+            [record for record in read_metrics(path) if record["step"] <= resume_from] if resume_from else []
+        )
         temporary = path.with_suffix(".jsonl.tmp")
         temporary.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in self.records))
         os.replace(temporary, path)

@@ -47,7 +47,9 @@ class StepRollouts:
     errors: int = 0  # rollouts whose verification failed (reward None): never trained on
     generated_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # metrics of the asynchronous mode, logged as they are
+    extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # metrics of the asynchronous mode, logged as they are
 
 
 def usable(group: Sequence[Row]) -> list[Row]:
@@ -58,7 +60,14 @@ def usable(group: Sequence[Row]) -> list[Row]:
 class OnlineRollouts:
     """Generate, verify and reward groups for each step (the on-policy mode)."""
 
-    def __init__(self, config: TrainConfig, tasks: Sequence[Row], backend: Backend, pool: VerificationPool, world: World) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        tasks: Sequence[Row],
+        backend: Backend,
+        pool: VerificationPool,
+        world: World,
+    ) -> None:
         self.config = config
         self.tasks = tasks
         self.backend = backend
@@ -85,9 +94,21 @@ class OnlineRollouts:
             step.groups_seen = len(step.groups)
             step.rounds = 1
             return step
-        filled = fill_batch(self._generate, size, max_rounds=rollout.max_refill_rounds, signal=rollout.filter_signal, carry=self.carry, key=_draw)
+        filled = fill_batch(
+            self._generate,
+            size,
+            max_rounds=rollout.max_refill_rounds,
+            signal=rollout.filter_signal,
+            carry=self.carry,
+            key=_draw,
+        )
         self.carry = filled.surplus
-        step.groups, step.groups_seen, step.groups_dropped, step.rounds = filled.groups, filled.groups_seen, filled.groups_dropped, filled.rounds
+        step.groups, step.groups_seen, step.groups_dropped, step.rounds = (
+            filled.groups,
+            filled.groups_seen,
+            filled.groups_dropped,
+            filled.rounds,
+        )
         return step
 
     def _generate(self, count: int) -> list[Row]:
@@ -95,13 +116,20 @@ class OnlineRollouts:
         step = self._current
         assert step is not None
         started = time.perf_counter()
-        generated = generate_rows(self.backend, self.builder, self.config, [(position, self.tasks[index]) for position, index in self.order.take(count)])
+        generated = generate_rows(
+            self.backend,
+            self.builder,
+            self.config,
+            [(position, self.tasks[index]) for position, index in self.order.take(count)],
+        )
         step.generated_tokens += generated.tokens
         finished = time.perf_counter()
         verified = [self.rewards.apply(row) for row in self.pool.verify_rows(generated.rows)]
         step.errors += sum(row.get("reward") is None for row in verified)
         step.timings["generate_seconds"] = step.timings.get("generate_seconds", 0.0) + finished - started
-        step.timings["verify_seconds"] = step.timings.get("verify_seconds", 0.0) + time.perf_counter() - finished
+        step.timings["verify_seconds"] = (
+            step.timings.get("verify_seconds", 0.0) + time.perf_counter() - finished
+        )
         return verified
 
 
@@ -115,7 +143,9 @@ class GeneratedRows:
     weights_version: int | None
 
 
-def generate_rows(backend: Backend, builder: RowBuilder, config: TrainConfig, draws: Sequence[tuple[int, Row]]) -> GeneratedRows:
+def generate_rows(
+    backend: Backend, builder: RowBuilder, config: TrainConfig, draws: Sequence[tuple[int, Row]]
+) -> GeneratedRows:
     """`samples_per_prompt` rollouts of each (stream position, task) draw, each row marked with its draw."""
     sampling = config.rollout.sampling(config.seed)
     plans: dict[str, PlannedTask] = {}
@@ -124,18 +154,34 @@ def generate_rows(backend: Backend, builder: RowBuilder, config: TrainConfig, dr
         row = {**task, DRAW_COLUMN: position}
         plans[str(position)] = PlannedTask(task_key(task), row, list(range(sampling.n)))
         messages = build_messages(row["prompt"], config.data.system_prompt)
-        requests.append(GenerationRequest(str(position), messages, list(range(sampling.n)), request_seed(config.seed, str(position)), sampling))
+        requests.append(
+            GenerationRequest(
+                str(position),
+                messages,
+                list(range(sampling.n)),
+                request_seed(config.seed, str(position)),
+                sampling,
+            )
+        )
     out = GeneratedRows([], 0, None)
     for result in iterate(backend.generate(requests)):
         out.rows.extend(builder.rows(plans[result.request.key], result))
         out.tokens += sum(len(c.completion_ids or ()) for c in result.completions)
-        out.weights_version = result.weights_version if out.weights_version is None else min(out.weights_version, result.weights_version)
+        out.weights_version = (
+            result.weights_version
+            if out.weights_version is None
+            else min(out.weights_version, result.weights_version)
+        )
     return out
 
 
 def row_builder(config: TrainConfig, backend_name: str) -> RowBuilder:
     """The row builder of the run's rollouts (model, generation settings, backend)."""
-    return RowBuilder(config.model, {"backend": backend_name, **config.rollout.sampling(config.seed).as_dict()}, {"backend": backend_name})
+    return RowBuilder(
+        config.model,
+        {"backend": backend_name, **config.rollout.sampling(config.seed).as_dict()},
+        {"backend": backend_name},
+    )
 
 
 def _draw(row: Row) -> int:
@@ -147,9 +193,15 @@ class RecordedRollouts:
 
     def __init__(self, config: TrainConfig, world: World) -> None:
         self.config = config
-        rows, self.rows_unproven = load_recorded_rows(config.data.rollouts or [], config.rollout.temperature, config.data.require_proofs)
+        rows, self.rows_unproven = load_recorded_rows(
+            config.data.rollouts or [], config.rollout.temperature, config.data.require_proofs
+        )
         if self.rows_unproven:
-            log.warning("data.require_proofs: %d rollouts without a valid TOPLOC proof dropped, %d kept", self.rows_unproven, len(rows))
+            log.warning(
+                "data.require_proofs: %d rollouts without a valid TOPLOC proof dropped, %d kept",
+                self.rows_unproven,
+                len(rows),
+            )
         groups = [group for group in group_by_task(rows) if len(usable(group)) >= 2]
         self.groups_dropped_on_load = 0
         if config.rollout.filter_groups:
@@ -157,7 +209,9 @@ class RecordedRollouts:
             self.groups_dropped_on_load = len(groups) - len(kept)
             groups = kept
         if not groups:
-            raise InputError(f"data.rollouts: no group of rollouts of one task with at least two rewarded samples{' that differ in ' + config.rollout.filter_signal if config.rollout.filter_groups else ''}; nothing to train on")
+            raise InputError(
+                f"data.rollouts: no group of rollouts of one task with at least two rewarded samples{' that differ in ' + config.rollout.filter_signal if config.rollout.filter_groups else ''}; nothing to train on"
+            )
         self.groups = groups
         self.order = ItemOrder(len(groups), config.seed, world.rank, world.size)
 
@@ -169,7 +223,12 @@ class RecordedRollouts:
 
     def next_batch(self, size: int) -> StepRollouts:
         groups = [self.groups[index] for _, index in self.order.take(size)]
-        return StepRollouts(groups=groups, groups_seen=len(groups), rounds=0, errors=sum(len(g) - len(usable(g)) for g in groups))
+        return StepRollouts(
+            groups=groups,
+            groups_seen=len(groups),
+            rounds=0,
+            errors=sum(len(g) - len(usable(g)) for g in groups),
+        )
 
 
 def load_tasks(config: TrainConfig) -> list[Row]:
@@ -181,7 +240,9 @@ def load_tasks(config: TrainConfig) -> list[Row]:
     from genesys.tasks.mix import mix_tasks
     from genesys.tasks.sources import load_source
 
-    selected = mix_tasks([load_source(spec) for spec in config.data.tasks or []], ratios=config.data.mix, seed=config.seed)
+    selected = mix_tasks(
+        [load_source(spec) for spec in config.data.tasks or []], ratios=config.data.mix, seed=config.seed
+    )
     tasks = []
     for spec, index, row in selected:
         try:
@@ -204,7 +265,9 @@ def load_tasks(config: TrainConfig) -> list[Row]:
 REQUIRED_RECORDED = ("prompt_ids", "completion_ids", "completion_logprobs", "reward")
 
 
-def load_recorded_rows(patterns: Sequence[str], temperature: float, require_proofs: bool = False) -> tuple[list[Row], int]:
+def load_recorded_rows(
+    patterns: Sequence[str], temperature: float, require_proofs: bool = False
+) -> tuple[list[Row], int]:
     """Every rollout of the files, checked for what offline training needs (an InputError names
     the first file:line that lacks it), and how many were dropped first for want of a valid TOPLOC
     proof (`toploc_valid` not true) when `require_proofs`."""
@@ -219,8 +282,16 @@ def load_recorded_rows(patterns: Sequence[str], temperature: float, require_proo
             continue
         missing = [name for name in REQUIRED_RECORDED if name not in row]
         if missing:
-            hint = " (the behaviour policy's logprobs: generate with a backend that records them, e.g. transformers or vllm)" if "completion_logprobs" in missing else ""
-            hint = hint or (" (verify the rollouts: genesys generate --verify, or genesys verify)" if missing == ["reward"] else "")
+            hint = (
+                " (the behaviour policy's logprobs: generate with a backend that records them, e.g. transformers or vllm)"
+                if "completion_logprobs" in missing
+                else ""
+            )
+            hint = hint or (
+                " (verify the rollouts: genesys generate --verify, or genesys verify)"
+                if missing == ["reward"]
+                else ""
+            )
             raise InputError(f"{record.location}: rollout has no {', '.join(missing)}{hint}")
         problem = _recorded_problem(row, temperature)
         if problem:
@@ -228,7 +299,11 @@ def load_recorded_rows(patterns: Sequence[str], temperature: float, require_proo
         row.setdefault("response_id", response_id(task_key(row), len(rows)))
         rows.append(row)
     if not rows:
-        proofs = f" with a valid TOPLOC proof ({unproven} without: check them with genesys validate)" if unproven else ""
+        proofs = (
+            f" with a valid TOPLOC proof ({unproven} without: check them with genesys validate)"
+            if unproven
+            else ""
+        )
         raise InputError(f"data.rollouts: no rollouts{proofs} in {', '.join(patterns)}")
     return rows, unproven
 
@@ -259,4 +334,10 @@ def _int_list(value: Any) -> bool:
 
 
 def _describe(value: Any) -> str:
-    return "null" if value is None else f"{type(value).__name__} of {len(value)}" if isinstance(value, list) else type(value).__name__
+    return (
+        "null"
+        if value is None
+        else f"{type(value).__name__} of {len(value)}"
+        if isinstance(value, list)
+        else type(value).__name__
+    )

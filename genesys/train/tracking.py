@@ -50,7 +50,9 @@ class Tracker:
         self._backends = []
 
 
-def open_trackers(report_to: Sequence[str], output_dir: Path, config: dict[str, Any], run_name: str) -> Tracker:
+def open_trackers(
+    report_to: Sequence[str], output_dir: Path, config: dict[str, Any], run_name: str
+) -> Tracker:
     """Open the trackers `report_to` names; an InputError names one that is unknown or not installed."""
     modules = {name: _import(name) for name in dict.fromkeys(report_to)}
     backends: list[_Backend] = []
@@ -74,7 +76,9 @@ def _import(name: str) -> ModuleType:
     try:
         return importlib.import_module(_TRACKERS[name][0])
     except ImportError as exc:
-        raise InputError(f"report_to {name!r} needs the {name} package, which cannot be imported ({exc}): pip install {name}") from None
+        raise InputError(
+            f"report_to {name!r} needs the {name} package, which cannot be imported ({exc}): pip install {name}"
+        ) from None
 
 
 class _TensorBoard:
@@ -82,7 +86,9 @@ class _TensorBoard:
 
     def __init__(self, module: ModuleType, output_dir: Path, config: dict[str, Any], run_name: str) -> None:
         self.writer = module.SummaryWriter(log_dir=str(output_dir / TENSORBOARD_DIR))
-        self.writer.add_text("config", "    " + json.dumps(config, indent=2, default=str).replace("\n", "\n    "))
+        self.writer.add_text(
+            "config", "    " + json.dumps(config, indent=2, default=str).replace("\n", "\n    ")
+        )
 
     def log(self, values: dict[str, float | int], step: int) -> None:
         for key, value in values.items():

@@ -69,11 +69,19 @@ class RolloutWorker:
     def generate(self, draws: list[tuple[int, Row]], min_version: int) -> JobResult:
         """Rollouts of the (stream position, task) draws, once weights of `min_version` or newer are loaded."""
         with self._loaded:
-            if not self._loaded.wait_for(lambda: self.backend.weights_version >= min_version, timeout=WAIT_FOR_WEIGHTS_S):
-                raise TimeoutError(f"weights version {min_version} did not arrive within {WAIT_FOR_WEIGHTS_S:.0f} s (holding {self.backend.weights_version})")
+            if not self._loaded.wait_for(
+                lambda: self.backend.weights_version >= min_version, timeout=WAIT_FOR_WEIGHTS_S
+            ):
+                raise TimeoutError(
+                    f"weights version {min_version} did not arrive within {WAIT_FOR_WEIGHTS_S:.0f} s (holding {self.backend.weights_version})"
+                )
         started = time.perf_counter()
         generated = generate_rows(self.backend, self.builder, self.config, draws)
-        version = generated.weights_version if generated.weights_version is not None else self.backend.weights_version
+        version = (
+            generated.weights_version
+            if generated.weights_version is not None
+            else self.backend.weights_version
+        )
         for row in generated.rows:
             row[POLICY_STEP_COLUMN] = version
         return JobResult(generated.rows, generated.tokens, version, time.perf_counter() - started)

@@ -27,7 +27,15 @@ from genesys.verifiers.code_compare import compare_output, values_match
 from genesys.verifiers.code_extract import extract_code
 from genesys.verifiers.code_tests import CodeTest, TaskDataError, parse_tests
 
-STATUSES = ("passed", "wrong_answer", "time_limit", "memory_limit", "runtime_error", "compile_error", "output_limit")
+STATUSES = (
+    "passed",
+    "wrong_answer",
+    "time_limit",
+    "memory_limit",
+    "runtime_error",
+    "compile_error",
+    "output_limit",
+)
 # Seconds kept between the submission's own budget and the engine's hard deadline.
 BUDGET_MARGIN_S = 10.0
 TEXT_LIMIT = 500  # characters of stderr / compiler output kept in details
@@ -69,12 +77,16 @@ class CodeVerifier(genesys.Verifier):
         except TaskDataError as exc:
             return Verdict.failed(f"invalid_verification_info: {exc}")
         if language not in CALL_LANGUAGES and any(test.type == "function_call" for test in tests):
-            return Verdict.failed(f"unsupported_test: function_call tests run in {' and '.join(CALL_LANGUAGES)} only, not {language}")
+            return Verdict.failed(
+                f"unsupported_test: function_call tests run in {' and '.join(CALL_LANGUAGES)} only, not {language}"
+            )
         code = extract_code(rollout.completion, language)
         if code is None or not code.strip():
             return Verdict(0.0, {"language": language, "status": "no_code", "passed": 0, "total": len(tests)})
         if language not in self.sandbox.languages():
-            return Verdict.failed(f"unsupported_language: the {self.sandbox.name} sandbox cannot run {language}")
+            return Verdict.failed(
+                f"unsupported_language: the {self.sandbox.name} sandbox cannot run {language}"
+            )
         submission = Submission(
             language=language,
             source=code,

@@ -12,7 +12,10 @@ LANGUAGE_ALIASES = {
     "javascript": ("javascript", "js", "node", "nodejs", "mjs"),
 }
 _ALIAS_TO_LANGUAGE = {alias: language for language, aliases in LANGUAGE_ALIASES.items() for alias in aliases}
-_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*(?P=fence)[ \t]*$", re.M | re.S)
+_FENCE = re.compile(
+    r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
 _OPEN_FENCE = re.compile(r"^[ \t]*(?:`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*)\Z", re.M | re.S)
 
 

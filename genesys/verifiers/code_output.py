@@ -56,7 +56,9 @@ class CodeOutputVerifier(genesys.Verifier):
             return Verdict(0.0, {"status": "no_output"})
         correct = prediction_matches(predicted, info["ground_truth"])
         shown = predicted if isinstance(predicted, str) else json.dumps(predicted)
-        return Verdict(float(correct), {"status": "correct" if correct else "wrong", "predicted": shown[:500]})
+        return Verdict(
+            float(correct), {"status": "correct" if correct else "wrong", "predicted": shown[:500]}
+        )
 
 
 @genesys.hookimpl

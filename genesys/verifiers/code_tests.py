@@ -65,7 +65,9 @@ def parse_tests(info: dict[str, Any]) -> tuple[str, list[CodeTest]]:
     raw_language = info.get("language", "python")
     language = normalize_language(str(raw_language)) if raw_language else None
     if language is None:
-        raise TaskDataError(f"verification_info.language {raw_language!r} is not one of python, cpp, rust, javascript")
+        raise TaskDataError(
+            f"verification_info.language {raw_language!r} is not one of python, cpp, rust, javascript"
+        )
     cases = info.get("test_cases")
     if isinstance(cases, str):
         try:
@@ -86,7 +88,13 @@ def parse_tests(info: dict[str, Any]) -> tuple[str, list[CodeTest]]:
         if "output" not in case:
             raise TaskDataError(f"{where}.output is missing")
         if kind == "stdin_stdout":
-            tests.append(CodeTest(kind, _text(case.get("input", ""), f"{where}.input"), _text(case["output"], f"{where}.output")))
+            tests.append(
+                CodeTest(
+                    kind,
+                    _text(case.get("input", ""), f"{where}.input"),
+                    _text(case["output"], f"{where}.output"),
+                )
+            )
             continue
         if not fn_name or not isinstance(fn_name, str):
             raise TaskDataError(f"{where}.fn_name is missing for a function_call test")

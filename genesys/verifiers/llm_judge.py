@@ -79,20 +79,33 @@ class LLMJudge(genesys.Verifier):
         reference = rollout.verification_info.get("ground_truth") or rollout.gold_standard_solution
         if not reference:
             return None
-        return JUDGE_INSTRUCTIONS.format(question=rollout.prompt, reference=reference, response=final_answer(rollout.completion))
+        return JUDGE_INSTRUCTIONS.format(
+            question=rollout.prompt, reference=reference, response=final_answer(rollout.completion)
+        )
 
     async def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
         from genesys.http import APIError, OpenAIClient
 
         if not self.model:
-            return genesys.Verdict.failed("judge_not_configured: set -O judge_model=NAME or $GENESYS_JUDGE_MODEL")
+            return genesys.Verdict.failed(
+                "judge_not_configured: set -O judge_model=NAME or $GENESYS_JUDGE_MODEL"
+            )
         prompt = self.judge_prompt(rollout)
         if prompt is None:
-            return genesys.Verdict.failed("invalid_row: no reference answer in verification_info.ground_truth or gold_standard_solution")
+            return genesys.Verdict.failed(
+                "invalid_row: no reference answer in verification_info.ground_truth or gold_standard_solution"
+            )
         if self._client is None:  # created inside the worker's event loop, kept for its lifetime
             retries = int(self.options.get("judge_max_retries", 8))
-            self._client = OpenAIClient(self.base_url, self.api_key, concurrency=self.max_parallel or 32, max_retries=retries)
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0, "max_tokens": 1024}
+            self._client = OpenAIClient(
+                self.base_url, self.api_key, concurrency=self.max_parallel or 32, max_retries=retries
+            )
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0.0,
+            "max_tokens": 1024,
+        }
         try:
             reply = await self._client.chat(body)
         except APIError as exc:
@@ -100,7 +113,9 @@ class LLMJudge(genesys.Verifier):
         text = ((reply.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
         score = parse_rating(text)
         if score is None:
-            return genesys.Verdict.failed("judge_unparseable: the judge reply has no 'RATING: x' line", judge_reply=text[-2000:])
+            return genesys.Verdict.failed(
+                "judge_unparseable: the judge reply has no 'RATING: x' line", judge_reply=text[-2000:]
+            )
         return genesys.Verdict(score=score, details={"judge_model": self.model, "judge_reply": text[-2000:]})
 
 

@@ -37,7 +37,9 @@ class MathVerifier(genesys.Verifier):
 
         gold = rollout.verification_info.get("ground_truth")
         if gold is None or isinstance(gold, (dict, list)):
-            return Verdict.failed("invalid_ground_truth: verification_info.ground_truth is missing or not a value")
+            return Verdict.failed(
+                "invalid_ground_truth: verification_info.ground_truth is missing or not a value"
+            )
         return grade(str(gold), rollout.completion)
 
 
@@ -46,7 +48,9 @@ def genesys_verifiers() -> list[type[genesys.Verifier]]:
     return [MathVerifier]
 
 
-def math_verify_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+def math_verify_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+) -> list[float | None]:
     """A TRL-style reward function: one score per completion, None where the gold was unusable.
 
     Golds come from the first of the keyword columns `ground_truth`, `solution`, `answer`, `gold`
@@ -67,8 +71,13 @@ def _gold_column(kwargs: dict[str, Any], count: int) -> list[str]:
             break
     else:
         if "verification_info" not in kwargs:
-            raise TypeError(f"math_verify_reward needs a gold column: one of {', '.join(GOLD_KEYS)} or verification_info")
-        column = [parse_json_field(info, "verification_info").get("ground_truth", "") for info in kwargs["verification_info"]]
+            raise TypeError(
+                f"math_verify_reward needs a gold column: one of {', '.join(GOLD_KEYS)} or verification_info"
+            )
+        column = [
+            parse_json_field(info, "verification_info").get("ground_truth", "")
+            for info in kwargs["verification_info"]
+        ]
     if len(column) != count:
         raise ValueError(f"math_verify_reward got {count} completions but {len(column)} golds")
     return ["" if gold is None else str(gold) for gold in column]
@@ -79,4 +88,6 @@ def _completion_text(completion: Any) -> str:
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
         return str(completion[-1].get("content", ""))
-    raise TypeError(f"math_verify_reward: a completion must be a string or a list of messages, got {type(completion).__name__}")
+    raise TypeError(
+        f"math_verify_reward: a completion must be a string or a list of messages, got {type(completion).__name__}"
+    )

@@ -48,9 +48,7 @@ def answers_match(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
     if gold.too_costly or pred.too_costly:
         return gold.value == pred.value and gold.percent == pred.percent  # as written, never evaluated
     if gold.percent or pred.percent:
-        return any(
-            equivalent(g, p) for g in _percent_readings(gold) for p in _percent_readings(pred)
-        )
+        return any(equivalent(g, p) for g in _percent_readings(gold) for p in _percent_readings(pred))
     return equivalent(gold.value, pred.value)
 
 
@@ -60,7 +58,9 @@ def _same_cases(gold: tuple, pred: tuple) -> bool:
         return False
     unused = list(pred)
     for value, condition in gold:
-        match = next((i for i, (v, c) in enumerate(unused) if c == condition and answers_match(value, v)), None)
+        match = next(
+            (i for i, (v, c) in enumerate(unused) if c == condition and answers_match(value, v)), None
+        )
         if match is None:
             return False
         unused.pop(match)
@@ -138,7 +138,12 @@ def equivalent(gold: object, pred: object) -> bool:
         return True
     if _is_equation_like(gold) or _is_equation_like(pred):
         return _equations_match(gold, pred)
-    if isinstance(gold, Relational) or isinstance(pred, Relational) or isinstance(gold, And) or isinstance(pred, And):
+    if (
+        isinstance(gold, Relational)
+        or isinstance(pred, Relational)
+        or isinstance(gold, And)
+        or isinstance(pred, And)
+    ):
         return _relations_match(gold, pred)
     if isinstance(gold, MatrixBase) or isinstance(pred, MatrixBase):
         return _matrices_match(gold, pred)
@@ -315,7 +320,11 @@ def _bounded_interval(relations: list[Relational]) -> sympy.Set | None:
         kind, subject, bound = type(relation), relation.lhs, relation.rhs
         if subject.is_number and kind in _INVERSE:
             kind, subject, bound = _INVERSE[kind], bound, subject
-        if kind not in _HALF_LINES or not subject.is_Symbol or not (bound.is_number and bound.is_extended_real):
+        if (
+            kind not in _HALF_LINES
+            or not subject.is_Symbol
+            or not (bound.is_number and bound.is_extended_real)
+        ):
             return None
         allowed = allowed.intersect(_HALF_LINES[kind](bound))
     return allowed
@@ -398,7 +407,11 @@ def _collections_match(gold: object, pred: object) -> bool:
             g_items, p_items = _written(gold), _written(pred)
             return len(g_items) == len(p_items) and all(equivalent(g, p) for g, p in zip(g_items, p_items))
         return _same_elements(list(gold.args), list(pred.args))
-    if isinstance(gold, (Interval, Union)) and isinstance(pred, FiniteSet) and all(_is_inequality(i) for i in pred.args):
+    if (
+        isinstance(gold, (Interval, Union))
+        and isinstance(pred, FiniteSet)
+        and all(_is_inequality(i) for i in pred.args)
+    ):
         return _sets_equal(gold, Union(*(_as_set(item) for item in pred.args)))  # `x <= -3 or x >= 2`
     if isinstance(gold, FiniteSet) and isinstance(pred, (Tuple, Interval)):
         items = _ordered_items(pred)
@@ -468,7 +481,9 @@ def _expressions_match(gold: Basic, pred: Basic) -> bool:
     gold, pred = _align_imaginary_unit(_exact_form(gold), _exact_form(pred))
     if gold == pred:
         return True
-    if gold.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or pred.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+    if gold.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or pred.has(
+        sympy.oo, -sympy.oo, sympy.zoo, sympy.nan
+    ):
         return gold == pred
     if gold.is_Rational and pred.is_Rational:
         return False  # already compared exactly above

@@ -22,14 +22,20 @@ TAIL_CHARS = 4000
 _THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*")
 _BOX_TOKEN = re.compile(r"[^\s$]+")
-_MINERVA = re.compile(r"final answer is\s*:?\s*(.{1,500}?)\.?\s*I hope it is correct", re.IGNORECASE | re.DOTALL)
+_MINERVA = re.compile(
+    r"final answer is\s*:?\s*(.{1,500}?)\.?\s*I hope it is correct", re.IGNORECASE | re.DOTALL
+)
 _ANSWER_LINE = re.compile(
     r"(?:^|(?<=[.!?]\s))[\s>#*_-]*(?:final\s+)?answer\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?(.{1,500}?)\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
-_ANSWER_HEADING = re.compile(r"^[\s>#*_-]*final\s+answer[\s*_]*:?[\s*_]*\n\s*(.{1,500}?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_HEADING = re.compile(
+    r"^[\s>#*_-]*final\s+answer[\s*_]*:?[\s*_]*\n\s*(.{1,500}?)\s*$", re.IGNORECASE | re.MULTILINE
+)
 _GSM8K_MARKER = re.compile(r"^\s*####\s*(.{1,500}?)\s*$", re.MULTILINE)
-_ANSWER_PHRASE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?\s*(.{1,500}?)(?:\.(?=\s|$)|\n|$)", re.IGNORECASE)
+_ANSWER_PHRASE = re.compile(
+    r"\bthe\s+(?:final\s+)?answer\s+is\s*:?\s*(.{1,500}?)(?:\.(?=\s|$)|\n|$)", re.IGNORECASE
+)
 _MATH_SPAN = re.compile(
     r"\$\$(?P<a>.{1,2000}?)\$\$|\\\[(?P<b>.{1,2000}?)\\\]|\\\((?P<c>[^\n]{1,2000}?)\\\)"
     r"|(?<![\\$])\$(?P<d>[^$\n]{1,2000}?)(?<!\\)\$",
@@ -171,7 +177,7 @@ def extract_answer(completion: str) -> Extraction:
 
 def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     last = None
-    for last in pattern.finditer(text):
+    for last in pattern.finditer(text):  # noqa: B007 - the loop keeps the last match
         pass
     return last
 
@@ -205,7 +211,11 @@ def _bare_final_line(text: str) -> str | None:
 def _final_statement(text: str) -> Extraction:
     """The answer of the last statement that holds one: its last number, or its last inline math
     span when the statement has one (`$x = 5$ is the solution to part 2.` gives `x = 5`)."""
-    spans = [(m.start(), m.end(), m.group(m.lastgroup).strip(), m.lastgroup) for m in _MATH_SPAN.finditer(text) if m.lastgroup]
+    spans = [
+        (m.start(), m.end(), m.group(m.lastgroup).strip(), m.lastgroup)
+        for m in _MATH_SPAN.finditer(text)
+        if m.lastgroup
+    ]
     masked = _MATH_SPAN.sub(lambda m: " " * len(m.group(0)), text)
     masked = _BROKEN_MATH.sub(lambda m: " " * len(m.group(0)), masked)  # `$ \n 9 \n $`: not an answer
     numbers = list(_NUMBER_TOKEN.finditer(masked))
@@ -216,7 +226,11 @@ def _final_statement(text: str) -> Extraction:
     if last_span is not None and (last_number is None or last_span[1] > last_number.start()):
         return Extraction(last_span[2], "math_span")
     assert last_number is not None
-    if last_span is not None and last_span[3] in ("c", "d") and not _SENTENCE_END.search(masked, last_span[1], last_number.start()):
+    if (
+        last_span is not None
+        and last_span[3] in ("c", "d")
+        and not _SENTENCE_END.search(masked, last_span[1], last_number.start())
+    ):
         return Extraction(last_span[2], "math_span")  # same sentence: the math is the answer
     sentence_start = max((m.end() for m in _SENTENCE_END.finditer(masked, 0, last_number.start())), default=0)
     rest = masked[: last_number.start()] + masked[last_number.end() :]
@@ -238,7 +252,7 @@ def clean_answer_text(text: str) -> str:
     if not is_prose(text):
         return _math_of(text)
     copula = None
-    for copula in _COPULA.finditer(text):
+    for copula in _COPULA.finditer(text):  # noqa: B007 - the loop keeps the last match
         pass
     if copula is not None:
         stated = text[copula.end() :].strip()
@@ -277,11 +291,21 @@ def strip_delimiters(text: str) -> str:
         changed = False
         for left, right in _DELIMITERS:
             inner = text[len(left) : len(text) - len(right)]
-            if text.startswith(left) and text.endswith(right) and inner and left not in inner and right not in inner:
+            if (
+                text.startswith(left)
+                and text.endswith(right)
+                and inner
+                and left not in inner
+                and right not in inner
+            ):
                 text = inner.strip()  # one span around everything, not "$5$ and $6$"
                 changed = True
         box = _BOX_COMMAND.match(text)
-        if box and text[box.end() : box.end() + 1] == "{" and _closing_braces(text).get(box.end()) == len(text) - 1:
+        if (
+            box
+            and text[box.end() : box.end() + 1] == "{"
+            and _closing_braces(text).get(box.end()) == len(text) - 1
+        ):
             text = text[box.end() + 1 : -1].strip()
             changed = True
     return text

@@ -224,4 +224,3 @@ def _is_stray_symbol(gold: ParsedAnswer, pred: ParsedAnswer) -> bool:
         return False
     gold_symbols = getattr(gold.value, "free_symbols", set()) if gold.kind == KIND_EXPR else set()
     return pred.value not in gold_symbols
-

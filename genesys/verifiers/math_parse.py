@@ -35,12 +35,31 @@ KIND_CHOICE = "choice"
 KIND_CASES = "cases"
 
 _LATEX_CONFIG = LatexExtractionConfig()
-_SPACING = re.compile(r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b|\\hspace\s*\{[^{}]*\}")
-_STYLED_MATH = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|mathrm|textrm|text|mathit|textit)\s*\{([^{}a-zA-Z]*)\}")
+_SPACING = re.compile(
+    r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b|\\hspace\s*\{[^{}]*\}"
+)
+_STYLED_MATH = re.compile(
+    r"\\(?:mathbf|textbf|boldsymbol|bm|mathrm|textrm|text|mathit|textit)\s*\{([^{}a-zA-Z]*)\}"
+)
 _SYMBOLS = {
-    "−": "-", "﹣": "-", "－": "-", "&minus;": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ",
-    "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ", "≤": "\\le ", "≥": "\\ge ", "≠": "\\ne ", "≈": "\\approx ",
-    "∅": "\\emptyset ", "\\varnothing": "\\emptyset ", "\\langle": "(", "\\rangle": ")",
+    "−": "-",
+    "﹣": "-",
+    "－": "-",
+    "&minus;": "-",
+    "×": "\\times ",
+    "÷": "\\div ",
+    "·": "\\cdot ",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "√": "\\sqrt ",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "≠": "\\ne ",
+    "≈": "\\approx ",
+    "∅": "\\emptyset ",
+    "\\varnothing": "\\emptyset ",
+    "\\langle": "(",
+    "\\rangle": ")",
 }
 # Golds stored with every backslash doubled (`\\frac{1}{2}`, `-2 \\le x`): the command is meant.
 _DOUBLED_COMMAND = re.compile(
@@ -56,7 +75,9 @@ _KNOWN_OPERATORS = frozenset(
 # Thousands separators LaTeX writes between groups of exactly three digits: `12,\!345`, `1{,}000`,
 # `1\,000`, `11,\! 111,\! 100`. A plain comma or space is a separator only in a lone number.
 _THOUSANDS_LATEX = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\{,\}|,\s*\\!\s*|\\,|\\!|\\ )\d{3})+(?![\d])")
-_LONE_NUMBER = re.compile(r"^([-+]?)(?:\\\$|\$|€|£|¥)?\s*([1-9]\d{0,2}(?:([, ])\d{3})(?:\3\d{3})*(?:\.\d+)?)\s*(?:\\\$|\$|€|£|¥)?$")
+_LONE_NUMBER = re.compile(
+    r"^([-+]?)(?:\\\$|\$|€|£|¥)?\s*([1-9]\d{0,2}(?:([, ])\d{3})(?:\3\d{3})*(?:\.\d+)?)\s*(?:\\\$|\$|€|£|¥)?$"
+)
 _CURRENCY = re.compile(r"^([-+]?)\s*(?:\\\$|\$|€|£|¥)\s*(?=[\d.])|(?<=\d)\s*(?:\\\$|€|£|¥)$")
 # A decimal comma (`1000,99`, `2,74`, `0,111`): one comma, not a thousands group of three digits
 # (except after a lone 0) and at least two decimals, so `1,5` stays the list 1, 5.
@@ -64,7 +85,9 @@ _DECIMAL_COMMA = re.compile(r"^(-?)(\d+),(\d{2,})$")
 _MIXED_LATEX = re.compile(r"(?<![\d.}^_])(\d+)\s*\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _MIXED_PLAIN = re.compile(r"(?<![\d./^_])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d/])")
 # Numbers set apart only by spacing (`5 \quad 6`, `5 \; (6)`, `5 6`) are several values, not one.
-_JUXTAPOSED = re.compile(r"(?<=\d)\s*(?:(?:(?<!\\)\\[,;:> ]|\\q?quad\b|~|\\hspace\s*\{[^{}]*\})\s*)+(?=\(?\s*-?\d)|(?<=\d)\s+(?=\(?\s*-?\d)")
+_JUXTAPOSED = re.compile(
+    r"(?<=\d)\s*(?:(?:(?<!\\)\\[,;:> ]|\\q?quad\b|~|\\hspace\s*\{[^{}]*\})\s*)+(?=\(?\s*-?\d)|(?<=\d)\s+(?=\(?\s*-?\d)"
+)
 _TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)\b")
 _DEGREE_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b)")
 _PERCENT = re.compile(
@@ -103,7 +126,9 @@ _NUMBER_WORDS = {
         "sixteen seventeen eighteen nineteen twenty".split()
     )
 }
-_PLACEHOLDERS = frozenset({"?", "...", "\\ldots", "\\cdots", "\\dots", "_", "\\_", "answer", "blank", "n/a", "none"})
+_PLACEHOLDERS = frozenset(
+    {"?", "...", "\\ldots", "\\cdots", "\\dots", "_", "\\_", "answer", "blank", "n/a", "none"}
+)
 
 
 class AnswerTooComplex(ValueError):
@@ -133,7 +158,9 @@ class ParsedAnswer:
     def describe(self) -> str:
         """The parsed form, as a short string for verdict details."""
         if self.kind == KIND_CASES:
-            return "cases:" + "; ".join(f"{value.describe()} if {condition}" for value, condition in self.value)
+            return "cases:" + "; ".join(
+                f"{value.describe()} if {condition}" for value, condition in self.value
+            )
         if self.kind != KIND_EXPR:
             return f"{self.kind}:{self.text}"
         rendered = _safe_str(self.value)
@@ -162,7 +189,9 @@ def normalize(text: str) -> str:
     text = _written_numbers(strip_delimiters(text))
     text = _SPACING.sub(" ", text)
     text = _CONSTANT_WRAPPED.sub(r"\1", text)
-    text = _OPERATOR_NAME.sub(lambda m: f"\\{m.group(1)}" if m.group(1) in _KNOWN_OPERATORS else m.group(1), text)
+    text = _OPERATOR_NAME.sub(
+        lambda m: f"\\{m.group(1)}" if m.group(1) in _KNOWN_OPERATORS else m.group(1), text
+    )
     text = _STYLED_MATH.sub(r"\1", text)
     if _TRIG.search(text):  # degrees inside a trigonometric argument are an angle: sin(90° - x)
         text = _DEGREE_NUMBER.sub(r"\\left(\1 \\cdot \\frac{\\pi}{180}\\right)", text)
@@ -288,7 +317,10 @@ def evaluation_cost_problem(value: object) -> str | None:
             log_digits = _log10_power_digits(node)
             if log_digits > math.log10(MAX_RESULT_DIGITS):
                 return f"power with about 10^{log_digits:.3g} digits (limit {MAX_RESULT_DIGITS})"
-        elif isinstance(node, (sympy.factorial, sympy.factorial2, sympy.subfactorial)) and node.args[0].is_number:
+        elif (
+            isinstance(node, (sympy.factorial, sympy.factorial2, sympy.subfactorial))
+            and node.args[0].is_number
+        ):
             if _log10_abs(node.args[0]) > math.log10(MAX_FACTORIAL_ARG):
                 return f"factorial of a number above {MAX_FACTORIAL_ARG}"
     return None
@@ -330,7 +362,9 @@ def parse_answer(text: str) -> ParsedAnswer:
     clock = _TIME.match(text)
     if clock:
         hour, minute, half = clock.groups()
-        return ParsedAnswer(source, KIND_TEXT, text=f"{int(hour)}:{minute}{(half or '').lower() + 'm' if half else ''}")
+        return ParsedAnswer(
+            source, KIND_TEXT, text=f"{int(hour)}:{minute}{(half or '').lower() + 'm' if half else ''}"
+        )
     branches = _case_split(text)
     if branches is not None:
         check_nesting(text)
@@ -396,7 +430,12 @@ def _top_level_split(text: str) -> list[str]:
 
 def _parse_latex(text: str) -> sympy.Basic:
     """Parse with math-verify (its LaTeX normalization, then latex2sympy), its timeouts off."""
-    parsed = mv_parse("\\boxed{" + text + "}", extraction_config=[_LATEX_CONFIG], fallback_mode="no_fallback", parsing_timeout=None)
+    parsed = mv_parse(
+        "\\boxed{" + text + "}",
+        extraction_config=[_LATEX_CONFIG],
+        fallback_mode="no_fallback",
+        parsing_timeout=None,
+    )
     if not parsed:
         raise ValueError(f"cannot parse {text!r}")
     return parsed[0]

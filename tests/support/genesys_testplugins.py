@@ -30,7 +30,9 @@ class EnvProbe(genesys.Verifier):
     task_type = "env_probe"
 
     def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
-        return genesys.Verdict(score=1.0, details={"value": os.environ.get(rollout.verification_info["name"])})
+        return genesys.Verdict(
+            score=1.0, details={"value": os.environ.get(rollout.verification_info["name"])}
+        )
 
 
 class Odd(genesys.Verifier):
@@ -51,7 +53,14 @@ class Preloaded(genesys.Verifier):
     def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
         import genesys_preload_probe
 
-        return genesys.Verdict(score=1.0, details={"imported_in": genesys_preload_probe.IMPORTED_IN_PID, "pid": os.getpid(), "env": os.environ.get("GENESYS_SET_BY_PRELOAD")})
+        return genesys.Verdict(
+            score=1.0,
+            details={
+                "imported_in": genesys_preload_probe.IMPORTED_IN_PID,
+                "pid": os.getpid(),
+                "env": os.environ.get("GENESYS_SET_BY_PRELOAD"),
+            },
+        )
 
 
 class ExitInSetup(genesys.Verifier):
@@ -173,7 +182,23 @@ class DigitShare(genesys.Verifier):
 
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
-    return [DigitShare, Echo, EnvProbe, Odd, Preloaded, ExitInSetup, RegexHang, AsyncBusy, ErrorObject, Slow, SerialSlow, Hang, Crash, Boom, AsyncEcho]
+    return [
+        DigitShare,
+        Echo,
+        EnvProbe,
+        Odd,
+        Preloaded,
+        ExitInSetup,
+        RegexHang,
+        AsyncBusy,
+        ErrorObject,
+        Slow,
+        SerialSlow,
+        Hang,
+        Crash,
+        Boom,
+        AsyncEcho,
+    ]
 
 
 class ScriptedBackend:

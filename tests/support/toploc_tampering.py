@@ -21,29 +21,55 @@ TINY_PROOFS = ProofConfig(topk=16, decode_batching_size=8)
 # 1e-2: mean 3.1 up). The paper's defaults (38, 10, 8) accept both kinds on this model.
 TINY_THRESHOLDS = ProofThresholds(max_exp_mismatches=1, max_mant_err_mean=1.0, max_mant_err_median=1.5)
 
-TASKS = [f"Compute {a} plus {b}, then explain the steps." for a, b in [(2, 3), (17, 25), (4, 40), (9, 11), (31, 8), (6, 6)]]
+TASKS = [
+    f"Compute {a} plus {b}, then explain the steps."
+    for a, b in [(2, 3), (17, 25), (4, 40), (9, 11), (31, 8), (6, 6)]
+]
 
 
 def write_tasks(path: Path, count: int = len(TASKS)) -> Path:
     """A task file of `count` small math prompts."""
     import orjson
 
-    rows = [{"problem_id": f"t{i}", "source": "toploc-tests", "task_type": "verifiable_math", "prompt": TASKS[i % len(TASKS)] + " " * (i // len(TASKS)),
-             "verification_info": {"ground_truth": "0"}} for i in range(count)]
+    rows = [
+        {
+            "problem_id": f"t{i}",
+            "source": "toploc-tests",
+            "task_type": "verifiable_math",
+            "prompt": TASKS[i % len(TASKS)] + " " * (i // len(TASKS)),
+            "verification_info": {"ground_truth": "0"},
+        }
+        for i in range(count)
+    ]
     path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     return path
 
 
-def generate(model: str, tasks: Path, output: Path, proofs: ProofConfig | None, *, n: int = 2, max_tokens: int = 24, dtype: str | None = None,
-             backend: Any = None) -> list[dict[str, Any]]:
+def generate(
+    model: str,
+    tasks: Path,
+    output: Path,
+    proofs: ProofConfig | None,
+    *,
+    n: int = 2,
+    max_tokens: int = 24,
+    dtype: str | None = None,
+    backend: Any = None,
+) -> list[dict[str, Any]]:
     """Rollouts of `tasks` by `model` (proofs on when given); returns the rows. The transformers backend
     generates them, or `backend`, a running backend that is left open."""
     from genesys.generate.runner import run_generation
 
     options = {"batch_size": 8} | ({"dtype": dtype} if dtype else {})
     config = GenerateConfig(
-        tasks=[str(tasks)], model=model, output=output, backend=backend.name if backend else "transformers",
-        sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0), backend_options={} if backend else options, proofs=proofs, progress=False,
+        tasks=[str(tasks)],
+        model=model,
+        output=output,
+        backend=backend.name if backend else "transformers",
+        sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0),
+        backend_options={} if backend else options,
+        proofs=proofs,
+        progress=False,
     )
     run_generation(config, backend=backend)
     return read_rows(output)
@@ -55,7 +81,13 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def perturbed_model(source: str, target: Path, scale: float = 1e-2, parameter: str = "model.layers.0.mlp.down_proj.weight", seed: int = 0) -> str:
+def perturbed_model(
+    source: str,
+    target: Path,
+    scale: float = 1e-2,
+    parameter: str = "model.layers.0.mlp.down_proj.weight",
+    seed: int = 0,
+) -> str:
     """A copy of `source` with Gaussian noise of std `scale` added to one weight matrix."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -75,7 +107,11 @@ def claiming(rows: list[dict[str, Any]], honest: dict[str, Any]) -> list[dict[st
     out = []
     for row in rows:
         row = copy.deepcopy(row)
-        row.update(model_name=honest["model_name"], toploc_config=copy.deepcopy(honest["toploc_config"]), generation_config=copy.deepcopy(honest["generation_config"]))
+        row.update(
+            model_name=honest["model_name"],
+            toploc_config=copy.deepcopy(honest["toploc_config"]),
+            generation_config=copy.deepcopy(honest["generation_config"]),
+        )
         out.append(row)
     return out
 
@@ -85,7 +121,11 @@ def swap_token(row: dict[str, Any], tokenizer: Any, position: int = 5) -> dict[s
     row = copy.deepcopy(row)
     ids = row["completion_ids"]
     special = set(tokenizer.all_special_ids)
-    ids[position] = next(t for t in range(ids[position] + 1, ids[position] + len(tokenizer)) if t % len(tokenizer) not in special) % len(tokenizer)
+    ids[position] = next(
+        t
+        for t in range(ids[position] + 1, ids[position] + len(tokenizer))
+        if t % len(tokenizer) not in special
+    ) % len(tokenizer)
     row["llm_response"] = tokenizer.decode(ids, skip_special_tokens=True)
     return row
 
@@ -94,7 +134,15 @@ def copy_proofs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row that has a partner carrying the proofs of its partner: another row with as many, different, proofs."""
     forged = []
     for row in rows:
-        partner = next((o for o in rows if len(o["toploc_proofs"]) == len(row["toploc_proofs"]) and o["toploc_proofs"] != row["toploc_proofs"]), None)
+        partner = next(
+            (
+                o
+                for o in rows
+                if len(o["toploc_proofs"]) == len(row["toploc_proofs"])
+                and o["toploc_proofs"] != row["toploc_proofs"]
+            ),
+            None,
+        )
         if partner is not None:
             forged.append(copy.deepcopy(row) | {"toploc_proofs": list(partner["toploc_proofs"])})
     return forged

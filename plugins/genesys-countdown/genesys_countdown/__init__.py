@@ -16,13 +16,17 @@ import re
 from fractions import Fraction
 
 import genesys
-
 from genesys_countdown.tasks import genesys_tasks  # the Countdown task generator, registered with this module
 
 __all__ = ["Countdown", "evaluate_expression", "genesys_tasks", "genesys_verifiers"]
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
 
 
 class ExpressionError(ValueError):
@@ -46,7 +50,9 @@ def evaluate_expression(text: str) -> tuple[Fraction, list[int]]:
         if isinstance(node, ast.Constant) and type(node.value) is int:
             used.append(node.value)
             return Fraction(node.value)
-        raise ExpressionError(f"only integers, + - * / and parentheses are allowed, found {ast.unparse(node)!r}")
+        raise ExpressionError(
+            f"only integers, + - * / and parentheses are allowed, found {ast.unparse(node)!r}"
+        )
 
     return walk(tree.body), used
 
@@ -70,11 +76,17 @@ class Countdown(genesys.Verifier):
         except ExpressionError as exc:
             return genesys.Verdict(score=0.0, details={"answer": answer, "reason": str(exc)})
         if sorted(used) != numbers:
-            return genesys.Verdict(score=0.0, details={"answer": answer, "reason": "numbers_mismatch", "used": used})
+            return genesys.Verdict(
+                score=0.0, details={"answer": answer, "reason": "numbers_mismatch", "used": used}
+            )
         correct = value == target
         return genesys.Verdict(
             score=float(correct),
-            details={"answer": answer, "value": str(value), "reason": "correct" if correct else "wrong_value"},
+            details={
+                "answer": answer,
+                "value": str(value),
+                "reason": "correct" if correct else "wrong_value",
+            },
         )
 
 

@@ -44,10 +44,14 @@ def make_puzzle(rng: random.Random, numbers: int, max_number: int) -> tuple[list
     return values, target, expression
 
 
-def countdown_tasks(count: int = 100, numbers: int = 4, max_number: int = 50, seed: int = 0) -> list[dict[str, Any]]:
+def countdown_tasks(
+    count: int = 100, numbers: int = 4, max_number: int = 50, seed: int = 0
+) -> list[dict[str, Any]]:
     """`count` Countdown tasks in the GENESYS task schema, the same ones for the same arguments."""
     if count < 1 or numbers < 2 or max_number < 1:
-        raise ValueError(f"countdown needs count >= 1, numbers >= 2 and max_number >= 1, got {count}, {numbers}, {max_number}")
+        raise ValueError(
+            f"countdown needs count >= 1, numbers >= 2 and max_number >= 1, got {count}, {numbers}, {max_number}"
+        )
     rng = random.Random(seed)
     rows = []
     for index in range(count):
@@ -69,4 +73,10 @@ def countdown_tasks(count: int = 100, numbers: int = 4, max_number: int = 50, se
 
 @hookimpl
 def genesys_tasks() -> list[TaskSet]:
-    return [TaskSet("countdown", countdown_tasks, "generated Countdown arithmetic puzzles (options: count, numbers, max_number, seed)")]
+    return [
+        TaskSet(
+            "countdown",
+            countdown_tasks,
+            "generated Countdown arithmetic puzzles (options: count, numbers, max_number, seed)",
+        )
+    ]
