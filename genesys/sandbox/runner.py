@@ -362,11 +362,17 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def confine():
-    """Install the system call filter on this process; every test forked from it inherits it."""
+def filter_program():
+    """The system call filter, ready for `confine` (the buffer it points into goes with it)."""
     code = seccomp_filter(os.uname().machine)
     program = ctypes.create_string_buffer(code, len(code))
-    fprog = _SockFprog(len(code) // 8, ctypes.addressof(program))
+    return _SockFprog(len(code) // 8, ctypes.addressof(program)), program
+
+
+def confine(prepared=None):
+    """Install the system call filter (`prepared` by `filter_program`, or made now) on this
+    process; every test forked from it inherits it."""
+    fprog, _ = prepared or filter_program()
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot install the system call filter")
@@ -392,15 +398,22 @@ class _CapData(ctypes.Structure):
     ]
 
 
-def keep_capabilities(capabilities):
-    """Make `capabilities` the only ones this process holds (effective and permitted; none inheritable)."""
+def capability_sets(capabilities):
+    """The arguments of the capset call that makes `capabilities` the only ones a process holds
+    (effective and permitted; none inheritable)."""
     mask = 0
     for capability in capabilities:
         mask |= 1 << capability
     data = (_CapData * 2)(
         _CapData(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0), _CapData(mask >> 32, mask >> 32, 0)
     )
-    if _libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), data) != 0:
+    return _CapHeader(_CAP_VERSION_3, 0), data
+
+
+def keep_capabilities(capabilities, prepared=None):
+    """Make `capabilities` the only ones this process holds (`prepared` by `capability_sets`)."""
+    header, data = prepared or capability_sets(capabilities)
+    if _libc.capset(ctypes.byref(header), data) != 0:
         raise OSError(ctypes.get_errno(), "cannot set the runner's capabilities")
 
 
@@ -437,26 +450,77 @@ def _mount(source, target, fstype, flags, data=None):
     )
 
 
-def new_pid_namespace(own_pid_namespace):
-    """Have this process's next child start a fresh pid namespace (as its pid 1). `own_pid_namespace`
-    is an fd of this process's own: going back to it first lets this be done again and again."""
-    _check(_libc.setns(own_pid_namespace, CLONE_NEWPID), "setns")
-    _check(_libc.unshare(CLONE_NEWPID), "unshare")
-
-
-def enter_fresh_namespaces(scratch_bytes, uid):
-    """Move this process (pid 1 of a fresh pid namespace) into fresh mount, IPC and UTS namespaces
-    where every path a program can write is a fresh, empty file system: a tmpfs on /tmp (owned by
-    the programs' `uid`), a tmpfs on /dev/shm, the new IPC namespace's own /dev/mqueue, a /proc of
-    the new pid namespace (showing only the submission's processes), and nothing on /sys."""
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+def fresh_mounts(scratch_bytes, uid):
+    """The mounts that give a submission fresh, empty file systems wherever a program can write:
+    a tmpfs on /tmp (owned by the programs' `uid`), a tmpfs on /dev/shm, the new IPC namespace's
+    own /dev/mqueue, a /proc of the new pid namespace (showing only the submission's processes),
+    and nothing on /sys. As `mount` arguments: (source, target, type, flags, data)."""
     owner = "" if uid is None else ",uid=%d,gid=%d" % (uid, uid)
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700%s" % (scratch_bytes, owner))
-    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % SHM_BYTES)
-    _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mounts = [
+        ("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700%s" % (scratch_bytes, owner)),
+        ("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % SHM_BYTES),
+        ("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+        ("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+    ]
     if os.path.ismount("/sys"):  # docker shows one; its cgroup files count what earlier submissions used
-        _mount("tmpfs", "/sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,mode=0555")
+        mounts.append(
+            ("tmpfs", "/sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,mode=0555")
+        )
+    encode = lambda value: value if value is None or isinstance(value, int) else value.encode()  # noqa: E731
+    return [tuple(map(encode, mount)) for mount in mounts]
+
+
+class ZygoteSetup:
+    """What a zygote does to itself before it serves a submission's tests, prepared once in the
+    template: each zygote then only makes the system calls. A page it writes is a page it copies.
+
+    Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts`; the working directory,
+    made as the programs' `uid` in their /tmp; an empty bounding set, SETUID and SETGID only (for
+    the tests to drop to `uid`), no supplementary groups; the system call filter. Always: a
+    subreaper (what tests leave comes here) whose tests the kernel takes first under memory pressure."""
+
+    def __init__(self, workdir, sandboxed, uid, scratch_bytes):
+        self.sandboxed, self.uid = sandboxed, uid
+        self.directories = [os.path.dirname(workdir), workdir]
+        if sandboxed:
+            self.mounts = fresh_mounts(scratch_bytes, uid)
+            self.capabilities = capability_sets((CAP_SETGID, CAP_SETUID) if uid is not None else ())
+            self.filter = filter_program()
+
+    def apply(self):
+        if self.sandboxed:
+            _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+            for source, target, fstype, flags, data in self.mounts:
+                _check(_libc.mount(source, target, fstype, flags, data), "mount")
+        if self.uid is None:
+            self._make_directories()
+        else:
+            os.setgroups([])
+            os.setresuid(-1, self.uid, -1)  # made as the programs' uid, in their /tmp; back to root after
+            try:
+                self._make_directories()
+            finally:
+                os.setresuid(-1, 0, -1)
+        if self.sandboxed:
+            drop_from_bounding_set(RUNNER_CAPABILITIES)  # the runner left no others
+            keep_capabilities((), self.capabilities)
+            confine(self.filter)
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        try:
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        except OSError:
+            return  # not ours to write where the zygote's uid does not own its /proc files (not dumpable)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
+
+    def _make_directories(self):
+        for directory in self.directories:
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                pass
 
 
 # --- running one test -----------------------------------------------------------------------------
@@ -627,10 +691,18 @@ class ZygoteLost(Exception):
     """A zygote (or the template) is gone or does not answer: the sandbox itself failed."""
 
 
-# How a test ended, as a zygote reports it: wait status, whether processes of the test still run,
-# peak RSS (kB) of the test's first process, and the CPU time (us) of every process it has reaped.
-REPORT = struct.Struct("=iiqq")
-CPU_TOTAL = struct.Struct("=q")
+# How a test ended, as a zygote reports it, in the kernel's own layout (the zygote copies nothing):
+# the wait status, whether processes of the test still run, the `struct rusage` of the test's first
+# process and that of every process the zygote has reaped. A struct rusage: two timevals (user,
+# system), then 14 longs, ru_maxrss (kB) first.
+RUSAGE = struct.Struct("=4q14q")
+REPORT = struct.Struct("=ii%ds%ds" % (RUSAGE.size, RUSAGE.size))
+RUSAGE_CHILDREN, WNOHANG = -1, 1
+
+
+def _cpu_us(rusage):
+    user_s, user_us, system_s, system_us, *_ = RUSAGE.unpack(rusage)
+    return (user_s + system_s) * 1000000 + user_us + system_us
 
 
 def _ask(sock, request, fds, size):
@@ -720,16 +792,16 @@ class Zygote:
 
     def report(self):
         """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it."""
-        status, leftovers, maxrss_kb, cpu_us = REPORT.unpack(_answer(self.sock, REPORT.size))
-        self._leftovers, self._reported_cpu_us = bool(leftovers), cpu_us
-        return status, maxrss_kb
+        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size))
+        self._leftovers, self._reported_cpu_us = bool(leftovers), _cpu_us(reaped)
+        return status, RUSAGE.unpack(usage)[4]
 
     def finish_test(self):
         """Kill and reap whatever the test left running; the CPU seconds of all its processes."""
         cpu_us = self._reported_cpu_us
         if self._leftovers:
             self.kill_test()
-            cpu_us = CPU_TOTAL.unpack(_ask(self.sock, b"R", [], CPU_TOTAL.size))[0]
+            cpu_us = _cpu_us(_ask(self.sock, b"R", [], RUSAGE.size))
         used, self.cpu_us = cpu_us - self.cpu_us, cpu_us
         return used / 1e6
 
@@ -796,90 +868,78 @@ def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
     fork a zygote (in a fresh pid namespace when `sandboxed`) and send its pid (or -errno)."""
     atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
     _install_test_main(workdir)
+    setup = ZygoteSetup(workdir, sandboxed, uid, scratch_bytes)
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if sandboxed else -1
-    space = _socket.CMSG_SPACE(4)
+    # Bound once, as in the zygote's loop: after each fork, every page written here is a fault.
+    answer = ctypes.c_int()
+    setns, unshare, waitpid, fork, close = _libc.setns, _libc.unshare, _libc.waitpid, os.fork, os.close
+    recvmsg, send, space = requests.recvmsg, requests.send, _socket.CMSG_SPACE(4)
     while True:
-        data, ancillary, _, _ = requests.recvmsg(1, space)
+        data, ancillary, _, _ = recvmsg(1, space)
         if not data:
             return 0
-        (sock_fd,) = memoryview(ancillary[0][2]).cast("i").tolist()
-        _reap_every_child()  # the runner killed the last zygote: its namespaces go with it
-        try:
-            if sandboxed:
-                new_pid_namespace(own_pid_namespace)
-            pid = os.fork()
-        except OSError as exc:
-            pid = -(exc.errno or 1)
+        sock_fd = memoryview(ancillary[0][2]).cast("i")[0]
+        while waitpid(-1, None, 0) > 0:
+            pass  # the runner killed the last zygote: its namespaces go with it
+        if sandboxed and (setns(own_pid_namespace, CLONE_NEWPID) or unshare(CLONE_NEWPID)):
+            pid = -(ctypes.get_errno() or 1)  # the next child would not be pid 1 of a fresh namespace
+        else:
+            try:
+                pid = fork()
+            except OSError as exc:
+                pid = -(exc.errno or 1)
         if pid == 0:
             code = 1
             try:
                 requests.close()
                 if own_pid_namespace >= 0:
                     os.close(own_pid_namespace)
-                code = zygote_main(_socket.socket(fileno=sock_fd), sandboxed, uid, scratch_bytes)
+                setup.apply()
+                code = _serve_tests(_socket.socket(fileno=sock_fd))
             finally:
                 os._exit(code)
-        os.close(sock_fd)
-        requests.send(struct.pack("i", pid))
+        close(sock_fd)
+        answer.value = pid
+        send(answer)
 
 
-def _reap_every_child():
+def _serve_tests(sock):
+    """One submission's zygote, once set up: for each request fork a test, reap it and everything it
+    started (orphans come here), and report how it ended. After each fork, every page
+    this loop writes is a copy-on-write fault: it works in buffers made once, through functions
+    bound once, and the kernel writes its answers into the report itself."""
+    report = ctypes.create_string_buffer(REPORT.size)
+    status, leftovers = ctypes.c_int.from_buffer(report, 0), ctypes.c_int.from_buffer(report, 4)
+    usage, reaped = ctypes.byref(report, 8), ctypes.byref(report, 8 + RUSAGE.size)
+    at_status = ctypes.byref(status)
+    wait4, waitpid, getrusage, fork, close = _libc.wait4, _libc.waitpid, _libc.getrusage, os.fork, os.close
+    recvmsg, send, space = sock.recvmsg, sock.send, _socket.CMSG_SPACE(8 * 4)
     while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue
-
-
-def zygote_main(sock, sandboxed, uid, scratch_bytes):
-    """One submission's zygote: make its namespaces (`sandboxed`), then for each request fork a
-    test, reap it and everything it started (orphans come here), and report how it ended."""
-    if sandboxed:
-        enter_fresh_namespaces(scratch_bytes, uid)
-        drop_from_bounding_set(RUNNER_CAPABILITIES)  # the runner left no others
-        keep_capabilities((CAP_SETGID, CAP_SETUID) if uid is not None else ())
-        confine()
-    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    try:  # tests inherit it: under memory pressure the kernel takes them first
-        with open("/proc/self/oom_score_adj", "w") as handle:
-            handle.write("1000")
-    except OSError:
-        pass  # not ours to write where the zygote's uid does not own its /proc files (not dumpable)
-    space = _socket.CMSG_SPACE(8 * 4)
-    while True:
-        data, ancillary, _, _ = sock.recvmsg(1, space)
+        data, ancillary, _, _ = recvmsg(1, space)
         if not data:
             return 0
         if data == b"R":  # the runner killed what the last test left: reap it
-            _reap_every_child()
-            sock.send(CPU_TOTAL.pack(_children_cpu_us()))
+            while waitpid(-1, None, 0) > 0:
+                pass
+            getrusage(RUSAGE_CHILDREN, reaped)
+            send(report[8 + RUSAGE.size :])
             continue
         fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
-        pid = os.fork()
+        pid = fork()
         if pid == 0:
             _become_test(fds)
         for fd in fds:
-            os.close(fd)
+            close(fd)
+        while wait4(-1, at_status, 0, usage) not in (pid, -1):
+            pass  # an orphan of an earlier test
+        leftovers.value = 0
         while True:
-            reaped, status, usage = os.wait4(-1, 0)
-            if reaped == pid:
+            done = waitpid(-1, None, WNOHANG)
+            if done <= 0:
+                leftovers.value = done == 0
                 break
-        leftovers = 0
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    leftovers = 1
-                    break
-            except ChildProcessError:
-                break
-        sock.send(REPORT.pack(status, leftovers, usage.ru_maxrss, _children_cpu_us()))
-
-
-def _children_cpu_us():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return int(round((usage.ru_utime + usage.ru_stime) * 1e6))
+        getrusage(RUSAGE_CHILDREN, reaped)
+        send(report)
 
 
 def _install_test_main(workdir):
@@ -934,9 +994,9 @@ def _test_main(kind, body, call, limits, uid, workdir, files):
     def main():
         for resource_kind, value in limits:
             resource.setrlimit(resource_kind, value)
-        if uid is not None:
-            drop_privileges(uid)
-        os.makedirs(workdir, exist_ok=True)
+        if uid is not None:  # the zygote has no supplementary groups left to drop
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
         if kind == "python":
             return python_child(body, call, workdir)()
         os.chdir(workdir)
