@@ -735,6 +735,7 @@ class Template:
     def __init__(self, workdir, sandboxed, uid, scratch_bytes):
         self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         self.sandboxed, self.workdir = sandboxed, workdir
+        self._ordered = None  # our end of the socket of the zygote being made
         self.pid = os.fork()
         if self.pid == 0:
             code = 1
@@ -747,16 +748,29 @@ class Template:
                 os._exit(code)
         theirs.close()
 
-    def zygote(self):
-        """A fresh zygote, made once every process of the last one is gone."""
-        mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    def order(self):
+        """Have the template start making a zygote now; `zygote` collects it."""
+        self._ordered, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         try:
-            pid = struct.unpack("i", _ask(self.sock, b"Z", [theirs.fileno()], 4))[0]
+            rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", theirs.fileno()))]
+            self.sock.sendmsg([b"Z"], rights, _socket.MSG_NOSIGNAL)
+        except OSError:
+            self._ordered.close()
+            raise ZygoteLost() from None
+        finally:
+            theirs.close()
+
+    def zygote(self):
+        """The zygote ordered last (ordered now if none is): forked from the template, and setting
+        itself up (see `ZygoteSetup`) while the runner goes on; its first test waits for that."""
+        if self._ordered is None:
+            self.order()
+        mine, self._ordered = self._ordered, None
+        try:
+            pid = struct.unpack("i", _answer(self.sock, 4))[0]
         except ZygoteLost:
             mine.close()
             raise
-        finally:
-            theirs.close()
         if pid < 0:
             mine.close()
             raise OSError(-pid, "cannot make a zygote: %s" % os.strerror(-pid))
@@ -768,6 +782,7 @@ class Zygote:
 
     def __init__(self, pid, sock, sandboxed, workdir):
         self.pid, self.sock, self.sandboxed, self.workdir = pid, sock, sandboxed, workdir
+        self._exited = _pidfd(pid)  # readable once it has exited (the template reaps it later)
         self.cpu_us = 0  # the CPU time of every process it has reaped so far
         self._leftovers = False
         self._counted_from = None
@@ -862,10 +877,40 @@ class Zygote:
         if not self.sandboxed:
             wipe(self.workdir)
 
+    def wait_gone(self):
+        """Once `close`d: wait until the zygote has exited. As pid 1 of its namespace it exits only
+        after every other process there has, so then nothing of its submission runs any more."""
+        deadline = time.monotonic() + ZYGOTE_ANSWER_S
+        try:
+            while not _exited(self.pid, self._exited, deadline - time.monotonic()):
+                if time.monotonic() > deadline:
+                    raise ZygoteLost()  # it outlives SIGKILL: nothing more may start here
+                time.sleep(0.0005)
+        finally:
+            if self._exited is not None:
+                os.close(self._exited)
+                self._exited = None
+
+
+def _pidfd(pid):
+    """A pidfd of `pid` (None where this kernel or Python has none: /proc is read instead)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _exited(pid, pidfd, timeout):
+    """Whether `pid` has exited (waiting up to `timeout` seconds where there is a `pidfd`)."""
+    if pidfd is not None and select.select([pidfd], [], [], max(0.0, timeout))[0]:
+        return True
+    return (_stat(pid) or [b"X"])[0] in (b"Z", b"X")
+
 
 def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
-    """Serve the runner until it goes away: for each request, once every earlier zygote is gone,
-    fork a zygote (in a fresh pid namespace when `sandboxed`) and send its pid (or -errno)."""
+    """Serve the runner until it goes away: for each request, fork a zygote (in a fresh pid
+    namespace when `sandboxed`) and send its pid (or -errno). The runner orders the next zygote
+    while a submission runs, and waits for the last one to be gone before the next one's tests."""
     atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
     _install_test_main(workdir)
     setup = ZygoteSetup(workdir, sandboxed, uid, scratch_bytes)
@@ -879,8 +924,8 @@ def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
         if not data:
             return 0
         sock_fd = memoryview(ancillary[0][2]).cast("i")[0]
-        while waitpid(-1, None, 0) > 0:
-            pass  # the runner killed the last zygote: its namespaces go with it
+        while waitpid(-1, None, WNOHANG) > 0:
+            pass  # zygotes the runner has killed
         if sandboxed and (setns(own_pid_namespace, CLONE_NEWPID) or unshare(CLONE_NEWPID)):
             pid = -(ctypes.get_errno() or 1)  # the next child would not be pid 1 of a fresh namespace
         else:
@@ -1407,15 +1452,19 @@ def main(argv):
     template = Template(workdir, sandboxed, uid, scratch_bytes)  # before anything a program wrote is read
     zygote = template.zygote()  # made now, so that a sandbox that cannot make one fails at its start
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
+    last = None
     while True:
         job = read_frame(in_fd)
         if job is None:
             return 0
+        if last is not None:
+            last.wait_gone()  # nothing of the last submission runs when this one starts
         if sandboxed:
             kill_strangers({os.getpid(), template.pid, zygote.pid})
+        template.order()  # the next submission's zygote, made and set up while this one runs
         serve_one(job, toolchains, zygote, out_fd, uid if sandboxed else None)
         zygote.close()
-        zygote = template.zygote()  # while the host reads the replies
+        last, zygote = zygote, template.zygote()
 
 
 def keep(argv):
