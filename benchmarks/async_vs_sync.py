@@ -1,7 +1,7 @@
 """Asynchronous training (max_staleness = 1) against the synchronous loop (max_staleness = 0), on Ray.
 
-Both runs train the same budget of steps on the toy digit task (the test plugin's `digit_share`
-verifier) with a tiny random-weight model, on the same local Ray instance with the same rollout
+Both runs train the same budget of steps on the toy digit task (`genesys.testing.digits`, the
+`digit_share` verifier) with a tiny random-weight model, on the same local Ray instance with the same rollout
 and verifier actors; only `async.max_staleness` differs. Every group is trained (no group
 filtering) and the learning rate is 0 unless `--lr` says otherwise: the pipeline (generation,
 verification, the optimizer step, publishing and loading weights) runs in full, but both runs
@@ -26,31 +26,13 @@ trainer use one core each.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-SUPPORT = REPO / "tests" / "support"
-
-
-def write_tasks(path: Path, count: int) -> Path:
-    rows = [
-        {
-            "problem_id": f"p{i}",
-            "source": "toy",
-            "task_type": "digit_share",
-            "prompt": f"Write digits {i}",
-            "verification_info": {},
-        }
-        for i in range(count)
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+from genesys.testing import digits
 
 
 def run(
@@ -126,11 +108,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    os.environ.update(OMP_NUM_THREADS="1", GENESYS_PLUGINS="genesys_testplugins")
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(SUPPORT), str(REPO), os.environ.get("PYTHONPATH")])
-    )
-    sys.path[:0] = [str(SUPPORT), str(REPO)]
+    os.environ.update(OMP_NUM_THREADS="1", GENESYS_PLUGINS=digits.PLUGIN)
     import ray
     import torch
 
@@ -148,7 +126,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model = build_tiny_model(root / "model", hidden_size=args.hidden, layers=args.layers)
-        tasks = write_tasks(root / "tasks.jsonl", 64)
+        tasks = digits.digit_tasks(root / "tasks.jsonl", 64)
         results = {k: summary(run(args, model, tasks, root / f"k{k}", k), args.workers) for k in (0, 1)}
     ray.shutdown()
     print(

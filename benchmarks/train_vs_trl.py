@@ -2,7 +2,7 @@
 
 Both trainers start from the same random-weight Qwen2 checkpoint (written here), sample 4 prompts x
 8 completions of at most 32 tokens per step at temperature 1, reward each completion with the
-`digit_share` test verifier (the share of digits in the text, `tests/support/genesys_testplugins.py`:
+`digit_share` verifier (the share of digits in the text, `genesys.testing.digits`:
 genesys runs it in its verification pool, TRL calls the same class in a reward function), and take
 one AdamW step per batch with the same loss:
 
@@ -60,7 +60,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -71,8 +70,8 @@ from pathlib import Path
 from typing import Any
 
 from genesys.generate.tiny_model import SHAPES
+from genesys.testing import digits
 
-SUPPORT = Path(__file__).resolve().parent.parent / "tests" / "support"
 PROMPTS_PER_STEP = 4
 SAMPLES_PER_PROMPT = 8
 MAX_TOKENS = 32
@@ -135,9 +134,7 @@ class RunRecord:
 
 def load_test_plugins() -> None:
     """Make the `digit_share` verifier visible here and in verification worker processes."""
-    os.environ["GENESYS_PLUGINS"] = "genesys_testplugins"
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUPPORT), os.environ.get("PYTHONPATH")) if p)
-    sys.path.insert(0, str(SUPPORT))
+    os.environ["GENESYS_PLUGINS"] = digits.PLUGIN
 
 
 def build_model(size: str, path: Path) -> str:
@@ -226,7 +223,7 @@ def run_genesys(setup: Setup, backend: str = "transformers") -> RunRecord:
     errors = sum(metrics["rollout_errors"] for metrics in result.metrics)
     if errors:
         raise SystemExit(
-            f"{record.name}: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (is the digit_share test plugin importable?)"
+            f"{record.name}: {errors} rollouts failed verification: every rollout must be scored for a fair comparison (does $GENESYS_PLUGINS name genesys.testing.digits?)"
         )
     for metrics in result.metrics:
         record.step_seconds.append(metrics["step_seconds"])

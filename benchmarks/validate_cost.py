@@ -21,17 +21,12 @@ errors measured next to the honest rows' worst: the thresholds' margins.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parent.parent / "tests" / "support")
-)  # the tampered rows, shared with the tests
-
-from toploc_tampering import TINY_THRESHOLDS  # noqa: E402
+from genesys.testing.tampering import TINY_THRESHOLDS
 
 # What `timed` measures: CPU seconds of this process (all threads), as on a shared machine wall time
 # measures the neighbours as much as the code; wall-clock seconds where the work runs elsewhere (vLLM).
@@ -63,10 +58,10 @@ def validate(
 ) -> tuple[list[dict[str, Any]], float]:
     """`rows` validated against `model` (a fresh output); the rows and the CPU seconds it took (model load included)."""
     import orjson
-    from toploc_tampering import read_rows
 
     from genesys.config import ProofConfig, ProofThresholds, ValidateCommand
     from genesys.proofs.validate import validate_files
+    from genesys.testing.tampering import read_rows
 
     source = work / f"{name}.jsonl"
     source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
@@ -178,7 +173,7 @@ def main() -> None:
         default=1,
         help="torch threads (1: CPU seconds count work, not threads spinning on a shared machine)",
     )
-    # Defaults: the calibration for the default tiny model (tests/support/toploc_tampering.py).
+    # Defaults: the calibration for the default tiny model (genesys/testing/tampering.py).
     parser.add_argument("--max-exp", type=int, default=TINY_THRESHOLDS.max_exp_mismatches)
     parser.add_argument("--max-mean", type=float, default=TINY_THRESHOLDS.max_mant_err_mean)
     parser.add_argument("--max-median", type=float, default=TINY_THRESHOLDS.max_mant_err_median)
@@ -190,7 +185,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
 
-    from toploc_tampering import (
+    from genesys.config import ProofConfig
+    from genesys.generate.tiny_model import build_tiny_model
+    from genesys.testing.tampering import (
         claiming,
         copy_proofs,
         edit_logprobs,
@@ -199,9 +196,6 @@ def main() -> None:
         swap_token,
         write_tasks,
     )
-
-    from genesys.config import ProofConfig
-    from genesys.generate.tiny_model import build_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="validate-cost-"))
     shape = dict(

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from genesys.plugins import hookimpl
+from genesys.plugins.hookspecs import hookimpl
+from genesys.plugins.specs import Verifier
 from genesys.schema import Rollout, Task, Verdict
-from genesys.verifier import Verifier
 
 if TYPE_CHECKING:
-    from genesys.verify import verify_rollouts
+    from genesys.verification.api import verify_rollouts
 
 __version__ = "0.1.0"
 __all__ = ["Rollout", "Task", "Verdict", "Verifier", "hookimpl", "verify_rollouts", "__version__"]
 
 # Heavier parts of the API load on first use, so `import genesys` stays light.
-_LAZY = {"verify_rollouts": "genesys.verify"}
+_LAZY = {"verify_rollouts": "genesys.verification.api"}
 
 
 def __getattr__(name: str) -> Any:

@@ -29,7 +29,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError("cluster.backend = 'ray' needs Ray: pip install 'genesys[ray]'") from None
+        raise InputError("cluster.backend = 'ray' needs Ray: pip install 'genesys-rl[ray]'") from None
     return ray
 
 

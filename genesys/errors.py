@@ -1,5 +1,13 @@
 """Errors that the command line reports as one line with exit code 2."""
 
 
-class InputError(ValueError):
+class GenesysError(Exception):
+    """An error genesys reports as one line naming what is wrong, never as a traceback."""
+
+
+class InputError(GenesysError, ValueError):
     """Input that cannot be used: a missing file, an unknown task_type, a bad column. Names what is wrong."""
+
+
+class PluginError(GenesysError, RuntimeError):
+    """A plugin that cannot be used: a clash between plugins or a malformed hook result."""

@@ -1,4 +1,4 @@
-"""Task, Rollout and Verdict: the records genesys reads, verifies and writes.
+"""Task, Rollout and Verdict: the records genesys reads, verifies and writes; `Row`, one row of a file.
 
 Column names follow the GENESYS / SYNTHETIC-1 task schema, so their files read without conversion.
 `verification_info`, `metadata` and the other dict-valued columns may arrive as dicts or as JSON
@@ -13,6 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
+
+Row = dict[str, Any]  # one row of a task or rollout file, by column name
 
 TASK_COLUMNS = (
     "problem_id",

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+# The tests' plugin modules: on sys.path through `pythonpath` in pyproject.toml, and in PYTHONPATH for subprocesses.
 SUPPORT = Path(__file__).parent / "support"
-sys.path.insert(0, str(SUPPORT))
 REPO = Path(__file__).resolve().parent.parent
 GENESYS = str(Path(sys.executable).with_name("genesys"))
 
@@ -61,18 +61,3 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     from genesys.generate.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-def digit_tasks(path: Path, count: int = 16) -> Path:
-    """Tasks rewarded by the share of digits in the completion (the test plugin's digit_share verifier)."""
-    rows = [
-        {
-            "problem_id": f"p{i}",
-            "source": "toy",
-            "task_type": "digit_share",
-            "prompt": f"Write digits {i}",
-            "verification_info": {},
-        }
-        for i in range(count)
-    ]
-    return write_jsonl(path, rows)

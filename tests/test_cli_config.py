@@ -168,6 +168,7 @@ def test_unknown_verifier_option_is_refused(tmp_path: Path):
     assert ok.returncode == 0, ok.stderr and read_jsonl(tmp_path / "o.jsonl")[0]["score"] == 1.0
 
 
+@pytest.mark.slow
 def test_one_toml_serves_verify_and_generate_verify(tmp_path: Path):
     from genesys.generate.tiny_model import build_tiny_model
 

@@ -23,6 +23,7 @@ def output_rows(path: Path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_name", ["out.jsonl", "out.parquet", "shards"])
 def test_sigkill_then_same_command_leaves_every_row_exactly_once(tmp_path: Path, plugin_env, output_name):
     rows = []
@@ -161,6 +162,7 @@ def _processes_with_marker(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_no_worker_outlives_a_killed_run_even_when_stuck(tmp_path: Path, plugin_env):
     import uuid
 

@@ -117,6 +117,7 @@ def verifier() -> Iterator[CodeVerifier]:
     instance.teardown()
 
 
+@pytest.mark.bwrap
 def test_big_outputs_are_judged_without_keeping_them(verifier: CodeVerifier) -> None:
     expected = ("x" * 1023 + "\n") * LINES  # one string shared by every test case
     different = expected[:-2] + "y\n"

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from conftest import GENESYS, REPO, read_jsonl, write_jsonl
-from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, host_processes_with
+from test_sandbox_backends import BACKENDS, PROGRAMS, SUM_TESTS, backend_skip_reason, host_processes_with
 from test_sandbox_lifecycle import wait_until
+
+pytestmark = pytest.mark.slow  # each runs `genesys verify` on a sandbox: 4 to 10 s
 
 SAMPLES = REPO / "genesys" / "tasks" / "data" / "sample_rollouts.jsonl"
 EXPECTED_SAMPLES = {
@@ -48,7 +50,7 @@ def info(row: dict) -> dict:
     return json.loads(value) if isinstance(value, str) else value
 
 
-@pytest.mark.parametrize("kind", ["docker", "bwrap"])
+@pytest.mark.parametrize("kind", BACKENDS)
 def test_sample_code_rollouts(kind: str, tmp_path: Path) -> None:
     reason = backend_skip_reason(kind)
     if reason:
@@ -87,7 +89,7 @@ def row(name: str, source: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("kind", ["docker", "bwrap"])
+@pytest.mark.parametrize("kind", BACKENDS)
 def test_hostile_rollouts_do_not_disturb_the_run(kind: str, tmp_path: Path) -> None:
     reason = backend_skip_reason(kind)
     if reason:
@@ -114,7 +116,7 @@ def test_hostile_rollouts_do_not_disturb_the_run(kind: str, tmp_path: Path) -> N
         assert by_id[f"good-{index}"]["score"] == 1.0, info(by_id[f"good-{index}"])
 
 
-@pytest.mark.parametrize("kind", ["docker", "bwrap"])
+@pytest.mark.parametrize("kind", BACKENDS)
 def test_engine_deadline_kills_the_sandbox_with_the_worker(kind: str, tmp_path: Path) -> None:
     reason = backend_skip_reason(kind)
     if reason:

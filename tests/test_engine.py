@@ -26,7 +26,8 @@ from genesys_testplugins import (
 )
 
 import genesys
-from genesys.engine import VerificationEngine, VerifyConfig
+from genesys.config import VerifyConfig
+from genesys.verification.engine import VerificationEngine
 
 VERIFIERS = {
     cls.task_type: cls
@@ -229,6 +230,7 @@ def test_a_verifier_holding_the_gil_cannot_stall_the_engine():
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.slow
 def test_async_batches_are_judged_on_progress_not_on_their_total_time():
     out = run([rollout("async_busy", "x") for _ in range(60)], workers=1)  # 3 s of blocking work, 1 s timeout
     assert [r["score"] for r in out] == [1.0] * 60
@@ -240,14 +242,17 @@ def test_an_exception_object_as_error_becomes_text():
 
 
 def test_only_the_expected_types_preload_their_modules():
-    from genesys.engine import preload_modules
+    from genesys.verification.engine import preload_modules
     from genesys.verifiers.code import CodeVerifier
     from genesys.verifiers.math import MathVerifier
 
     classes = {"verifiable_math": MathVerifier, "verifiable_code": CodeVerifier, "echo": Echo}
-    assert preload_modules(classes, {"verifiable_code", "echo"}) == ["genesys.worker"]
-    assert preload_modules(classes, {"verifiable_math"}) == ["genesys.worker", "genesys.verifiers.math_grade"]
-    assert preload_modules(classes) == ["genesys.worker", "genesys.verifiers.math_grade"]
+    assert preload_modules(classes, {"verifiable_code", "echo"}) == ["genesys.verification.worker"]
+    assert preload_modules(classes, {"verifiable_math"}) == [
+        "genesys.verification.worker",
+        "genesys.verifiers.math_grade",
+    ]
+    assert preload_modules(classes) == ["genesys.verification.worker", "genesys.verifiers.math_grade"]
 
 
 def test_workers_see_the_environment_of_when_the_run_starts(monkeypatch):

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from conftest import GENESYS, read_jsonl, write_jsonl
 
+from genesys.analysis.filtering import PassRateFilter, filter_tasks
 from genesys.errors import InputError
-from genesys.filtering import PassRateFilter, filter_tasks
 
 # problem_id -> scores of its rollouts (None: verification failed)
 KNOWN = {

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genesys.generate import hf
+from genesys import models
 from genesys.generate.backend import (
     GenerationRequest,
     PromptStyle,
@@ -253,13 +253,13 @@ def test_the_worker_thread_loads_and_runs_the_model_and_without_it_the_caller_do
     tiny_model, monkeypatch
 ):
     loaded_in: list[int] = []
-    load = hf.AutoModelForCausalLM.from_pretrained
+    load = models.AutoModelForCausalLM.from_pretrained
 
     def recorded_load(*args, **kwargs):
         loaded_in.append(threading.get_ident())
         return load(*args, **kwargs)
 
-    monkeypatch.setattr(hf.AutoModelForCausalLM, "from_pretrained", recorded_load)
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", recorded_load)
     request = _request("a", "Tell me a story.", 3, seed=4)
     threaded, inline = (
         _backend(tiny_model),

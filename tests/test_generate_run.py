@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from genesys.engine import VerifyConfig
+from genesys.config import VerifyConfig
+from genesys.data.identity import task_key
+from genesys.data.inputs import resolve_inputs
+from genesys.data.io import RolloutWriter, iter_rows
 from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationResult, PromptStyle, SamplingConfig
 from genesys.generate.prompts import pick_target_length
 from genesys.generate.runner import GenerateConfig, run_generation
 from genesys.generate.tiny_model import build_tiny_model
-from genesys.identity import task_key
-from genesys.inputs import resolve_inputs
-from genesys.io import RolloutWriter, iter_rows
 from genesys.rewards import RewardConfig
 from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS
 
@@ -133,6 +133,7 @@ def test_rerun_resumes_and_more_samples_only_adds_the_missing_ones(tiny_model, t
     assert Counter(i.rsplit("-", 1)[1] for i in ids) == {"0": 4, "1": 4, "2": 4}
 
 
+@pytest.mark.slow
 def test_sigkill_then_same_command_gives_every_sample_exactly_once(tiny_model, tmp_path):
     output = tmp_path / "out"
     # 600 rollouts: the first shard is written after 256 rows (or 2 s), well before the end. One

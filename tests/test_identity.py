@@ -9,11 +9,11 @@ import polars as pl
 import pytest
 from conftest import write_jsonl
 
+from genesys.analysis.filtering import task_pass_rates
+from genesys.data.frames import scan_rollouts
+from genesys.data.identity import derive_response_id, group_key, group_key_columns, response_id, task_key
+from genesys.data.inputs import resolve_inputs
 from genesys.errors import InputError
-from genesys.filtering import task_pass_rates
-from genesys.frames import scan_rollouts
-from genesys.identity import derive_response_id, group_key, group_key_columns, response_id, task_key
-from genesys.inputs import resolve_inputs
 
 TASK = {
     "problem_id": "p-7",

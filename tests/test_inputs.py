@@ -8,14 +8,14 @@ import polars as pl
 import pytest
 from conftest import write_jsonl
 
+from genesys.analysis.filtering import filter_tasks
+from genesys.analysis.report import write_report
+from genesys.data.frames import scan_rollouts
+from genesys.data.inputs import InputFile, resolve_inputs
+from genesys.data.io import iter_rows
 from genesys.errors import InputError
-from genesys.filtering import filter_tasks
-from genesys.frames import scan_rollouts
-from genesys.inputs import InputFile, resolve_inputs
-from genesys.io import iter_rows
-from genesys.report import write_report
 from genesys.tasks.sources import load_source
-from genesys.verify import verify_files
+from genesys.verification.api import verify_files
 
 
 def _saved_dataset_dict(path: Path) -> Path:

@@ -87,6 +87,7 @@ def test_text_before_an_orphan_closing_tag_is_reasoning() -> None:
     assert extract_answer("draft \\boxed{1}</think>final \\boxed{2}").boxed == ("2",)
 
 
+@pytest.mark.slow
 def test_degenerate_completions_are_scanned_in_linear_time() -> None:
     # Repetitive RL output must not make extraction quadratic (per-match rescans). Four times the
     # input must take about four times as long, not sixteen: the ratio, best of three, is checked,

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import GENESYS, REPO, write_jsonl
 
-from genesys.engine import VerifyConfig
+from genesys.config import VerifyConfig
 from genesys.plugins import verifier_entries
+from genesys.verification.api import verify_rollouts
 from genesys.verifiers.math import MathVerifier, math_verify_reward
 from genesys.verifiers.math_grade import grade
-from genesys.verify import verify_rollouts
 
 LABELED = REPO / "benchmarks" / "data" / "math_labeled.jsonl"
 

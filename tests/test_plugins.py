@@ -95,7 +95,9 @@ def test_the_example_countdown_plugin_is_installed_and_scores(tmp_path: Path):
             **{"numbers": [50, 7, 3, 25, 7], "target": 518},
         ),
     ]
-    out = genesys.verify_rollouts(rows, config=genesys.verify.VerifyConfig(workers=1, progress=False))
+    out = genesys.verify_rollouts(
+        rows, config=genesys.verification.api.VerifyConfig(workers=1, progress=False)
+    )
     reasons = [r["verification_result_info"].get("reason") for r in out]
     assert reasons[:2] == ["numbers_mismatch", "numbers_mismatch"]
     assert reasons[4] == "no_answer"

@@ -10,9 +10,11 @@ import pytest
 from conftest import rollout
 from genesys_testplugins import Echo, Hang, Slow
 
-from genesys.engine import VerificationEngine, VerifyConfig
-from genesys.pool import TypeStats, VerificationPool
+from genesys.config import VerifyConfig
 from genesys.schema import ErrorKind, VerifyError
+from genesys.verification.engine import VerificationEngine
+from genesys.verification.pool import VerificationPool
+from genesys.verification.stats import TypeStats
 
 VERIFIERS = {cls.task_type: cls for cls in (Echo, Hang, Slow)}
 
@@ -103,6 +105,7 @@ def test_errors_come_back_as_rows_and_a_cancelled_caller_does_not_disturb_the_ot
     assert hang["score"] is None and hang["error"] == "timeout: verification exceeded 1s"
 
 
+@pytest.mark.slow
 def test_closing_the_pool_fails_the_callers_still_waiting():
     async def main() -> None:
         pool = engine(workers=1)

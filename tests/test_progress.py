@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from genesys.engine import TypeStats
-from genesys.generate.runner import GenerateSummary
-from genesys.progress import RunProgress, console, print_generate_summary, print_summary
-from genesys.verify import RunSummary
+from genesys.generate.runner import GenerateSummary, print_generate_summary
+from genesys.ui.progress import RunProgress, console
+from genesys.verification.api import RunSummary, print_summary
+from genesys.verification.stats import TypeStats
 
 
 def test_rates_count_what_is_done_now_not_what_an_earlier_run_did():

@@ -20,7 +20,11 @@ pytest.importorskip(
 import orjson  # noqa: E402
 import torch  # noqa: E402
 from conftest import GENESYS  # noqa: E402
-from toploc_tampering import (  # noqa: E402
+
+from genesys.config import ProofConfig, ValidateCommand  # noqa: E402
+from genesys.proofs.toploc import ProofError, as_proof_dtype, build_proofs, decode_proofs, verify_proofs  # noqa: E402
+from genesys.proofs.validate import validate_files  # noqa: E402
+from genesys.testing.tampering import (  # noqa: E402
     TINY_PROOFS,
     TINY_THRESHOLDS,
     claiming,
@@ -32,10 +36,6 @@ from toploc_tampering import (  # noqa: E402
     swap_token,
     write_tasks,
 )
-
-from genesys.config import ProofConfig, ValidateCommand  # noqa: E402
-from genesys.proofs.toploc import ProofError, as_proof_dtype, build_proofs, decode_proofs, verify_proofs  # noqa: E402
-from genesys.proofs.validate import validate_files  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -250,6 +250,7 @@ def test_validate_resumes_after_a_partial_output(
     assert all(row["toploc_valid"] for row in rows)
 
 
+@pytest.mark.slow
 def test_cli_validates_prints_a_summary_and_resumes(
     honest: list[dict[str, Any]], tiny_model: str, work: Path
 ) -> None:
@@ -345,6 +346,7 @@ except ProofError as exc:
 """
 
 
+@pytest.mark.slow
 def test_a_null_modulus_proof_is_refused_without_killing_the_process() -> None:
     run = subprocess.run(
         [sys.executable, "-c", NULL_PROOF_SCRIPT], capture_output=True, text=True, timeout=300

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import GENESYS, write_jsonl
 
+from genesys.analysis.report import write_report
 from genesys.errors import InputError
-from genesys.report import write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = {

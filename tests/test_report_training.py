@@ -11,8 +11,8 @@ import pytest
 from conftest import GENESYS, write_jsonl
 from test_report import assert_png, rollouts
 
+from genesys.analysis.report_training import find_training_run, moving_average, write_training_report
 from genesys.errors import InputError
-from genesys.report_training import find_training_run, moving_average, write_training_report
 
 FIGURES = {"reward", "completion_length", "clipping", "optimization", "throughput", "other_metrics"}
 

@@ -7,9 +7,10 @@ import json
 import pytest
 from genesys_testplugins import Echo
 
-from genesys.engine import VerificationEngine, VerifyConfig
-from genesys.reward_function import RewardFunction, rollout_rows
+from genesys.config import VerifyConfig
 from genesys.rewards import RewardConfig
+from genesys.verification.engine import VerificationEngine
+from genesys.verification.reward_function import RewardFunction, rollout_rows
 
 VERIFIERS = {"echo": Echo}
 

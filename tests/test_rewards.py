@@ -10,7 +10,7 @@ from conftest import GENESYS, read_jsonl, rollout, write_jsonl
 from genesys_testplugins import Echo
 
 import genesys
-from genesys.engine import VerifyConfig
+from genesys.config import VerifyConfig
 from genesys.errors import InputError
 from genesys.rewards import RewardConfig, RewardStage
 

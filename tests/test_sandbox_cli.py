@@ -13,6 +13,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([GENESYS, "sandbox", *args], capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.bwrap
 def test_check_reports_each_backend() -> None:
     done = run("check")
     for backend in ("docker", "bwrap", "subprocess"):
@@ -23,6 +26,8 @@ def test_check_reports_each_backend() -> None:
         assert "python" in done.stdout and "yes" in done.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.docker
 def test_build_without_a_registry_builds_offline_and_reuses_the_image() -> None:
     reason = backend_skip_reason("docker")  # builds the image if it is not current
     if reason:
@@ -34,6 +39,8 @@ def test_build_without_a_registry_builds_offline_and_reuses_the_image() -> None:
     assert f"{DEFAULT_IMAGE} is up to date" in done.stderr or "built (online)" in done.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.docker
 def test_build_with_an_unknown_python_says_so() -> None:
     if backend_skip_reason("docker"):
         pytest.skip("needs a Docker daemon")

@@ -13,7 +13,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_sandbox_backends import PROGRAMS, SUM_TESTS, backend_skip_reason, code_rollout, host_processes_with
+from test_sandbox_backends import (
+    BACKENDS,
+    PROGRAMS,
+    SUM_TESTS,
+    backend_skip_reason,
+    code_rollout,
+    host_processes_with,
+)
 from test_sandbox_lifecycle import wait_until
 
 from genesys.sandbox.backends import open_sandbox
@@ -21,7 +28,6 @@ from genesys.sandbox.base import DEFAULT_REUSE, Sandbox, Submission
 from genesys.sandbox.limits import Limits
 from genesys.verifiers.code import CodeVerifier
 
-BACKENDS = ("docker", "bwrap")
 SECRET = "answer-4f2a"
 
 # Publishes its input everywhere a later submission could look; prints what it managed.
@@ -122,8 +128,11 @@ def run_one(sandbox: Sandbox, source: str, stdin: str = "", language: str = "pyt
 
 @pytest.fixture(
     scope="module",
-    params=[(kind, reuse) for kind in BACKENDS for reuse in (DEFAULT_REUSE, 1)],
-    ids=lambda p: f"{p[0]}-reuse{p[1]}",
+    params=[
+        pytest.param((kind, reuse), marks=getattr(pytest.mark, kind), id=f"{kind}-reuse{reuse}")
+        for kind in ("docker", "bwrap")
+        for reuse in (DEFAULT_REUSE, 1)
+    ],
 )
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     kind, reuse = request.param
@@ -198,6 +207,7 @@ ALLOCATE_400MB = (
 )
 
 
+@pytest.mark.slow
 def test_memory_an_earlier_submission_left_in_shared_memory_is_freed(sandbox: Sandbox) -> None:
     # 2.4 GB of segments plus 400 MB is more than the sandbox's whole memory (about 2.5 GB).
     bomb = sandbox.run(
@@ -253,6 +263,7 @@ def test_the_runner_and_its_zygote_keep_their_proc_files_closed(sandbox: Sandbox
     assert peeked["stdout"] == "[]\n", peeked
 
 
+@pytest.mark.docker
 def test_the_container_init_is_out_of_reach_even_without_the_filter() -> None:
     reason = backend_skip_reason("docker")
     if reason:
@@ -476,7 +487,15 @@ STOPPERS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(STOPPERS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow)
+        if name in ("stop everything from a leftover", "stop the parent's group")  # about 6 s each
+        else name
+        for name in sorted(STOPPERS)
+    ],
+)
 def test_a_program_that_stops_its_runner_fails(verifier: CodeVerifier, name: str) -> None:
     source = "import os, signal, time\n" + ANCESTORS + STOPPERS[name] + "\nprint(41)\ntime.sleep(0.5)\n"
     tests = [{"type": "stdin_stdout", "input": "", "output": "42"}] * 2

@@ -49,6 +49,57 @@ time.sleep(600)
 """
 
 
+# Job one: a submission whose program holds 62 processes of its uid for a minute. Prints its pid
+# once the submission is on its way.
+PROCESS_HOLDER = '''
+import os, sys, threading, time
+from genesys.sandbox.backends import open_sandbox
+from genesys.sandbox.base import Submission
+from genesys.sandbox.limits import Limits
+HOLD = """
+import os, time
+for _ in range(61):
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+time.sleep(60)
+"""
+sandbox = open_sandbox(sys.argv[1])
+limits = Limits(time_s=5, wall_s=90, processes=64)
+hold = Submission("python", HOLD, [{"type": "stdin_stdout", "input": ""}], limits=limits, budget_s=90)
+threading.Thread(target=sandbox.run, args=(hold,), daemon=True).start()
+print(os.getpid(), "started", flush=True)
+time.sleep(600)
+'''
+
+# Job two: once told, runs a Python row that starts 16 threads and a JavaScript row (node starts
+# threads of its own); prints each test's language, status and output.
+THREADED_ROWS = '''
+import os, sys
+from genesys.sandbox.backends import open_sandbox
+from genesys.sandbox.base import Submission
+THREADED = """
+import threading
+seen = []
+threads = [threading.Thread(target=seen.append, args=(i,)) for i in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(sum(seen))
+"""
+sandbox = open_sandbox(sys.argv[1])
+rows = [("python", THREADED)]
+if "javascript" in sandbox.languages():
+    rows.append(("javascript", "console.log([1, 2, 3].map((x) => x * 40).reduce((a, b) => a + b))"))
+print(os.getpid(), len(rows), flush=True)
+sys.stdin.readline()
+for language, source in rows:
+    test = sandbox.run(Submission(language, source, [{"type": "stdin_stdout", "input": ""}])).tests[0]
+    print(language, test["status"], test["stdout"].strip(), flush=True)
+'''
+
+
 @functools.cache
 def unshare_skip_reason() -> str | None:
     """Why this test cannot start processes in a fresh pid namespace here (None when it can)."""
@@ -281,3 +332,44 @@ def test_a_docker_sandbox_in_another_pid_namespace_keeps_its_containers(
         other.stdin.write("\n")
         other.stdin.flush()
         assert other.stdout.readline().split() == ["ok", "42"], "the other job's sandbox broke"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind", [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
+)
+def test_a_job_holding_processes_does_not_starve_another_jobs_threads(kind: str, lease_dir: Path) -> None:
+    """Two jobs, each pid 1 of its own pid namespace: while one job's program holds 62 processes
+    (its process limit is 64), the other job's threaded Python and JavaScript rows still pass. Were
+    their programs' uids the same, RLIMIT_NPROC would count both jobs' processes together."""
+    reason = sandbox_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    with (
+        in_pid_namespace(THREADED_ROWS, kind) as (second, (rows,)),
+        in_pid_namespace(PROCESS_HOLDER, kind) as (_, (started,)),
+    ):
+        assert started == "started"
+        held = wait_until(lambda: max(processes_by_uid().values(), default=0) >= 62, 120)
+        assert held, "the first job's program never held its 62 processes"
+        assert second.stdin is not None and second.stdout is not None
+        second.stdin.write("go\n")
+        second.stdin.flush()
+        results = [second.stdout.readline().split() for _ in range(int(rows))]
+    expected = {"python": "120", "javascript": "240"}
+    assert results == [[row[0], "ok", expected[row[0]]] for row in results], results
+    assert results[0][0] == "python"
+
+
+def processes_by_uid() -> dict[int, int]:
+    """How many processes each uid of 1000 and up runs on this host (sandboxed programs among them)."""
+    counts: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                uid = os.stat(f"/proc/{entry}").st_uid
+            except OSError:
+                continue
+            if uid >= 1000:
+                counts[uid] = counts.get(uid, 0) + 1
+    return counts

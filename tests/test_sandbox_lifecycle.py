@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from test_sandbox_backends import backend_skip_reason, host_processes_with
+from test_sandbox_backends import BACKENDS, backend_skip_reason, host_processes_with
 
 from genesys.sandbox.backends import open_sandbox
 from genesys.sandbox.base import SandboxUnavailable, Submission
@@ -50,7 +50,7 @@ def docker_backend() -> None:
         pytest.skip(reason)
 
 
-@pytest.mark.parametrize("kind", ["docker", "bwrap"])
+@pytest.mark.parametrize("kind", BACKENDS)
 def test_sigkilled_owner_leaves_nothing_behind(kind: str) -> None:
     reason = backend_skip_reason(kind)
     if reason:
@@ -74,6 +74,7 @@ def test_sigkilled_owner_leaves_nothing_behind(kind: str) -> None:
         assert containers and wait_until(gone, 30), "the owner's containers outlived it"
 
 
+@pytest.mark.docker
 def test_pool_containers_are_hardened(docker_backend: None) -> None:
     from genesys.sandbox.base import RUNNER_CAPABILITIES
     from genesys.sandbox.docker_backend import INIT_UID, DockerSandbox
@@ -103,6 +104,7 @@ def test_pool_containers_are_hardened(docker_backend: None) -> None:
     assert not config["Env"] or not any(SECRET_NAME in item for item in config["Env"])
 
 
+@pytest.mark.docker
 def test_stale_containers_are_reaped(docker_backend: None) -> None:
     import docker
 
@@ -166,6 +168,8 @@ def test_subprocess_backend_warns_loudly_and_runs(caplog: pytest.LogCaptureFixtu
     assert result.compiled and result.tests[0]["status"] == "ok" and result.tests[0]["stdout"] == "6\n"
 
 
+@pytest.mark.slow
+@pytest.mark.docker
 def test_a_container_stopped_from_outside_is_a_sandbox_error(docker_backend: None) -> None:
     import threading
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from genesys.data.identity import derive_response_id
+from genesys.data.inputs import resolve_inputs
+from genesys.data.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.errors import InputError
-from genesys.identity import derive_response_id
-from genesys.inputs import resolve_inputs
-from genesys.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.schema import Rollout, SchemaError, Task, Verdict
 
 GENESYS_ROW = {
@@ -177,10 +177,10 @@ def test_a_broken_line_in_a_jsonl_output_is_named_on_resume(tmp_path: Path):
 def test_buffered_writer_writes_units_by_size_and_age_and_the_rest_on_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    import genesys.io
+    import genesys.data.io
 
     now = [100.0]
-    monkeypatch.setattr(genesys.io.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(genesys.data.io.time, "monotonic", lambda: now[0])
     shards = tmp_path / "shards"  # one parquet shard per unit written
 
     def units() -> list[list[str]]:

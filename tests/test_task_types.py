@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from genesys.engine import VerifyConfig
+from genesys.config import VerifyConfig
 from genesys.errors import InputError
 from genesys.generate.runner import GenerateConfig, run_generation
-from genesys.task_types import TaskTypeCensus, refuse_unknown, unknown_type_error
-from genesys.verify import verify_files, verify_rollouts
+from genesys.verification.api import verify_files, verify_rollouts
+from genesys.verification.task_types import TaskTypeCensus, refuse_unknown, unknown_type_error
 
 
 def test_refusal_names_each_unknown_type_its_count_and_first_location():

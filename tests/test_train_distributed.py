@@ -12,12 +12,18 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, digit_tasks, read_jsonl  # noqa: E402
+from conftest import GENESYS, read_jsonl  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-    reason="torch has no gloo backend",
-)
+from genesys.testing.digits import digit_tasks  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(
+        not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+        reason="torch has no gloo backend",
+    ),
+    pytest.mark.distributed,
+    pytest.mark.slow,
+]
 
 
 def _arguments(model: str, tasks: Path, out: Path) -> list[str]:

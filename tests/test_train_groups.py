@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from genesys.identity import group_key
+from genesys.data.identity import group_key
 from genesys.train.groups import fill_batch, group_by_task, has_signal, split_groups
 
 

@@ -14,16 +14,15 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install 'genesys[ray]'")
+ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install 'genesys-rl[ray]'")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, REPO, SUPPORT, digit_tasks, read_jsonl, rollout, write_jsonl  # noqa: E402
+from conftest import GENESYS, REPO, SUPPORT, read_jsonl, rollout, write_jsonl  # noqa: E402
 
 from genesys.cluster import NAMESPACE  # noqa: E402
+from genesys.testing.digits import digit_tasks  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +70,8 @@ def ray_config(
     return TrainConfig.load(None, data)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_two_workers_with_staleness_one_stay_in_bound_and_learn(
     tiny_model, tmp_path, plugin_env, local_ray, caplog
 ):
@@ -103,6 +104,8 @@ def test_two_workers_with_staleness_one_stay_in_bound_and_learn(
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.2, rewards
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_staleness_zero_on_ray_trains_on_policy(tiny_model, tmp_path, plugin_env, local_ray):
     result = train(
         ray_config(tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=0, steps=4)
@@ -130,6 +133,8 @@ def _kill_when(metrics: Path, steps: int, name_suffix: str, killed: dict[str, An
     killed["pid"] = pid
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_a_rollout_worker_killed_mid_run_is_replaced_and_nothing_is_trained_twice(
     tiny_model, tmp_path, plugin_env, local_ray, caplog
 ):
@@ -175,9 +180,11 @@ def _comparable(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_verify_on_two_actors_equals_the_local_result_row_for_row(tmp_path, plugin_env, local_ray):
     from genesys.config import ClusterConfig, VerifyConfig
-    from genesys.verify import verify_files
+    from genesys.verification.api import verify_files
 
     inputs = _verify_inputs(tmp_path / "in.jsonl", 150)
     local = verify_files(
@@ -199,9 +206,11 @@ def test_ray_verify_on_two_actors_equals_the_local_result_row_for_row(tmp_path, 
     assert len(found) == 150 and found == expected
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_pool_resends_the_rows_of_a_verifier_actor_that_died(plugin_env, local_ray):
     from genesys.config import ClusterConfig, VerifyConfig
-    from genesys.ray_pool import RayVerificationPool
+    from genesys.verification.ray_pool import RayVerificationPool
 
     rows = [{**rollout("slow", "x", sleep=0.05), "problem_id": f"p{i}"} for i in range(40)]
     with RayVerificationPool(
@@ -219,6 +228,8 @@ def test_ray_pool_resends_the_rows_of_a_verifier_actor_that_died(plugin_env, loc
     assert all(row["score"] == 1.0 for row in verified.values())
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_model, tmp_path, plugin_env):
     """SIGKILL `genesys train` on Ray after its step-2 checkpoint; the same command (starting its own
     Ray instance) finishes the run, every step once, no draw trained twice."""
@@ -338,6 +349,8 @@ def _generate_config(
     )
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, plugin_env, local_ray):
     from genesys.generate.runner import run_generation
 
@@ -366,6 +379,8 @@ def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, p
     assert all(row["machine_info"]["ray_actors"] == 2 for row in read_jsonl(tmp_path / "ray.jsonl"))
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_generate_resends_the_requests_of_a_killed_actor(tiny_model, tmp_path, plugin_env, local_ray):
     from genesys.config import ClusterConfig, PromptStyle
     from genesys.generate.ray_backend import RayBackend

@@ -12,9 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, digit_tasks, read_jsonl, write_jsonl  # noqa: E402
+from conftest import GENESYS, read_jsonl, write_jsonl  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
+from genesys.testing.digits import digit_tasks  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
 
 
@@ -56,6 +57,7 @@ def test_first_update_recomputes_the_sampling_logprobs_so_the_ratio_is_one(tiny_
     assert first["tokens"] > 0 and first["groups_kept"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lr, climbs", [(3e-3, True), (0.0, False)])
 def test_a_tiny_model_learns_the_toy_task_and_does_not_without_a_learning_rate(
     tiny_model, tmp_path, plugin_env, lr, climbs
@@ -166,6 +168,7 @@ def test_sequence_normalisation_kl_entropy_and_gradient_checkpointing_run_and_ar
     assert result.metrics[1]["kl"] > 0.0
 
 
+@pytest.mark.slow
 def test_offline_training_from_a_generate_verify_file(tiny_model, tmp_path, plugin_env):
     tasks = digit_tasks(tmp_path / "tasks.jsonl", count=6)
     rollouts = tmp_path / "rollouts.jsonl"
@@ -254,6 +257,7 @@ def test_bad_input_is_refused_before_any_training(tiny_model, tmp_path, plugin_e
     assert not any((tmp_path / name / "metrics.jsonl").exists() for name in "abc")
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_training_resumes_to_the_same_weights(tiny_model, tmp_path, plugin_env):
     """SIGKILL after the step-4 checkpoint, rerun the same command: the final weights equal those of
     an uninterrupted run, bit for bit (CPU, same seed and thread count)."""
@@ -364,6 +368,7 @@ def test_require_proofs_drops_and_counts_rollouts_without_a_valid_proof(tiny_mod
     assert unchecked.rows_unproven == 0 and sum(len(group) for group in unchecked.groups) == 8
 
 
+@pytest.mark.slow
 def test_require_proofs_needs_recorded_rollouts_and_says_when_none_is_valid(tiny_model, tmp_path, plugin_env):
     with pytest.raises(InputError, match="data.require_proofs applies to recorded rollouts"):
         config(

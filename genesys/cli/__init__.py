@@ -42,9 +42,9 @@ class GenesysGroup(click.Group):
 
 
 def _plugin_commands() -> dict[str, click.Command]:
-    from genesys.plugins import plugin_commands
+    from genesys.plugins.registry import plugin_commands
 
-    return plugin_commands()
+    return plugin_commands(reserved=BUILTIN_COMMANDS)
 
 
 def _configure_logging(verbose: int) -> None:
@@ -59,7 +59,7 @@ def _configure_logging(verbose: int) -> None:
 @click.group(
     cls=GenesysGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120}
 )
-@click.version_option(package_name="genesys", prog_name="genesys", message="%(prog)s %(version)s")
+@click.version_option(package_name="genesys-rl", prog_name="genesys", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:
     """Verifiable-reward data: generate, verify, validate, filter, train, report."""
@@ -68,8 +68,7 @@ def cli(verbose: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `genesys` command; returns the exit code."""
-    from genesys.errors import InputError
-    from genesys.plugins import PluginError
+    from genesys.errors import GenesysError
 
     args = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in args if not arg.startswith("-")), "genesys")
@@ -83,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Abort:
         print(f"genesys {command}: interrupted; rerun the same command to continue", file=sys.stderr)
         return 130
-    except (InputError, PluginError) as exc:
+    except GenesysError as exc:
         print(f"genesys {command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -18,7 +18,7 @@ from genesys.config import FilterCommand
 def command(config: FilterCommand) -> int:
     from rich.console import Console
 
-    from genesys.filtering import filter_tasks
+    from genesys.analysis.filtering import filter_tasks
 
     console = Console(stderr=True)
     bounds = config.filter

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from genesys.config import load_toml, merge, validate
-from genesys.options import parse_key_values
+from genesys.config.options import parse_key_values
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from genesys.config import GenerateCommand
 def command(config: GenerateCommand) -> int:
     from genesys.generate.backend import resolve_backend_name
     from genesys.generate.runner import run_generation
-    from genesys.http import APIError
+    from genesys.openai_client import APIError
 
     try:
         run_generation(config.build(resolve_backend_name(config.backend)))

@@ -7,8 +7,8 @@ import click
 
 @click.command("tasks", help="list the named task sets `genesys generate --tasks` accepts")
 def tasks() -> int:
-    from genesys.progress import print_table
-    from genesys.tasks import task_sets
+    from genesys.plugins.registry import task_sets
+    from genesys.ui.tables import print_table
 
     rows = [(name, task_set.description or "-") for name, task_set in sorted(task_sets().items())]
     print_table("genesys task sets (--tasks NAME[:key=value,...])", ("name", "description"), rows)
@@ -17,8 +17,8 @@ def tasks() -> int:
 
 @click.command("plugins", help="list installed plugins and the task types they serve")
 def plugins() -> int:
-    from genesys.plugins import plugin_infos
-    from genesys.progress import print_table
+    from genesys.plugins.registry import plugin_infos
+    from genesys.ui.tables import print_table
 
     rows = [(i.name, i.version or "-", i.origin, ", ".join(i.task_types) or "-") for i in plugin_infos()]
     print_table("genesys plugins", ("plugin", "version", "from", "task types"), rows)

@@ -17,8 +17,8 @@ import click
 def command(inputs: tuple[str, ...], output: str) -> int:
     from rich.console import Console
 
-    from genesys.report import write_report
-    from genesys.report_training import find_training_run, write_training_report
+    from genesys.analysis.report import write_report
+    from genesys.analysis.report_training import find_training_run, write_training_report
 
     console = Console(stderr=True)
     metrics_file = find_training_run(inputs)

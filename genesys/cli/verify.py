@@ -14,7 +14,7 @@ from genesys.config import VerifyCommand
     "verification_result_info, reward and error. Rerunning the same command resumes.",
 )
 def command(config: VerifyCommand) -> int:
-    from genesys.verify import verify_files
+    from genesys.verification.api import verify_files
 
     verify_files(config.inputs, config.output, config=config.build(), rejects=config.rejects)
     return 0

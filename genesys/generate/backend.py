@@ -1,25 +1,26 @@
-"""What every generation backend takes and returns, the registry that names the backends, and the
-bridge from their async interface to synchronous code.
+"""What every generation backend takes and returns, how a backend is picked by name, and the bridge
+from their async interface to synchronous code.
 
-A backend is found through the `genesys_backends` plugin hook (the built-in ones too), so this
-module knows no implementation by name.
+A backend is found through the `genesys_backends` plugin hook (the built-in ones too), registered as a
+`BackendSpec` (`genesys.plugins.specs`, importable from here too), so this module knows no
+implementation by name.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from genesys.config import PromptStyle, SamplingConfig
 from genesys.errors import InputError
+from genesys.plugins.registry import backend_specs
+from genesys.plugins.specs import AUTO, BackendSpec
 
 if TYPE_CHECKING:
     import pluggy
 
-AUTO = "auto"
 T = TypeVar("T")
 
 # New weights for a backend: a state dict, or (parameter name, tensor) pairs as `named_parameters` gives.
@@ -127,42 +128,7 @@ def iterate(results: AsyncIterator[T]) -> Iterator[T]:
         loop.close()
 
 
-# --- the registry -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BackendSpec:
-    """A generation backend as a plugin registers it through the `genesys_backends` hook.
-
-    `cls` is the backend class, or its `"module:Class"` path, imported only when the backend is built
-    (so listing the backends imports no torch). `usable` says whether the backend can run here;
-    `--backend auto` picks the usable backend of highest `priority` (a backend without `usable` is
-    never picked by `auto`).
-    """
-
-    name: str
-    cls: type | str
-    usable: Callable[[], bool] | None = None
-    priority: int = 0
-    description: str = ""
-
-    def load(self) -> type:
-        """The backend class (importing its module when given as a path)."""
-        if not isinstance(self.cls, str):
-            return self.cls
-        module_name, _, attribute = self.cls.partition(":")
-        try:
-            return getattr(importlib.import_module(module_name), attribute)
-        except ImportError as exc:
-            raise InputError(
-                f"--backend {self.name} cannot be loaded ({exc}); install what it needs, e.g. pip install 'genesys[generate]'"
-            ) from None
-
-
-def _specs(pm: pluggy.PluginManager | None) -> dict[str, BackendSpec]:
-    from genesys.plugins import backend_specs
-
-    return backend_specs(pm)
+# --- picking a backend by name ----------------------------------------------------------------
 
 
 def _by_priority(specs: Iterable[BackendSpec]) -> list[BackendSpec]:
@@ -171,12 +137,12 @@ def _by_priority(specs: Iterable[BackendSpec]) -> list[BackendSpec]:
 
 def backend_names(pm: pluggy.PluginManager | None = None) -> list[str]:
     """Every name `--backend` accepts: `auto`, then the registered backends, highest priority first."""
-    return [AUTO, *(spec.name for spec in _by_priority(_specs(pm).values()))]
+    return [AUTO, *(spec.name for spec in _by_priority(backend_specs(pm).values()))]
 
 
 def resolve_backend_name(name: str, pm: pluggy.PluginManager | None = None) -> str:
     """A registered backend's name; `auto` becomes the usable backend of highest priority."""
-    specs = _specs(pm)
+    specs = backend_specs(pm)
     if not specs:
         raise InputError(
             "no generation backend is registered; reinstall genesys (pip install -e .) so its entry points, the built-in backends among them, are current"
@@ -198,5 +164,5 @@ def create_backend(
     name: str, model: str, style: PromptStyle, options: dict[str, Any], pm: pluggy.PluginManager | None = None
 ) -> Backend:
     """Build the backend `name` (or `auto`'s choice) for `model`; `options` are its own settings."""
-    spec = _specs(pm)[resolve_backend_name(name, pm)]
+    spec = backend_specs(pm)[resolve_backend_name(name, pm)]
     return spec.load()(model, style, **options)

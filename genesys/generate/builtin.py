@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 
-import genesys
-from genesys.generate.backend import BackendSpec
+from genesys.plugins.hookspecs import hookimpl
+from genesys.plugins.specs import BackendSpec
 
 
 def transformers_usable() -> bool:
@@ -25,7 +25,7 @@ def vllm_usable() -> bool:
     return torch.cuda.is_available()
 
 
-@genesys.hookimpl
+@hookimpl
 def genesys_backends() -> list[BackendSpec]:
     return [
         BackendSpec(

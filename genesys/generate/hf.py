@@ -23,18 +23,9 @@ from typing import Any, TypeVar
 
 import torch
 import transformers
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    LogitsProcessor,
-    LogitsProcessorList,
-    TemperatureLogitsWarper,
-    TopPLogitsWarper,
-)
-from transformers.utils import logging as transformers_logging
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from genesys.config import ProofConfig
-from genesys.errors import InputError
 from genesys.generate.backend import (
     Completion,
     GenerationRequest,
@@ -45,6 +36,7 @@ from genesys.generate.backend import (
     next_weights_version,
 )
 from genesys.generate.prompts import render_ids
+from genesys.models import load_causal_lm, sampling_warpers, stop_token_ids
 
 T = TypeVar("T")
 
@@ -87,28 +79,6 @@ class TokenSampler(LogitsProcessor):
     def logprobs(self) -> torch.Tensor:
         """The (batch, steps) logprobs of the tokens drawn so far."""
         return torch.cat(self.steps, dim=1)
-
-
-def sampling_warpers(sampling: SamplingConfig) -> list[LogitsProcessor]:
-    """Temperature then top-p, as transformers would apply them, for the sampler placed after them."""
-    if sampling.temperature <= 0:
-        return []
-    warpers: list[LogitsProcessor] = []
-    if sampling.temperature != 1.0:
-        warpers.append(TemperatureLogitsWarper(sampling.temperature))
-    if sampling.top_p < 1.0:
-        warpers.append(TopPLogitsWarper(sampling.top_p))
-    return warpers
-
-
-def sampled_logprobs(logits: torch.Tensor, ids: list[int], temperature: float, top_p: float) -> list[float]:
-    """The logprob of each token of `ids` under the distribution sampled from at that position
-    (`logits`: one row per token): the logits after temperature and top-p, as generation records them."""
-    scores = logits
-    for warper in sampling_warpers(SamplingConfig(temperature=temperature, top_p=top_p)):
-        scores = warper(None, scores)
-    tokens = torch.tensor(ids, device=scores.device).unsqueeze(1)
-    return (scores.gather(1, tokens) - scores.logsumexp(dim=1, keepdim=True)).squeeze(1).tolist()
 
 
 class TransformersBackend:
@@ -317,7 +287,7 @@ class TransformersBackend:
         """The hook recording the hidden states proofs are built from (nothing without proofs)."""
         if self.proofs is None:
             return nullcontext()
-        from genesys.proofs.capture import FinalHiddenStates
+        from genesys.proofs.hf_capture import FinalHiddenStates
 
         return FinalHiddenStates(self.model, last_only=True)
 
@@ -337,41 +307,3 @@ class TransformersBackend:
         return Completion(
             text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish
         )
-
-
-def load_causal_lm(
-    model: str,
-    device: str | None = None,
-    dtype: str | None = None,
-    model_kwargs: dict[str, Any] | None = None,
-) -> tuple[str, Any, Any]:
-    """(device, tokenizer, model) for a model path or hub name; the tokenizer pads on the left.
-
-    `device` defaults to cuda when available, `dtype` to the checkpoint's own on GPU and float32 on CPU.
-    """
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    transformers_logging.disable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    except OSError as exc:
-        raise InputError(f"--model {model!r} cannot be loaded: {exc}") from None
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    # On CPU, bfloat16 weights would run far slower than float32 on most processors.
-    dtype = dtype or ("float32" if device == "cpu" else "auto")
-    loaded = (
-        AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(device).eval()
-    )
-    return device, tokenizer, loaded
-
-
-def stop_token_ids(generation_config: Any, tokenizer: Any) -> set[int]:
-    """The tokens that end a completion: the model's generation eos ids and the tokenizer's eos."""
-    ids: set[int] = set()
-    for candidate in (generation_config.eos_token_id, tokenizer.eos_token_id):
-        if isinstance(candidate, int):
-            ids.add(candidate)
-        elif candidate:
-            ids.update(candidate)
-    return ids

@@ -1,4 +1,4 @@
-"""The openai backend: generation through an OpenAI-compatible server (HTTP client in `genesys.http`).
+"""The openai backend: generation through an OpenAI-compatible server (HTTP client in `genesys.openai_client`).
 
 Works with any server speaking the protocol (vLLM, SGLang, hosted APIs). Logprobs are requested
 and kept when the server returns them. Token ids are kept when the server returns them: vLLM does
@@ -14,7 +14,7 @@ from typing import Any
 
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights
 from genesys.generate.prompts import raw_text
-from genesys.http import APIError, OpenAIClient, resolve_base_url
+from genesys.openai_client import APIError, OpenAIClient, resolve_base_url
 
 # --- mapping replies to completions ---------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The generation run: select tasks, skip what the output already holds, generate, verify, write.
 
 Every rollout's `response_id` is `<task key>-<sample index>`, the task key hashing what defines the
-task (`genesys.identity`). Rows are written in atomic units, so after a crash the same command generates exactly the
+task (`genesys.data.identity`). Rows are written in atomic units, so after a crash the same command generates exactly the
 (task, sample) pairs that are missing. With verification on, rows go to the streaming
 `VerificationEngine` as they are generated and are written once verified and given their reward;
 generation only waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`. Every
@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from genesys.config import GenerateConfig, VerifyConfig
-from genesys.engine import TypeStats
+from genesys.data.identity import response_id, task_key
+from genesys.data.inputs import resolve_inputs
+from genesys.data.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.errors import InputError
 from genesys.generate.backend import (
     Backend,
@@ -32,13 +34,11 @@ from genesys.generate.backend import (
     resolve_backend_name,
 )
 from genesys.generate.prompts import build_messages, pick_target_length, target_instruction
-from genesys.identity import response_id, task_key
-from genesys.inputs import resolve_inputs
-from genesys.io import BufferedWriter, RolloutWriter, iter_rows
-from genesys.progress import RunProgress, print_generate_summary
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
 from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
-from genesys.task_types import TaskTypeCensus, refuse_unknown
+from genesys.ui.progress import RunProgress, console
+from genesys.verification.stats import TypeStats, print_type_stats
+from genesys.verification.task_types import TaskTypeCensus, refuse_unknown
 
 FLUSH_ROWS = 256
 
@@ -65,6 +65,31 @@ class GenerateSummary:
     tokens: int = 0
     seconds: float = 0.0
     verify_stats: dict[str, TypeStats] = field(default_factory=dict)
+
+
+def print_generate_summary(summary: GenerateSummary) -> None:
+    """The closing summary of a generation run, with the verification table when it verified."""
+    from rich.table import Table
+
+    seconds = max(summary.seconds, 1e-9)
+    table = Table(title=f"generated {summary.generated:,} rollouts in {summary.seconds:.1f}s")
+    for column in ("tasks", "rollouts", "resumed", "tokens", "samples/s", "tokens/s"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{summary.tasks:,}",
+        f"{summary.generated:,}",
+        f"{summary.resumed:,}",
+        f"{summary.tokens:,}",
+        f"{summary.generated / seconds:,.1f}",
+        f"{summary.tokens / seconds:,.0f}",
+    )
+    console.print(table)
+    if summary.duplicates:
+        console.print(f"[yellow]{summary.duplicates:,} duplicate tasks were skipped")
+    if summary.verify_stats:
+        verified = sum(stats.count for stats in summary.verify_stats.values())
+        print_type_stats(summary.verify_stats, verified, summary.seconds)
+    console.print(f"output: {summary.output}")
 
 
 def request_seed(seed: int, key: str) -> int:
@@ -114,7 +139,7 @@ def plan_tasks(
 
 def check_verifiable(selected: Sequence[tuple[str, int, dict[str, Any]]], verify: VerifyConfig) -> None:
     """Refuse, before generating, task types no installed verifier serves (unless skip_unknown)."""
-    from genesys.plugins import verifier_entries
+    from genesys.plugins.registry import verifier_entries
 
     if verify.skip_unknown:
         return
@@ -140,8 +165,8 @@ def _row_to_generate(plan: PlannedTask) -> dict[str, Any]:
     return row
 
 
-# Settings a resumed run may change: more samples, or another engine for the same model.
-RESUMABLE_CHANGES = frozenset({"n", "backend"})
+# `generation_config` keys a resumed run may change: more samples, or another engine for the same model.
+RESUMABLE_SETTINGS = frozenset({"n", "backend"})
 
 
 def check_resumable(writer: RolloutWriter, model: str, settings: dict[str, Any]) -> None:
@@ -159,7 +184,7 @@ def check_resumable(writer: RolloutWriter, model: str, settings: dict[str, Any])
     changed = sorted(
         k
         for k in found.keys() | settings.keys()
-        if k not in RESUMABLE_CHANGES and found.get(k) != settings.get(k)
+        if k not in RESUMABLE_SETTINGS and found.get(k) != settings.get(k)
     )
     if found and changed:
         described = ", ".join(f"{k} {found.get(k)!r} -> {settings.get(k)!r}" for k in changed)
@@ -319,7 +344,7 @@ def _generate(
     with ExitStack() as stack:
         engine = None
         if config.verify is not None:
-            from genesys.verify import verification_pool
+            from genesys.verification.api import verification_pool
 
             engine = stack.enter_context(verification_pool(config.verify))
         for result in iterate(backend.generate(_requests(todo, config))):

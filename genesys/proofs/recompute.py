@@ -6,7 +6,7 @@ Two engines do it, with the same answers (`Recomputed`):
 - `TransformersRecomputer`: rows of similar length left-padded together, the positions generation
   used, a forward hook on the base model for the hidden states and the logits for the logprobs;
 - `VLLMRecomputer`: vLLM's engine with the capture `genesys generate --proofs` uses, the proofs
-  checked and the logprobs computed inside the engine's worker (`genesys.generate.vllm_proofs`).
+  checked and the logprobs computed inside the engine's worker (`genesys.proofs.vllm_capture`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class TransformersRecomputer:
     """One left-padded prefill per batch with a transformers model (CPU or GPU)."""
 
     def __init__(self, config: ValidateCommand) -> None:
-        from genesys.generate.hf import load_causal_lm, stop_token_ids
+        from genesys.models import load_causal_lm, stop_token_ids
         from genesys.proofs.toploc import check_hidden_size
         from genesys.proofs.weights import weights_sha256
 
@@ -76,7 +76,7 @@ class TransformersRecomputer:
         self.weights_sha256 = weights_sha256(self.model)
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]:
-        from genesys.generate.hf import sampled_logprobs
+        from genesys.models import sampled_logprobs
         from genesys.proofs.toploc import as_proof_dtype, verify_proofs
 
         recomputed = []
@@ -103,7 +103,7 @@ class TransformersRecomputer:
         """Per row, the (C, hidden) states and (C, vocab) logits that produced its C completion tokens."""
         import torch
 
-        from genesys.proofs.capture import FinalHiddenStates
+        from genesys.proofs.hf_capture import FinalHiddenStates
 
         sequences = [item.prompt_ids + item.completion_ids for item in batch]
         encoded = self.tokenizer.pad({"input_ids": sequences}, padding=True, return_tensors="pt").to(
@@ -133,10 +133,11 @@ class VLLMRecomputer:
     def __init__(self, config: ValidateCommand) -> None:
         from transformers import AutoConfig, GenerationConfig
 
-        from genesys.generate.hf import stop_token_ids
-        from genesys.generate.vllm import VLLMBackend
+        from genesys.models import stop_token_ids
+        from genesys.plugins.registry import backend_specs
 
-        self.engine = VLLMBackend(
+        vllm_backend = backend_specs()["vllm"].load()  # the engine `genesys generate --backend vllm` runs
+        self.engine = vllm_backend(
             config.model,
             PromptStyle(),
             batch_size=config.batch_size,
@@ -156,7 +157,7 @@ class VLLMRecomputer:
         self.weights_sha256 = self.engine.proof_settings["weights_sha256"]
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]:
-        from genesys.generate.vllm_proofs import Recomputation
+        from genesys.proofs.vllm_capture import Recomputation
 
         todo = [item for item in batch if item.completion_ids]  # an empty completion has nothing to recompute
         rows = [

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from genesys.config import ProofThresholds, ValidateCommand
-from genesys.identity import with_unique_response_ids
-from genesys.inputs import resolve_inputs
-from genesys.io import BufferedWriter, RolloutWriter, iter_rows
+from genesys.data.identity import with_unique_response_ids
+from genesys.data.inputs import resolve_inputs
+from genesys.data.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.proofs.checks import (
     Expected,
     Problem,
@@ -205,7 +205,7 @@ def _sorted_batches(window: list[Pending], batch_size: int) -> Iterator[list[Pen
 
 def validate_files(config: ValidateCommand) -> ValidateSummary:
     """Validate the rollout files of `config` into its output; prints progress and a summary when asked."""
-    from genesys.progress import RunProgress
+    from genesys.ui.progress import RunProgress
 
     files = resolve_inputs(config.inputs)
     summary = ValidateSummary(output=Path(config.output))
@@ -281,7 +281,7 @@ def print_validate_summary(summary: ValidateSummary) -> None:
     """The closing table of a validation run, on stderr."""
     from rich.table import Table
 
-    from genesys.progress import console
+    from genesys.ui.progress import console
 
     rate = summary.validated / summary.seconds if summary.seconds else 0.0
     table = Table(

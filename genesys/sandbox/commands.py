@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from genesys.progress import print_table
 from genesys.sandbox.backends import check_backend
 from genesys.sandbox.base import SandboxUnavailable
+from genesys.ui.tables import print_table
 
 
 def build(

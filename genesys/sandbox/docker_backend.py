@@ -36,6 +36,7 @@ from genesys.sandbox.base import (
 )
 from genesys.sandbox.leases import RunLease, UidLease
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
+from genesys.sandbox.process import runner_digest
 from genesys.sandbox.protocol import READ_CHUNK, RunnerSession, Transport
 
 # $GENESYS_SANDBOX_IMAGE names another default tag (e.g. one image per checkout under test).
@@ -198,8 +199,6 @@ class DockerSandbox(Sandbox):
             raise SandboxUnavailable(
                 f"image {image!r} is not a genesys sandbox image (no genesys.toolchains label)"
             )
-        from genesys.sandbox.image import runner_digest
-
         if labels.get("genesys.runner") != runner_digest():
             raise SandboxUnavailable(
                 f"image {image!r} holds another version of the sandbox runner; rebuild it with `genesys sandbox build`"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from genesys.sandbox.docker_backend import DEFAULT_IMAGE, RUNNER_IN_IMAGE, docker_client
-from genesys.sandbox.process import RUNNER_PATH
+from genesys.sandbox.process import RUNNER_PATH, runner_digest
 from genesys.sandbox.toolchains import FileSet, discover, file_set, runner_commands
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,12 +56,6 @@ def _digest(files: FileSet, toolchains: dict[str, dict[str, str]]) -> str:
         hasher.update(f"{root}:{stat.st_size}:{int(stat.st_mtime)}\n".encode())
     hasher.update(json.dumps(files.links, sort_keys=True).encode())
     return hasher.hexdigest()[:16]
-
-
-def runner_digest() -> str:
-    """A fingerprint of the in-sandbox runner; an image with another runner must be rebuilt."""
-    with open(RUNNER_PATH, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()[:16]
 
 
 def _dockerfile(labels: dict[str, str]) -> str:

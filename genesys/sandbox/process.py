@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 import os
 import select
@@ -19,6 +20,12 @@ RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.p
 # Unprivileged uids the runner drops to when genesys runs as root, one leased per live sandbox.
 SANDBOX_UID_BASE = 62000
 SANDBOX_UID_COUNT = 3000
+
+
+def runner_digest() -> str:
+    """A fingerprint of the in-sandbox runner; an image with another runner must be rebuilt."""
+    with open(RUNNER_PATH, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()[:16]
 
 
 class PipeTransport(Transport):

@@ -2,7 +2,7 @@
 
 A spec is one of:
 - a local path or glob: a .jsonl or .parquet file, a directory of shards, or a `datasets` dir saved to
-  disk (resolved by `genesys.inputs`, as every command's inputs);
+  disk (resolved by `genesys.data.inputs`, as every command's inputs);
 - `hf:NAME[:key=value,...]`: a dataset on the Hugging Face hub (or any path `datasets.load_dataset`
   accepts), loaded with the options as keyword arguments (`split` defaults to `train`);
 - `NAME[:key=value,...]`: a task set offered by a plugin (`math-samples`, `countdown:count=200`).
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from genesys.config.options import parse_key_values
+from genesys.data.inputs import names_local_input, resolve_inputs
 from genesys.errors import InputError
-from genesys.inputs import names_local_input, resolve_inputs
-from genesys.options import parse_key_values
 
 HUB_PREFIX = "hf:"
 
@@ -50,7 +50,7 @@ def load_source(spec: str) -> TaskSource:
         return TaskSource(spec, _load_hub(spec, name, options))
     if names_local_input(spec):
         return TaskSource(spec, _load_local(spec))
-    from genesys.tasks import task_sets
+    from genesys.plugins.registry import task_sets
 
     name, options = parse_spec(spec)
     known = task_sets()
@@ -67,7 +67,7 @@ def load_source(spec: str) -> TaskSource:
 
 
 def _load_local(spec: str) -> list[dict[str, Any]]:
-    from genesys.io import iter_rows
+    from genesys.data.io import iter_rows
 
     rows = []
     for record in iter_rows(resolve_inputs([spec])):

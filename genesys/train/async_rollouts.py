@@ -1,8 +1,8 @@
 """Asynchronous rollouts on Ray: generation and verification run apart from the trainer, at most
 `async.max_staleness` (k) policy steps behind it.
 
-`cluster.rollout_workers` generation actors (`genesys.train.workers.RolloutWorker`) each take one
-job of task draws at a time; their rows go to verification actors (`genesys.ray_pool`), so a slow
+`cluster.rollout_workers` generation actors (`genesys.train.rollout_actor.RolloutActor`) each take one
+job of task draws at a time; their rows go to verification actors (`genesys.verification.ray_pool`), so a slow
 sandbox never holds up generation; rewarded groups with signal wait in a ready queue, each tagged
 with the policy step that sampled it. A thread of the trainer's process keeps this pipeline moving
 while the trainer computes.
@@ -32,13 +32,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from genesys.config import VerifyConfig
-from genesys.ray_pool import RayVerificationPool
 from genesys.rewards import RewardStage
+from genesys.schema import Row
 from genesys.train.broadcast import PublishedWeights, publish
 from genesys.train.config import TrainConfig
 from genesys.train.groups import has_signal
 from genesys.train.order import ItemOrder
-from genesys.train.rollouts import DRAW_COLUMN, Row, StepRollouts, usable
+from genesys.train.rollouts import DRAW_COLUMN, StepRollouts, usable
+from genesys.verification.ray_pool import RayVerificationPool
 
 log = logging.getLogger(__name__)
 TICK_S = 0.02
@@ -391,7 +392,7 @@ class AsyncRollouts:
 
     def _new_worker(self, index: int, incarnation: int) -> Any:
         from genesys.cluster import actor_options
-        from genesys.train.workers import RolloutWorker
+        from genesys.train.rollout_actor import RolloutActor
 
         cluster, config = self.cluster, self.config
         options = config.backend_options.for_backend(config.rollout.backend)
@@ -399,6 +400,6 @@ class AsyncRollouts:
             options.setdefault("batch_size", self.job_groups * config.rollout.samples_per_prompt)
             options.setdefault("device", "cuda" if cluster.rollout_gpus > 0 else "cpu")
         name = f"{self.run_id}-rollout-{index}.{incarnation}"
-        return RolloutWorker.options(
-            **actor_options(cluster.rollout_cpus, cluster.rollout_gpus, name)
-        ).remote(config, self.source_model, options, config.style)
+        return RolloutActor.options(**actor_options(cluster.rollout_cpus, cluster.rollout_gpus, name)).remote(
+            config, self.source_model, options, config.style
+        )

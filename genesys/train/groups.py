@@ -1,6 +1,6 @@
 """Online group filtering, for the trainer's rollout source: keep only groups that carry signal.
 
-Rollouts are grouped by task (`genesys.identity.group_key`: the problem id, or the prompt without
+Rollouts are grouped by task (`genesys.data.identity.group_key`: the problem id, or the prompt without
 one, as `genesys filter` groups them), and a group whose rollouts all have the same value of the
 signal (by default binary correctness, score == 1) carries no learning signal and is dropped;
 `fill_batch` refills a batch from further generation rounds.
@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from genesys.identity import group_key
-
-Row = dict[str, Any]
+from genesys.data.identity import group_key
+from genesys.schema import Row
 
 
 def signal_value(row: Row, signal: str = "correct") -> float | None:

@@ -5,6 +5,7 @@ A resumed run first cuts the steps after its checkpoint, so the file always read
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         except orjson.JSONDecodeError:
             continue
     return records
+
+
+def is_metric_value(value: Any) -> bool:
+    """Whether a metric's `value` is a number to draw or log (not null, text, a bool, or infinite)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -16,23 +16,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from genesys.data.identity import response_id, task_key
+from genesys.data.inputs import resolve_inputs
+from genesys.data.io import iter_rows
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, iterate
 from genesys.generate.prompts import build_messages
 from genesys.generate.runner import PlannedTask, RowBuilder, request_seed
-from genesys.identity import response_id, task_key
-from genesys.inputs import resolve_inputs
-from genesys.io import iter_rows
-from genesys.pool import VerificationPool
 from genesys.rewards import RewardStage
-from genesys.schema import SchemaError, parse_json_field
+from genesys.schema import Row, SchemaError, parse_json_field
 from genesys.train.config import TrainConfig
 from genesys.train.distributed import World
 from genesys.train.groups import fill_batch, group_by_task, has_signal
 from genesys.train.order import ItemOrder
+from genesys.verification.pool import VerificationPool
 
 log = logging.getLogger(__name__)
-Row = dict[str, Any]
 DRAW_COLUMN = "train_draw"  # the task's position in the run's task stream: one group per draw
 
 

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from genesys.errors import InputError
-from genesys.report_training import is_metric_value
+from genesys.train.metrics import is_metric_value
 
 PROJECT_ENV = "GENESYS_PROJECT"
 DEFAULT_PROJECT = "genesys"

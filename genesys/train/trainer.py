@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from genesys.errors import InputError
+from genesys.models import load_trainable_lm
 from genesys.train import checkpoint as ckpt
 from genesys.train.async_rollouts import AsyncRollouts
 from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
@@ -36,10 +37,10 @@ from genesys.train.schedule import lr_factor
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.toml"
-# Settings a resumed run may change without changing what it computes.
 # Devices with torch's fused AdamW kernel: one pass over all parameters, 2.5-4.5x faster on CPU.
 FUSED_ADAMW_DEVICES = frozenset({"cpu", "cuda"})
-RESUMABLE_CHANGES = frozenset(
+# Dotted config keys a resumed run may change without changing what it computes.
+RESUMABLE_CONFIG_KEYS = frozenset(
     {
         "optim.steps",
         "progress",
@@ -68,7 +69,7 @@ class TrainResult:
 
 
 @dataclass
-class Batch:
+class StepBatch:
     """One generated (or recorded) batch on this rank, ready for one or more optimizer steps."""
 
     sequences: list[TrainingSequence]
@@ -135,7 +136,7 @@ class Trainer:
 
             self.tasks = load_tasks(config)  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
-        self.tokenizer, self.model = _load_model(
+        self.tokenizer, self.model = load_trainable_lm(
             self.source_model, self.device, config.gradient_checkpointing
         )
         self.pad_id = (
@@ -157,7 +158,7 @@ class Trainer:
             self.optimizer, lambda update: lr_factor(update, config.optim)
         )
         self.rollouts = self._rollout_source()
-        self.batch: Batch | None = None
+        self.batch: StepBatch | None = None
         if self.state:
             self._restore(self.state)
         if isinstance(self.rollouts, AsyncRollouts):
@@ -175,7 +176,9 @@ class Trainer:
         existing = read_config(path)
         if existing is not None and resuming:
             changed = [
-                key for key in changed_keys(existing, self.config.as_dict()) if key not in RESUMABLE_CHANGES
+                key
+                for key in changed_keys(existing, self.config.as_dict())
+                if key not in RESUMABLE_CONFIG_KEYS
             ]
             if changed:
                 raise InputError(
@@ -198,8 +201,8 @@ class Trainer:
             return RecordedRollouts(self.config, self.world)
         if self.config.cluster.ray:
             return self._async_rollouts()
-        from genesys.engine import VerificationEngine
         from genesys.generate.backend import create_backend
+        from genesys.verification.engine import VerificationEngine
 
         config = self.config
         options = config.backend_options.for_backend(config.rollout.backend)
@@ -267,7 +270,7 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """Train until `optim.steps`, checkpointing as configured; returns the run's result."""
-        from genesys.progress import RunProgress
+        from genesys.ui.progress import RunProgress
 
         config = self.config
         final = self.output_dir / "final"
@@ -321,7 +324,7 @@ class Trainer:
             self.tracker.log(metrics, self.step)
         return metrics
 
-    def _next_batch(self) -> Batch:
+    def _next_batch(self) -> StepBatch:
         per_rank = self.config.rollout.prompts_per_step // self.world.size
         step = self.rollouts.next_batch(per_rank)
         sequences = self._sequences(step)
@@ -335,7 +338,7 @@ class Trainer:
                 per_rank,
                 step.rounds,
             )
-        return Batch(sequences, stats, tokens, count, step.extra)
+        return StepBatch(sequences, stats, tokens, count, step.extra)
 
     def _sequences(self, step: StepRollouts) -> list[TrainingSequence]:
         """The batch's training sequences with their group advantages, shortest first (less padding)."""
@@ -357,7 +360,7 @@ class Trainer:
         ]
         return sorted(sequences, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
 
-    def _micro_batches(self, batch: Batch) -> Iterator[MicroBatch]:
+    def _micro_batches(self, batch: StepBatch) -> Iterator[MicroBatch]:
         """This rank's micro-batches, padded with empty ones to the count of the rank with the most
         (every rank must take part in every gradient all-reduce)."""
         size = self.config.optim.micro_batch_size
@@ -369,7 +372,7 @@ class Trainer:
             else:
                 yield _empty_micro_batch(self.pad_id, self.device)
 
-    def _accumulate_gradients(self, batch: Batch, record_mismatch: bool) -> dict[str, float]:
+    def _accumulate_gradients(self, batch: StepBatch, record_mismatch: bool) -> dict[str, float]:
         """Forward and backward over the batch's micro-batches; returns this rank's loss statistics."""
         config = self.config
         self.model.train()
@@ -450,7 +453,7 @@ class Trainer:
         return grad_norm
 
     def _metrics(
-        self, batch: Batch, totals: dict[str, float], grad_norm: float, seconds: float, first_update: bool
+        self, batch: StepBatch, totals: dict[str, float], grad_norm: float, seconds: float, first_update: bool
     ) -> dict[str, Any]:
         keys = sorted(batch.stats)
         summed = dict(zip(keys, self.world.sum([batch.stats[k] for k in keys])))
@@ -531,28 +534,9 @@ def colocated_vllm_options(config: TrainConfig, engine_args: dict[str, Any] | No
     return {"colocate": True, "seed": config.seed, "engine_args": {"dtype": dtype, **(engine_args or {})}}
 
 
-def _load_model(
-    path: str, device: torch.device, gradient_checkpointing: bool = False
-) -> tuple[Any, torch.nn.Module]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    except OSError as exc:
-        raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
-    model.to(device)
-    model.config.use_cache = False
-    if gradient_checkpointing:  # the method's newer name first
-        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
-    return tokenizer, model
-
-
 def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Module:
     """The initial model, frozen, for the KL term (always `config.model`, also when resuming)."""
-    _, reference = _load_model(config.model, device)
+    _, reference = load_trainable_lm(config.model, device)
     reference.eval().requires_grad_(False)
     return reference
 
@@ -584,7 +568,7 @@ def _rollout_stats(step: StepRollouts, sequences: list[TrainingSequence]) -> dic
     }
 
 
-def _batch_state(batch: Batch | None) -> dict[str, Any] | None:
+def _batch_state(batch: StepBatch | None) -> dict[str, Any] | None:
     if batch is None:
         return None
     return {
@@ -596,10 +580,10 @@ def _batch_state(batch: Batch | None) -> dict[str, Any] | None:
     }
 
 
-def _batch_from_state(state: dict[str, Any] | None) -> Batch | None:
+def _batch_from_state(state: dict[str, Any] | None) -> StepBatch | None:
     if state is None:
         return None
-    return Batch(
+    return StepBatch(
         [TrainingSequence(**s) for s in state["sequences"]],
         state["stats"],
         state["tokens"],

@@ -84,7 +84,7 @@ class LLMJudge(genesys.Verifier):
         )
 
     async def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
-        from genesys.http import APIError, OpenAIClient
+        from genesys.openai_client import APIError, OpenAIClient
 
         if not self.model:
             return genesys.Verdict.failed(

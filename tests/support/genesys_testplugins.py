@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import genesys
 from genesys.generate.backend import BackendSpec, Completion, GenerationResult, next_weights_version
+from genesys.testing.digits import DigitShare  # the training tests' reward, shared with the benchmarks
 
 
 class Echo(genesys.Verifier):
@@ -167,17 +168,6 @@ class AsyncEcho(genesys.Verifier):
     async def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
         await asyncio.sleep(float(rollout.verification_info.get("sleep", 0.0)))
         return genesys.Verdict(score=float(rollout.completion == rollout.verification_info.get("expected")))
-
-
-class DigitShare(genesys.Verifier):
-    """The share of digits among the completion's characters (0 for an empty completion): a toy reward
-    a tiny model can learn quickly, for training tests and benchmarks."""
-
-    task_type = "digit_share"
-
-    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
-        text = rollout.completion
-        return genesys.Verdict(score=sum(c.isdigit() for c in text) / len(text) if text else 0.0)
 
 
 @genesys.hookimpl

@@ -170,7 +170,7 @@ class Capture:
         """For each recomputed row named in `requests` ({"ids": its completion ids, "proofs": their
         bytes or None, "temperature", "top_p"}): each chunk's errors against the proofs (None without
         proofs) and the completion tokens' logprobs; None for a row whose rows were not all captured."""
-        from genesys.generate.hf import sampled_logprobs
+        from genesys.models import sampled_logprobs
         from genesys.proofs.toploc import as_proof_dtype, verify_proofs
 
         lengths = {name: len(request["ids"]) for name, request in requests.items()}

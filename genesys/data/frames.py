@@ -1,7 +1,7 @@
 """Rollout files as one polars LazyFrame, for whole-dataset work (filtering, reports).
 
-Row-by-row reading with locations lives in `genesys.io`; this module is the columnar view of the
-same files, as `genesys.inputs.resolve_inputs` finds them (jsonl, parquet, saved HF datasets).
+Row-by-row reading with locations lives in `genesys.data.io`; this module is the columnar view of the
+same files, as `genesys.data.inputs.resolve_inputs` finds them (jsonl, parquet, saved HF datasets).
 Dict-valued columns become JSON strings whatever the file held (objects in jsonl, strings or structs
 in parquet), so inputs of either format combine into one frame.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 import polars as pl
 
+from genesys.data.inputs import InputFile
+from genesys.data.io import iter_rows
 from genesys.errors import InputError
-from genesys.inputs import InputFile
-from genesys.io import iter_rows
 from genesys.schema import JSON_COLUMNS
 
 # Why a row is unusable for the caller, or None.
@@ -36,7 +36,7 @@ _FIXED_TYPES: dict[str, pl.DataType] = {
 
 
 def scan_rollouts(files: Sequence[InputFile]) -> pl.LazyFrame:
-    """All rows of the input files (from `genesys.inputs.resolve_inputs`) as one lazy frame.
+    """All rows of the input files (from `genesys.data.inputs.resolve_inputs`) as one lazy frame.
 
     Columns missing from some files are null there. Dict-valued columns are JSON strings.
     """

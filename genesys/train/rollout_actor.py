@@ -1,9 +1,9 @@
-"""The rollout worker: a generation backend in a Ray actor that takes new weights in place.
+"""The rollout actor: a generation backend in a Ray actor that takes new weights in place.
 
 The actor has two lanes (Ray concurrency groups): `generate` runs one job at a time, and
 `load_weights` fetches a published version from the object store, checks it and loads it while a
 job may still be generating (the backend swaps the weights between two of its batches). A job
-waits until the worker holds at least the version it asks for, so no job runs on weights older
+waits until the actor holds at least the version it asks for, so no job runs on weights older
 than those published when it was sent; every rollout is stamped with the policy step (the weights
 version) that sampled it.
 """
@@ -20,8 +20,9 @@ from typing import Any
 import ray
 
 from genesys.config import PromptStyle
+from genesys.schema import Row
 from genesys.train.config import TrainConfig
-from genesys.train.rollouts import Row, generate_rows, row_builder
+from genesys.train.rollouts import generate_rows, row_builder
 
 POLICY_STEP_COLUMN = "policy_step"
 WAIT_FOR_WEIGHTS_S = 600.0
@@ -38,7 +39,7 @@ class JobResult:
 
 
 @ray.remote(concurrency_groups={"generate": 1, "weights": 1})
-class RolloutWorker:
+class RolloutActor:
     """Generation with the run's backend on this actor's device."""
 
     def __init__(self, config: TrainConfig, model: str, options: dict[str, Any], style: PromptStyle) -> None:

@@ -3,8 +3,8 @@
 An input is a file (`.jsonl`/`.json`/`.ndjson` or `.parquet`), a folder written by
 `datasets.save_to_disk`, a directory holding such files and folders (read recursively, in name
 order), or a glob of any of these.
-`resolve_inputs` expands them into `InputFile`s with their format, so the row reader (`genesys.io`),
-the frame scanner (`genesys.frames`) and task sources read the same files and refuse the same inputs
+`resolve_inputs` expands them into `InputFile`s with their format, so the row reader (`genesys.data.io`),
+the frame scanner (`genesys.data.frames`) and task sources read the same files and refuse the same inputs
 with the same words, before any work.
 """
 

@@ -1,6 +1,6 @@
-"""The messages between the verification engine and its worker processes.
+"""The wire types between the verification engine and its worker processes.
 
-The engine sends `Batch` and `Stop`; a worker answers with `Results`, several per batch when the
+The engine sends `RowBatch` and `Stop`; a worker answers with `Results`, several per batch when the
 batch runs long. Results hold parallel lists rather than one object per rollout: a batch carries up
 to hundreds of rollouts, and this keeps the pipe's pickling as cheap as plain tuples.
 """
@@ -15,7 +15,7 @@ from genesys.schema import VerifyError
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
+class RowBatch:
     """Rows of one task_type for a worker to verify, each under `timeout` seconds."""
 
     batch_id: int

@@ -26,12 +26,20 @@ from typing import Any
 
 from genesys.config import VerifyConfig
 from genesys.errors import InputError
-from genesys.messages import Batch, Results, Stop
-from genesys.pool import TypeStats, VerificationPool
+from genesys.plugins.specs import Verifier, unknown_options
 from genesys.schema import ErrorKind, VerifyError
-from genesys.task_types import unknown_type_error
-from genesys.verifier import Verifier, unknown_options
-from genesys.worker import IDLE, SEQ_ASYNC_BATCH, SEQ_SETUP, STATE_SEQ, STATE_START, worker_main
+from genesys.verification.pool import VerificationPool
+from genesys.verification.stats import TypeStats
+from genesys.verification.task_types import unknown_type_error
+from genesys.verification.wire import Results, RowBatch, Stop
+from genesys.verification.worker import (
+    IDLE,
+    SEQ_ASYNC_BATCH,
+    SEQ_SETUP,
+    STATE_SEQ,
+    STATE_START,
+    worker_main,
+)
 
 DEADLINE_GRACE_S = 0.05
 SETUP_TIMEOUT_S = 300.0
@@ -86,7 +94,7 @@ class _Worker:
         finally:
             self.conn.close()
 
-    def send(self, message: Batch | Stop) -> None:
+    def send(self, message: RowBatch | Stop) -> None:
         """Queue `message`; it is pickled here, so a message that cannot be sent raises in the caller."""
         self._outbox.put(ForkingPickler.dumps(message))
 
@@ -128,7 +136,7 @@ class VerificationEngine(VerificationPool):
         super().__init__()
         self.config = config or VerifyConfig()
         if verifiers is None:
-            from genesys.plugins import verifier_entries
+            from genesys.plugins.registry import verifier_entries
 
             verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
         self.classes = dict(verifiers)
@@ -410,7 +418,7 @@ class VerificationEngine(VerificationPool):
         )
         rows = [self._rows[seq][1] for seq in seqs]
         try:
-            worker.send(Batch(batch.batch_id, task_type, batch.timeout, seqs, rows))
+            worker.send(RowBatch(batch.batch_id, task_type, batch.timeout, seqs, rows))
         except Exception as exc:  # a row that cannot be pickled (rows read from files always can)
             seq = next((seq for seq, row in zip(seqs, rows) if not _picklable(row)), seqs[0])
             raise TypeError(
@@ -427,7 +435,7 @@ def preload_modules(
     wanted = [
         cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types
     ]
-    return ["genesys.worker", *sorted({module for cls in wanted for module in cls.preload})]
+    return ["genesys.verification.worker", *sorted({module for cls in wanted for module in cls.preload})]
 
 
 _fork_server_environ: dict[str, str] | None = None  # os.environ when this process's fork server started

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from genesys.messages import Batch, Results, Stop
+from genesys.plugins.specs import Verifier
 from genesys.schema import ErrorKind, Rollout, SchemaError, Verdict, VerifyError
-from genesys.verifier import Verifier
+from genesys.verification.wire import Results, RowBatch, Stop
 
 # Shared-state slots and the markers the engine reads.
 STATE_SEQ, STATE_START = 0, 1
@@ -113,7 +113,7 @@ class WorkerVerifiers:
                 traceback.print_exc()
 
 
-def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch: Batch) -> Results:
+def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch: RowBatch) -> Results:
     """Verify the batch's rollouts one by one; returns the outcomes not yet sent."""
     results = Results(batch.batch_id)
     last_sent = time.monotonic()
@@ -130,7 +130,7 @@ def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch: Bat
 
 
 def _run_async_batch(
-    loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch: Batch
+    loop: asyncio.AbstractEventLoop, conn: Connection, state: Any, verifier: Verifier, batch: RowBatch
 ) -> Results:
     """Run the batch's rollouts concurrently, each under the batch's timeout (a soft one here).
 
@@ -210,7 +210,7 @@ def worker_main(
     os.environ.update(changed)
     for key in removed:
         os.environ.pop(key, None)
-    inbox: queue.SimpleQueue[Batch | Stop] = queue.SimpleQueue()
+    inbox: queue.SimpleQueue[RowBatch | Stop] = queue.SimpleQueue()
     threading.Thread(target=_receive_forever, args=(conn, inbox), daemon=True).start()
     verifiers = WorkerVerifiers(classes, options, state)
     loop = asyncio.new_event_loop()

@@ -20,40 +20,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Self
 
-from genesys.schema import ErrorKind, VerifyError
+from genesys.schema import Row
+from genesys.verification.stats import TypeStats
 
 DRAIN_TICK_S = 0.05
-
-Row = dict[str, Any]
-
-
-@dataclass
-class TypeStats:
-    """Running totals for one task_type."""
-
-    count: int = 0
-    score_sum: float = 0.0
-    scored: int = 0
-    errors: int = 0
-    timeouts: int = 0
-
-    def add(self, score: float | None, error: VerifyError | None) -> None:
-        self.count += 1
-        if score is not None:
-            self.score_sum += score
-            self.scored += 1
-        if error is None:
-            return
-        if error.kind is ErrorKind.TIMEOUT:
-            self.timeouts += 1
-        else:
-            self.errors += 1
-
-    @property
-    def mean_score(self) -> float | None:
-        return self.score_sum / self.scored if self.scored else None
 
 
 class VerificationPool(ABC):

@@ -10,7 +10,6 @@ With many steps each curve is drawn faint under a trailing moving average.
 from __future__ import annotations
 
 import glob
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from genesys.analysis.report import Report
 from genesys.errors import InputError
-from genesys.report import Report
+from genesys.train.metrics import is_metric_value
 
 if TYPE_CHECKING:
     import numpy as np
@@ -156,11 +156,6 @@ def load_training_run(metrics_file: Path) -> TrainingRun:
             steps, values = np.array(points, dtype=float).T
             series[key] = (steps, values)
     return TrainingRun(metrics_file, [record["step"] for record in records], series)
-
-
-def is_metric_value(value: Any) -> bool:
-    """Whether a metric's `value` is a number to draw or log (not null, text, a bool, or infinite)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_training_report(metrics_file: Path, output_dir: str | Path) -> Report:

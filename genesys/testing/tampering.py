@@ -1,4 +1,6 @@
-"""Rollouts with TOPLOC proofs, honest and tampered, for the validation tests and benchmarks/validate_cost.py.
+"""Rollouts with TOPLOC proofs, honest and tampered, to check that `genesys validate` accepts the
+one and rejects the other (the proof tests, benchmarks/validate_cost.py, a validator's calibration
+for another model).
 
 Each tampering keeps the row self-consistent where a cheating worker could: it claims the expected
 model's name and weights hash, and a swapped token's text is decoded again. Only the model can tell.

@@ -1,11 +1,16 @@
-"""The base class every verifier plugin subclasses."""
+"""What a plugin hands genesys through its hooks: `Verifier` subclasses, `TaskSet`s and `BackendSpec`s."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from genesys.errors import InputError
 from genesys.schema import Rollout, Verdict
+
+AUTO = "auto"  # the backend name that picks a usable backend; no plugin may register it
 
 
 class Verifier:
@@ -50,3 +55,41 @@ def unknown_options(options: Iterable[str], classes: Iterable[type[Verifier]]) -
             return []
         accepted |= cls.accepted_options
     return sorted(set(options) - accepted)
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """A named source of task rows; `load(**options)` returns rows in the GENESYS task schema."""
+
+    name: str
+    load: Callable[..., Iterable[dict[str, Any]]]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A generation backend as a plugin registers it through the `genesys_backends` hook.
+
+    `cls` is the backend class, or its `"module:Class"` path, imported only when the backend is built
+    (so listing the backends imports no torch). `usable` says whether the backend can run here;
+    `--backend auto` picks the usable backend of highest `priority` (a backend without `usable` is
+    never picked by `auto`).
+    """
+
+    name: str
+    cls: type | str
+    usable: Callable[[], bool] | None = None
+    priority: int = 0
+    description: str = ""
+
+    def load(self) -> type:
+        """The backend class (importing its module when given as a path)."""
+        if not isinstance(self.cls, str):
+            return self.cls
+        module_name, _, attribute = self.cls.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), attribute)
+        except ImportError as exc:
+            raise InputError(
+                f"--backend {self.name} cannot be loaded ({exc}); install what it needs, e.g. pip install 'genesys-rl[generate]'"
+            ) from None

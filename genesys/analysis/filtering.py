@@ -2,19 +2,18 @@
 
 The rollouts of each task give its pass rate; tasks whose rate lies in [min, max] are written as one
 task row each. A task is its `problem_id`, or its prompt when `problem_id` is missing
-(`genesys.identity.group_key`). Rollouts whose verification failed (score null) are left out of the
+(`genesys.data.identity.group_key`). Rollouts whose verification failed (score null) are left out of the
 pass rate and counted in `n_errors`; a task with no scored rollout has no pass rate and is dropped as
 unscored. A score that is not a number in 0..1 is refused, naming its `file:line`. With
 `require_proofs`, only rollouts `genesys validate` marked valid count; the others are dropped first and
 counted in `unproven`.
 
-The online group filter of the trainer (`fill_batch`, `split_groups`) lives in `genesys.train.groups`
-and is importable from here too.
+The online group filter of the trainer (`fill_batch`, `split_groups`) lives in `genesys.train.groups`.
 """
 
 from __future__ import annotations
 
-__all__ = ["PassRateFilter", "fill_batch", "filter_tasks", "split_groups"]
+__all__ = ["PassRateFilter", "filter_tasks"]
 
 import math
 import os
@@ -26,12 +25,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from genesys.config import FilterConfig as PassRateFilter
+from genesys.data.identity import group_key_columns
+from genesys.data.inputs import InputFile, resolve_inputs
 from genesys.errors import InputError
-from genesys.identity import group_key_columns
-from genesys.inputs import InputFile, resolve_inputs
 from genesys.rewards import TARGET_LENGTH_COLUMN
 from genesys.schema import JSON_COLUMNS, RESPONSE_COLUMNS, VERDICT_COLUMNS
-from genesys.train.groups import fill_batch, split_groups
 
 if TYPE_CHECKING:
     import polars as pl
@@ -117,7 +115,7 @@ def score_problem(row: dict[str, Any]) -> str | None:
 
 def refuse_out_of_range(count: int, files: Sequence[InputFile]) -> None:
     """Raise InputError when `count` rollouts of `files` have a score outside 0..1, naming the first."""
-    from genesys.frames import first_bad_row
+    from genesys.data.frames import first_bad_row
 
     if count:
         where = first_bad_row(files, score_problem)
@@ -131,7 +129,7 @@ def filter_tasks(
     config = config or PassRateFilter()
     import polars as pl
 
-    from genesys.frames import collect, scan_rollouts
+    from genesys.data.frames import collect, scan_rollouts
 
     output = Path(output)
     if output.suffix not in (".jsonl", ".parquet"):
@@ -174,7 +172,7 @@ def _proven(frame: pl.LazyFrame, files: Sequence[InputFile]) -> tuple[pl.LazyFra
     """The rollouts `genesys validate` marked valid, and how many others (invalid or unvalidated) there were."""
     import polars as pl
 
-    from genesys.frames import collect
+    from genesys.data.frames import collect
 
     if "toploc_valid" not in frame.collect_schema():
         raise InputError(

@@ -1,6 +1,6 @@
 """Rollout files row by row: reading jsonl, parquet and saved HF datasets; writing jsonl or parquet shards.
 
-Reading takes the files `genesys.inputs.resolve_inputs` found and yields `RowRecord`s with a
+Reading takes the files `genesys.data.inputs.resolve_inputs` found and yields `RowRecord`s with a
 `file:line` (or `file#row`) location, so a bad row can be reported and skipped without stopping the
 run. Writing goes through `RolloutWriter`, which appends in atomic units and reports the keys already
 written, so a rerun after a crash resumes without duplicates; `BufferedWriter` gathers rows into
@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
+from genesys.data.inputs import JSONL_SUFFIXES, PARQUET_SUFFIX, InputFile
 from genesys.errors import InputError
-from genesys.inputs import JSONL_SUFFIXES, PARQUET_SUFFIX, InputFile
 from genesys.schema import JSON_COLUMNS
 
 _READ_BATCH_ROWS = 4096
@@ -37,7 +37,7 @@ class RowRecord:
 
 
 def iter_rows(files: Sequence[InputFile]) -> Iterator[RowRecord]:
-    """Every row of every input file (from `genesys.inputs.resolve_inputs`), in order, with its location."""
+    """Every row of every input file (from `genesys.data.inputs.resolve_inputs`), in order, with its location."""
     readers = {"jsonl": _iter_jsonl, "parquet": _iter_parquet, "hf_dataset": _iter_hf_dataset}
     for file in files:
         yield from readers[file.format](file.path)

@@ -1,8 +1,9 @@
-"""Plugin discovery: pluggy hook specs, the plugin manager, and the verifier and backend registries.
+"""Plugin discovery: the plugin manager and what its hooks return, by task type or by name.
 
 Plugins are modules (or objects) with `@genesys.hookimpl` functions, found through the entry-point
-group `genesys`. The built-in verifiers and generation backends are registered through the very same
-group.
+group `genesys`. The built-in verifiers, task sets and generation backends are registered through the
+very same group. A name taken twice is a `PluginError` naming both plugins; names a caller reserves
+(the command line's own subcommands) are handed in, so this module knows nothing above it.
 """
 
 from __future__ import annotations
@@ -10,48 +11,19 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
-from genesys.verifier import Verifier
+from genesys.errors import PluginError
+from genesys.plugins.hookspecs import PROJECT_NAME, HookSpecs
+from genesys.plugins.specs import AUTO, BackendSpec, TaskSet, Verifier
 
-if TYPE_CHECKING:
-    from genesys.generate.backend import BackendSpec
-
-PROJECT_NAME = "genesys"
 ENTRY_POINT_GROUP = "genesys"
 PLUGINS_ENV_VAR = "GENESYS_PLUGINS"  # comma-separated modules to load as plugins without installing them
-
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-class PluginError(RuntimeError):
-    """A plugin that cannot be used: a clash between plugins or a malformed hook result."""
-
-
-class HookSpecs:
-    """The hooks a genesys plugin may implement."""
-
-    @hookspec
-    def genesys_verifiers(self) -> list[type[Verifier]]:  # type: ignore[empty-body]
-        """Return the Verifier subclasses this plugin provides."""
-
-    @hookspec
-    def genesys_tasks(self) -> list[Any]:  # type: ignore[empty-body]
-        """Return the `genesys.tasks.TaskSet`s (named task sources, e.g. generators) this plugin provides."""
-
-    @hookspec
-    def genesys_commands(self) -> list[Any]:  # type: ignore[empty-body]
-        """Return `click.Command`s to add to the `genesys` command line (e.g. `genesys mycommand`)."""
-
-    @hookspec
-    def genesys_backends(self) -> list[BackendSpec]:  # type: ignore[empty-body]
-        """Return the `genesys.generate.backend.BackendSpec`s (generation backends) this plugin provides."""
 
 
 @dataclass
@@ -148,7 +120,7 @@ def _qualname(cls: type) -> str:
 
 
 def _named_results(
-    pm: pluggy.PluginManager, hook: str, kind: str, is_valid: Any, expected: str, taken: Any = ()
+    pm: pluggy.PluginManager, hook: str, kind: str, is_valid: Any, expected: str, taken: Collection[str] = ()
 ) -> dict[str, Any]:
     """What every plugin's `hook` returns, by `.name`; a name claimed twice (or in `taken`) is a PluginError."""
     found: dict[str, Any] = {}
@@ -170,7 +142,6 @@ def _named_results(
 
 def backend_specs(pm: pluggy.PluginManager | None = None) -> dict[str, BackendSpec]:
     """Map each backend name to its spec; two plugins claiming one name is a PluginError."""
-    from genesys.generate.backend import AUTO, BackendSpec
 
     def is_valid(spec: Any) -> bool:
         return isinstance(spec, BackendSpec) and bool(spec.name) and spec.name != AUTO
@@ -199,11 +170,21 @@ def plugin_infos(pm: pluggy.PluginManager | None = None) -> list[PluginInfo]:
     return sorted(infos, key=lambda info: info.name)
 
 
-def plugin_commands(pm: pluggy.PluginManager | None = None) -> dict[str, Any]:
-    """The subcommands plugins add, by name; a name taken twice, or by a built-in command, is a PluginError."""
-    import click
+def task_sets(pm: pluggy.PluginManager | None = None) -> dict[str, TaskSet]:
+    """Map each task set name to its TaskSet; two plugins offering one name is a PluginError."""
+    return _named_results(
+        pm or default_plugin_manager(),
+        "genesys_tasks",
+        "task set",
+        lambda task_set: isinstance(task_set, TaskSet),
+        "a TaskSet",
+    )
 
-    from genesys.cli import BUILTIN_COMMANDS
+
+def plugin_commands(pm: pluggy.PluginManager | None = None, reserved: Collection[str] = ()) -> dict[str, Any]:
+    """The subcommands plugins add, by name; a name taken twice, or one of `reserved` (the command
+    line's own subcommands), is a PluginError."""
+    import click
 
     def is_valid(command: Any) -> bool:
         return isinstance(command, click.Command) and bool(command.name)
@@ -214,5 +195,5 @@ def plugin_commands(pm: pluggy.PluginManager | None = None) -> dict[str, Any]:
         "command",
         is_valid,
         "a named click.Command",
-        BUILTIN_COMMANDS,
+        reserved,
     )

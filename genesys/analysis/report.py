@@ -67,9 +67,14 @@ def write_report(inputs: Sequence[str], output_dir: str | Path) -> Report:
 def _load(inputs: Sequence[str]) -> _Data:
     import polars as pl
 
-    from genesys.filtering import refuse_out_of_range, score_out_of_range, score_problem, task_pass_rates
-    from genesys.frames import collect, scan_rollouts
-    from genesys.inputs import resolve_inputs
+    from genesys.analysis.filtering import (
+        refuse_out_of_range,
+        score_out_of_range,
+        score_problem,
+        task_pass_rates,
+    )
+    from genesys.data.frames import collect, scan_rollouts
+    from genesys.data.inputs import resolve_inputs
 
     files = resolve_inputs(inputs)
     frame = scan_rollouts(files)

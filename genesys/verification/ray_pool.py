@@ -1,6 +1,6 @@
 """A verification pool spread over Ray actors (`[cluster] backend = "ray"`).
 
-Each `VerifierActor` runs the verification engine (`genesys.engine.VerificationEngine`) on its own
+Each `VerifierActor` runs the verification engine (`genesys.verification.engine`) on its own
 machine; `RayVerificationPool` cuts the submitted rows into chunks, sends each to the actor with
 the fewest rows in flight and hands the verified rows back as they come. An actor that dies takes
 no row with it: its chunks go to a replacement. The pool has the interface of the engine, so
@@ -17,11 +17,12 @@ from typing import Any
 
 from genesys.cluster import actor_options, import_ray, ray_session
 from genesys.config import ClusterConfig, VerifyConfig
-from genesys.pool import TypeStats, VerificationPool
-from genesys.verifier import Verifier
+from genesys.plugins.specs import Verifier
+from genesys.schema import Row
+from genesys.verification.pool import VerificationPool
+from genesys.verification.stats import TypeStats
 
 log = logging.getLogger(__name__)
-Row = dict[str, Any]
 CHUNK_ROWS = 64
 MAX_RESENDS = 3  # a chunk whose actors keep dying is an infrastructure failure, not a row's fault
 
@@ -35,7 +36,7 @@ class VerifierActor:
         verifiers: Mapping[str, type[Verifier]] | None,
         expected_types: Collection[str] | None,
     ) -> None:
-        from genesys.engine import VerificationEngine
+        from genesys.verification.engine import VerificationEngine
 
         self.engine = VerificationEngine(config, verifiers, expected_types)
         self.engine.start()
@@ -106,7 +107,7 @@ class RayVerificationPool(VerificationPool):
     ) -> None:
         super().__init__()
         if verifiers is None:
-            from genesys.plugins import verifier_entries
+            from genesys.plugins.registry import verifier_entries
 
             verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
         self.config = config
