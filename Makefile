@@ -25,7 +25,7 @@ DEMO_MODEL := $(if $(MODEL),$(MODEL),$(STAND_IN))
 # One output per model: a rerun resumes, another model does not mix into it.
 DEMO_ROLLOUTS := demo-out/rollouts$(if $(MODEL),-$(subst /,--,$(MODEL)))
 
-.PHONY: install sandbox demo lint test bench clean
+.PHONY: install sandbox demo lint test bench clean docs check
 
 $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,8 +67,19 @@ lint: install
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 
-test: install sandbox lint
+# The documentation site; the reference pages are generated from the code at build time.
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
+test: install sandbox lint docs
 	$(VENV)/bin/pytest -q -ra
+
+# The everyday subset, in under 3 minutes: lint, then every test that needs no Docker, bubblewrap,
+# GPU, vLLM engine, Ray or torchrun and takes less than about 3 s (markers in pyproject.toml).
+# `make test` runs them all.
+CHECK_MARKERS := not (slow or gpu or docker or bwrap or vllm or ray or distributed)
+check: lint
+	$(VENV)/bin/pytest -q -ra -m "$(CHECK_MARKERS)"
 
 bench: install sandbox
 	$(PY) benchmarks/verify_engine.py
