@@ -25,6 +25,7 @@ BUILTIN_COMMANDS = {
     "tasks": "genesys.cli.listings:tasks",
     "plugins": "genesys.cli.listings:plugins",
     "sandbox": "genesys.cli.sandbox:group",
+    "version": "genesys.cli.version:command",
 }
 
 
@@ -59,7 +60,9 @@ def _configure_logging(verbose: int) -> None:
 @click.group(
     cls=GenesysGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120}
 )
-@click.version_option(package_name="genesys-rl", prog_name="genesys", message="%(prog)s %(version)s")
+@click.version_option(
+    None, "-V", "--version", package_name="genesys-rl", prog_name="genesys", message="%(prog)s %(version)s"
+)
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:
     """Verifiable-reward data: generate, verify, validate, filter, train, report."""
