@@ -8,6 +8,7 @@ strings; the dataclasses always hold dicts.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -157,6 +158,10 @@ class Rollout(Task):
 _ROLLOUT_KNOWN = frozenset(TASK_COLUMNS + RESPONSE_COLUMNS + VERDICT_COLUMNS + ("completion",))
 
 
+class InvalidVerdict(ValueError):
+    """A verifier made a verdict that is not one: a score that is not a number in [0, 1] or None."""
+
+
 @dataclass
 class Verdict:
     """The outcome of verifying one rollout.
@@ -176,9 +181,14 @@ class Verdict:
                 else str(self.error)
             )
         if self.score is not None:
+            if isinstance(self.score, bool) or not isinstance(self.score, numbers.Real):
+                raise InvalidVerdict(
+                    f"Verdict.score must be a number in [0, 1] or None, got {self.score!r} "
+                    f"({type(self.score).__name__})"
+                )
             score = float(self.score)
             if math.isnan(score) or not 0.0 <= score <= 1.0:
-                raise ValueError(f"Verdict.score must be in [0, 1] or None, got {self.score!r}")
+                raise InvalidVerdict(f"Verdict.score must be in [0, 1] or None, got {self.score!r}")
             self.score = score
 
     @classmethod
@@ -192,7 +202,10 @@ class ErrorKind(StrEnum):
 
     TIMEOUT = "timeout"  # the engine's hard deadline (or an async verifier's soft one) passed
     CRASH = "worker_crash"  # the worker process died
-    EXCEPTION = "exception"  # the verifier raised, or returned something that is not a Verdict
+    EXCEPTION = "exception"  # the verifier raised
+    INVALID_VERDICT = (
+        "invalid_verdict"  # the verifier returned no Verdict, or one with a score that is not one
+    )
     SCHEMA = "invalid_row"  # the row does not fit the rollout schema
     UNKNOWN_TYPE = "unknown_task_type"  # no verifier serves the row's task_type
     REWARD = "reward_error"  # verified, but the reward terms cannot measure the row

@@ -159,6 +159,17 @@ class Boom(genesys.Verifier):
         raise ValueError("verifier bug")
 
 
+class Junk(genesys.Verifier):
+    """Makes a verdict of whatever `verification_info['score']` holds (or returns it bare)."""
+
+    task_type = "junk"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        if rollout.verification_info.get("bare"):
+            return rollout.verification_info["score"]
+        return genesys.Verdict(score=rollout.verification_info["score"])
+
+
 class AsyncEcho(genesys.Verifier):
     """An async verifier: 1 when the completion equals verification_info['expected']."""
 
@@ -187,6 +198,7 @@ def genesys_verifiers() -> list[type[genesys.Verifier]]:
         Hang,
         Crash,
         Boom,
+        Junk,
         AsyncEcho,
     ]
 
