@@ -363,3 +363,26 @@ def test_cli_require_proofs_reports_the_dropped_rollouts(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert "1 rollouts without a valid TOPLOC proof dropped" in done.stderr
     assert read_jsonl(tmp_path / "kept.jsonl")[0]["pass_rate"] == 0.5
+
+
+def test_the_same_rollouts_in_two_inputs_count_once(tmp_path: Path):
+    rows = rollouts()
+    first = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    shaped = write_jsonl(tmp_path / "shaped.jsonl", rows[:20])  # the same rollouts, read a second time
+    no_ids = [{**row, "response_id": None} for row in rows[:3]]  # rows without an id all count
+    bare = write_jsonl(tmp_path / "bare.jsonl", no_ids)
+    summary = filter_tasks(
+        [str(first), str(shaped), str(bare)], tmp_path / "kept.jsonl", PassRateFilter(0.0, 1.0)
+    )
+    assert summary.repeats == 20
+    kept = {row["problem_id"]: row for row in read_jsonl(tmp_path / "kept.jsonl")}
+    assert kept["t1"]["n_samples"] == 10 and kept["t1"]["pass_rate"] == pytest.approx(0.1)
+    assert kept["t0"]["n_samples"] == 13  # its 10 rollouts, and the 3 without an id
+    done = subprocess.run(
+        [GENESYS, "filter", str(first), str(shaped), "-o", str(tmp_path / "again.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "20 rollouts appear more than once" in done.stderr

@@ -58,6 +58,7 @@ class FilterSummary:
     rollouts: int | None = None
     errors: int | None = None
     unproven: int | None = None
+    repeats: int = 0  # rollouts read more than once (the same response_id), counted once
 
 
 def task_pass_rates(rollouts: pl.LazyFrame, metric: str = "score") -> pl.LazyFrame:
@@ -129,13 +130,13 @@ def filter_tasks(
     config = config or PassRateFilter()
     import polars as pl
 
-    from genesys.data.frames import collect, scan_rollouts
+    from genesys.data.frames import collect, distinct_rollouts, scan_rollouts
 
     output = Path(output)
     if output.suffix not in (".jsonl", ".parquet"):
         raise InputError(f"output {str(output)!r}: expected a .jsonl or .parquet file")
     files = resolve_inputs(inputs)
-    frame = scan_rollouts(files)
+    frame, repeats = distinct_rollouts(scan_rollouts(files), files)
     unproven = None
     if config.require_proofs:
         frame, unproven = _proven(frame, files)
@@ -164,6 +165,7 @@ def filter_tasks(
         rollouts=int(tasks["n_samples"].sum() + tasks["n_errors"].sum()) if has_counts else None,
         errors=int(tasks["n_errors"].sum()) if has_counts else None,
         unproven=unproven,
+        repeats=repeats,
         **counts,
     )
 

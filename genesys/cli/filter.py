@@ -24,6 +24,11 @@ def command(config: FilterCommand) -> int:
     bounds = config.filter
     with console.status("computing pass rates"):
         summary = filter_tasks(config.inputs, config.output, bounds)
+    if summary.repeats:
+        console.print(
+            f"[yellow]warning: {summary.repeats} rollouts appear more than once in the inputs (the same "
+            "response_id); each is counted once[/yellow]"
+        )
     read = f"{summary.tasks} tasks"
     if summary.unproven is not None:
         read = f"{summary.unproven} rollouts without a valid TOPLOC proof dropped; " + read
