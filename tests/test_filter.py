@@ -386,3 +386,30 @@ def test_the_same_rollouts_in_two_inputs_count_once(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr
     assert "20 rollouts appear more than once" in done.stderr
+
+
+def test_an_empty_result_is_said_loudly_with_the_pass_rates(tmp_path: Path):
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
+    output = tmp_path / "kept.jsonl"
+    done = subprocess.run(
+        [
+            GENESYS,
+            "filter",
+            str(inputs),
+            "-o",
+            str(output),
+            "--min-pass-rate",
+            "0.6",
+            "--max-pass-rate",
+            "0.8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert output.read_text() == ""
+    assert "warning: no task has a pass rate in [0.6, 0.8]" in done.stderr
+    bars = [line.split() for line in done.stderr.splitlines() if line.strip().startswith("[")]
+    counts = [int(words[-1]) for words in bars]
+    assert counts == [1, 1, 0, 1, 0, 1, 0, 0, 0, 2]  # 0.0, 0.1, 0.3, 0.5, then 0.9 and 1.0; t6 unscored

@@ -59,6 +59,15 @@ class FilterSummary:
     errors: int | None = None
     unproven: int | None = None
     repeats: int = 0  # rollouts read more than once (the same response_id), counted once
+    histogram: tuple[int, ...] = ()  # tasks per pass-rate tenth: [0, 0.1), ..., [0.9, 1.0]
+
+
+def pass_rate_histogram(rates: pl.Series, bins: int = 10) -> tuple[int, ...]:
+    """How many of `rates` (nulls left out) fall in each of `bins` equal ranges of 0..1, 1.0 in the last."""
+    counts = [0] * bins
+    for rate in rates.drop_nulls().to_list():
+        counts[min(int(rate * bins + 1e-9), bins - 1)] += 1  # 0.3 in [0.3, 0.4) though 0.3 * 10 < 3
+    return tuple(counts)
 
 
 def task_pass_rates(rollouts: pl.LazyFrame, metric: str = "score") -> pl.LazyFrame:
@@ -166,6 +175,7 @@ def filter_tasks(
         errors=int(tasks["n_errors"].sum()) if has_counts else None,
         unproven=unproven,
         repeats=repeats,
+        histogram=pass_rate_histogram(tasks[rate_column]) if kept.height == 0 else (),
         **counts,
     )
 
