@@ -235,24 +235,34 @@ def collect(
     pm: pluggy.PluginManager,
     hook: str,
     kind: str,
-    name_of: Callable[[Any], str],
-    check: Callable[[Any, str], None],
+    is_valid: Callable[[Any], bool],
+    expected: str,
+    *,
+    name_of: Callable[[Any], str] = lambda item: item.name,
+    check: Callable[[Any, str], None] | None = None,
     describe: Callable[[Any], str] = lambda item: "",
     reserved: Collection[str] = (),
 ) -> dict[str, Registered]:
-    """What every plugin's `hook` returns, by name (`name_of`), each checked by `check(item, plugin)`
-    (which raises a PluginError). A name claimed by two plugins, or one of `reserved`, is a PluginError
-    naming both (`describe` adds each item's own words); one item returned twice is no clash. A hook that
-    raises is a PluginError naming the plugin."""
+    """What every plugin's `hook` returns, by name (`name_of`).
+
+    An item `is_valid` refuses is a PluginError saying it is not what was `expected`; `check(item,
+    plugin)` may refuse more. A name claimed by two plugins, or one of `reserved`, is a PluginError
+    naming both (`describe` adds each item's own words); one item returned twice is no clash. A hook
+    that raises is a PluginError naming the plugin.
+    """
     owners = dict.fromkeys(reserved, "genesys")
     found: dict[str, Registered] = {}
     for impl in getattr(pm.hook, hook).get_hookimpls():
+        plugin = impl.plugin_name
         try:
             items = impl.function() or ()
         except Exception as exc:  # a plugin's bug, reported as one line naming it
-            raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {_one_line(exc)}") from exc
+            raise PluginError(f"plugin {plugin!r} failed in {hook}: {_one_line(exc)}") from exc
         for item in items:
-            check(item, impl.plugin_name)
+            if not is_valid(item):
+                raise PluginError(f"plugin {plugin!r} returned {item!r} from {hook}, not {expected}")
+            if check is not None:
+                check(item, plugin)
             name = name_of(item)
             previous = found.get(name)
             if name in owners and not (
@@ -261,27 +271,18 @@ def collect(
                 words = describe(previous.item) if previous is not None else ""
                 raise PluginError(
                     f"{kind} {name!r} is claimed by two plugins: {owners[name]}{words} "
-                    f"and {impl.plugin_name}{describe(item)}; uninstall one of them"
+                    f"and {plugin}{describe(item)}; uninstall one of them"
                 )
-            found[name] = Registered(item, impl.plugin_name)
-            owners[name] = impl.plugin_name
+            found[name] = Registered(item, plugin)
+            owners[name] = plugin
     return found
 
 
-def expect(hook: str, is_valid: Callable[[Any], bool], expected: str) -> Callable[[Any, str], None]:
-    """A `check` for `collect`: an item `is_valid` refuses is a PluginError saying what was `expected`."""
-
-    def check(item: Any, plugin: str) -> None:
-        if not is_valid(item):
-            raise PluginError(f"plugin {plugin!r} returned {item!r} from {hook}, not {expected}")
-
-    return check
+def _items(found: dict[str, Registered]) -> dict[str, Any]:
+    return {name: entry.item for name, entry in found.items()}
 
 
-def _check_verifier_class(cls: Any, plugin: str) -> None:
-    expect(
-        "genesys_verifiers", lambda c: isinstance(c, type) and issubclass(c, Verifier), "a Verifier subclass"
-    )(cls, plugin)
+def _has_task_type(cls: type[Verifier], plugin: str) -> None:
     task_type = getattr(cls, "task_type", None)
     if not isinstance(task_type, str) or not task_type:
         raise PluginError(f"verifier {_qualname(cls)} from plugin {plugin!r} has no task_type")
@@ -297,33 +298,41 @@ def verifier_entries(pm: pluggy.PluginManager | None = None) -> dict[str, Verifi
         pm or default_plugin_manager(),
         "genesys_verifiers",
         "task_type",
-        lambda cls: cls.task_type,
-        _check_verifier_class,
+        lambda cls: isinstance(cls, type) and issubclass(cls, Verifier),
+        "a Verifier subclass",
+        name_of=lambda cls: cls.task_type,
+        check=_has_task_type,
         describe=lambda cls: f" ({_qualname(cls)})",
     )
-    return {task_type: VerifierEntry(cls=e.item, plugin=e.plugin) for task_type, e in found.items()}
-
-
-def _items(found: dict[str, Registered]) -> dict[str, Any]:
-    return {name: entry.item for name, entry in found.items()}
+    return {
+        task_type: VerifierEntry(cls=entry.item, plugin=entry.plugin) for task_type, entry in found.items()
+    }
 
 
 def task_sets(pm: pluggy.PluginManager | None = None) -> dict[str, TaskSet]:
     """Map each task set name to its TaskSet; two plugins offering one name is a PluginError."""
-    hook = "genesys_tasks"
-    check = expect(hook, lambda task_set: isinstance(task_set, TaskSet), "a TaskSet")
-    return _items(collect(pm or default_plugin_manager(), hook, "task set", lambda t: t.name, check))
+    return _items(
+        collect(
+            pm or default_plugin_manager(),
+            "genesys_tasks",
+            "task set",
+            lambda t: isinstance(t, TaskSet),
+            "a TaskSet",
+        )
+    )
 
 
 def backend_specs(pm: pluggy.PluginManager | None = None) -> dict[str, BackendSpec]:
     """Map each backend name to its spec; two plugins claiming one name is a PluginError."""
-    hook = "genesys_backends"
-    check = expect(
-        hook,
-        lambda spec: isinstance(spec, BackendSpec) and bool(spec.name) and spec.name != AUTO,
-        f"a BackendSpec with a name other than {AUTO!r}",
+    return _items(
+        collect(
+            pm or default_plugin_manager(),
+            "genesys_backends",
+            "backend",
+            lambda spec: isinstance(spec, BackendSpec) and bool(spec.name) and spec.name != AUTO,
+            f"a BackendSpec with a name other than {AUTO!r}",
+        )
     )
-    return _items(collect(pm or default_plugin_manager(), hook, "backend", lambda s: s.name, check))
 
 
 def plugin_commands(pm: pluggy.PluginManager | None = None, reserved: Collection[str] = ()) -> dict[str, Any]:
@@ -331,14 +340,15 @@ def plugin_commands(pm: pluggy.PluginManager | None = None, reserved: Collection
     line's own subcommands), is a PluginError."""
     import click
 
-    hook = "genesys_commands"
-    check = expect(
-        hook,
-        lambda command: isinstance(command, click.Command) and bool(command.name),
-        "a named click.Command",
-    )
     return _items(
-        collect(pm or default_plugin_manager(), hook, "command", lambda c: c.name, check, reserved=reserved)
+        collect(
+            pm or default_plugin_manager(),
+            "genesys_commands",
+            "command",
+            lambda command: isinstance(command, click.Command) and bool(command.name),
+            "a named click.Command",
+            reserved=reserved,
+        )
     )
 
 
