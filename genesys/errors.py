@@ -11,3 +11,8 @@ class InputError(GenesysError, ValueError):
 
 class PluginError(GenesysError, RuntimeError):
     """A plugin that cannot be used: a clash between plugins or a malformed hook result."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin that was skipped or looks wrong (it cannot be imported, or a hook is misspelled); the
+    command line prints it as one line and goes on."""
