@@ -140,13 +140,21 @@ class VerificationEngine(VerificationPool):
 
             verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
         self.classes = dict(verifiers)
-        unknown = unknown_options(self.config.verifier_options(), self.classes.values())
+        # A verifier without `accepted_options` may read any option, so a run that uses one cannot
+        # tell a typo; one that does not (where the caller knows its task types) checks against
+        # what every verifier that says what it reads reads.
+        used = [self.classes[name] for name in expected_types or () if name in self.classes] or list(
+            self.classes.values()
+        )
+        declared = [cls for cls in self.classes.values() if cls.accepted_options is not None]
+        if all(cls.accepted_options is not None for cls in used):
+            unknown = unknown_options(self.config.verifier_options(), declared)
+        else:
+            unknown = []
         if unknown:
             raise InputError(
                 f"unknown verifier option(s) {', '.join(map(repr, unknown))} (-O/--option); the installed verifiers read: "
-                + ", ".join(
-                    sorted(set().union(*(cls.accepted_options or () for cls in self.classes.values())))
-                )
+                + ", ".join(sorted(set().union(*(cls.accepted_options for cls in declared))))
             )
         self._stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
