@@ -74,6 +74,27 @@ def parse_json_field(value: Any, name: str) -> dict[str, Any]:
     raise SchemaError(f"field {name!r} must be a dict or a JSON string, got {type(value).__name__}")
 
 
+COMPLETION_COLUMN = "llm_response"
+
+
+def completion_problem(row: dict[str, Any], field: str = COMPLETION_COLUMN) -> str | None:
+    """Why `row` has no completion to verify, or None. The completion is `llm_response` (or, in rows
+    without one, `completion`); `field` is what the caller calls that column, named in the message.
+
+    A missing column, a null and a value that is not text are problems: never an empty answer.
+    """
+    name = COMPLETION_COLUMN if COMPLETION_COLUMN in row or "completion" not in row else "completion"
+    if name not in row:
+        hint = "; name the completion column with --completion-field" if field == COMPLETION_COLUMN else ""
+        return f"field {field!r} (the completion) is missing; the row has {', '.join(map(str, row)) or 'no columns'}{hint}"
+    value = row[name]
+    if value is None:
+        return f"field {field!r} (the completion) is null: there is no answer to verify"
+    if not isinstance(value, str):
+        return f"field {field!r} (the completion) must be text, got {type(value).__name__}"
+    return None
+
+
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -138,11 +159,16 @@ class Rollout(Task):
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Rollout:
-        """Build a Rollout from a GENESYS rollout row (`llm_response` holds the completion)."""
+        """Build a Rollout from a GENESYS rollout row (`llm_response` holds the completion).
+
+        Raises SchemaError naming the field when the completion is missing, null or not text.
+        """
         kwargs = _task_kwargs(row)
-        completion = row.get("llm_response", row.get("completion"))
+        problem = completion_problem(row)
+        if problem:
+            raise SchemaError(problem)
         kwargs.update(
-            completion="" if completion is None else str(completion),
+            completion=row.get(COMPLETION_COLUMN, row.get("completion")),
             response_id=_opt_str(row.get("response_id")),
             model_name=_opt_str(row.get("model_name")),
             prompt_ids=row.get("prompt_ids"),

@@ -250,6 +250,27 @@ def test_validate_resumes_after_a_partial_output(
     assert all(row["toploc_valid"] for row in rows)
 
 
+def test_unreadable_rows_go_to_the_rejects_file_and_are_counted(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
+    source = work / "unreadable.jsonl"
+    source.write_bytes(orjson.dumps(honest[0]) + b"\n{broken\n" + orjson.dumps(honest[1]) + b"\n")
+    output = work / "unreadable-out.jsonl"
+    config = ValidateCommand(
+        inputs=[str(source)],
+        model=tiny_model,
+        output=str(output),
+        progress=False,
+        proofs=TINY_PROOFS,
+        thresholds=TINY_THRESHOLDS,
+    )
+    summary = validate_files(config)
+    assert summary.valid == 2 and summary.rejected == 1  # unreadable rows used to be counted only
+    (reject,) = read_rows(work / "unreadable-out.jsonl.rejects.jsonl")
+    assert reject["location"] == f"{source}:2" and reject["raw"] == "{broken"
+    assert "invalid JSON" in reject["error"]
+
+
 @pytest.mark.slow
 def test_cli_validates_prints_a_summary_and_resumes(
     honest: list[dict[str, Any]], tiny_model: str, work: Path

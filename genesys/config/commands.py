@@ -70,6 +70,12 @@ class VerifyCommand:
     rejects: str | None = setting(
         None, "where unreadable rows go (default: OUTPUT.rejects.jsonl)", flags=("--rejects",)
     )
+    completion_field: str = setting(
+        "llm_response",
+        "the column holding each rollout's completion, written as llm_response",
+        flags=("--completion-field",),
+        metavar="NAME",
+    )
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -84,6 +90,7 @@ class VerifyCommand:
             reward=self.reward,
             progress=self.progress,
             cluster=self.cluster,
+            completion_field=self.completion_field,
         )
 
 

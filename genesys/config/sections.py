@@ -505,6 +505,7 @@ class VerifyConfig(VerifySettings):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     progress: bool = True
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    completion_field: str = "llm_response"  # the column rollouts hold their completion in
 
     def verifier_options(self) -> dict[str, Any]:
         """The options every verifier receives: `options`, then the sandbox settings given."""

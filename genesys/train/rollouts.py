@@ -22,7 +22,7 @@ from genesys.data.io import iter_rows
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, iterate
 from genesys.generate.prompts import build_messages
-from genesys.generate.runner import PlannedTask, RowBuilder, request_seed
+from genesys.generate.rows import PlannedTask, RowBuilder, request_seed
 from genesys.rewards import RewardStage
 from genesys.schema import Row, SchemaError, parse_json_field
 from genesys.train.config import TrainConfig
@@ -233,11 +233,11 @@ class RecordedRollouts:
 def load_tasks(config: TrainConfig) -> list[Row]:
     """The tasks of `data.tasks`, mixed and checked: each has a prompt, a verifier serves its type
     (unless verify.skip_unknown), and the reward can be computed for it. Errors name the task."""
-    from genesys.generate.runner import check_verifiable
     from genesys.rewards import reward_problem
     from genesys.schema import Task
     from genesys.tasks.mix import mix_tasks
     from genesys.tasks.sources import load_source
+    from genesys.verification.task_types import check_verifiable
 
     selected = mix_tasks(
         [load_source(spec) for spec in config.data.tasks or []], ratios=config.data.mix, seed=config.seed

@@ -27,7 +27,7 @@ from typing import Any
 from genesys.config import VerifyConfig
 from genesys.errors import InputError
 from genesys.plugins.specs import Verifier, unknown_options
-from genesys.schema import ErrorKind, VerifyError
+from genesys.schema import ErrorKind, VerifyError, completion_problem
 from genesys.verification.pool import VerificationPool
 from genesys.verification.stats import TypeStats
 from genesys.verification.task_types import unknown_type_error
@@ -215,6 +215,10 @@ class VerificationEngine(VerificationPool):
                 {},
                 VerifyError(ErrorKind.UNKNOWN_TYPE, unknown_type_error(task_type, self.classes)),
             )
+            return
+        problem = completion_problem(row, self.config.completion_field)
+        if problem:  # never sent: a row without an answer is an error, not a wrong answer
+            self._finish(key, row, None, {}, VerifyError(ErrorKind.SCHEMA, problem))
             return
         seq = next(self._seq)
         self._rows[seq] = (key, row)
