@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genesys.config import GenerateConfig, VerifyConfig
-from genesys.data.identity import response_id, task_key
+from genesys.config import GenerateConfig
+from genesys.data.identity import response_id
 from genesys.data.inputs import resolve_inputs
 from genesys.data.io import BufferedWriter, RolloutWriter, iter_rows
 from genesys.errors import InputError
@@ -35,10 +35,11 @@ from genesys.generate.backend import (
 )
 from genesys.generate.prompts import build_messages, pick_target_length, target_instruction
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
-from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
+from genesys.schema import VERDICT_COLUMNS, parse_json_field
+from genesys.tasks.prepare import check_verifiable, prepare_tasks
+from genesys.tasks.prepare import select_tasks as select_task_sources
 from genesys.ui.progress import RunProgress, console
 from genesys.verification.stats import TypeStats, print_type_stats
-from genesys.verification.task_types import TaskTypeCensus, refuse_unknown
 
 FLUSH_ROWS = 256
 
@@ -99,54 +100,27 @@ def request_seed(seed: int, key: str) -> int:
 
 def select_tasks(config: GenerateConfig) -> list[tuple[str, int, dict[str, Any]]]:
     """The run's tasks in order: every `--tasks` source loaded and mixed."""
-    from genesys.tasks.mix import mix_tasks
-    from genesys.tasks.sources import load_source
-
-    sources = [load_source(spec) for spec in config.tasks]
-    return mix_tasks(sources, ratios=config.mix, max_tasks=config.max_tasks, seed=config.sampling.seed)
+    return select_task_sources(
+        config.tasks, mix=config.mix, max_tasks=config.max_tasks, seed=config.sampling.seed
+    )
 
 
 def plan_tasks(
     selected: Sequence[tuple[str, int, dict[str, Any]]], config: GenerateConfig, done: set[str]
 ) -> tuple[list[PlannedTask], int, int]:
     """The planned tasks (validated, deduplicated), the samples already done, and the duplicates dropped."""
-    plans, seen, resumed, duplicates = [], set(), 0, 0
-    for spec, index, row in selected:
-        try:
-            task = Task.from_row(row)
-        except SchemaError as exc:
-            raise InputError(f"task {index} of {spec!r}: {exc}") from None
-        if not task.prompt:
-            raise InputError(f"task {index} of {spec!r}: field 'prompt' is missing or empty")
-        row.update(
-            verification_info=task.verification_info, metadata=task.metadata
-        )  # dicts, whatever they arrived as
-        key = task_key(row)
-        if key in seen:
-            duplicates += 1
-            continue
-        seen.add(key)
-        missing = [i for i in range(config.sampling.n) if response_id(key, i) not in done]
+    prepared = prepare_tasks(selected, dedupe=True)
+    plans, resumed = [], 0
+    for task in prepared.tasks:
+        missing = [i for i in range(config.sampling.n) if response_id(task.key, i) not in done]
         resumed += config.sampling.n - len(missing)
         target = (
-            pick_target_length(config.target_lengths, key, config.sampling.seed)
+            pick_target_length(config.target_lengths, task.key, config.sampling.seed)
             if config.target_lengths
             else None
         )
-        plans.append(PlannedTask(key, row, missing, target))
-    return plans, resumed, duplicates
-
-
-def check_verifiable(selected: Sequence[tuple[str, int, dict[str, Any]]], verify: VerifyConfig) -> None:
-    """Refuse, before generating, task types no installed verifier serves (unless skip_unknown)."""
-    from genesys.plugins.registry import verifier_entries
-
-    if verify.skip_unknown:
-        return
-    census = TaskTypeCensus()
-    for spec, index, row in selected:
-        census.add(row["task_type"], f"task {index} of {spec!r}")
-    refuse_unknown(census, verifier_entries())
+        plans.append(PlannedTask(task.key, task.row, missing, target))
+    return plans, resumed, prepared.duplicates
 
 
 def check_rewardable(plans: Sequence[PlannedTask], reward: RewardConfig) -> None:
