@@ -17,6 +17,7 @@ run on, and a restarted worker loads them before it generates (`genesys.cluster.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -144,11 +145,15 @@ class ActorPool:
         return value
 
     def resent(self, call: Call) -> bool:
-        """Whether the actor of a finished call was restarted while the call was out (so Ray sent it again)."""
+        """Whether a call's actor was restarted while the call was out (so Ray sends it again)."""
         return self.seen_restarts[call.slot] > call.restarts
 
     def close(self) -> None:
-        """Kill the actors (for good: a killed actor is not restarted)."""
+        """Cancel the calls out and kill the actors (for good: a killed actor is not restarted, and a
+        cancelled call is not sent again)."""
+        for ref in self.flying:
+            with contextlib.suppress(Exception):  # a call that finished meanwhile has nothing to cancel
+                self.ray.cancel(ref)
         for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
