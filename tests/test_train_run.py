@@ -341,7 +341,7 @@ def recorded(problem_id: str, reward: float, valid: bool | None) -> dict[str, An
 
 def test_require_proofs_drops_and_counts_rollouts_without_a_valid_proof(tiny_model, tmp_path):
     from genesys.train.distributed import World
-    from genesys.train.rollouts import RecordedRollouts
+    from genesys.train.sources.recorded import RecordedRollouts
 
     rows = [
         recorded("a", 1.0, True),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from genesys.config import GenerateConfig
-from genesys.data.identity import response_id, task_key
+from genesys.data.identity import response_id
 from genesys.data.inputs import InputFile, names_local_input
 from genesys.data.io import RolloutWriter, iter_rows
 from genesys.data.runs import FileRun, FileRunSummary
@@ -34,11 +34,12 @@ from genesys.generate.rows import (
     requests,
 )
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
-from genesys.schema import SchemaError, Task, parse_json_field
+from genesys.schema import parse_json_field
+from genesys.tasks.prepare import check_verifiable, prepare_tasks
+from genesys.tasks.prepare import select_tasks as select_task_sources
 from genesys.tasks.sources import HUB_PREFIX, Reject
 from genesys.ui.progress import RunProgress, console
 from genesys.verification.stats import TypeStats, print_type_stats
-from genesys.verification.task_types import check_verifiable
 
 __all__ = [
     "GenerateConfig",
@@ -95,42 +96,27 @@ def select_tasks(
 ) -> list[tuple[str, int, dict[str, Any]]]:
     """The run's tasks in order: every `--tasks` source loaded and mixed; unreadable rows of task
     files go to `reject` (without it they are an InputError)."""
-    from genesys.tasks.mix import mix_tasks
-    from genesys.tasks.sources import load_source
-
-    sources = [load_source(spec, reject) for spec in config.tasks]
-    return mix_tasks(sources, ratios=config.mix, max_tasks=config.max_tasks, seed=config.sampling.seed)
+    return select_task_sources(
+        config.tasks, mix=config.mix, max_tasks=config.max_tasks, seed=config.sampling.seed, reject=reject
+    )
 
 
 def plan_tasks(
     selected: Sequence[tuple[str, int, dict[str, Any]]], config: GenerateConfig, done: set[str]
 ) -> tuple[list[PlannedTask], int, int]:
     """The planned tasks (validated, deduplicated), the samples already done, and the duplicates dropped."""
-    plans, seen, resumed, duplicates = [], set(), 0, 0
-    for spec, index, row in selected:
-        try:
-            task = Task.from_row(row)
-        except SchemaError as exc:
-            raise InputError(f"task {index} of {spec!r}: {exc}") from None
-        if not task.prompt:
-            raise InputError(f"task {index} of {spec!r}: field 'prompt' is missing or empty")
-        row.update(
-            verification_info=task.verification_info, metadata=task.metadata
-        )  # dicts, whatever they arrived as
-        key = task_key(row)
-        if key in seen:
-            duplicates += 1
-            continue
-        seen.add(key)
-        missing = [i for i in range(config.sampling.n) if response_id(key, i) not in done]
+    prepared = prepare_tasks(selected, dedupe=True)
+    plans, resumed = [], 0
+    for task in prepared.tasks:
+        missing = [i for i in range(config.sampling.n) if response_id(task.key, i) not in done]
         resumed += config.sampling.n - len(missing)
         target = (
-            pick_target_length(config.target_lengths, key, config.sampling.seed)
+            pick_target_length(config.target_lengths, task.key, config.sampling.seed)
             if config.target_lengths
             else None
         )
-        plans.append(PlannedTask(key, row, missing, target))
-    return plans, resumed, duplicates
+        plans.append(PlannedTask(task.key, task.row, missing, target))
+    return plans, resumed, prepared.duplicates
 
 
 def check_rewardable(plans: Sequence[PlannedTask], reward: RewardConfig) -> None:

@@ -4,13 +4,12 @@ One step: take a batch of groups (generated, verified and rewarded now, or read 
 rollouts), compute group advantages, then run micro-batches of forward/backward passes whose
 losses add up to the batch's mean loss, clip the gradient norm and step AdamW. With
 `optim.updates_per_batch = U`, one batch serves U consecutive optimizer steps, the ratio always
-taken against the logprobs recorded at sampling. After the optimizer steps of a batch the
-generation backend receives the new weights in place.
+taken against the logprobs recorded at sampling. After the optimizer steps of a batch the rollout
+source (`genesys.train.sources`) receives the new weights.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -25,15 +24,15 @@ import torch
 from genesys.errors import InputError
 from genesys.models import load_trainable_lm
 from genesys.train import checkpoint as ckpt
-from genesys.train.async_rollouts import AsyncRollouts
 from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
 from genesys.train.config import TrainConfig
 from genesys.train.distributed import World, close_world, init_world
 from genesys.train.logprobs import completion_logits, token_entropy, token_logprobs
 from genesys.train.loss import clipped_token_loss, group_advantages, kl_estimate, reduce_loss
 from genesys.train.metrics import MetricsLog, read_metrics
-from genesys.train.rollouts import OnlineRollouts, RecordedRollouts, StepRollouts, usable
 from genesys.train.schedule import lr_factor
+from genesys.train.sources import open_source
+from genesys.train.sources.base import StepRollouts, usable
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.toml"
@@ -132,7 +131,7 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.tasks = None
         if not config.offline:
-            from genesys.train.rollouts import load_tasks
+            from genesys.train.sources.base import load_tasks
 
             self.tasks = load_tasks(config)  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
@@ -157,12 +156,16 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda update: lr_factor(update, config.optim)
         )
-        self.rollouts = self._rollout_source()
+        self.rollouts = open_source(config, world, self.tasks, self.source_model, self.device)
+        self._stack.callback(self.rollouts.close)
         self.batch: StepBatch | None = None
-        if self.state:
-            self._restore(self.state)
-        if isinstance(self.rollouts, AsyncRollouts):
+        try:
+            if self.state:
+                self._restore(self.state)
             self.rollouts.start(self.model.named_parameters(), self.step)
+        except BaseException:
+            self._stack.close()  # e.g. a backend that cannot take weights in place: stop what was started
+            raise
         self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", self.step) if world.is_main else None
         self.tracker = self._open_tracker() if world.is_main else None
 
@@ -195,54 +198,6 @@ class Trainer:
 
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
-
-    def _rollout_source(self) -> OnlineRollouts | RecordedRollouts | AsyncRollouts:
-        if self.config.offline:
-            return RecordedRollouts(self.config, self.world)
-        if self.config.cluster.ray:
-            return self._async_rollouts()
-        from genesys.generate.backend import create_backend
-        from genesys.verification.engine import VerificationEngine
-
-        config = self.config
-        options = config.backend_options.for_backend(config.rollout.backend)
-        if config.rollout.backend == "transformers":
-            options.setdefault(
-                "batch_size",
-                config.rollout.prompts_per_step * config.rollout.samples_per_prompt // self.world.size,
-            )
-            options.setdefault("device", str(self.device))
-            options.setdefault("worker_thread", False)  # nothing to overlap; see TransformersBackend
-        if config.rollout.backend == "vllm":
-            options.update(colocated_vllm_options(config, options.get("engine_args")))
-        backend = create_backend(config.rollout.backend, self.source_model, config.style, options)
-        self._stack.callback(backend.close)
-        self._sync_weights(backend)  # a backend that cannot take weights in place fails here, before any work
-        pool = self._stack.enter_context(VerificationEngine(config.verify_config()))
-        assert self.tasks is not None
-        return OnlineRollouts(config, self.tasks, backend, pool, self.world)
-
-    def _async_rollouts(self) -> AsyncRollouts:
-        """Rollout and verifier actors on Ray (started by `AsyncRollouts.start` once the state is restored)."""
-        from genesys.cluster import ray_session
-
-        cluster = self.config.cluster
-        needed = (
-            cluster.rollout_workers * cluster.rollout_cpus + cluster.verifier_workers * cluster.verifier_cpus
-        )
-        ray = self._stack.enter_context(ray_session(cluster, needed))
-        assert self.tasks is not None
-        rollouts = AsyncRollouts(self.config, self.tasks, self.source_model, ray)
-        self._stack.callback(rollouts.close)
-        return rollouts
-
-    def _sync_weights(self, backend: Any) -> None:
-        try:
-            asyncio.run(backend.update_weights(list(self.model.named_parameters())))
-        except NotImplementedError as exc:
-            raise InputError(
-                f"rollout.backend {self.config.rollout.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)"
-            ) from None
 
     def _open_tracker(self) -> Any:
         if not self.config.report_to:
@@ -313,10 +268,7 @@ class Trainer:
         self.step += 1
         if self.step % self.config.optim.updates_per_batch == 0:
             self.batch = None
-            if isinstance(self.rollouts, OnlineRollouts):
-                self._sync_weights(self.rollouts.backend)
-            elif isinstance(self.rollouts, AsyncRollouts):
-                self.rollouts.publish(self.model.named_parameters(), self.step)
+            self.rollouts.publish(self.model.named_parameters(), self.step)
         metrics = self._metrics(batch, totals, grad_norm, time.perf_counter() - started, first_update)
         if self.metrics is not None:
             self.metrics.write(metrics)
@@ -524,14 +476,6 @@ class Trainer:
         self.rollouts.load_state(mine["data"])
         self.batch = _batch_from_state(mine["batch"])
         ckpt.restore_rng_states(mine["rng"])
-
-
-def colocated_vllm_options(config: TrainConfig, engine_args: dict[str, Any] | None) -> dict[str, Any]:
-    """The vLLM backend's settings in a training run: the engine in this process (so new weights go
-    in place), seeded with the run, its weights in the training precision unless `engine_args`
-    (backend_options.args) name a dtype; every other engine argument passes through as given."""
-    dtype = "bfloat16" if config.precision == "bf16" else "float32"
-    return {"colocate": True, "seed": config.seed, "engine_args": {"dtype": dtype, **(engine_args or {})}}
 
 
 def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Module:

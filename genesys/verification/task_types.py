@@ -9,11 +9,9 @@ types of its input with a `TaskTypeCensus` and calls `refuse_unknown` before it 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
 
-from genesys.config import VerifyConfig
 from genesys.errors import InputError
 
 
@@ -50,16 +48,3 @@ def unknown_type_error(task_type: object, known: Collection[str]) -> str:
 
 def _unknown_text(described: str, known: Collection[str]) -> str:
     return f"unknown task_type {described}; known task types: {', '.join(sorted(known)) or 'none'}"
-
-
-def check_verifiable(selected: Sequence[tuple[str, int, dict[str, Any]]], verify: VerifyConfig) -> None:
-    """Refuse, before any work, selected tasks (`(spec, index, row)`, as `genesys.tasks.mix` gives
-    them) of task types no installed verifier serves, unless `verify.skip_unknown`."""
-    from genesys.plugins.registry import verifier_entries
-
-    if verify.skip_unknown:
-        return
-    census = TaskTypeCensus()
-    for spec, index, row in selected:
-        census.add(row["task_type"], f"task {index} of {spec!r}")
-    refuse_unknown(census, verifier_entries())

@@ -205,13 +205,15 @@ def genesys_verifiers() -> list[type[genesys.Verifier]]:
 
 class ScriptedBackend:
     """A generation backend without a model: sample i of a task answers `<last words of the prompt> #i`,
-    one token per character (its code point), each with logprob -1, cut at the request's max_tokens."""
+    one token per character (its code point), each with logprob -1, cut at the request's max_tokens.
+    Option `delay`: seconds each request takes."""
 
     name = "scripted"
 
     def __init__(self, model: str, style, **options) -> None:
         self.model = model
         self.weights_version = 0
+        self.delay = float(options.get("delay", 0.0))
 
     def info(self) -> dict:
         return {"backend": self.name, "model": self.model}
@@ -224,6 +226,8 @@ class ScriptedBackend:
 
     async def generate(self, requests):
         for request in requests:
+            if self.delay:
+                await asyncio.sleep(self.delay)
             prompt = request.messages[-1]["content"]
             completions = []
             for sample in request.sample_indices:
