@@ -11,3 +11,7 @@ class InputError(GenesysError, ValueError):
 
 class PluginError(GenesysError, RuntimeError):
     """A plugin that cannot be used: a clash between plugins or a malformed hook result."""
+
+
+class TrainingError(GenesysError, RuntimeError):
+    """A training run that cannot go on: steps whose loss or gradient kept being non-finite, weights gone non-finite."""

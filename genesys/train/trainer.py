@@ -6,6 +6,11 @@ losses add up to the batch's mean loss, clip the gradient norm and step AdamW. W
 `optim.updates_per_batch = U`, one batch serves U consecutive optimizer steps, the ratio always
 taken against the logprobs recorded at sampling. After the optimizer steps of a batch the
 generation backend receives the new weights in place.
+
+A step whose loss or gradient norm is not finite (on any rank) takes no optimizer update: its
+gradients are dropped, the step is counted (`step_skipped`, `skipped_steps` in the metrics) and the
+run goes on; after `optim.max_nonfinite_steps` such steps in a row it stops with a TrainingError.
+A model with a non-finite weight is never written (`genesys.train.checkpoint.check_finite`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import logging
 import math
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +28,7 @@ from typing import Any
 
 import torch
 
-from genesys.errors import InputError
+from genesys.errors import InputError, TrainingError
 from genesys.models import load_trainable_lm
 from genesys.train import checkpoint as ckpt
 from genesys.train.async_rollouts import AsyncRollouts
@@ -43,6 +49,7 @@ FUSED_ADAMW_DEVICES = frozenset({"cpu", "cuda"})
 RESUMABLE_CONFIG_KEYS = frozenset(
     {
         "optim.steps",
+        "optim.max_nonfinite_steps",
         "progress",
         "report_to",
         "checkpoint.every",
@@ -129,6 +136,8 @@ class Trainer:
                 f"{resume} was written by {self.state['world_size']} processes; resume it with as many (this run has {world.size})"
             )
         self.step = self.state["step"] if self.state else 0
+        self.skipped_steps = self.state.get("skipped_steps", 0) if self.state else 0
+        self.nonfinite_in_a_row = self.state.get("nonfinite_in_a_row", 0) if self.state else 0
         torch.manual_seed(config.seed)
         self.tasks = None
         if not config.offline:
@@ -137,7 +146,10 @@ class Trainer:
             self.tasks = load_tasks(config)  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
         self.tokenizer, self.model = load_trainable_lm(
-            self.source_model, self.device, config.gradient_checkpointing
+            self.source_model,
+            self.device,
+            config.gradient_checkpointing,
+            use_safetensors=True if resume else None,  # a checkpoint's weights: never a pickle
         )
         self.pad_id = (
             self.tokenizer.pad_token_id
@@ -297,6 +309,7 @@ class Trainer:
                 ):
                     self.save_checkpoint()
         if self.world.is_main:
+            ckpt.check_finite(self.model, f"the final model {final}")
             ckpt.save_pretrained(self.model, self.tokenizer, final)
         self.world.barrier()
         return TrainResult(self.output_dir, final, self.metrics.records if self.metrics else [])
@@ -309,8 +322,10 @@ class Trainer:
             self.batch = self._next_batch()
         batch = self.batch
         totals = self._accumulate_gradients(batch, record_mismatch=first_update)
-        grad_norm = self._optimizer_step()
+        grad_norm, updated = self._optimizer_step(totals)
         self.step += 1
+        self.nonfinite_in_a_row = 0 if updated else self.nonfinite_in_a_row + 1
+        self.skipped_steps += not updated
         if self.step % self.config.optim.updates_per_batch == 0:
             self.batch = None
             if isinstance(self.rollouts, OnlineRollouts):
@@ -318,11 +333,33 @@ class Trainer:
             elif isinstance(self.rollouts, AsyncRollouts):
                 self.rollouts.publish(self.model.named_parameters(), self.step)
         metrics = self._metrics(batch, totals, grad_norm, time.perf_counter() - started, first_update)
+        metrics["step_skipped"] = not updated
+        metrics["skipped_steps"] = self.skipped_steps
         if self.metrics is not None:
             self.metrics.write(metrics)
         if self.tracker is not None:
             self.tracker.log(metrics, self.step)
+        if not updated:
+            self._nonfinite_step(metrics)
         return metrics
+
+    def _nonfinite_step(self, metrics: dict[str, Any]) -> None:
+        """Say that step `self.step` was skipped; stop the run after too many in a row."""
+        limit = self.config.optim.max_nonfinite_steps
+        what = f"loss {metrics['loss']}, gradient norm {metrics['grad_norm']}"
+        if self.nonfinite_in_a_row >= limit:
+            raise TrainingError(
+                f"step {self.step}: the loss or gradient was not finite in {self.nonfinite_in_a_row} steps in a row ({what}); "
+                f"those steps were skipped without an update, the model is that of step {self.step - self.nonfinite_in_a_row}. "
+                "Check the rollouts' logprobs and rewards, lower optim.lr, or raise optim.max_nonfinite_steps"
+            )
+        log.warning(
+            "step %d skipped: %s (%d in a row; the run stops at %d)",
+            self.step,
+            what,
+            self.nonfinite_in_a_row,
+            limit,
+        )
 
     def _next_batch(self) -> StepBatch:
         per_rank = self.config.rollout.prompts_per_step // self.world.size
@@ -349,6 +386,12 @@ class Trainer:
         advantages = group_advantages(
             rewards, [len(g) for g in groups], self.config.loss.scale_by_std
         ).tolist()
+        for row, reward, advantage in zip(rows, rewards.tolist(), advantages):
+            if not (math.isfinite(reward) and math.isfinite(advantage)):
+                raise InputError(
+                    f"rollout {row.get('response_id')!r} (task {row.get('problem_id')!r}) with reward {row['reward']!r}: "
+                    f"the advantage of its group is not finite ({advantage}); rewards must be finite numbers of moderate size"
+                )
         sequences = [
             TrainingSequence(
                 list(row["prompt_ids"]),
@@ -445,12 +488,22 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self, totals: dict[str, float]) -> tuple[float, bool]:
+        """Clip and step, unless the loss (on any rank) or the gradient norm is not finite: then the
+        gradients are dropped and only the schedule moves on. Returns the gradient norm and whether
+        the weights were updated."""
         max_norm = self.config.optim.max_grad_norm or math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
-        self.optimizer.step()
-        self.scheduler.step()
-        return grad_norm
+        (nonfinite_loss,) = self.world.max([0.0 if math.isfinite(totals["loss"]) else 1.0])
+        updated = not nonfinite_loss and math.isfinite(grad_norm)
+        if updated:
+            self.optimizer.step()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():  # a skipped first step: the schedule still follows the step count
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+            self.scheduler.step()
+        return grad_norm, updated
 
     def _metrics(
         self, batch: StepBatch, totals: dict[str, float], grad_norm: float, seconds: float, first_update: bool
@@ -508,6 +561,8 @@ class Trainer:
             state = {
                 "step": self.step,
                 "world_size": self.world.size,
+                "skipped_steps": self.skipped_steps,
+                "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "ranks": ranks,
