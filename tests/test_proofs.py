@@ -25,6 +25,7 @@ from genesys.config import ProofConfig, ValidateCommand  # noqa: E402
 from genesys.proofs.toploc import ProofError, as_proof_dtype, build_proofs, decode_proofs, verify_proofs  # noqa: E402
 from genesys.proofs.validate import validate_files  # noqa: E402
 from genesys.testing.tampering import (  # noqa: E402
+    TINY_PROOF_POLICY,
     TINY_PROOFS,
     TINY_THRESHOLDS,
     claiming,
@@ -69,7 +70,7 @@ def validate(
         model=model,
         output=str(output),
         progress=False,
-        proofs=TINY_PROOFS,
+        proofs=TINY_PROOF_POLICY,
         thresholds=TINY_THRESHOLDS,
         **settings,
     )
@@ -240,7 +241,7 @@ def test_validate_resumes_after_a_partial_output(
         model=tiny_model,
         output=str(output),
         progress=False,
-        proofs=TINY_PROOFS,
+        proofs=TINY_PROOF_POLICY,
         thresholds=TINY_THRESHOLDS,
     )
     summary = validate_files(config)
