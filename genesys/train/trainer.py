@@ -386,12 +386,7 @@ class Trainer:
         advantages = group_advantages(
             rewards, [len(g) for g in groups], self.config.loss.scale_by_std
         ).tolist()
-        for row, reward, advantage in zip(rows, rewards.tolist(), advantages):
-            if not (math.isfinite(reward) and math.isfinite(advantage)):
-                raise InputError(
-                    f"rollout {row.get('response_id')!r} (task {row.get('problem_id')!r}) with reward {row['reward']!r}: "
-                    f"the advantage of its group is not finite ({advantage}); rewards must be finite numbers of moderate size"
-                )
+        _check_advantages(groups, advantages)
         sequences = [
             TrainingSequence(
                 list(row["prompt_ids"]),
@@ -594,6 +589,21 @@ def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Mod
     _, reference = load_trainable_lm(config.model, device)
     reference.eval().requires_grad_(False)
     return reference
+
+
+def _check_advantages(groups: list[list[Any]], advantages: list[float]) -> None:
+    """An InputError naming the rollout whose reward makes its group's advantages non-finite (the
+    group's largest reward in magnitude): rewards must be finite numbers of moderate size."""
+    start = 0
+    for group in groups:
+        values = advantages[start : start + len(group)]
+        start += len(group)
+        if not all(math.isfinite(value) for value in values):
+            row = max(group, key=lambda row: abs(float(row["reward"])))
+            raise InputError(
+                f"rollout {row.get('response_id')!r} (task {row.get('problem_id')!r}) has reward {row['reward']!r}: "
+                "its group's advantages are not finite in float32; rewards must be finite numbers of moderate size"
+            )
 
 
 def _empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:
