@@ -185,10 +185,9 @@ class VLLMBackend:
 
             from genesys.proofs.toploc import proof_settings_for
 
+            # The topk the model allows (one beyond its hidden size refused before the engine starts).
             hidden_size = AutoConfig.from_pretrained(model).get_text_config().hidden_size
-            proofs = proof_settings_for(
-                proofs, hidden_size
-            )  # a topk beyond it refused before the engine starts
+            proofs = proof_settings_for(proofs, hidden_size)
             args.update(proof_engine_args(model, proofs, args, colocate, tensor_parallel_size))
         if colocate:
             args.setdefault(

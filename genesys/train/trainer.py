@@ -308,8 +308,8 @@ class Trainer:
                     and self.step < config.optim.steps
                 ):
                     self.save_checkpoint()
+        ckpt.check_finite(self.model, f"the final model {final}")  # on every rank, as in save_checkpoint
         if self.world.is_main:
-            ckpt.check_finite(self.model, f"the final model {final}")
             ckpt.save_pretrained(self.model, self.tokenizer, final)
         self.world.barrier()
         return TrainResult(self.output_dir, final, self.metrics.records if self.metrics else [])
@@ -546,6 +546,8 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         """Write the checkpoint of the current step (rank 0), with every rank's data position."""
+        # On every rank (they hold the same weights), so that none waits for a rank 0 that refused.
+        ckpt.check_finite(self.model, f"checkpoint {ckpt.step_dir(self.checkpoints, self.step)}")
         per_rank = {
             "data": self.rollouts.state(),
             "batch": _batch_state(self.batch),
