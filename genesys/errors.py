@@ -16,3 +16,7 @@ class PluginError(GenesysError, RuntimeError):
 class PluginWarning(UserWarning):
     """A plugin that was skipped or looks wrong (it cannot be imported, or a hook is misspelled); the
     command line prints it as one line and goes on."""
+
+
+class TrainingError(GenesysError, RuntimeError):
+    """A training run that cannot go on: steps whose loss or gradient kept being non-finite, weights gone non-finite."""

@@ -25,6 +25,7 @@ from genesys.config.sections import (
     GenerateVerifySettings,
     PromptStyle,
     ProofConfig,
+    ProofPolicy,
     ProofThresholds,
     RewardConfig,
     SamplingConfig,
@@ -219,7 +220,7 @@ class ValidateCommand:
         default_factory=dict,
     )
     progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
-    proofs: ProofConfig = Field(default_factory=ProofConfig)
+    proofs: ProofPolicy = Field(default_factory=ProofPolicy)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
     expect: ExpectedSampling = Field(default_factory=ExpectedSampling)
 

@@ -162,12 +162,9 @@ def proof_engine_args(
     """What an engine writing TOPLOC proofs of `model` needs over `args`: the capture as its worker
     extension, and vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's
     processes). Settings the capture cannot serve are refused before the engine starts."""
-    from transformers import AutoConfig
-
-    from genesys.proofs.toploc import check_hidden_size, require_toploc
+    from genesys.proofs.toploc import require_toploc
 
     require_toploc()
-    check_hidden_size(AutoConfig.from_pretrained(model).get_text_config().hidden_size, proofs)
     if colocate:
         raise InputError(
             "TOPLOC proofs commit to fixed weights: a colocated engine, whose weights the trainer updates, writes none"
@@ -262,6 +259,13 @@ class VLLMBackend:
             **(engine_args or {}),
         }
         if proofs is not None:
+            from transformers import AutoConfig
+
+            from genesys.proofs.toploc import proof_settings_for
+
+            # The topk the model allows (one beyond its hidden size refused before the engine starts).
+            hidden_size = AutoConfig.from_pretrained(model).get_text_config().hidden_size
+            proofs = proof_settings_for(proofs, hidden_size)
             args.update(proof_engine_args(model, proofs, args, colocate, tensor_parallel_size))
         if colocate:
             args.setdefault(

@@ -15,14 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from genesys.config import PromptStyle, ValidateCommand
+from genesys.config import PromptStyle, ProofConfig, ValidateCommand
 from genesys.proofs.checks import Problem, RowSampling
 from genesys.proofs.toploc import ChunkErrors
 
 
 @dataclass
 class Pending:
-    """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked), problems so far."""
+    """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked),
+    problems so far, and the proof settings it recorded (None when they are not allowed)."""
 
     row: dict[str, Any]
     prompt_ids: list[int]
@@ -30,6 +31,7 @@ class Pending:
     sampling: RowSampling
     proofs: list[bytes] | None
     problems: list[Problem]
+    settings: ProofConfig | None = None
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Recomputer(Protocol):
     tokenizer: Any
     stop_ids: set[int]
     vocab_size: int
+    hidden_size: int
     weights_sha256: str
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]: ...
@@ -68,9 +71,9 @@ class TransformersRecomputer:
         from genesys.proofs.toploc import check_hidden_size
         from genesys.proofs.weights import weights_sha256
 
-        self.proofs = config.proofs
         self.device, self.tokenizer, self.model = load_causal_lm(config.model, config.device, config.dtype)
-        check_hidden_size(self.model.config.get_text_config().hidden_size, config.proofs)
+        self.hidden_size = self.model.config.get_text_config().hidden_size
+        check_hidden_size(self.hidden_size, config.proofs)
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.weights_sha256 = weights_sha256(self.model)
@@ -83,8 +86,8 @@ class TransformersRecomputer:
         for item, (hidden, logits) in zip(batch, self._prefill(batch)):
             chunks = (
                 None
-                if item.proofs is None
-                else verify_proofs(as_proof_dtype(hidden), item.proofs, self.proofs)
+                if item.proofs is None or item.settings is None
+                else verify_proofs(as_proof_dtype(hidden), item.proofs, item.settings)
             )
             recomputed.append(
                 Recomputed(
@@ -137,11 +140,12 @@ class VLLMRecomputer:
         from genesys.plugins.registry import backend_specs
 
         vllm_backend = backend_specs()["vllm"].load()  # the engine `genesys generate --backend vllm` runs
+        policy = config.proofs  # each row is checked with its own settings; these only start the capture
         self.engine = vllm_backend(
             config.model,
             PromptStyle(),
             batch_size=config.batch_size,
-            proofs=config.proofs,
+            proofs=ProofConfig(policy.topk, policy.decode_batching_size or policy.max_decode_batching_size),
             engine_args=config.engine_args,
         )
         self.tokenizer = self.engine.tokenizer
@@ -154,6 +158,7 @@ class VLLMRecomputer:
             generation_config = GenerationConfig.from_model_config(model_config)
         self.stop_ids = stop_token_ids(generation_config, self.tokenizer)
         self.vocab_size = model_config.get_text_config().vocab_size
+        self.hidden_size = model_config.get_text_config().hidden_size
         self.weights_sha256 = self.engine.proof_settings["weights_sha256"]
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]:
@@ -164,9 +169,10 @@ class VLLMRecomputer:
             Recomputation(
                 item.prompt_ids,
                 item.completion_ids,
-                item.proofs,
+                None if item.settings is None else item.proofs,
                 item.sampling.temperature,
                 item.sampling.top_p,
+                item.settings,
             )
             for item in todo
         ]

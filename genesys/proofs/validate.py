@@ -33,10 +33,12 @@ from genesys.data.runs import FileRun, FileRunSummary
 from genesys.proofs.checks import (
     Expected,
     Problem,
+    claimed_logprobs_problem,
     decode_problem,
     logprob_problem,
     model_problems,
     prompt_problem,
+    proof_settings,
     row_sampling,
     sampling_problems,
     stop_problems,
@@ -73,7 +75,11 @@ class Validator:
         self.config = config
         self.model = recomputer(config)
         self.expected = Expected(
-            config.model_name or config.model, self.model.weights_sha256, config.proofs, config.expect
+            config.model_name or config.model,
+            self.model.weights_sha256,
+            config.proofs,
+            config.expect,
+            self.model.hidden_size,
         )
 
     def prepare(self, row: dict[str, Any]) -> Pending | dict[str, Any]:
@@ -106,6 +112,9 @@ class Validator:
         problems = model_problems(row, toploc_config, self.expected) + sampling_problems(
             sampling, self.expected.sampling
         )
+        settings = proof_settings(toploc_config, self.expected)  # the row's own, if allowed
+        if isinstance(settings, Problem):
+            problems.append(settings)
         problems += stop_problems(
             completion_ids, row.get("finish_reason"), sampling.max_tokens, self.model.stop_ids
         )
@@ -115,12 +124,20 @@ class Validator:
         ]
         problems += [p for p in text_problems if p]
         proofs = None
-        if not any(p.category == "proof_format" for p in problems):
+        if not isinstance(settings, Problem):
             try:
-                proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), self.config.proofs)
+                proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), settings)
             except ProofError as exc:
                 problems.append(Problem("proof_format", str(exc)))
-        return Pending(row, list(prompt_ids), list(completion_ids), sampling, proofs, problems)
+        return Pending(
+            row,
+            list(prompt_ids),
+            list(completion_ids),
+            sampling,
+            proofs,
+            problems,
+            None if isinstance(settings, Problem) else settings,
+        )
 
     def run(self, batch: Sequence[Pending]) -> list[dict[str, Any]]:
         """The batch recomputed at once; each row finished with its proof and logprob checks."""
@@ -139,10 +156,9 @@ class Validator:
                     )
                 )
         claimed = item.row.get("completion_logprobs")
-        if not isinstance(claimed, (list, tuple)) or len(claimed) != len(item.completion_ids):
-            problems.append(
-                Problem("logprobs", "completion_logprobs is missing or not one per completion token")
-            )
+        malformed = claimed_logprobs_problem(claimed, len(item.completion_ids))
+        if malformed is not None:
+            problems.append(malformed)
         else:
             errors["max_logprob_diff"], problem = logprob_problem(
                 claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance

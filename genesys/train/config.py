@@ -118,6 +118,11 @@ class OptimConfig:
     beta1: float = setting(0.9, "AdamW beta1", ge=0, lt=1)
     beta2: float = setting(0.999, "AdamW beta2", ge=0, lt=1)
     adam_eps: float = setting(1e-8, "AdamW epsilon", gt=0)
+    max_nonfinite_steps: int = setting(
+        3,
+        "steps in a row whose loss or gradient is not finite (each skipped, without an update) before the run stops with an error",
+        ge=1,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)

@@ -10,6 +10,7 @@ Nothing generates, so `start`, `publish` and `close` have nothing to do.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -135,8 +136,13 @@ def _recorded_problem(row: Row, temperature: float) -> str | None:
         return f"completion_logprobs must be a list of one logprob per completion token ({len(completion)}), got {_describe(logprobs)}"
     if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in logprobs):
         return "completion_logprobs must hold numbers"
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-        return f"reward must be a number or null, got {reward!r}"
+    bad = next((i for i, value in enumerate(logprobs) if not math.isfinite(value)), None)
+    if bad is not None:
+        return f"completion_logprobs[{bad}] is {logprobs[bad]}: logprobs must be finite"
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
+    ):
+        return f"reward must be a finite number or null, got {reward!r}"
     try:
         recorded = parse_json_field(row.get("generation_config"), "generation_config")
     except SchemaError as exc:
