@@ -11,3 +11,7 @@ class InputError(GenesysError, ValueError):
 
 class PluginError(GenesysError, RuntimeError):
     """A plugin that cannot be used: a clash between plugins or a malformed hook result."""
+
+
+class ConfigDeprecationWarning(DeprecationWarning):
+    """A config key or flag spelled the old way: it still works, and the message names the new spelling."""

@@ -65,7 +65,7 @@ for _ in range(61):
 time.sleep(60)
 """
 sandbox = open_sandbox(sys.argv[1])
-limits = Limits(time_s=5, wall_s=90, processes=64)
+limits = Limits(time_limit=5, wall_limit=90, process_limit=64)
 hold = Submission("python", HOLD, [{"type": "stdin_stdout", "input": ""}], limits=limits, budget_s=90)
 threading.Thread(target=sandbox.run, args=(hold,), daemon=True).start()
 print(os.getpid(), "started", flush=True)

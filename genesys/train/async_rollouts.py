@@ -28,10 +28,9 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from genesys.config import VerifyConfig
 from genesys.rewards import RewardStage
 from genesys.schema import Row
 from genesys.train.broadcast import PublishedWeights, publish
@@ -111,18 +110,10 @@ class AsyncRollouts:
         self.cluster = config.cluster
         self.run_id = uuid.uuid4().hex[:8]  # names this run's actors apart from other runs' on the cluster
         self.job_groups = math.ceil(self.size / self.cluster.rollout_workers)
-        self.order = ItemOrder(len(tasks), config.seed)
+        self.order = ItemOrder(len(tasks), config.sampling.seed)
         self.requeue: deque[tuple[int, int]] = deque()
         self.rewards = RewardStage(config.reward)
-        self.pool = RayVerificationPool(
-            VerifyConfig(
-                **asdict(config.verify),
-                sandbox=config.sandbox,
-                reward=config.reward,
-                progress=False,
-                cluster=self.cluster,
-            )
-        )
+        self.pool = RayVerificationPool(config.verify_config())
         self.taken = 0  # batches taken by the trainer (the trainer's step when it asks for the next)
         self.version = 0  # the newest published weights version
         self.published: PublishedWeights | None = None
@@ -392,12 +383,14 @@ class AsyncRollouts:
 
     def _new_worker(self, index: int, incarnation: int) -> Any:
         from genesys.cluster import actor_options
+        from genesys.generate.backend import resolve_backend_name
         from genesys.train.rollout_actor import RolloutActor
 
         cluster, config = self.cluster, self.config
-        options = config.backend_options.for_backend(config.rollout.backend)
-        if config.rollout.backend == "transformers":
-            options.setdefault("batch_size", self.job_groups * config.rollout.samples_per_prompt)
+        backend = resolve_backend_name(config.backend)
+        options = config.backend_options.for_backend(backend)
+        if backend == "transformers":
+            options.setdefault("batch_size", self.job_groups * config.sampling.n)
             options.setdefault("device", "cuda" if cluster.rollout_gpus > 0 else "cpu")
         name = f"{self.run_id}-rollout-{index}.{incarnation}"
         return RolloutActor.options(**actor_options(cluster.rollout_cpus, cluster.rollout_gpus, name)).remote(

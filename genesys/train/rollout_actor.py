@@ -46,7 +46,7 @@ class RolloutActor:
         from genesys.generate.backend import create_backend
 
         self.config = config
-        self.backend = create_backend(config.rollout.backend, model, style, options)
+        self.backend = create_backend(config.backend, model, style, options)
         self.builder = row_builder(config, self.backend.name)
         self._loaded = threading.Condition()
 

@@ -72,7 +72,7 @@ class OnlineRollouts:
         self.backend = backend
         self.pool = pool
         self.rewards = RewardStage(config.reward)
-        self.order = ItemOrder(len(tasks), config.seed, world.rank, world.size)
+        self.order = ItemOrder(len(tasks), config.sampling.seed, world.rank, world.size)
         self.carry: list[list[Row]] = []
         self.builder = row_builder(config, backend.name)
         self._current: StepRollouts | None = None
@@ -145,8 +145,8 @@ class GeneratedRows:
 def generate_rows(
     backend: Backend, builder: RowBuilder, config: TrainConfig, draws: Sequence[tuple[int, Row]]
 ) -> GeneratedRows:
-    """`samples_per_prompt` rollouts of each (stream position, task) draw, each row marked with its draw."""
-    sampling = config.rollout.sampling(config.seed)
+    """`sampling.n` rollouts of each (stream position, task) draw, each row marked with its draw."""
+    sampling = config.sampling
     plans: dict[str, PlannedTask] = {}
     requests = []
     for position, task in draws:
@@ -158,7 +158,7 @@ def generate_rows(
                 str(position),
                 messages,
                 list(range(sampling.n)),
-                request_seed(config.seed, str(position)),
+                request_seed(sampling.seed, str(position)),
                 sampling,
             )
         )
@@ -178,7 +178,7 @@ def row_builder(config: TrainConfig, backend_name: str) -> RowBuilder:
     """The row builder of the run's rollouts (model, generation settings, backend)."""
     return RowBuilder(
         config.model,
-        {"backend": backend_name, **config.rollout.sampling(config.seed).as_dict()},
+        {"backend": backend_name, **config.sampling.as_dict()},
         {"backend": backend_name},
     )
 
@@ -193,7 +193,7 @@ class RecordedRollouts:
     def __init__(self, config: TrainConfig, world: World) -> None:
         self.config = config
         rows, self.rows_unproven = load_recorded_rows(
-            config.data.rollouts or [], config.rollout.temperature, config.data.require_proofs
+            config.data.rollouts or [], config.sampling.temperature, config.data.require_proofs
         )
         if self.rows_unproven:
             log.warning(
@@ -212,7 +212,7 @@ class RecordedRollouts:
                 f"data.rollouts: no group of rollouts of one task with at least two rewarded samples{' that differ in ' + config.rollout.filter_signal if config.rollout.filter_groups else ''}; nothing to train on"
             )
         self.groups = groups
-        self.order = ItemOrder(len(groups), config.seed, world.rank, world.size)
+        self.order = ItemOrder(len(groups), config.sampling.seed, world.rank, world.size)
 
     def state(self) -> dict[str, Any]:
         return {"taken": self.order.taken}
@@ -240,7 +240,9 @@ def load_tasks(config: TrainConfig) -> list[Row]:
     from genesys.tasks.sources import load_source
 
     selected = mix_tasks(
-        [load_source(spec) for spec in config.data.tasks or []], ratios=config.data.mix, seed=config.seed
+        [load_source(spec) for spec in config.data.tasks or []],
+        ratios=config.data.mix,
+        seed=config.sampling.seed,
     )
     tasks = []
     for spec, index, row in selected:
@@ -324,7 +326,7 @@ def _recorded_problem(row: Row, temperature: float) -> str | None:
     except SchemaError as exc:
         return str(exc)
     if recorded.get("temperature") not in (None, temperature):
-        return f"sampled at temperature {recorded['temperature']}, but rollout.temperature is {temperature}: the logprobs are those of the sampling temperature, set rollout.temperature = {recorded['temperature']}"
+        return f"sampled at temperature {recorded['temperature']}, but sampling.temperature is {temperature}: the logprobs are those of the sampling temperature, set sampling.temperature = {recorded['temperature']}"
     return None
 
 

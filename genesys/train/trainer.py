@@ -129,7 +129,7 @@ class Trainer:
                 f"{resume} was written by {self.state['world_size']} processes; resume it with as many (this run has {world.size})"
             )
         self.step = self.state["step"] if self.state else 0
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.sampling.seed)
         self.tasks = None
         if not config.offline:
             from genesys.train.rollouts import load_tasks
@@ -170,10 +170,13 @@ class Trainer:
 
     def _check_output_dir(self, resuming: bool) -> None:
         """Refuse an output_dir that holds a run with other settings; write the resolved config."""
+        from genesys.config.loading import upgrade
         from genesys.train.resolved_config import changed_keys, read_config, write_config
 
         path = self.output_dir / CONFIG_FILE
         existing = read_config(path)
+        if existing is not None:  # a run written before keys were renamed compares by the new names
+            existing = upgrade(existing, TrainConfig.renamed, warn=False)
         if existing is not None and resuming:
             changed = [
                 key
@@ -201,21 +204,22 @@ class Trainer:
             return RecordedRollouts(self.config, self.world)
         if self.config.cluster.ray:
             return self._async_rollouts()
-        from genesys.generate.backend import create_backend
+        from genesys.generate.backend import create_backend, resolve_backend_name
         from genesys.verification.engine import VerificationEngine
 
         config = self.config
-        options = config.backend_options.for_backend(config.rollout.backend)
-        if config.rollout.backend == "transformers":
+        backend_name = resolve_backend_name(config.backend)
+        options = config.backend_options.for_backend(backend_name)
+        if backend_name == "transformers":
             options.setdefault(
                 "batch_size",
-                config.rollout.prompts_per_step * config.rollout.samples_per_prompt // self.world.size,
+                config.rollout.prompts_per_step * config.sampling.n // self.world.size,
             )
             options.setdefault("device", str(self.device))
             options.setdefault("worker_thread", False)  # nothing to overlap; see TransformersBackend
-        if config.rollout.backend == "vllm":
+        if backend_name == "vllm":
             options.update(colocated_vllm_options(config, options.get("engine_args")))
-        backend = create_backend(config.rollout.backend, self.source_model, config.style, options)
+        backend = create_backend(backend_name, self.source_model, config.style, options)
         self._stack.callback(backend.close)
         self._sync_weights(backend)  # a backend that cannot take weights in place fails here, before any work
         pool = self._stack.enter_context(VerificationEngine(config.verify_config()))
@@ -241,7 +245,7 @@ class Trainer:
             asyncio.run(backend.update_weights(list(self.model.named_parameters())))
         except NotImplementedError as exc:
             raise InputError(
-                f"rollout.backend {self.config.rollout.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)"
+                f"backend {self.config.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)"
             ) from None
 
     def _open_tracker(self) -> Any:
@@ -401,9 +405,9 @@ class Trainer:
         config = self.config
         with self._autocast():
             logits = completion_logits(self.trained, micro)
-        logprobs = token_logprobs(logits, micro.completion_ids, config.rollout.temperature)
+        logprobs = token_logprobs(logits, micro.completion_ids, config.sampling.temperature)
         entropy = token_entropy(
-            logits if config.loss.entropy_coef > 0 else logits.detach(), config.rollout.temperature
+            logits if config.loss.entropy_coef > 0 else logits.detach(), config.sampling.temperature
         )
         clipped = clipped_token_loss(
             logprobs,
@@ -418,7 +422,9 @@ class Trainer:
         if self.reference is not None:
             with torch.no_grad(), self._autocast():
                 reference = token_logprobs(
-                    completion_logits(self.reference, micro), micro.completion_ids, config.rollout.temperature
+                    completion_logits(self.reference, micro),
+                    micro.completion_ids,
+                    config.sampling.temperature,
                 )
             kl = kl_estimate(logprobs, reference)
             token_loss = token_loss + config.loss.kl_beta * kl
@@ -531,7 +537,11 @@ def colocated_vllm_options(config: TrainConfig, engine_args: dict[str, Any] | No
     in place), seeded with the run, its weights in the training precision unless `engine_args`
     (backend_options.args) name a dtype; every other engine argument passes through as given."""
     dtype = "bfloat16" if config.precision == "bf16" else "float32"
-    return {"colocate": True, "seed": config.seed, "engine_args": {"dtype": dtype, **(engine_args or {})}}
+    return {
+        "colocate": True,
+        "seed": config.sampling.seed,
+        "engine_args": {"dtype": dtype, **(engine_args or {})},
+    }
 
 
 def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Module:
