@@ -300,6 +300,7 @@ def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(t
             "model": "m",
             "output_dir": str(tmp_path),
             "data": {"tasks": ["t"]},
+            "sampling": {"n": 8},
             "async": {"max_staleness": 1},
             "cluster": {"backend": "ray"},
         },

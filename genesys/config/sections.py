@@ -82,7 +82,6 @@ def setting(
 
 # --- tasks ---------------------------------------------------------------------------------------
 
-PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
 REQUIRE_PROOFS_HELP = "use only rollouts `genesys validate` marked valid (toploc_valid true); the others are dropped and counted"
 
 
@@ -314,6 +313,7 @@ BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "
 # --- TOPLOC proofs ---------------------------------------------------------------------------------
 
 PROOF_BACKENDS = ("transformers", "vllm")
+PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
 
 
 @dataclass(frozen=True, config=SECTION)
