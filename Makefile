@@ -69,7 +69,7 @@ lint: install
 
 # The documentation site; the reference pages are generated from the code at build time.
 docs: install
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test: install sandbox lint docs
 	$(VENV)/bin/pytest -q -ra

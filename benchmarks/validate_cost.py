@@ -59,7 +59,7 @@ def validate(
     """`rows` validated against `model` (a fresh output); the rows and the CPU seconds it took (model load included)."""
     import orjson
 
-    from genesys.config import ProofConfig, ProofThresholds, ValidateCommand
+    from genesys.config import ProofPolicy, ProofThresholds, ValidateCommand
     from genesys.proofs.validate import validate_files
     from genesys.testing.tampering import read_rows
 
@@ -72,7 +72,7 @@ def validate(
         model=model,
         output=str(output),
         progress=False,
-        proofs=ProofConfig(args.topk, args.chunk),
+        proofs=ProofPolicy(topk=args.topk, decode_batching_size=args.chunk),
         thresholds=thresholds,
         **validator_settings(args, batch_size=args.validate_batch_size),
     )
@@ -82,7 +82,7 @@ def validate(
 
 def load_validator(args: argparse.Namespace, model: str) -> None:
     """What a validation run does before its first row: load the model and hash its weights (and close it)."""
-    from genesys.config import ProofConfig, ValidateCommand
+    from genesys.config import ProofPolicy, ValidateCommand
     from genesys.proofs.validate import Validator
 
     Validator(
@@ -90,7 +90,7 @@ def load_validator(args: argparse.Namespace, model: str) -> None:
             inputs=["-"],
             model=model,
             output="-",
-            proofs=ProofConfig(args.topk, args.chunk),
+            proofs=ProofPolicy(topk=args.topk, decode_batching_size=args.chunk),
             **validator_settings(args),
         )
     ).model.close()

@@ -15,3 +15,12 @@ class PluginError(GenesysError, RuntimeError):
 
 class ConfigDeprecationWarning(DeprecationWarning):
     """A config key or flag spelled the old way: it still works, and the message names the new spelling."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin that was skipped or looks wrong (it cannot be imported, or a hook is misspelled); the
+    command line prints it as one line and goes on."""
+
+
+class TrainingError(GenesysError, RuntimeError):
+    """A training run that cannot go on: steps whose loss or gradient kept being non-finite, weights gone non-finite."""

@@ -63,13 +63,19 @@ def stop_token_ids(generation_config: Any, tokenizer: Any) -> set[int]:
 
 
 def load_trainable_lm(
-    path: str, device: torch.device, gradient_checkpointing: bool = False
+    path: str,
+    device: torch.device,
+    gradient_checkpointing: bool = False,
+    use_safetensors: bool | None = None,
 ) -> tuple[Any, torch.nn.Module]:
-    """(tokenizer, model) to train: float32 weights on `device`, no KV cache, optionally checkpointed."""
+    """(tokenizer, model) to train: float32 weights on `device`, no KV cache, optionally checkpointed.
+    `use_safetensors=True` reads safetensors weights only (never a pickled `pytorch_model.bin`)."""
     transformers_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, use_safetensors=use_safetensors
+        )
     except OSError as exc:
         raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
     model.to(device)

@@ -8,6 +8,7 @@ strings; the dataclasses always hold dicts.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -71,6 +72,27 @@ def parse_json_field(value: Any, name: str) -> dict[str, Any]:
             raise SchemaError(f"field {name!r} must hold a JSON object, got {type(decoded).__name__}")
         return decoded
     raise SchemaError(f"field {name!r} must be a dict or a JSON string, got {type(value).__name__}")
+
+
+COMPLETION_COLUMN = "llm_response"
+
+
+def completion_problem(row: dict[str, Any], field: str = COMPLETION_COLUMN) -> str | None:
+    """Why `row` has no completion to verify, or None. The completion is `llm_response` (or, in rows
+    without one, `completion`); `field` is what the caller calls that column, named in the message.
+
+    A missing column, a null and a value that is not text are problems: never an empty answer.
+    """
+    name = COMPLETION_COLUMN if COMPLETION_COLUMN in row or "completion" not in row else "completion"
+    if name not in row:
+        hint = "; name the completion column with --completion-field" if field == COMPLETION_COLUMN else ""
+        return f"field {field!r} (the completion) is missing; the row has {', '.join(map(str, row)) or 'no columns'}{hint}"
+    value = row[name]
+    if value is None:
+        return f"field {field!r} (the completion) is null: there is no answer to verify"
+    if not isinstance(value, str):
+        return f"field {field!r} (the completion) must be text, got {type(value).__name__}"
+    return None
 
 
 def _opt_str(value: Any) -> str | None:
@@ -137,11 +159,16 @@ class Rollout(Task):
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Rollout:
-        """Build a Rollout from a GENESYS rollout row (`llm_response` holds the completion)."""
+        """Build a Rollout from a GENESYS rollout row (`llm_response` holds the completion).
+
+        Raises SchemaError naming the field when the completion is missing, null or not text.
+        """
         kwargs = _task_kwargs(row)
-        completion = row.get("llm_response", row.get("completion"))
+        problem = completion_problem(row)
+        if problem:
+            raise SchemaError(problem)
         kwargs.update(
-            completion="" if completion is None else str(completion),
+            completion=row.get(COMPLETION_COLUMN, row.get("completion")),
             response_id=_opt_str(row.get("response_id")),
             model_name=_opt_str(row.get("model_name")),
             prompt_ids=row.get("prompt_ids"),
@@ -155,6 +182,10 @@ class Rollout(Task):
 
 
 _ROLLOUT_KNOWN = frozenset(TASK_COLUMNS + RESPONSE_COLUMNS + VERDICT_COLUMNS + ("completion",))
+
+
+class InvalidVerdict(ValueError):
+    """A verifier made a verdict that is not one: a score that is not a number in [0, 1] or None."""
 
 
 @dataclass
@@ -176,9 +207,14 @@ class Verdict:
                 else str(self.error)
             )
         if self.score is not None:
+            if isinstance(self.score, bool) or not isinstance(self.score, numbers.Real):
+                raise InvalidVerdict(
+                    f"Verdict.score must be a number in [0, 1] or None, got {self.score!r} "
+                    f"({type(self.score).__name__})"
+                )
             score = float(self.score)
             if math.isnan(score) or not 0.0 <= score <= 1.0:
-                raise ValueError(f"Verdict.score must be in [0, 1] or None, got {self.score!r}")
+                raise InvalidVerdict(f"Verdict.score must be in [0, 1] or None, got {self.score!r}")
             self.score = score
 
     @classmethod
@@ -192,7 +228,10 @@ class ErrorKind(StrEnum):
 
     TIMEOUT = "timeout"  # the engine's hard deadline (or an async verifier's soft one) passed
     CRASH = "worker_crash"  # the worker process died
-    EXCEPTION = "exception"  # the verifier raised, or returned something that is not a Verdict
+    EXCEPTION = "exception"  # the verifier raised
+    INVALID_VERDICT = (
+        "invalid_verdict"  # the verifier returned no Verdict, or one with a score that is not one
+    )
     SCHEMA = "invalid_row"  # the row does not fit the rollout schema
     UNKNOWN_TYPE = "unknown_task_type"  # no verifier serves the row's task_type
     REWARD = "reward_error"  # verified, but the reward terms cannot measure the row

@@ -248,3 +248,18 @@ def test_help_is_fast():
         assert done.returncode == 0 and "Usage" in done.stdout
     # the figure is printed, not asserted: a loaded machine makes timing flaky
     print(f"genesys verify --help: {time.monotonic() - started:.3f} s")
+
+
+def test_a_plugin_that_reads_any_option_does_not_turn_off_the_check_for_other_task_types(
+    tmp_path: Path, plugin_env
+):
+    # The test plugins declare no accepted_options (they read any option), but a run of math rows
+    # uses only the math verifier: a misspelt option is still refused.
+    inputs = write_jsonl(tmp_path / "in.jsonl", [rollout("verifiable_math", "\\boxed{2}", ground_truth="2")])
+    done = genesys(
+        "verify", str(inputs), "-o", str(tmp_path / "o.jsonl"), "-O", "time_limt=3", "--no-progress"
+    )
+    assert done.returncode == 2 and "unknown verifier option(s) 'time_limt'" in done.stderr, done.stderr
+    echo = write_jsonl(tmp_path / "echo.jsonl", [rollout("echo", "yes", expected="yes")])
+    used = genesys("verify", str(echo), "-o", str(tmp_path / "e.jsonl"), "-O", "time_limt=3", "--no-progress")
+    assert used.returncode == 0, used.stderr  # the echo verifier may read it

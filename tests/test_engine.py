@@ -19,6 +19,7 @@ from genesys_testplugins import (
     ErrorObject,
     ExitInSetup,
     Hang,
+    Junk,
     Odd,
     RegexHang,
     SerialSlow,
@@ -44,6 +45,7 @@ VERIFIERS = {
         Hang,
         Crash,
         Boom,
+        Junk,
         AsyncEcho,
     )
 }
@@ -160,6 +162,19 @@ def test_exceptions_and_bad_rows_are_errors_not_wrong_answers():
         and out[2]["error"].startswith("invalid_row:")
         and "verification_info" in out[2]["error"]
     )
+
+
+def test_a_verdict_that_is_not_one_is_an_invalid_verdict_naming_the_plugin():
+    scores = ["1", True, 1.5]
+    rows = [rollout("junk", "x", score=score) for score in scores]
+    rows += [rollout("junk", "x", score=0.5, bare=True), rollout("junk", "x", score=1)]
+    out = run(rows, workers=1)
+    for row in out[:-1]:
+        assert row["score"] is None, row
+        assert row["error"].startswith("invalid_verdict: genesys_testplugins.Junk"), row["error"]
+    assert "'1' (str)" in out[0]["error"] and "True (bool)" in out[1]["error"]
+    assert "returned float, not a Verdict" in out[3]["error"]
+    assert out[-1]["score"] == 1.0 and out[-1]["error"] is None
 
 
 def test_unknown_task_type_in_engine_is_an_error_row():

@@ -56,6 +56,11 @@ def rollouts(scores_by_task: dict[str, list[float | None]] = KNOWN) -> list[dict
     return rows
 
 
+def filter_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`genesys filter ARGS` as a user runs it."""
+    return subprocess.run([GENESYS, "filter", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
 def run_filter(
     tmp_path: Path, rows: list[dict], output: str = "kept.jsonl", **bounds
 ) -> tuple[list[dict], object]:
@@ -235,12 +240,7 @@ def test_cli_names_the_line_of_a_score_that_is_not_a_number(tmp_path: Path):
     rows = rollouts()
     rows[4]["score"] = "0.5"
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    done = subprocess.run(
-        [GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = filter_cli(str(inputs), "-o", str(tmp_path / "kept.jsonl"))
     assert done.returncode == 2
     assert (
         f'{inputs}:5: score "0.5" is not a number' in done.stderr
@@ -258,22 +258,7 @@ def test_bad_bounds_and_metric_are_refused():
 def test_cli_filters_and_reports_counts(tmp_path: Path):
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
     output = tmp_path / "kept.parquet"
-    done = subprocess.run(
-        [
-            GENESYS,
-            "filter",
-            str(inputs),
-            "-o",
-            str(output),
-            "--min-pass-rate",
-            "0.2",
-            "--max-pass-rate",
-            "0.6",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = filter_cli(str(inputs), "-o", str(output), "--min-pass-rate", "0.2", "--max-pass-rate", "0.6")
     assert done.returncode == 0, done.stderr
     assert pl.read_parquet(output)["problem_id"].to_list() == ["t2", "t3"]
     assert "kept 2" in done.stderr and "6 with verification errors" in done.stderr
@@ -354,12 +339,37 @@ def test_cli_require_proofs_reports_the_dropped_rollouts(tmp_path: Path):
     for row, valid in zip(rows, [True, False, True]):
         row["toploc_valid"] = valid
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    done = subprocess.run(
-        [GENESYS, "filter", str(inputs), "-o", str(tmp_path / "kept.jsonl"), "--require-proofs"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = filter_cli(str(inputs), "-o", str(tmp_path / "kept.jsonl"), "--require-proofs")
     assert done.returncode == 0, done.stderr
     assert "1 rollouts without a valid TOPLOC proof dropped" in done.stderr
     assert read_jsonl(tmp_path / "kept.jsonl")[0]["pass_rate"] == 0.5
+
+
+def test_the_same_rollouts_in_two_inputs_count_once(tmp_path: Path):
+    rows = rollouts()
+    first = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    shaped = write_jsonl(tmp_path / "shaped.jsonl", rows[:20])  # the same rollouts, read a second time
+    no_ids = [{**row, "response_id": None} for row in rows[:3]]  # rows without an id all count
+    bare = write_jsonl(tmp_path / "bare.jsonl", no_ids)
+    summary = filter_tasks(
+        [str(first), str(shaped), str(bare)], tmp_path / "kept.jsonl", PassRateFilter(0.0, 1.0)
+    )
+    assert summary.repeats == 20
+    kept = {row["problem_id"]: row for row in read_jsonl(tmp_path / "kept.jsonl")}
+    assert kept["t1"]["n_samples"] == 10 and kept["t1"]["pass_rate"] == pytest.approx(0.1)
+    assert kept["t0"]["n_samples"] == 13  # its 10 rollouts, and the 3 without an id
+    done = filter_cli(str(first), str(shaped), "-o", str(tmp_path / "again.jsonl"))
+    assert done.returncode == 0, done.stderr
+    assert "20 rollouts appear more than once" in done.stderr
+
+
+def test_an_empty_result_is_said_loudly_with_the_pass_rates(tmp_path: Path):
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rollouts())
+    output = tmp_path / "kept.jsonl"
+    done = filter_cli(str(inputs), "-o", str(output), "--min-pass-rate", "0.6", "--max-pass-rate", "0.8")
+    assert done.returncode == 0, done.stderr
+    assert output.read_text() == ""
+    assert "warning: no task has a pass rate in [0.6, 0.8]" in done.stderr
+    bars = [line.split() for line in done.stderr.splitlines() if line.strip().startswith("[")]
+    counts = [int(words[-1]) for words in bars]
+    assert counts == [1, 1, 0, 1, 0, 1, 0, 0, 0, 2]  # 0.0, 0.1, 0.3, 0.5, then 0.9 and 1.0; t6 unscored

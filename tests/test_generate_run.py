@@ -441,3 +441,27 @@ def test_rows_generated_before_a_failure_are_written(tmp_path):
         run_generation(_instant_config(tasks, output), backend=InstantBackend(fail_after=3))
     assert len(_rows(output)) == 6  # 3 tasks x 2 samples, kept for the rerun to build on
     assert run_generation(_instant_config(tasks, output), backend=InstantBackend()).generated == 4
+
+
+def test_unreadable_task_rows_go_to_the_rejects_file_and_the_run_goes_on(tmp_path):
+    tasks = _echo_tasks(tmp_path / "t.jsonl", 2)
+    tasks.write_text(tasks.read_text() + "{broken\n")
+    output = tmp_path / "out.jsonl"
+    summary = run_generation(_instant_config(tasks, output), backend=InstantBackend())
+    assert summary.generated == 4 == len(_rows(output))  # used to stop the run with an InputError
+    assert summary.rejected == 1 and summary.rejects == tmp_path / "out.jsonl.rejects.jsonl"
+    (reject,) = [json.loads(line) for line in summary.rejects.read_text().splitlines()]
+    assert reject["location"] == f"{tasks}:3" and reject["raw"] == "{broken"
+
+
+def test_a_finished_parquet_output_is_resumed_in_place_and_checked(tmp_path):
+    tasks = _echo_tasks(tmp_path / "t.jsonl", 2)
+    output = tmp_path / "out.parquet"
+    run_generation(_instant_config(tasks, output, max_tasks=1), backend=InstantBackend())
+    assert output.is_file() and not (tmp_path / "out.parquet.parts").exists()
+    with pytest.raises(InputError, match="holds rollouts of model 'instant', not 'other'"):
+        run_generation(_instant_config(tasks, output, model="other"), backend=InstantBackend())
+    assert len(_rows(output)) == 2  # the finished file stays where it is
+    assert run_generation(_instant_config(tasks, output), backend=InstantBackend()).generated == 2
+    ids = [row["response_id"] for row in _rows(output)]
+    assert len(ids) == len(set(ids)) == 4

@@ -278,10 +278,73 @@ def test_on_cpu_chunked_prefill_is_off_unless_asked_for(fake_vllm):
 
     calls, _ = fake_vllm
     calls["llm"].platform_is_cpu = True
-    VLLMBackend("org/model", PromptStyle())
+    VLLMBackend("org/model", PromptStyle(), engine_args={"kv_cache_memory_bytes": 1 << 20})
     assert calls["init"]["enable_chunked_prefill"] is False
-    VLLMBackend("org/model", PromptStyle(), engine_args={"enable_chunked_prefill": True})
+    VLLMBackend(
+        "org/model",
+        PromptStyle(),
+        engine_args={"enable_chunked_prefill": True, "kv_cache_memory_bytes": 1 << 20},
+    )
     assert calls["init"]["enable_chunked_prefill"] is True
+
+
+@pytest.fixture
+def model_config(tmp_path):
+    """A model directory holding only a config: 2 layers, 1 key/value head of 64, float32 (1 KiB of
+    KV cache per token), a context of 2,048."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(
+        hidden_size=128,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_hidden_layers=2,
+        max_position_embeddings=2048,
+        dtype="float32",
+    ).save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_on_cpu_the_kv_cache_is_sized_for_the_run_not_for_the_machine(fake_vllm, model_config, monkeypatch):
+    from genesys.generate.backend import PromptStyle
+    from genesys.generate.vllm import KV_CACHE_ENV, VLLMBackend
+
+    calls, _ = fake_vllm
+    calls["llm"].platform_is_cpu = True
+    monkeypatch.delenv(KV_CACHE_ENV, raising=False)
+    VLLMBackend(model_config, PromptStyle(), engine_args={"max_model_len": 512})
+    # 256 sequences (vLLM's max_num_seqs on CPU) of 512 tokens at 1 KiB each, not 92% of the machine
+    assert calls["init"]["kv_cache_memory_bytes"] == 256 * 512 * 1024
+    assert "gpu_memory_utilization" not in calls["init"]
+    VLLMBackend(model_config, PromptStyle(), engine_args={"max_model_len": 512, "max_num_seqs": 8})
+    assert calls["init"]["kv_cache_memory_bytes"] == 8 * 512 * 1024
+    # a size the run names, a share of the memory it asks for, or vLLM's own variable wins
+    for named in ({"kv_cache_memory_bytes": 3 << 20}, {"gpu_memory_utilization": 0.5}):
+        VLLMBackend(model_config, PromptStyle(), engine_args=named)
+        assert calls["init"].get("kv_cache_memory_bytes") == named.get("kv_cache_memory_bytes")
+    monkeypatch.setenv(KV_CACHE_ENV, "2")
+    VLLMBackend(model_config, PromptStyle())
+    assert "kv_cache_memory_bytes" not in calls["init"]
+    # on a GPU vLLM's own sizing stands
+    monkeypatch.delenv(KV_CACHE_ENV)
+    calls["llm"].platform_is_cpu = False
+    VLLMBackend(model_config, PromptStyle())
+    assert "kv_cache_memory_bytes" not in calls["init"]
+
+
+def test_the_cpu_kv_cache_is_capped_and_holds_one_full_sequence(model_config, tmp_path):
+    from genesys.generate.vllm import CPU_KV_CACHE_CAP, cpu_kv_cache_bytes
+
+    plenty = 1 << 40
+    assert cpu_kv_cache_bytes(model_config, {}, available=plenty) == 256 * 2048 * 1024
+    assert cpu_kv_cache_bytes(model_config, {"max_num_seqs": 4096}, available=plenty) == CPU_KV_CACHE_CAP
+    assert cpu_kv_cache_bytes(model_config, {"max_num_seqs": 4}, available=plenty) == 4 * 2048 * 1024
+    assert cpu_kv_cache_bytes(model_config, {"dtype": "bfloat16", "max_num_seqs": 4}, available=plenty) == (
+        4 * 2048 * 512
+    )
+    assert cpu_kv_cache_bytes(model_config, {}, available=200 << 20) == 100 << 20  # half of what is free
+    assert cpu_kv_cache_bytes(model_config, {}, available=1 << 20) == 2048 * 1024  # one sequence at least
+    assert cpu_kv_cache_bytes(str(tmp_path / "no-model"), {}, available=plenty) == CPU_KV_CACHE_CAP
 
 
 def test_a_colocated_engine_takes_new_weights_and_drops_the_prefix_cache(fake_vllm, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +23,11 @@ import torch  # noqa: E402
 from conftest import GENESYS  # noqa: E402
 
 from genesys.config import ProofConfig, ValidateCommand  # noqa: E402
+from genesys.errors import InputError  # noqa: E402
 from genesys.proofs.toploc import ProofError, as_proof_dtype, build_proofs, decode_proofs, verify_proofs  # noqa: E402
 from genesys.proofs.validate import validate_files  # noqa: E402
 from genesys.testing.tampering import (  # noqa: E402
+    TINY_PROOF_POLICY,
     TINY_PROOFS,
     TINY_THRESHOLDS,
     claiming,
@@ -70,7 +73,7 @@ def validate(
         output=str(output),
         backend="transformers",
         progress=False,
-        proofs=TINY_PROOFS,
+        proofs=TINY_PROOF_POLICY,
         thresholds=TINY_THRESHOLDS,
         **settings,
     )
@@ -242,7 +245,7 @@ def test_validate_resumes_after_a_partial_output(
         output=str(output),
         backend="transformers",
         progress=False,
-        proofs=TINY_PROOFS,
+        proofs=TINY_PROOF_POLICY,
         thresholds=TINY_THRESHOLDS,
     )
     summary = validate_files(config)
@@ -250,6 +253,27 @@ def test_validate_resumes_after_a_partial_output(
     rows = read_rows(output)
     assert sorted(row["response_id"] for row in rows) == sorted(row["response_id"] for row in full)
     assert all(row["toploc_valid"] for row in rows)
+
+
+def test_unreadable_rows_go_to_the_rejects_file_and_are_counted(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
+    source = work / "unreadable.jsonl"
+    source.write_bytes(orjson.dumps(honest[0]) + b"\n{broken\n" + orjson.dumps(honest[1]) + b"\n")
+    output = work / "unreadable-out.jsonl"
+    config = ValidateCommand(
+        inputs=[str(source)],
+        model=tiny_model,
+        output=str(output),
+        progress=False,
+        proofs=TINY_PROOF_POLICY,
+        thresholds=TINY_THRESHOLDS,
+    )
+    summary = validate_files(config)
+    assert summary.valid == 2 and summary.rejected == 1  # unreadable rows used to be counted only
+    (reject,) = read_rows(work / "unreadable-out.jsonl.rejects.jsonl")
+    assert reject["location"] == f"{source}:2" and reject["raw"] == "{broken"
+    assert "invalid JSON" in reject["error"]
 
 
 @pytest.mark.slow
@@ -375,3 +399,213 @@ def test_proofs_are_those_the_package_builds_one_chunk_at_a_time(
     )
     assert build_proofs(hidden, settings) == expected
     assert len(expected) == -(-tokens // settings.decode_batching_size)
+
+
+# --- non-finite logprobs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position", [0, 1, 3])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_claimed_logprob_anywhere_is_a_problem(position: int, bad: float) -> None:
+    from genesys.proofs.checks import claimed_logprobs_problem, logprob_problem
+
+    claimed = [-1.0, -2.0, -0.5, -1.5]
+    claimed[position] = bad
+    problem = claimed_logprobs_problem(claimed, 4)
+    assert problem is not None and problem.category == "logprobs"
+    assert f"completion_logprobs[{position}] is {bad}" in problem.message
+    recomputed = [-1.0, -2.0, -0.5, -1.5]
+    worst, problem = logprob_problem(claimed, recomputed, tolerance=0.05)
+    assert problem is not None and not worst <= 0.05  # max() would skip a NaN after the first position
+    assert claimed_logprobs_problem([-1.0, True], 2).message == "completion_logprobs[1] is True, not a number"
+    assert claimed_logprobs_problem([-1.0], 2).message.startswith("completion_logprobs is missing")
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """`rows` as one parquet file (where NaN and infinities can be written, unlike in JSON)."""
+    import pyarrow.parquet as pq
+
+    from genesys.data.io import rows_to_table
+
+    pq.write_table(rows_to_table(rows), path)
+    return path
+
+
+def test_rows_with_a_non_finite_logprob_are_invalid_with_the_reason(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
+    rows = []
+    for index, bad in enumerate([math.nan, math.inf, -math.inf]):
+        row = copy.deepcopy(next(r for r in honest[index:] if len(r["completion_ids"]) > 4))
+        row["completion_logprobs"][3] = bad
+        rows.append(row | {"response_id": f"non-finite-{index}"})
+    output = work / "non-finite-validated.jsonl"
+    validate_files(
+        ValidateCommand(
+            inputs=[str(write_parquet(work / "non-finite.parquet", rows))],
+            model=tiny_model,
+            output=str(output),
+            progress=False,
+            proofs=TINY_PROOF_POLICY,
+            thresholds=TINY_THRESHOLDS,
+        )
+    )
+    validated = {row["response_id"]: row for row in read_rows(output)}
+    for index, bad in enumerate(["nan", "inf", "-inf"]):
+        row = validated[f"non-finite-{index}"]
+        assert row["toploc_valid"] is False and row["toploc_problems"] == ["logprobs"]
+        assert f"completion_logprobs[3] is {bad}: logprobs must be finite" in row["toploc_reason"]
+        assert row["toploc_errors"]["failed_chunks"] == 0  # the proofs themselves pass
+
+
+# --- proof settings: the model's defaults, each row's own ------------------------------------------
+
+
+def _expected(hidden_size: int = 64, **policy: Any) -> Any:
+    from genesys.config import ExpectedSampling, ProofPolicy
+    from genesys.proofs.checks import Expected
+
+    return Expected("m", "hash", ProofPolicy(**policy), ExpectedSampling(), hidden_size)
+
+
+@pytest.mark.parametrize(
+    ("claimed", "policy", "hidden_size", "accepted_or_reason"),
+    [
+        ((64, 32), {}, 64, ProofConfig(64, 32)),  # generate's default on a hidden size of 64
+        ((128, 32), {}, 4096, ProofConfig(128, 32)),  # generate's default elsewhere
+        ((256, 8), {}, 4096, ProofConfig(256, 8)),  # more values, smaller chunks: stronger, accepted
+        ((16, 8), {}, 64, "topk below the smallest accepted, 64 (--min-proof-topk)"),
+        ((16, 8), {"min_topk": 16}, 64, ProofConfig(16, 8)),
+        ((100, 8), {"min_topk": 16}, 64, "topk beyond the model's hidden size 64"),
+        ((64, 64), {}, 64, "more tokens per proof than the most accepted, 32 (--max-proof-chunk)"),
+        ((64, 64), {"max_decode_batching_size": 64}, 64, ProofConfig(64, 64)),
+        ((16, 8), {"topk": 16, "decode_batching_size": 8}, 64, ProofConfig(16, 8)),  # pinned exactly
+        ((32, 8), {"topk": 16}, 64, "topk must be 16 (--proof-topk)"),
+        ((16, 4), {"min_topk": 16, "decode_batching_size": 8}, 64, "decode_batching_size must be 8"),
+        ((True, 8), {}, 64, "expected two positive integers"),
+        ((64, 0), {}, 64, "expected two positive integers"),
+        (("64", 32), {}, 64, "expected two positive integers"),
+    ],
+)
+def test_each_row_is_checked_with_its_own_proof_settings_if_the_policy_allows_them(
+    claimed: tuple[Any, Any], policy: dict[str, Any], hidden_size: int, accepted_or_reason: Any
+) -> None:
+    from genesys.proofs.checks import Problem, proof_settings
+
+    topk, chunk = claimed
+    toploc_config = {"topk": topk, "decode_batching_size": chunk, "dtype": "bfloat16"}
+    settings = proof_settings(toploc_config, _expected(hidden_size, **policy))
+    if isinstance(accepted_or_reason, ProofConfig):
+        assert settings == accepted_or_reason
+    else:
+        assert isinstance(settings, Problem) and settings.category == "proof_format"
+        assert accepted_or_reason in settings.message
+    float16 = proof_settings(toploc_config | {"dtype": "float16"}, _expected(hidden_size, **policy))
+    assert isinstance(float16, Problem)
+
+
+def test_the_default_topk_is_what_the_model_allows() -> None:
+    from genesys.proofs.toploc import proof_settings_for
+
+    assert ProofConfig().topk is None
+    assert proof_settings_for(ProofConfig(), 64) == ProofConfig(64, 32)
+    assert proof_settings_for(ProofConfig(), 4096) == ProofConfig(128, 32)
+    assert proof_settings_for(ProofConfig(topk=16, decode_batching_size=8), 64) == TINY_PROOFS
+    with pytest.raises(InputError, match="--proof-topk 65 exceeds the model's hidden size 64"):
+        proof_settings_for(ProofConfig(topk=65), 64)
+    with pytest.raises(ValueError, match="resolve them"):
+        build_proofs(as_proof_dtype(torch.randn(4, 64)), ProofConfig())
+
+
+@pytest.fixture(scope="module")
+def default_rows(tiny_model: str, tasks: Path, work: Path) -> list[dict[str, Any]]:
+    """Rows with proofs of the default settings (`generate --proofs` without --proof-topk)."""
+    return generate(tiny_model, tasks, work / "defaults.jsonl", ProofConfig(), n=1)
+
+
+def test_default_proofs_on_a_small_model_validate_with_all_defaults(
+    default_rows: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
+    assert all(row["toploc_config"]["topk"] == 64 for row in default_rows)  # the tiny model's hidden size
+    assert all(row["toploc_config"]["decode_batching_size"] == 32 for row in default_rows)
+    output = work / "defaults-validated.jsonl"
+    validate_files(
+        ValidateCommand(
+            inputs=[str(work / "defaults.jsonl")], model=tiny_model, output=str(output), progress=False
+        )
+    )
+    assert [row["toploc_valid"] for row in read_rows(output)] == [True] * len(default_rows), [
+        row["toploc_reason"] for row in read_rows(output)
+    ]
+
+
+def test_rows_of_several_proof_settings_validate_each_with_its_own(
+    honest: list[dict[str, Any]], default_rows: list[dict[str, Any]], tiny_model: str, tasks: Path, work: Path
+) -> None:
+    other = generate(
+        tiny_model, tasks, work / "other-settings.jsonl", ProofConfig(topk=32, decode_batching_size=4), n=1
+    )
+    rows = [*honest[:4], *default_rows[:4], *other]
+    validated = validate(tiny_model, rows, work, "mixed-settings")
+    assert [row["toploc_valid"] for row in validated] == [True] * len(rows), [
+        row["toploc_reason"] for row in validated
+    ]
+    # A swapped token is still caught with the row's own settings.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    forged = [swap_token(row, tokenizer) for row in other if len(row["completion_ids"]) > 8]
+    assert_all_rejected_by(validate(tiny_model, forged, work, "mixed-swapped"), "proof")
+
+
+def test_rows_with_settings_the_validator_forbids_are_invalid_not_a_crash(
+    honest: list[dict[str, Any]], tiny_model: str, work: Path
+) -> None:
+    beyond = copy.deepcopy(honest[0])
+    beyond["toploc_config"] = beyond["toploc_config"] | {"topk": 100}
+    rows = validate(tiny_model, [beyond], work, "forbidden")
+    assert rows[0]["toploc_problems"] == ["proof_format"]
+    assert "topk beyond the model's hidden size 64" in rows[0]["toploc_reason"]
+    output = work / "forbidden-defaults.jsonl"
+    validate_files(
+        ValidateCommand(
+            inputs=[str(write(work / "small-topk.jsonl", honest[:2]))],
+            model=tiny_model,
+            output=str(output),
+            progress=False,
+        )
+    )
+    assert all(
+        row["toploc_valid"] is False and "topk below the smallest accepted, 64" in row["toploc_reason"]
+        for row in read_rows(output)
+    )
+
+
+@pytest.mark.slow
+def test_cli_generate_proofs_then_validate_with_all_defaults_on_the_tiny_model(
+    tiny_model: str, tasks: Path, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    generate_command = [
+        GENESYS, "generate", "--tasks", str(tasks), "--model", tiny_model, "-o", str(rows),
+        "--backend", "transformers", "-n", "2", "--max-tokens", "40", "--proofs", "--no-progress",
+    ]  # fmt: skip
+    generated = subprocess.run(generate_command, capture_output=True, text=True, timeout=300)
+    assert generated.returncode == 0, generated.stderr
+    assert {row["toploc_config"]["topk"] for row in read_rows(rows)} == {64}
+    output = tmp_path / "validated.jsonl"
+    validate_command = [
+        GENESYS,
+        "validate",
+        str(rows),
+        "--model",
+        tiny_model,
+        "-o",
+        str(output),
+        "--no-progress",
+    ]
+    validated = subprocess.run(validate_command, capture_output=True, text=True, timeout=300)
+    assert validated.returncode == 0, validated.stderr
+    assert [row["toploc_valid"] for row in read_rows(output)] == [True] * 12, [
+        row["toploc_reason"] for row in read_rows(output)
+    ]

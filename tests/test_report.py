@@ -91,6 +91,15 @@ def test_summary_figures(tmp_path: Path):
     assert "median length (tokens)" in summary
 
 
+def test_rollouts_read_twice_count_once(tmp_path: Path):
+    rows = [{**row, "response_id": f"r{index}"} for index, row in enumerate(rollouts())]
+    inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    report = write_report([str(inputs), str(inputs)], tmp_path / "report")
+    assert report.repeats == 60
+    summary = report.summary.read_text()
+    assert "| 60 | 12 | " in summary and "60 rollouts appeared more than once" in summary
+
+
 def test_lengths_fall_back_to_characters_without_token_ids(tmp_path: Path):
     rows = [{k: v for k, v in r.items() if k != "completion_ids"} for r in rollouts()]
     report = write_report([str(write_jsonl(tmp_path / "r.jsonl", rows))], tmp_path / "report")

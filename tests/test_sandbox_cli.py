@@ -60,3 +60,18 @@ def test_shipped_dockerfile_declares_the_toolchains_it_installs() -> None:
     assert label is not None
     assert json.loads(label.group(1).replace('\\"', '"')) == ONLINE_TOOLCHAINS
     assert "COPY runner.py /opt/genesys/runner.py" in text and "USER 65534" in text
+
+
+def test_check_says_partly_when_some_languages_fail() -> None:
+    from genesys.sandbox.backends import BackendCheck
+    from genesys.sandbox.commands import check_rows, works
+
+    partial = BackendCheck("subprocess", True, languages={"python": "ok", "rust": "compile error: denied"})
+    whole = BackendCheck("bwrap", True, languages={"python": "ok", "cpp": "ok"})
+    broken = BackendCheck("docker", False, "no daemon")
+    assert [works(report) for report in (partial, whole, broken)] == ["partly", "yes", "no"]
+    rows = check_rows([partial, whole, broken])
+    assert rows[0][1] == "[yellow]partly[/yellow]"
+    assert rows[0][2].startswith("python\n") and "rust: compile error: denied" in rows[0][2]
+    assert rows[1][1] == "[green]yes[/green]" and rows[1][2] == "python, cpp"
+    assert rows[2][1] == "[red]no[/red]"

@@ -144,3 +144,47 @@ def test_collate_aligns_completions_and_masks_padding():
 def test_a_sequence_needs_one_logprob_per_completion_token():
     with pytest.raises(ValueError, match="2 completion ids but 1 logprobs"):
         TrainingSequence([1], [2, 3], [-1.0], 0.0)
+
+
+@pytest.mark.parametrize(
+    "log_ratio, advantage, branch",
+    [
+        (100.0, 2.0, "clipped_high"),  # exp(100) overflows float32: clipped, so no gradient
+        (100.0, -1.0, "bounded_by_delta"),  # bounded at delta: no gradient
+        (-200.0, -1.0, "clipped_low"),  # exp(-200) underflows to 0: clipped at 1 - eps_low
+    ],
+)
+def test_an_overflowing_ratio_of_a_clipped_token_has_a_zero_gradient_not_nan(log_ratio, advantage, branch):
+    logprob = torch.tensor([[0.0, log_ratio - 5.0]], requires_grad=True)
+    behaviour = torch.tensor([[0.0, -5.0]])
+    result = clipped_token_loss(
+        logprob, behaviour, torch.tensor([advantage]), eps_low=EPS_LOW, eps_high=EPS_HIGH, delta=DELTA
+    )
+    loss = reduce_loss(result.loss, torch.tensor([[True, True]]), "token", denominator=2)
+    loss.backward()
+    assert math.isfinite(float(loss.detach()))
+    assert torch.isfinite(logprob.grad).all(), logprob.grad
+    assert float(logprob.grad[0, 1]) == 0.0  # the clipped token: no gradient
+    assert float(logprob.grad[0, 0]) == pytest.approx(-advantage / 2)  # the other: -rho * A / tokens
+    assert getattr(result, branch)[0, 1].item()
+    assert math.isfinite(float(result.ratio[0, 1]))
+
+
+def test_the_log_ratio_is_clamped_before_exp_and_nan_stays_nan():
+    from genesys.train.loss import MAX_LOG_RATIO, clamped_log_ratio
+
+    log_ratio = clamped_log_ratio(torch.tensor([1e4, -1e4, 0.5, math.nan]), torch.zeros(4))
+    assert log_ratio[:3].tolist() == [MAX_LOG_RATIO, -MAX_LOG_RATIO, 0.5] and math.isnan(log_ratio[3])
+    assert math.exp(MAX_LOG_RATIO) > DELTA  # within the clamp every branch is exact
+    kl = kl_estimate(torch.tensor([[-500.0]]), torch.tensor([[-1.0]]))
+    assert torch.isfinite(kl).all()
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("normalize", ["token", "sequence"])
+def test_non_finite_values_in_padding_never_reach_the_loss_or_its_gradient(bad, normalize):
+    token_loss = torch.tensor([[1.0, 2.0, bad]], requires_grad=True)
+    loss = reduce_loss(token_loss, torch.tensor([[True, True, False]]), normalize, denominator=1)
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(3.0 if normalize == "token" else 1.5)
+    assert token_loss.grad[0, 2] == 0.0

@@ -76,7 +76,7 @@ def ray_config(
 def test_two_workers_with_staleness_one_stay_in_bound_and_learn(
     tiny_model, tmp_path, plugin_env, local_ray, caplog
 ):
-    with caplog.at_level(logging.INFO, logger="genesys.train.async_rollouts"):
+    with caplog.at_level(logging.INFO, logger="genesys.train.sources.asynchronous"):
         result = train(
             ray_config(
                 tiny_model, tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=30
@@ -136,14 +136,14 @@ def _kill_when(metrics: Path, steps: int, name_suffix: str, killed: dict[str, An
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_a_rollout_worker_killed_mid_run_is_replaced_and_nothing_is_trained_twice(
+def test_a_rollout_worker_killed_mid_run_is_restarted_and_nothing_is_trained_twice(
     tiny_model, tmp_path, plugin_env, local_ray, caplog
 ):
     out = tmp_path / "run"
     killed: dict[str, Any] = {}
-    killer = threading.Thread(target=_kill_when, args=(out / "metrics.jsonl", 3, "-rollout-0.0", killed))
+    killer = threading.Thread(target=_kill_when, args=(out / "metrics.jsonl", 3, "-rollout-0", killed))
     killer.start()
-    with caplog.at_level(logging.WARNING, logger="genesys.train.async_rollouts"):
+    with caplog.at_level(logging.WARNING, logger="genesys.cluster.pool"):
         result = train(
             ray_config(tiny_model, out, digit_tasks(tmp_path / "tasks.jsonl"), staleness=1, steps=12)
         )
@@ -151,7 +151,7 @@ def test_a_rollout_worker_killed_mid_run_is_replaced_and_nothing_is_trained_twic
     assert "pid" in killed
     metrics = result.metrics
     assert [m["step"] for m in metrics] == list(range(1, 13))
-    assert any("rollout worker 0 died" in record.getMessage() for record in caplog.records)
+    assert any("rollout worker 0 was restarted by Ray" in record.getMessage() for record in caplog.records)
     assert sum(m["worker_restarts"] for m in metrics) == 1
     assert sum(m["requests_resent"] for m in metrics) >= 1
     draws = [d for m in metrics for d in m["draws"]]
@@ -209,7 +209,9 @@ def test_ray_verify_on_two_actors_equals_the_local_result_row_for_row(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_ray_pool_resends_the_rows_of_a_verifier_actor_that_died(plugin_env, local_ray):
+def test_a_verifier_actor_killed_mid_chunk_is_restarted_by_ray_and_every_row_is_verified(
+    plugin_env, local_ray
+):
     from genesys.config import ClusterConfig, VerifyConfig
     from genesys.verification.ray_pool import RayVerificationPool
 
@@ -218,13 +220,18 @@ def test_ray_pool_resends_the_rows_of_a_verifier_actor_that_died(plugin_env, loc
         VerifyConfig(workers=1, progress=False, cluster=ClusterConfig(backend="ray", verifier_workers=2)),
         chunk_rows=10,
     ) as pool:
-        pid = ray.get(pool.actors[0].pid.remote())  # asked first: the actor answers one call at a time
+        actors = list(pool.actors)
+        pid = ray.get(actors[0].pid.remote())  # asked first: the actor answers one call at a time
         for index, row in enumerate(rows):
             pool.submit(index, row)
-        pool.poll(0)  # sends the chunks
+        pool.poll(0)  # sends the chunks: two of 0.5 s to each actor
         os.kill(pid, signal.SIGKILL)
         verified = dict(pool.drain())
-        assert pool.replaced == 1
+        # Ray restarted the same actor (our code starts none) and sent it its two chunks again.
+        assert [a._actor_id for a in pool.actors] == [a._actor_id for a in actors]
+        assert ray.get(actors[0].restarted.remote()) and ray.get(actors[0].pid.remote()) != pid
+        assert not ray.get(actors[1].restarted.remote())
+        assert pool.restarts == 1
     assert sorted(verified) == list(range(40))
     assert all(row["score"] == 1.0 for row in verified.values())
 
@@ -292,7 +299,7 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_mode
 
 
 def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(tmp_path):
-    from genesys.train.async_rollouts import AsyncRollouts, _Group
+    from genesys.train.sources.asynchronous import AsyncRollouts, _Group
 
     config = TrainConfig.load(
         None,
@@ -318,7 +325,7 @@ def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(t
 
 
 def test_weights_whose_checksum_differs_are_refused():
-    from genesys.train.broadcast import checksum, cpu_weights, verified_weights
+    from genesys.cluster.weights import checksum, cpu_weights, verified_weights
 
     weights = cpu_weights(
         [("a", torch.ones(3)), ("b", torch.zeros(2, 2, dtype=torch.bfloat16)), ("c", torch.tensor(1.5))]
@@ -387,7 +394,9 @@ def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, p
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_ray_generate_resends_the_requests_of_a_killed_actor(tiny_model, tmp_path, plugin_env, local_ray):
+def test_ray_generate_gets_every_request_of_an_actor_killed_before_the_run(
+    tiny_model, tmp_path, plugin_env, local_ray
+):
     from genesys.config import ClusterConfig, PromptStyle
     from genesys.generate.ray_backend import RayBackend
     from genesys.generate.runner import run_generation
@@ -407,12 +416,57 @@ def test_ray_generate_resends_the_requests_of_a_killed_actor(tiny_model, tmp_pat
     )
     os.kill(
         ray.get(backend.actors[0].pid.remote()), signal.SIGKILL
-    )  # the chunks sent to it fail and go to a replacement
+    )  # the chunks sent to it while it restarts are sent again by Ray
     try:
         summary = run_generation(config, backend=backend)
+        assert ray.get(backend.actors[0].restarted.remote())
     finally:
         backend.close()
-    assert backend.replaced == 1
+    assert backend.restarts == 1
     rows = read_jsonl(tmp_path / "out.jsonl")
     assert summary.generated == len(rows) == 48 * 4
     assert len({row["response_id"] for row in rows}) == 48 * 4
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_generation_actor_killed_mid_run_is_restarted_by_ray_and_the_run_writes_every_row(
+    tmp_path, plugin_env, local_ray
+):
+    """SIGKILL a generation actor while it holds chunks: Ray restarts that same actor (genesys starts
+    no new one) and sends it the chunks again; the run writes every row once."""
+    from genesys.config import ClusterConfig, PromptStyle
+    from genesys.generate.ray_backend import RayBackend
+    from genesys.generate.runner import run_generation
+
+    class KillAfterFirstResult(RayBackend):
+        pid = 0  # actor 0's, asked before the run (an actor answers one call at a time)
+        killed = False
+
+        async def generate(self, requests):
+            async for result in super().generate(requests):
+                if not self.killed:  # actor 0 holds a chunk still (two each were sent, 0.2 s per chunk)
+                    os.kill(self.pid, signal.SIGKILL)
+                    self.killed = True
+                yield result
+
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", count=40)
+    cluster = {"backend": "ray", "rollout_workers": 2}
+    config = _generate_config("m", tasks, tmp_path / "out.jsonl", "scripted", cluster, n=2, max_tokens=20)
+    backend = KillAfterFirstResult(
+        "scripted", "m", PromptStyle(), {"delay": 0.05}, ClusterConfig(**cluster), chunk_requests=4
+    )
+    actors = [actor._actor_id for actor in backend.actors]
+    backend.pid = ray.get(backend.actors[0].pid.remote())
+    try:
+        summary = run_generation(config, backend=backend)
+        assert [actor._actor_id for actor in backend.actors] == actors
+        assert ray.get(backend.actors[0].restarted.remote())
+        assert ray.get(backend.actors[0].pid.remote()) != backend.pid
+        assert not ray.get(backend.actors[1].restarted.remote())
+    finally:
+        backend.close()
+    assert backend.killed and backend.restarts == 1
+    rows = read_jsonl(tmp_path / "out.jsonl")
+    assert summary.generated == len(rows) == 40 * 2
+    assert len({row["response_id"] for row in rows}) == 40 * 2

@@ -94,7 +94,9 @@ def test_run_directory_holds_config_metrics_checkpoints_and_a_loadable_final_mod
     )
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000003", "step-000004"]
     assert (out / "checkpoints" / "step-000004" / "model.safetensors").is_file()
-    assert (out / "checkpoints" / "step-000004" / "trainer_state.pt").is_file()
+    assert (out / "checkpoints" / "step-000004" / "trainer_state.json").is_file()
+    assert (out / "checkpoints" / "step-000004" / "trainer_state.safetensors").is_file()
+    assert not list((out / "checkpoints").rglob("*.pt"))  # no pickle anywhere
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5]
     required = {
@@ -346,7 +348,7 @@ def recorded(problem_id: str, reward: float, valid: bool | None) -> dict[str, An
 
 def test_require_proofs_drops_and_counts_rollouts_without_a_valid_proof(tiny_model, tmp_path):
     from genesys.train.distributed import World
-    from genesys.train.rollouts import RecordedRollouts
+    from genesys.train.sources.recorded import RecordedRollouts
 
     rows = [
         recorded("a", 1.0, True),

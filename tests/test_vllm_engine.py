@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -237,6 +238,71 @@ def test_cli_generates_n_samples_per_task_reproducibly_and_resumes_after_a_kill(
         assert row["completion_logprobs"] == pytest.approx(
             by_id[row["response_id"]]["completion_logprobs"], abs=TOLERANCE
         )
+
+
+# Holds `size` bytes, every page written, until its stdin closes.
+HOLD_MEMORY = """
+import sys
+size = int(sys.argv[1])
+held = bytearray(size)
+held[::4096] = bytes([1]) * len(range(0, size, 4096))
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+
+
+def test_on_cpu_the_engine_starts_beside_a_process_holding_much_of_the_memory(model, tmp_path):
+    """vLLM's CPU default claims 92% of the machine for the KV cache and refuses to start when that is
+    not free; genesys sizes the cache for the run instead."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU engine's memory sizing")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_MEMORY, str(int(0.4 * mem_available()))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        env = {key: value for key, value in os.environ.items() if key != "VLLM_CPU_KVCACHE_SPACE"}
+        flags = ("-B", "dtype=float32", "-B", "max_model_len=512", "-B", "enforce_eager=true")
+        done = subprocess.run(
+            [
+                GENESYS,
+                "generate",
+                "--tasks",
+                "math-samples",
+                "--max-tasks",
+                "2",
+                "--model",
+                model,
+                "-o",
+                str(tmp_path / "out.jsonl"),
+                "--backend",
+                "vllm",
+                "-n",
+                "2",
+                "--max-tokens",
+                "8",
+                "--no-progress",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    generated = rows(tmp_path / "out.jsonl")
+    assert len(generated) == 4 and all(len(row["completion_ids"]) > 0 for row in generated)
 
 
 def test_new_weights_go_into_the_running_engine(engine, reference):

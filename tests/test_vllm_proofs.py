@@ -25,6 +25,7 @@ from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.proofs.validate import validate_files  # noqa: E402
 from genesys.proofs.vllm_capture import V2_RUNNER_ENV, _Rows  # noqa: E402
 from genesys.testing.tampering import (  # noqa: E402
+    TINY_PROOF_POLICY,
     TINY_PROOFS,
     TINY_THRESHOLDS,
     edit_logprobs,
@@ -71,7 +72,7 @@ def validate(model: str, rows_path: Path, output: Path) -> list[dict[str, Any]]:
             output=str(output),
             backend="transformers",
             progress=False,
-            proofs=TINY_PROOFS,
+            proofs=TINY_PROOF_POLICY,
             thresholds=TINY_THRESHOLDS,
         )
     )
@@ -222,7 +223,7 @@ def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine
         backend="vllm",
         backend_options=BackendOptions(args=ENGINE_ARGS),
         progress=False,
-        proofs=TINY_PROOFS,
+        proofs=TINY_PROOF_POLICY,
         thresholds=TINY_THRESHOLDS,
     )
     validate_files(config)

@@ -58,6 +58,16 @@ class FilterSummary:
     rollouts: int | None = None
     errors: int | None = None
     unproven: int | None = None
+    repeats: int = 0  # rollouts read more than once (the same response_id), counted once
+    histogram: tuple[int, ...] = ()  # tasks per pass-rate tenth: [0, 0.1), ..., [0.9, 1.0]
+
+
+def pass_rate_histogram(rates: pl.Series, bins: int = 10) -> tuple[int, ...]:
+    """How many of `rates` (nulls left out) fall in each of `bins` equal ranges of 0..1, 1.0 in the last."""
+    counts = [0] * bins
+    for rate in rates.drop_nulls().to_list():
+        counts[min(int(rate * bins + 1e-9), bins - 1)] += 1  # 0.3 in [0.3, 0.4) though 0.3 * 10 < 3
+    return tuple(counts)
 
 
 def task_pass_rates(rollouts: pl.LazyFrame, metric: str = "score") -> pl.LazyFrame:
@@ -129,13 +139,13 @@ def filter_tasks(
     config = config or PassRateFilter()
     import polars as pl
 
-    from genesys.data.frames import collect, scan_rollouts
+    from genesys.data.frames import collect, distinct_rollouts, scan_rollouts
 
     output = Path(output)
     if output.suffix not in (".jsonl", ".parquet"):
         raise InputError(f"output {str(output)!r}: expected a .jsonl or .parquet file")
     files = resolve_inputs(inputs)
-    frame = scan_rollouts(files)
+    frame, repeats = distinct_rollouts(scan_rollouts(files), files)
     unproven = None
     if config.require_proofs:
         frame, unproven = _proven(frame, files)
@@ -164,6 +174,8 @@ def filter_tasks(
         rollouts=int(tasks["n_samples"].sum() + tasks["n_errors"].sum()) if has_counts else None,
         errors=int(tasks["n_errors"].sum()) if has_counts else None,
         unproven=unproven,
+        repeats=repeats,
+        histogram=pass_rate_histogram(tasks[rate_column]) if kept.height == 0 else (),
         **counts,
     )
 

@@ -30,6 +30,7 @@ class Report:
     directory: Path
     plots: list[Path]
     summary: Path
+    repeats: int = 0  # rollouts read more than once (the same response_id), counted once
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class _Data:
     rollouts: pl.DataFrame  # source, task_type, score, reward, error, length, correct
     tasks: pl.DataFrame  # source, pass_rate, n_samples
     length_unit: str | None  # "tokens", "characters", or None when lengths are unknown
+    repeats: int = 0
 
 
 def write_report(inputs: Sequence[str], output_dir: str | Path) -> Report:
@@ -58,7 +60,7 @@ def write_report(inputs: Sequence[str], output_dir: str | Path) -> Report:
         plots.append(path)
     summary = directory / "summary.md"
     summary.write_text(_markdown(data, inputs, plots), encoding="utf-8")
-    return Report(directory, plots, summary)
+    return Report(directory, plots, summary, data.repeats)
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -73,11 +75,11 @@ def _load(inputs: Sequence[str]) -> _Data:
         score_problem,
         task_pass_rates,
     )
-    from genesys.data.frames import collect, scan_rollouts
+    from genesys.data.frames import collect, distinct_rollouts, scan_rollouts
     from genesys.data.inputs import resolve_inputs
 
     files = resolve_inputs(inputs)
-    frame = scan_rollouts(files)
+    frame, repeats = distinct_rollouts(scan_rollouts(files), files)
     names = frame.collect_schema().names()
     if "score" not in names:
         raise InputError("the rollouts have no 'score' column: verify them first (genesys verify)")
@@ -111,7 +113,7 @@ def _load(inputs: Sequence[str]) -> _Data:
         raise InputError("the input holds no rollouts")
     if rollouts["length"].null_count() == rollouts.height:
         length_unit = None
-    return _Data(rollouts, tasks, length_unit)
+    return _Data(rollouts, tasks, length_unit, repeats)
 
 
 def _text_or_unknown(name: str, names: list[str]) -> pl.Expr:
@@ -317,7 +319,12 @@ def _markdown(data: _Data, inputs: Sequence[str], plots: list[Path]) -> str:
         f"| {rollouts.height} | {tasks.height} | {_number(mean_score)} | {_share(int(rollouts['correct'].sum() or 0), scored)} "
         f"| {_share(errors, rollouts.height)} |",
         "",
-        "Mean score and correctness are over verified rollouts; rollouts with a verification error are counted apart.",
+        "Mean score and correctness are over verified rollouts; rollouts with a verification error are counted apart."
+        + (
+            f" {data.repeats} rollouts appeared more than once in the inputs (the same response_id) and count once."
+            if data.repeats
+            else ""
+        ),
         "",
         "## By task_type",
         "",

@@ -27,6 +27,7 @@ BUILTIN_COMMANDS = {
     "tasks": "genesys.cli.listings:tasks",
     "plugins": "genesys.cli.listings:plugins",
     "sandbox": "genesys.cli.sandbox:group",
+    "version": "genesys.cli.version:command",
 }
 
 
@@ -34,7 +35,14 @@ class GenesysGroup(click.Group):
     """The top-level group: built-in commands load lazily; plugin commands come from the hook."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*BUILTIN_COMMANDS, *_plugin_commands()})
+        from genesys.errors import PluginError, PluginWarning
+
+        try:
+            added = _plugin_commands()
+        except PluginError as exc:  # `genesys --help` still lists the built-in commands
+            warnings.warn(f"no plugin commands: {exc}", PluginWarning, stacklevel=1)
+            added = {}
+        return sorted({*BUILTIN_COMMANDS, *added})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in BUILTIN_COMMANDS:
@@ -61,7 +69,9 @@ def _configure_logging(verbose: int) -> None:
 @click.group(
     cls=GenesysGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120}
 )
-@click.version_option(package_name="genesys-rl", prog_name="genesys", message="%(prog)s %(version)s")
+@click.version_option(
+    None, "-V", "--version", package_name="genesys-rl", prog_name="genesys", message="%(prog)s %(version)s"
+)
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:
     """Verifiable-reward data: generate, verify, validate, filter, train, report."""
@@ -83,10 +93,29 @@ def _one_line_warnings(command: str) -> Callable[..., None]:
     return showwarning
 
 
+def _show_plugin_warnings_as_one_line() -> None:
+    """Print a `PluginWarning` (a plugin skipped or looking wrong) as one line on stderr."""
+    from genesys.errors import PluginWarning
+
+    show = warnings.showwarning
+    if getattr(show, "genesys_one_line", False):
+        return
+
+    def show_one_line(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, PluginWarning):
+            print(f"genesys: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    show_one_line.genesys_one_line = True  # type: ignore[attr-defined]
+    warnings.showwarning = show_one_line
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `genesys` command; returns the exit code."""
     from genesys.errors import ConfigDeprecationWarning, GenesysError
 
+    _show_plugin_warnings_as_one_line()
     args = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in args if not arg.startswith("-")), "genesys")
     try:

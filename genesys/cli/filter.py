@@ -24,6 +24,11 @@ def command(config: FilterCommand) -> int:
     bounds = config.filter
     with console.status("computing pass rates"):
         summary = filter_tasks(config.inputs, config.output, bounds)
+    if summary.repeats:
+        console.print(
+            f"[yellow]warning: {summary.repeats} rollouts appear more than once in the inputs (the same "
+            "response_id); each is counted once[/yellow]"
+        )
     read = f"{summary.tasks} tasks"
     if summary.unproven is not None:
         read = f"{summary.unproven} rollouts without a valid TOPLOC proof dropped; " + read
@@ -33,4 +38,24 @@ def command(config: FilterCommand) -> int:
         f"{read}; kept {summary.kept}, dropped {summary.too_hard} below {bounds.min_pass_rate}, "
         f"{summary.too_easy} above {bounds.max_pass_rate}, {summary.unscored} unscored -> {config.output}"
     )
+    if summary.kept == 0:
+        console.print(
+            f"[bold yellow]warning: no task has a pass rate in [{bounds.min_pass_rate}, {bounds.max_pass_rate}]: "
+            f"{config.output} holds no task.[/bold yellow] Pass rates of the {summary.tasks - summary.unscored} "
+            "scored tasks:"
+        )
+        console.print(histogram_text(summary.histogram), markup=False, highlight=False)
     return 0
+
+
+def histogram_text(counts: tuple[int, ...], width: int = 40) -> str:
+    """`counts` per pass-rate range as text bars, one line per range."""
+    most = max(counts, default=0) or 1
+    lines = []
+    for index, count in enumerate(counts):
+        low, high = index / len(counts), (index + 1) / len(counts)
+        closing = "]" if index == len(counts) - 1 else ")"
+        lines.append(
+            f"  [{low:.1f}, {high:.1f}{closing} {'#' * round(width * count / most):<{width}} {count}"
+        )
+    return "\n".join(lines)

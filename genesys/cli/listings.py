@@ -15,11 +15,15 @@ def tasks() -> int:
     return 0
 
 
-@click.command("plugins", help="list installed plugins and the task types they serve")
+@click.command(
+    "plugins", help="list installed plugins, the task types they serve, and those broken or looking wrong"
+)
 def plugins() -> int:
     from genesys.plugins.registry import plugin_infos
     from genesys.ui.tables import print_table
 
-    rows = [(i.name, i.version or "-", i.origin, ", ".join(i.task_types) or "-") for i in plugin_infos()]
-    print_table("genesys plugins", ("plugin", "version", "from", "task types"), rows)
+    rows = [
+        (i.name, i.version or "-", i.origin, ", ".join(i.task_types) or "-", i.status) for i in plugin_infos()
+    ]
+    print_table("genesys plugins", ("plugin", "version", "from", "task types", "status"), rows)
     return 0

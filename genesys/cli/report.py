@@ -28,5 +28,10 @@ def command(inputs: tuple[str, ...], output: str) -> int:
     else:
         with console.status("reading rollouts and drawing plots"):
             report = write_report(list(inputs), output)
+        if report.repeats:
+            console.print(
+                f"[yellow]warning: {report.repeats} rollouts appear more than once in the inputs (the same "
+                "response_id); each is counted once[/yellow]"
+            )
     console.print(f"report: {report.summary} ({len(report.plots)} plots)")
     return 0

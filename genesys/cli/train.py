@@ -28,7 +28,9 @@ def command(config: TrainConfig) -> int:
     elif result.metrics:
         last = result.metrics[-1]
         reward = last.get("reward_mean")
+        skipped = last.get("skipped_steps") or 0
+        skipped_note = f" ({skipped} skipped: non-finite loss or gradient)" if skipped else ""
         print(
-            f"trained {last['step']} steps; last reward_mean {reward if reward is None else round(reward, 4)}; final model in {result.final_dir}"
+            f"trained {last['step']} steps{skipped_note}; last reward_mean {reward if reward is None else round(reward, 4)}; final model in {result.final_dir}"
         )
     return 0

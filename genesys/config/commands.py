@@ -37,6 +37,7 @@ from genesys.config.sections import (
     OptimConfig,
     PromptStyle,
     ProofConfig,
+    ProofPolicy,
     ProofThresholds,
     RewardConfig,
     RolloutConfig,
@@ -63,16 +64,24 @@ def _backend(help: str, choices: tuple[str, ...] | None = None) -> Any:
     return setting(DEFAULT_BACKEND, help, flags=("--backend",), choices=choices)
 
 
-def verify_config(config: Any, progress: bool = False) -> VerifyConfig:
+def verify_config(
+    config: Any, progress: bool = False, completion_field: str = "llm_response"
+) -> VerifyConfig:
     """What the verification engine takes, from any command's config: its `[verify]` settings
     (without `genesys generate`'s `enabled`), `[sandbox]`, `[reward]` and `[cluster]`.
 
     Every command that verifies builds its `VerifyConfig` here. `progress`: the engine draws its own
-    progress bar (`genesys verify`; generate and train draw theirs).
+    progress bar (`genesys verify`; generate and train draw theirs). `completion_field`: the column
+    rollouts hold their completion in (`genesys verify --completion-field`).
     """
     settings = {name: getattr(config.verify, name) for name in VerifySettings.__pydantic_fields__}  # type: ignore[attr-defined]
     return VerifyConfig(
-        **settings, sandbox=config.sandbox, reward=config.reward, progress=progress, cluster=config.cluster
+        **settings,
+        sandbox=config.sandbox,
+        reward=config.reward,
+        progress=progress,
+        cluster=config.cluster,
+        completion_field=completion_field,
     )
 
 
@@ -109,6 +118,12 @@ class VerifyCommand:
     rejects: str | None = setting(
         None, "where unreadable rows go (default: OUTPUT.rejects.jsonl)", flags=("--rejects",)
     )
+    completion_field: str = setting(
+        "llm_response",
+        "the column holding each rollout's completion, written as llm_response",
+        flags=("--completion-field",),
+        metavar="NAME",
+    )
     progress: bool = _progress()
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -117,7 +132,7 @@ class VerifyCommand:
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
-        return verify_config(self, progress=self.progress)
+        return verify_config(self, progress=self.progress, completion_field=self.completion_field)
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -211,7 +226,7 @@ class ValidateCommand(RenamedKeys):
     )
     progress: bool = _progress()
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
-    proofs: ProofConfig = Field(default_factory=ProofConfig)
+    proofs: ProofPolicy = Field(default_factory=ProofPolicy)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
     expect: ExpectedSampling = Field(default_factory=ExpectedSampling)
 

@@ -314,20 +314,25 @@ BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "
 
 PROOF_BACKENDS = ("transformers", "vllm")
 PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
+DEFAULT_PROOF_TOPK = 128  # the TOPLOC paper's; a model with a smaller hidden size gets its hidden size
+DEFAULT_PROOF_CHUNK = 32
 
 
 @dataclass(frozen=True, config=SECTION)
 class ProofConfig:
     """The shape of TOPLOC proofs ([proofs]): one proof per `decode_batching_size` completion tokens,
-    committing to the `topk` largest last-layer hidden-state values of those tokens (`genesys.proofs`)."""
+    committing to the `topk` largest last-layer hidden-state values of those tokens (`genesys.proofs`).
+    An unset `topk` is resolved against the model (`genesys.proofs.toploc.proof_settings_for`)."""
 
-    topk: int = setting(
-        128,
-        "hidden-state values each proof commits to (at most the model's hidden size)",
+    topk: int | None = setting(
+        None,
+        f"hidden-state values each proof commits to, at most the model's hidden size (default: {DEFAULT_PROOF_TOPK}, or the hidden size when smaller)",
         flags=("--proof-topk",),
         ge=1,
     )
-    decode_batching_size: int = setting(32, "completion tokens per proof", flags=("--proof-chunk",), ge=1)
+    decode_batching_size: int = setting(
+        DEFAULT_PROOF_CHUNK, "completion tokens per proof", flags=("--proof-chunk",), ge=1
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -345,6 +350,39 @@ class GenerateProofSettings(ProofConfig):
                 f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_BACKENDS)}), not {backend}"
             )
         return ProofConfig(self.topk, self.decode_batching_size)
+
+
+@dataclass(frozen=True, config=SECTION)
+class ProofPolicy:
+    """Which proof settings `genesys validate` accepts ([proofs]). Each row is checked with the topk and
+    chunk size its `toploc_config` recorded, when they are allowed: a topk of at least `min_topk`
+    (or the model's hidden size, when smaller) and at most the hidden size, chunks of at most
+    `max_decode_batching_size` tokens. `topk` or `decode_batching_size`, when set, must be matched exactly."""
+
+    topk: int | None = setting(
+        None,
+        "the topk rows must have recorded (default: any from --min-proof-topk up to the model's hidden size)",
+        flags=("--proof-topk",),
+        ge=1,
+    )
+    decode_batching_size: int | None = setting(
+        None,
+        "the tokens per proof rows must have recorded (default: any up to --max-proof-chunk)",
+        flags=("--proof-chunk",),
+        ge=1,
+    )
+    min_topk: int = setting(
+        DEFAULT_PROOF_TOPK,
+        "the smallest topk accepted (a model with a smaller hidden size: its hidden size)",
+        flags=("--min-proof-topk",),
+        ge=1,
+    )
+    max_decode_batching_size: int = setting(
+        DEFAULT_PROOF_CHUNK,
+        "the most completion tokens one proof may cover",
+        flags=("--max-proof-chunk",),
+        ge=1,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -665,6 +703,7 @@ class VerifyConfig(VerifySettings):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     progress: bool = True
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    completion_field: str = "llm_response"  # the column rollouts hold their completion in
 
     def verifier_options(self) -> dict[str, Any]:
         """The options every verifier receives: `options`, then the sandbox settings given."""
@@ -755,6 +794,11 @@ class OptimConfig:
     beta1: float = setting(0.9, "AdamW beta1", ge=0, lt=1)
     beta2: float = setting(0.999, "AdamW beta2", ge=0, lt=1)
     adam_eps: float = setting(1e-8, "AdamW epsilon", gt=0)
+    max_nonfinite_steps: int = setting(
+        3,
+        "steps in a row whose loss or gradient is not finite (each skipped, without an update) before the run stops with an error",
+        ge=1,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)

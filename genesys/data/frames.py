@@ -106,3 +106,15 @@ def _normalise(frame: pl.LazyFrame) -> pl.LazyFrame:
 
 
 _SCANNERS = {"jsonl": _scan_jsonl, "parquet": _scan_parquet, "hf_dataset": _scan_hf_dataset}
+
+
+def distinct_rollouts(frame: pl.LazyFrame, files: Sequence[InputFile]) -> tuple[pl.LazyFrame, int]:
+    """`frame` with each rollout once, and how many repeats were left out.
+
+    A rollout is its `response_id`: the same id in two inputs (or twice in one) is the same rollout
+    read twice, and counting it twice would skew every pass rate. Rows without an id all stay."""
+    if "response_id" not in frame.collect_schema().names():
+        return frame, 0
+    repeat = pl.col("response_id").is_not_null() & ~pl.col("response_id").is_first_distinct()
+    repeats = int(collect(frame.select(repeat.sum()), files).item())
+    return (frame.filter(~repeat) if repeats else frame), repeats

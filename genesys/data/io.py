@@ -146,18 +146,21 @@ def _column_array(pa: Any, name: str, values: list[Any]) -> Any:
     try:
         return pa.array(values, type=known)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types: text, strings kept as they are
-        return pa.array(
-            [v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values],
-            type=pa.string(),
-        )
+        return pa.array(_as_text(values), type=pa.string())
+
+
+def _as_text(values: Sequence[Any]) -> list[str | None]:
+    """Values as text: strings as they are, anything else as its JSON (17 -> "17", True -> "true")."""
+    return [v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values]
 
 
 class RolloutWriter:
     """Appends rows to a rollout output in atomic units and knows which keys it already holds.
 
     The output kind follows the path: `.jsonl` appends lines (a torn last line is cut on reopen);
-    `.parquet` writes parts into `PATH.parts/` and merges them into one file on `close()`; any other
-    path is a directory of parquet shards, each written whole and renamed into place.
+    `.parquet` writes parts into `PATH.parts/` and merges them, with the finished file of an earlier
+    run, into one file on `close()`; any other path is a directory of parquet shards, each written
+    whole and renamed into place. One run at a time: `genesys.data.runs.FileRun` holds the lock.
     """
 
     def __init__(self, path: str | Path, key_column: str = "response_id") -> None:
@@ -177,27 +180,28 @@ class RolloutWriter:
             self.shard_dir.mkdir(parents=True, exist_ok=True)
             for stale in self.shard_dir.glob(".*.tmp"):
                 stale.unlink()
-            if self.kind == "parquet_file" and self.path.exists():
-                # Parts beside a finished file were already merged into it (a crash hit the clean-up).
-                for merged in self.shard_dir.glob("*.parquet"):
-                    merged.unlink()
-                # A finished earlier output becomes the first part, so new rows extend it.
-                os.replace(self.path, self.shard_dir / "part-0-earlier.parquet")
         self._shard_seq = 0
         self._types: dict[str, Any] = {}
         if self.kind != "jsonl":
             import pyarrow.parquet as pq
 
-            for part in sorted(self.shard_dir.glob("*.parquet")):
+            for part in self.written_files():
                 for field in pq.read_schema(part):
                     if str(field.type) != "null":
                         self._types.setdefault(field.name, field.type)
+
+    def written_files(self) -> list[Path]:
+        """The files holding the rows written so far (a finished `.parquet` of an earlier run first)."""
+        if self.kind == "jsonl":
+            return [self.path] if self.path.exists() else []
+        finished = [self.path] if self.kind == "parquet_file" and self.path.is_file() else []
+        return finished + sorted(self.shard_dir.glob("*.parquet"))
 
     def existing_keys(self) -> set[str]:
         """The keys of every row already written."""
         if self.kind == "jsonl":
             return _jsonl_keys(self.path, self.key_column)
-        return _parquet_keys(sorted(self.shard_dir.glob("*.parquet")), self.key_column)
+        return _parquet_keys(self.written_files(), self.key_column)
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
         """Write `rows` as one atomic unit: after a crash, all of them are there or none."""
@@ -225,19 +229,127 @@ class RolloutWriter:
         os.replace(tmp, self.shard_dir / name)
 
     def close(self) -> None:
-        """Finish the output; for a single `.parquet` file, merge the parts into it."""
+        """Finish the output; for a single `.parquet` file, merge the earlier file and the parts into it.
+
+        The merge reads every part under one schema (`merge_tables`). Rows of a part whose key the
+        earlier file already holds were merged before (a crash came between the merge and the
+        clean-up) and are not repeated. When the parts cannot be merged, an InputError names the
+        column and its types, and the earlier file and every part stay as they were.
+        """
         if self.kind != "parquet_file":
             return
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         parts = sorted(self.shard_dir.glob("*.parquet"))
-        tables = [pq.read_table(p) for p in parts]
-        merged = pa.concat_tables(tables, promote_options="permissive") if tables else rows_to_table([])
+        if self.path.is_file() and not parts:
+            shutil.rmtree(self.shard_dir)
+            return
+        tables = []
+        if self.path.is_file():
+            finished = pq.read_table(self.path)
+            tables.append(finished)
+            if self.key_column in finished.column_names:
+                keys = {str(k) for k in finished.column(self.key_column).to_pylist() if k is not None}
+                parts_tables = [_without_keys(pq.read_table(p), self.key_column, keys) for p in parts]
+            else:
+                parts_tables = [pq.read_table(p) for p in parts]
+            tables += parts_tables
+        else:
+            tables += [pq.read_table(p) for p in parts]
+        merged = merge_tables(tables, f"output {str(self.path)!r}", kept=f"{self.shard_dir}")
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         pq.write_table(merged, tmp)
         os.replace(tmp, self.path)
         shutil.rmtree(self.shard_dir)
+
+
+def _without_keys(table: Any, key_column: str, keys: set[str]) -> Any:
+    """`table` without the rows whose `key_column` is one of `keys`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not keys or key_column not in table.column_names:
+        return table
+    column = table.column(key_column).cast(pa.string())
+    return table.filter(pc.invert(pc.fill_null(pc.is_in(column, value_set=pa.array(sorted(keys))), False)))
+
+
+def merge_tables(tables: Sequence[Any], what: str, kept: str = "") -> Any:
+    """One pyarrow Table of `tables` under one schema: a column missing from a table is null there;
+    a column whose type differs between tables takes the type both promote to without loss (int32
+    and int64 -> int64, int and float -> float when every value fits, null -> any), and numbers or
+    booleans beside text become text (as in one unit: 17 -> "17"). Other differences are an
+    InputError naming `what`, the column and both types (and, with `kept`, where the parts stay)."""
+    import pyarrow as pa
+
+    if not tables:
+        return rows_to_table([])
+    names: dict[str, None] = {}
+    for table in tables:
+        names.update(dict.fromkeys(table.column_names))
+    target = {
+        name: _unified_type(
+            name, [t.schema.field(name).type for t in tables if name in t.column_names], what, kept
+        )
+        for name in names
+    }
+    schema = pa.schema([pa.field(name, target[name]) for name in names])
+    aligned = []
+    for table in tables:
+        columns = []
+        for name in names:
+            if name not in table.column_names:
+                columns.append(pa.nulls(len(table), target[name]))
+                continue
+            column = table.column(name)
+            if column.type == target[name]:
+                columns.append(column)
+            elif pa.types.is_string(target[name]) and not pa.types.is_string(column.type):
+                columns.append(pa.array(_as_text(column.to_pylist()), pa.string()))
+            else:
+                try:
+                    columns.append(column.cast(target[name], safe=True))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                    raise InputError(
+                        f"{what}: column {name!r} holds {column.type} values that do not fit {target[name]} ({exc}); "
+                        f"{_kept(kept)}"
+                    ) from None
+        aligned.append(pa.Table.from_arrays(columns, schema=schema))
+    return pa.concat_tables(aligned)
+
+
+def _unified_type(name: str, types: Sequence[Any], what: str, kept: str) -> Any:
+    import pyarrow as pa
+
+    distinct = list(dict.fromkeys(t for t in types if not pa.types.is_null(t)))
+    if not distinct:
+        return pa.null()
+    if len(distinct) == 1:
+        return distinct[0]
+    try:
+        promoted = (
+            pa.unify_schemas([pa.schema([pa.field(name, t)]) for t in distinct], promote_options="permissive")
+            .field(name)
+            .type
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        promoted = None
+    if promoted is not None:
+        return promoted
+    scalar = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string)
+    if all(any(test(t) for test in scalar) for t in distinct) and any(
+        pa.types.is_string(t) for t in distinct
+    ):
+        return pa.string()
+    raise InputError(
+        f"{what}: column {name!r} was written as {distinct[0]} and now as {distinct[1]}, which do not merge; "
+        f"{_kept(kept)}"
+    )
+
+
+def _kept(kept: str) -> str:
+    where = f" in {kept}" if kept else ""
+    return f"every part is kept{where}: give the column one type, or write to another output"
 
 
 class BufferedWriter:

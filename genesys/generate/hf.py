@@ -126,10 +126,10 @@ class TransformersBackend:
         self.proofs = proofs
         self._proof_settings: dict[str, Any] | None = None
         if proofs is not None:
-            from genesys.proofs.toploc import check_hidden_size, require_toploc
+            from genesys.proofs.toploc import proof_settings_for, require_toploc
 
             require_toploc()
-            check_hidden_size(self.model.config.get_text_config().hidden_size, proofs)
+            self.proofs = proof_settings_for(proofs, self.model.config.get_text_config().hidden_size)
             self._proof_settings = self._describe_proofs()
 
     def _describe_proofs(self) -> dict[str, Any]:

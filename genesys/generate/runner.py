@@ -1,69 +1,68 @@
-"""The generation run: select tasks, skip what the output already holds, generate, verify, write.
+"""`genesys generate`, the run: select tasks, skip what the output already holds, generate, verify, write.
 
-Every rollout's `response_id` is `<task key>-<sample index>`, the task key hashing what defines the
-task (`genesys.data.identity`). Rows are written in atomic units, so after a crash the same command generates exactly the
-(task, sample) pairs that are missing. With verification on, rows go to the streaming
-`VerificationEngine` as they are generated and are written once verified and given their reward;
-generation only waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`. Every
-reward input is checked before generating; rows done when a run fails are written before it ends.
+The run is a `genesys.data.runs.FileRun`: an output overlapping a local task file is refused, the
+output is locked, unreadable task rows go to the rejects file, and rows are written in atomic units,
+so after a crash the same command generates exactly the (task, sample) pairs that are missing
+(`response_id` is `<task key>-<sample index>`; what a row holds is built in `genesys.generate.rows`).
+With verification on, rows go to the streaming `VerificationEngine` as they are generated and are
+written once verified and given their reward; generation only waits for it when the engine's backlog
+passes `VerifyConfig.max_pending_rows`. Every reward input is checked before generating; rows done
+when a run fails are written before it ends.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import platform
-import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genesys.config import GenerateConfig, VerifyConfig
-from genesys.data.identity import response_id, task_key
-from genesys.data.inputs import resolve_inputs
-from genesys.data.io import BufferedWriter, RolloutWriter, iter_rows
+from genesys.config import GenerateConfig
+from genesys.data.identity import response_id
+from genesys.data.inputs import InputFile, names_local_input
+from genesys.data.io import RolloutWriter, iter_rows
+from genesys.data.runs import FileRun, FileRunSummary
 from genesys.errors import InputError
-from genesys.generate.backend import (
-    Backend,
-    GenerationRequest,
-    GenerationResult,
-    create_backend,
-    iterate,
-    resolve_backend_name,
+from genesys.generate.backend import Backend, create_backend, iterate, resolve_backend_name
+from genesys.generate.prompts import pick_target_length, target_instruction
+from genesys.generate.rows import (
+    PlannedTask,
+    RowBuilder,
+    generation_settings,
+    machine_info,
+    requests,
 )
-from genesys.generate.prompts import build_messages, pick_target_length, target_instruction
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
-from genesys.schema import VERDICT_COLUMNS, SchemaError, Task, parse_json_field
+from genesys.schema import parse_json_field
+from genesys.tasks.prepare import check_verifiable, prepare_tasks
+from genesys.tasks.prepare import select_tasks as select_task_sources
+from genesys.tasks.sources import HUB_PREFIX, Reject
 from genesys.ui.progress import RunProgress, console
 from genesys.verification.stats import TypeStats, print_type_stats
-from genesys.verification.task_types import TaskTypeCensus, refuse_unknown
 
-FLUSH_ROWS = 256
+__all__ = [
+    "GenerateConfig",
+    "GenerateSummary",
+    "PlannedTask",
+    "RowBuilder",
+    "check_resumable",
+    "check_rewardable",
+    "plan_tasks",
+    "print_generate_summary",
+    "run_generation",
+    "select_tasks",
+]
 
 
 @dataclass
-class PlannedTask:
-    """A selected task and the sample indices the output still lacks."""
+class GenerateSummary(FileRunSummary):
+    """What a generation run did (`resumed` counts samples the output already held)."""
 
-    key: str
-    row: dict[str, Any]
-    missing: list[int]
-    target_length: int | None = None
-
-
-@dataclass
-class GenerateSummary:
-    """What a generation run did."""
-
-    output: Path
     tasks: int = 0
     generated: int = 0
-    resumed: int = 0
     duplicates: int = 0
     tokens: int = 0
-    seconds: float = 0.0
     verify_stats: dict[str, TypeStats] = field(default_factory=dict)
 
 
@@ -89,64 +88,35 @@ def print_generate_summary(summary: GenerateSummary) -> None:
     if summary.verify_stats:
         verified = sum(stats.count for stats in summary.verify_stats.values())
         print_type_stats(summary.verify_stats, verified, summary.seconds)
-    console.print(f"output: {summary.output}")
+    summary.print_files()
 
 
-def request_seed(seed: int, key: str) -> int:
-    """A per-task sampling seed, so a task samples the same way whatever else is in the run."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=4).digest(), "big")
-
-
-def select_tasks(config: GenerateConfig) -> list[tuple[str, int, dict[str, Any]]]:
-    """The run's tasks in order: every `--tasks` source loaded and mixed."""
-    from genesys.tasks.mix import mix_tasks
-    from genesys.tasks.sources import load_source
-
-    sources = [load_source(spec) for spec in config.tasks]
-    return mix_tasks(sources, ratios=config.mix, max_tasks=config.max_tasks, seed=config.sampling.seed)
+def select_tasks(
+    config: GenerateConfig, reject: Reject | None = None
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """The run's tasks in order: every `--tasks` source loaded and mixed; unreadable rows of task
+    files go to `reject` (without it they are an InputError)."""
+    return select_task_sources(
+        config.tasks, mix=config.mix, max_tasks=config.max_tasks, seed=config.sampling.seed, reject=reject
+    )
 
 
 def plan_tasks(
     selected: Sequence[tuple[str, int, dict[str, Any]]], config: GenerateConfig, done: set[str]
 ) -> tuple[list[PlannedTask], int, int]:
     """The planned tasks (validated, deduplicated), the samples already done, and the duplicates dropped."""
-    plans, seen, resumed, duplicates = [], set(), 0, 0
-    for spec, index, row in selected:
-        try:
-            task = Task.from_row(row)
-        except SchemaError as exc:
-            raise InputError(f"task {index} of {spec!r}: {exc}") from None
-        if not task.prompt:
-            raise InputError(f"task {index} of {spec!r}: field 'prompt' is missing or empty")
-        row.update(
-            verification_info=task.verification_info, metadata=task.metadata
-        )  # dicts, whatever they arrived as
-        key = task_key(row)
-        if key in seen:
-            duplicates += 1
-            continue
-        seen.add(key)
-        missing = [i for i in range(config.sampling.n) if response_id(key, i) not in done]
+    prepared = prepare_tasks(selected, dedupe=True)
+    plans, resumed = [], 0
+    for task in prepared.tasks:
+        missing = [i for i in range(config.sampling.n) if response_id(task.key, i) not in done]
         resumed += config.sampling.n - len(missing)
         target = (
-            pick_target_length(config.target_lengths, key, config.sampling.seed)
+            pick_target_length(config.target_lengths, task.key, config.sampling.seed)
             if config.target_lengths
             else None
         )
-        plans.append(PlannedTask(key, row, missing, target))
-    return plans, resumed, duplicates
-
-
-def check_verifiable(selected: Sequence[tuple[str, int, dict[str, Any]]], verify: VerifyConfig) -> None:
-    """Refuse, before generating, task types no installed verifier serves (unless skip_unknown)."""
-    from genesys.plugins.registry import verifier_entries
-
-    if verify.skip_unknown:
-        return
-    census = TaskTypeCensus()
-    for spec, index, row in selected:
-        census.add(row["task_type"], f"task {index} of {spec!r}")
-    refuse_unknown(census, verifier_entries())
+        plans.append(PlannedTask(task.key, task.row, missing, target))
+    return plans, resumed, prepared.duplicates
 
 
 def check_rewardable(plans: Sequence[PlannedTask], reward: RewardConfig) -> None:
@@ -171,8 +141,10 @@ RESUMABLE_SETTINGS = frozenset({"n", "backend"})
 
 def check_resumable(writer: RolloutWriter, model: str, settings: dict[str, Any]) -> None:
     """Refuse to resume an output made by another model or with other generation settings."""
-    existing = writer.path if writer.kind == "jsonl" else writer.shard_dir
-    first = next(iter_rows(resolve_inputs([str(existing)])), None)
+    files = [
+        InputFile(path, "jsonl" if writer.kind == "jsonl" else "parquet") for path in writer.written_files()
+    ]
+    first = next(iter_rows(files), None)
     if first is None or first.row is None:
         return
     found_model = first.row.get("model_name")
@@ -193,79 +165,9 @@ def check_resumable(writer: RolloutWriter, model: str, settings: dict[str, Any])
         )
 
 
-def generation_settings(config: GenerateConfig, backend_name: str) -> dict[str, Any]:
-    """The `generation_config` column: what produced the rollouts."""
-    settings = {
-        "backend": backend_name,
-        **config.sampling.as_dict(),
-        "system_prompt": config.system_prompt,
-        "chat_template": config.style.chat_template,
-        "continuation_prefix": config.style.continuation_prefix,
-    }
-    if config.target_lengths:
-        settings["target_length_prompt"] = config.target_length_prompt
-    if config.proofs is not None:
-        settings["proofs"] = asdict(config.proofs)
-    return settings
-
-
-def machine_info(backend: Backend) -> dict[str, Any]:
-    """Where the rollouts were made: host, platform, versions and devices."""
-    from genesys import __version__
-
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "genesys": __version__,
-        **backend.info(),
-    }
-
-
-class RowBuilder:
-    """Turns a generation result into rollout rows: every task column plus the response columns."""
-
-    def __init__(self, model_name: str, generation_config: dict[str, Any], machine: dict[str, Any]) -> None:
-        self.model_name = model_name
-        self.generation_config = generation_config
-        self.machine = machine
-
-    def rows(self, plan: PlannedTask, result: GenerationResult) -> list[dict[str, Any]]:
-        base = {k: v for k, v in plan.row.items() if k not in VERDICT_COLUMNS}
-        rows = []
-        for sample, completion in zip(result.request.sample_indices, result.completions):
-            row = dict(base)
-            row.update(
-                llm_response=completion.text,
-                response_id=response_id(plan.key, sample),
-                model_name=self.model_name,
-                generation_config=self.generation_config,
-                machine_info=self.machine,
-                prompt_ids=result.prompt_ids,
-                completion_ids=completion.completion_ids,
-                completion_logprobs=completion.logprobs,
-                finish_reason=completion.finish_reason,
-            )
-            if plan.target_length is not None:
-                row["target_length"] = plan.target_length
-            if completion.proofs is not None:
-                row.update(toploc_proofs=completion.proofs, toploc_config=completion.proof_settings)
-            rows.append(row)
-        return rows
-
-
-def _requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[GenerationRequest]:
-    for plan in plans:
-        instruction = (
-            target_instruction(config.target_length_prompt, plan.target_length)
-            if plan.target_length is not None
-            else None
-        )
-        messages = build_messages(plan.row["prompt"], config.system_prompt, instruction)
-        yield GenerationRequest(
-            plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key), config.sampling
-        )
+def local_task_files(specs: Sequence[str]) -> list[str]:
+    """The `--tasks` specs that name local files, directories or globs (the run must not overlap them)."""
+    return [spec for spec in specs if not spec.startswith(HUB_PREFIX) and names_local_input(spec)]
 
 
 def run_generation(config: GenerateConfig, backend: Backend | None = None) -> GenerateSummary:
@@ -277,39 +179,36 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
         target_instruction(
             config.target_length_prompt, config.target_lengths[0]
         )  # a bad template fails before any work
-    selected = select_tasks(config)
-    backend_name = backend.name if backend is not None else resolve_backend_name(config.backend)
-    settings = generation_settings(config, backend_name)
-    writer = RolloutWriter(config.output)
-    done = writer.existing_keys()
-    if done:
-        check_resumable(writer, config.model, settings)
-    plans, resumed, duplicates = plan_tasks(selected, config, done)
-    rewards = None
-    if config.verify is not None:
-        check_verifiable(selected, config.verify)
-        check_rewardable(plans, config.verify.reward)
-        rewards = RewardStage(config.verify.reward)
-    summary = GenerateSummary(
-        output=Path(config.output), tasks=len(plans), resumed=resumed, duplicates=duplicates
-    )
-    todo = [p for p in plans if p.missing]
-    if todo:
-        built = backend is None
-        backend = backend or _build_backend(config, backend_name)
-        try:
-            builder = RowBuilder(config.model, settings, machine_info(backend))
-            with RunProgress(
-                len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress
-            ) as progress:
-                progress.skip(len(plans) - len(todo))
-                with BufferedWriter(writer, FLUSH_ROWS) as out:
-                    _generate(todo, config, backend, builder, out, progress, summary, rewards)
-                summary.seconds = progress.seconds
-        finally:
-            if built:
-                backend.close()
-    writer.close()
+    summary = GenerateSummary(output=Path(config.output))
+    with FileRun(config.output, summary, inputs=local_task_files(config.tasks)) as run:
+        selected = select_tasks(config, run.reject)
+        backend_name = backend.name if backend is not None else resolve_backend_name(config.backend)
+        settings = generation_settings(config, backend_name)
+        done = run.open_output()
+        if done:
+            check_resumable(run.writer, config.model, settings)  # type: ignore[arg-type]
+        plans, summary.resumed, summary.duplicates = plan_tasks(selected, config, done)
+        rewards = None
+        if config.verify is not None:
+            check_verifiable(selected, config.verify)
+            check_rewardable(plans, config.verify.reward)
+            rewards = RewardStage(config.verify.reward)
+        summary.tasks = len(plans)
+        todo = [p for p in plans if p.missing]
+        if todo:
+            built = backend is None
+            backend = backend or _build_backend(config, backend_name)
+            try:
+                builder = RowBuilder(config.model, settings, machine_info(backend))
+                with run.progress(
+                    len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress
+                ) as progress:
+                    progress.skip(len(plans) - len(todo))
+                    _generate(todo, config, backend, builder, run, progress, summary, rewards)
+                    summary.seconds = progress.seconds
+            finally:
+                if built:
+                    backend.close()
     if config.progress:
         print_generate_summary(summary)
     return summary
@@ -334,7 +233,7 @@ def _generate(
     config: GenerateConfig,
     backend: Backend,
     builder: RowBuilder,
-    out: BufferedWriter,
+    run: FileRun[GenerateSummary],
     progress: RunProgress,
     summary: GenerateSummary,
     rewards: RewardStage | None,
@@ -347,18 +246,18 @@ def _generate(
             from genesys.verification.api import verification_pool
 
             engine = stack.enter_context(verification_pool(config.verify))
-        for result in iterate(backend.generate(_requests(todo, config))):
+        for result in iterate(backend.generate(requests(todo, config))):
             rows = builder.rows(plans[result.request.key], result)
             tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)
             summary.generated += len(rows)
             summary.tokens += tokens
             progress.advance(1, samples=len(rows), tokens=tokens)
             if engine is None:
-                out.add(rows)
+                run.write(rows)
                 continue
             for row in rows:
                 engine.submit(row["response_id"], row)
-            out.add([rewards.apply(row) for _, row in engine.poll()])  # type: ignore[union-attr]
+            run.write([rewards.apply(row) for _, row in engine.poll()])  # type: ignore[union-attr]
         if engine is not None:
-            out.add([rewards.apply(row) for _, row in engine.drain()])  # type: ignore[union-attr]
+            run.write([rewards.apply(row) for _, row in engine.drain()])  # type: ignore[union-attr]
             summary.verify_stats = engine.stats

@@ -69,13 +69,91 @@ def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
         module.quant_method.process_weights_after_loading(module)
 
 
-def platform_defaults() -> dict[str, Any]:
-    """Engine defaults for the platform vLLM runs on. On CPU, chunked prefill is off: vLLM 0.32's CPU
-    runner dies on a seeded request whose prompt is split across engine steps (it rewinds the
-    request's generator, which a CPU generator cannot do), and every genesys request is seeded."""
+# On CPU the KV cache is sized for what the engine can hold at once, at most this much (the size
+# vLLM's CPU build used to take by default), unless the run names it.
+CPU_KV_CACHE_CAP = 4 << 30
+KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's own: the CPU KV cache in GiB
+# What the offline engine holds at most on CPU unless told (vLLM 0.32's max_num_seqs for `LLM`).
+CPU_MAX_NUM_SEQS = 256
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
+def platform_defaults(
+    model: str | None = None, engine_args: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Engine defaults for the platform vLLM runs on.
+
+    On CPU, chunked prefill is off: vLLM 0.32's CPU runner dies on a seeded request whose prompt is
+    split across engine steps (it rewinds the request's generator, which a CPU generator cannot do),
+    and every genesys request is seeded. And with `model`, the KV cache gets a size
+    (`cpu_kv_cache_bytes`) instead of vLLM's `gpu_memory_utilization` share of the node's memory (92%),
+    which refuses to start as soon as other processes use some of it.
+    """
     from vllm.platforms import current_platform
 
-    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
+    if not current_platform.is_cpu():
+        return {}
+    defaults: dict[str, Any] = {"enable_chunked_prefill": False}
+    args = dict(engine_args or {})
+    sized_by_run = {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(args) or os.environ.get(
+        KV_CACHE_ENV
+    )
+    if model is not None and not sized_by_run:
+        defaults["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(model, args)
+    return defaults
+
+
+def cpu_kv_cache_bytes(model: str, engine_args: Mapping[str, Any], available: int | None = None) -> int:
+    """A KV cache for `model` on CPU sized from what the engine can hold at once: `max_num_seqs`
+    sequences of `max_model_len` tokens, at most `CPU_KV_CACHE_CAP` and half of the memory `available`
+    now (the weights load beside it), but never less than one `max_model_len` sequence, without which
+    vLLM refuses to start. A model whose config cannot be read gets the cap."""
+    if available is None:
+        available = _available_memory()
+    cap = min(CPU_KV_CACHE_CAP, available // 2) if available else CPU_KV_CACHE_CAP
+    shape = _kv_shape(model, engine_args)
+    if shape is None:
+        return cap
+    per_token, max_model_len = shape
+    max_num_seqs = int(engine_args.get("max_num_seqs") or CPU_MAX_NUM_SEQS)
+    one_sequence = per_token * (-(-max_model_len // 256) * 256)  # whole cache blocks
+    return max(min(per_token * max_model_len * max_num_seqs, cap), one_sequence)
+
+
+def _kv_shape(model: str, engine_args: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The KV cache bytes per token of `model` (keys and values of every layer) and its context length."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(
+            model, trust_remote_code=bool(engine_args.get("trust_remote_code"))
+        ).get_text_config()
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        layers = config.num_hidden_layers
+        max_model_len = int(engine_args.get("max_model_len") or config.max_position_embeddings)
+    except Exception:  # an architecture this estimate does not know: the cap will do
+        return None
+    dtype = str(engine_args.get("kv_cache_dtype") or "auto")
+    if dtype == "auto":
+        dtype = str(engine_args.get("dtype") or "auto")
+    if dtype == "auto":
+        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    element = 1 if dtype.startswith("fp8") else DTYPE_BYTES.get(dtype.removeprefix("torch."), 4)
+    return 2 * layers * kv_heads * head_dim * element, max_model_len
+
+
+def _available_memory() -> int | None:
+    """MemAvailable of this machine, in bytes (None where /proc/meminfo does not say)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def proof_engine_args(
@@ -84,12 +162,9 @@ def proof_engine_args(
     """What an engine writing TOPLOC proofs of `model` needs over `args`: the capture as its worker
     extension, and vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's
     processes). Settings the capture cannot serve are refused before the engine starts."""
-    from transformers import AutoConfig
-
-    from genesys.proofs.toploc import check_hidden_size, require_toploc
+    from genesys.proofs.toploc import require_toploc
 
     require_toploc()
-    check_hidden_size(AutoConfig.from_pretrained(model).get_text_config().hidden_size, proofs)
     if colocate:
         raise InputError(
             "TOPLOC proofs commit to fixed weights: a colocated engine, whose weights the trainer updates, writes none"
@@ -142,7 +217,7 @@ class VLLMBackend:
     """Generation with vLLM's offline engine; `batch_size` tasks go to the engine per call.
 
     `engine_args` go to `vllm.LLM` (e.g. `gpu_memory_utilization`, `max_model_len`, `dtype`,
-    `enable_sleep_mode`) over the defaults here. `seed` seeds the engine; each request carries its
+    `enable_sleep_mode`, on CPU `kv_cache_memory_bytes`) over the defaults here (`platform_defaults`). `seed` seeds the engine; each request carries its
     own sampling seed. `colocate` runs the engine in this process, so that `update_weights` can
     hand it tensors in place (one model replica: `tensor_parallel_size` 1). `proofs` turns on TOPLOC
     proofs of every completion (an engine that keeps its weights: not colocated).
@@ -180,10 +255,17 @@ class VLLMBackend:
             "enable_prefix_caching": True,
             "seed": seed,
             "logprobs_mode": "processed_logprobs",
-            **platform_defaults(),
+            **platform_defaults(model, engine_args),
             **(engine_args or {}),
         }
         if proofs is not None:
+            from transformers import AutoConfig
+
+            from genesys.proofs.toploc import proof_settings_for
+
+            # The topk the model allows (one beyond its hidden size refused before the engine starts).
+            hidden_size = AutoConfig.from_pretrained(model).get_text_config().hidden_size
+            proofs = proof_settings_for(proofs, hidden_size)
             args.update(proof_engine_args(model, proofs, args, colocate, tensor_parallel_size))
         if colocate:
             args.setdefault(

@@ -8,11 +8,12 @@ and a sentence (written to the row's `toploc_reason`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from genesys.config import ExpectedSampling, ProofConfig
+from genesys.config import ExpectedSampling, ProofConfig, ProofPolicy
 from genesys.proofs.toploc import PROOF_DTYPE
 
 
@@ -26,12 +27,14 @@ class Problem:
 
 @dataclass(frozen=True)
 class Expected:
-    """What rows must claim: the model (name and weights hash), the proofs' shape, the sampling settings."""
+    """What rows must claim: the model (name and weights hash) and its hidden size, the proof settings
+    allowed, the sampling settings."""
 
     model_name: str
     weights_sha256: str
-    proofs: ProofConfig
+    proofs: ProofPolicy
     sampling: ExpectedSampling
+    hidden_size: int
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def row_sampling(generation_config: dict[str, Any]) -> RowSampling | Problem:
 
 
 def model_problems(row: dict[str, Any], toploc_config: dict[str, Any], expected: Expected) -> list[Problem]:
-    """The row's model name, weights hash and proof settings against the expected ones."""
+    """The row's model name and weights hash against the expected ones."""
     problems = []
     if row.get("model_name") != expected.model_name:
         problems.append(
@@ -67,20 +70,43 @@ def model_problems(row: dict[str, Any], toploc_config: dict[str, Any], expected:
         )
     if toploc_config.get("weights_sha256") != expected.weights_sha256:
         problems.append(Problem("model", "the weights hash differs from the model's"))
-    claimed = (
-        toploc_config.get("topk"),
-        toploc_config.get("decode_batching_size"),
-        toploc_config.get("dtype"),
-    )
-    wanted = (expected.proofs.topk, expected.proofs.decode_batching_size, PROOF_DTYPE)
-    if claimed != wanted:
-        problems.append(
-            Problem(
-                "proof_format",
-                f"proof settings (topk, decode_batching_size, dtype) {claimed}, expected {wanted}",
-            )
-        )
     return problems
+
+
+def proof_settings(toploc_config: dict[str, Any], expected: Expected) -> ProofConfig | Problem:
+    """The proof settings the row recorded, when the policy allows them for the model: a topk from
+    `min_topk` (or the hidden size, when smaller) up to the hidden size, at most
+    `max_decode_batching_size` tokens per proof, bfloat16; exactly the policy's topk and chunk size
+    where it sets them. Otherwise the problem."""
+    topk, chunk, dtype = (toploc_config.get(key) for key in ("topk", "decode_batching_size", "dtype"))
+    policy, hidden = expected.proofs, expected.hidden_size
+    claimed = f"proof settings topk {topk!r}, decode_batching_size {chunk!r}, dtype {dtype!r}"
+    if not _positive_int(topk) or not _positive_int(chunk) or dtype != PROOF_DTYPE:
+        return Problem("proof_format", f"{claimed}: expected two positive integers and {PROOF_DTYPE!r}")
+    if policy.topk is not None and topk != policy.topk:
+        return Problem("proof_format", f"{claimed}: topk must be {policy.topk} (--proof-topk)")
+    if policy.topk is None and topk < min(policy.min_topk, hidden):
+        return Problem(
+            "proof_format",
+            f"{claimed}: topk below the smallest accepted, {min(policy.min_topk, hidden)} (--min-proof-topk)",
+        )
+    if topk > hidden:
+        return Problem("proof_format", f"{claimed}: topk beyond the model's hidden size {hidden}")
+    if policy.decode_batching_size is not None and chunk != policy.decode_batching_size:
+        return Problem(
+            "proof_format",
+            f"{claimed}: decode_batching_size must be {policy.decode_batching_size} (--proof-chunk)",
+        )
+    if policy.decode_batching_size is None and chunk > policy.max_decode_batching_size:
+        return Problem(
+            "proof_format",
+            f"{claimed}: more tokens per proof than the most accepted, {policy.max_decode_batching_size} (--max-proof-chunk)",
+        )
+    return ProofConfig(topk, chunk)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def sampling_problems(sampling: RowSampling, expected: ExpectedSampling) -> list[Problem]:
@@ -135,12 +161,31 @@ def decode_problem(tokenizer: Any, ids: Sequence[int], text: Any) -> Problem | N
     return None
 
 
+def claimed_logprobs_problem(claimed: Any, tokens: int) -> Problem | None:
+    """Whether the row's `completion_logprobs` are one finite number per completion token."""
+    if not isinstance(claimed, (list, tuple)) or len(claimed) != tokens:
+        return Problem("logprobs", "completion_logprobs is missing or not one per completion token")
+    for position, value in enumerate(claimed):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return Problem("logprobs", f"completion_logprobs[{position}] is {value!r}, not a number")
+        if not math.isfinite(value):
+            return Problem("logprobs", f"completion_logprobs[{position}] is {value}: logprobs must be finite")
+    return None
+
+
 def logprob_problem(
     claimed: Sequence[float], recomputed: Sequence[float], tolerance: float
 ) -> tuple[float, Problem | None]:
-    """The largest |claimed - recomputed| logprob, and the problem when it is beyond `tolerance`."""
-    worst = max((abs(float(c) - r) for c, r in zip(claimed, recomputed)), default=0.0)
-    if worst > tolerance or worst != worst:  # NaN compares false
+    """The largest |claimed - recomputed| logprob, and the problem when it is beyond `tolerance`; a
+    difference that is not a number (either side NaN, or both the same infinity) is the largest."""
+    worst = 0.0
+    for c, r in zip(claimed, recomputed):
+        difference = abs(float(c) - r)
+        if math.isnan(difference):
+            worst = math.nan
+            break
+        worst = max(worst, difference)
+    if not worst <= tolerance:  # NaN compares false
         return worst, Problem(
             "logprobs",
             f"a completion logprob differs from the model's by {worst:.4g} (tolerance {tolerance:g})",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from genesys.config import DEFAULT_BACKEND, PROOF_BACKENDS, PromptStyle, ValidateCommand
+from genesys.config import DEFAULT_BACKEND, PROOF_BACKENDS, PromptStyle, ProofConfig, ValidateCommand
 from genesys.errors import InputError
 from genesys.proofs.checks import Problem, RowSampling
 from genesys.proofs.toploc import ChunkErrors
@@ -23,7 +23,8 @@ from genesys.proofs.toploc import ChunkErrors
 
 @dataclass
 class Pending:
-    """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked), problems so far."""
+    """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked),
+    problems so far, and the proof settings it recorded (None when they are not allowed)."""
 
     row: dict[str, Any]
     prompt_ids: list[int]
@@ -31,6 +32,7 @@ class Pending:
     sampling: RowSampling
     proofs: list[bytes] | None
     problems: list[Problem]
+    settings: ProofConfig | None = None
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Recomputer(Protocol):
     tokenizer: Any
     stop_ids: set[int]
     vocab_size: int
+    hidden_size: int
     weights_sha256: str
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]: ...
@@ -88,10 +91,10 @@ class TransformersRecomputer:
         from genesys.proofs.toploc import check_hidden_size
         from genesys.proofs.weights import weights_sha256
 
-        self.proofs = config.proofs
         options = config.backend_options
         self.device, self.tokenizer, self.model = load_causal_lm(config.model, options.device, options.dtype)
-        check_hidden_size(self.model.config.get_text_config().hidden_size, config.proofs)
+        self.hidden_size = self.model.config.get_text_config().hidden_size
+        check_hidden_size(self.hidden_size, config.proofs)
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.weights_sha256 = weights_sha256(self.model)
@@ -104,8 +107,8 @@ class TransformersRecomputer:
         for item, (hidden, logits) in zip(batch, self._prefill(batch)):
             chunks = (
                 None
-                if item.proofs is None
-                else verify_proofs(as_proof_dtype(hidden), item.proofs, self.proofs)
+                if item.proofs is None or item.settings is None
+                else verify_proofs(as_proof_dtype(hidden), item.proofs, item.settings)
             )
             recomputed.append(
                 Recomputed(
@@ -159,8 +162,12 @@ class VLLMRecomputer:
 
         vllm_backend = backend_specs()["vllm"].load()  # the engine `genesys generate --backend vllm` runs
         options = config.backend_options.for_backend("vllm")  # engine_args, tensor_parallel_size
+        policy = config.proofs  # each row is checked with its own settings; these only start the capture
         self.engine = vllm_backend(
-            config.model, PromptStyle(), **{**options, "batch_size": config.batch_size}, proofs=config.proofs
+            config.model,
+            PromptStyle(),
+            **{**options, "batch_size": config.batch_size},
+            proofs=ProofConfig(policy.topk, policy.decode_batching_size or policy.max_decode_batching_size),
         )
         self.tokenizer = self.engine.tokenizer
         model_config = AutoConfig.from_pretrained(config.model)
@@ -172,6 +179,7 @@ class VLLMRecomputer:
             generation_config = GenerationConfig.from_model_config(model_config)
         self.stop_ids = stop_token_ids(generation_config, self.tokenizer)
         self.vocab_size = model_config.get_text_config().vocab_size
+        self.hidden_size = model_config.get_text_config().hidden_size
         self.weights_sha256 = self.engine.proof_settings["weights_sha256"]
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]:
@@ -182,9 +190,10 @@ class VLLMRecomputer:
             Recomputation(
                 item.prompt_ids,
                 item.completion_ids,
-                item.proofs,
+                None if item.settings is None else item.proofs,
                 item.sampling.temperature,
                 item.sampling.top_p,
+                item.settings,
             )
             for item in todo
         ]

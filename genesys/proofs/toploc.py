@@ -34,7 +34,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from genesys.config import ProofConfig, ProofThresholds
+from genesys.config import DEFAULT_PROOF_TOPK, ProofConfig, ProofThresholds
 from genesys.errors import InputError
 
 if TYPE_CHECKING:
@@ -88,12 +88,27 @@ def proof_count(tokens: int, settings: ProofConfig) -> int:
     return math.ceil(tokens / settings.decode_batching_size)
 
 
-def check_hidden_size(hidden_size: int, settings: ProofConfig) -> None:
-    """Refuse a topk larger than one hidden state: a chunk of one token would have too few values."""
-    if settings.topk > hidden_size:
+def check_hidden_size(hidden_size: int, settings: Any) -> None:
+    """Refuse a topk (of `settings`, when set) larger than one hidden state: a chunk of one token
+    would have too few values."""
+    if settings.topk is not None and settings.topk > hidden_size:
         raise InputError(
             f"--proof-topk {settings.topk} exceeds the model's hidden size {hidden_size}; give at most {hidden_size}"
         )
+
+
+def default_topk(hidden_size: int) -> int:
+    """The topk proofs of a model of `hidden_size` get when none is given."""
+    return min(DEFAULT_PROOF_TOPK, hidden_size)
+
+
+def proof_settings_for(settings: ProofConfig, hidden_size: int) -> ProofConfig:
+    """`settings` for a model of `hidden_size`: its topk (refused beyond the hidden size), or when
+    unset `default_topk`."""
+    check_hidden_size(hidden_size, settings)
+    if settings.topk is not None:
+        return settings
+    return ProofConfig(default_topk(hidden_size), settings.decode_batching_size)
 
 
 def as_proof_dtype(hidden: torch.Tensor) -> torch.Tensor:
@@ -117,6 +132,8 @@ def _as_rows(hidden: torch.Tensor, settings: ProofConfig, device: str | None = "
         raise ValueError(
             f"hidden states must be bfloat16 or float16, got {dtype} (toploc returns null proofs for it); round them with as_proof_dtype"
         )
+    if settings.topk is None:
+        raise ValueError("proof settings without a topk: resolve them for the model with proof_settings_for")
     check_hidden_size(hidden.shape[1], settings)
     return hidden.detach().to(device=device or hidden.device, dtype=torch.bfloat16).contiguous()
 

@@ -13,7 +13,9 @@ of `genesys.proofs.checks` need no model. Each row is written with:
 - `toploc_problems`: the categories of the problems found (model, proof, proof_format, logprobs,
   text, stop, sampling, format; unproved for a row without proofs).
 
-Output is appended in atomic units; a rerun skips rows whose `response_id` the output already holds.
+The run is a `genesys.data.runs.FileRun`: an output overlapping an input is refused, the output is
+locked, unreadable rows go to the rejects file, output is appended in atomic units and a rerun skips
+rows whose `response_id` the output already holds.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ from typing import Any
 
 from genesys.config import ProofThresholds, ValidateCommand
 from genesys.data.identity import with_unique_response_ids
-from genesys.data.inputs import resolve_inputs
-from genesys.data.io import BufferedWriter, RolloutWriter, iter_rows
+from genesys.data.runs import FileRun, FileRunSummary
 from genesys.proofs.checks import (
     Expected,
     Problem,
+    claimed_logprobs_problem,
     decode_problem,
     logprob_problem,
     model_problems,
     prompt_problem,
+    proof_settings,
     row_sampling,
     sampling_problems,
     stop_problems,
@@ -43,25 +46,20 @@ from genesys.proofs.checks import (
 from genesys.proofs.recompute import Pending, Recomputed, recomputer
 from genesys.proofs.toploc import ChunkErrors, ProofError, decode_proofs, require_toploc
 from genesys.schema import SchemaError, parse_json_field
+from genesys.ui.progress import RunProgress
 
-FLUSH_ROWS = 1024
 WINDOW_BATCHES = 8  # rows are sorted by length within this many batches, so a batch pads little
 NO_PROOFS = "the row has no toploc_proofs"
 
 
 @dataclass
-class ValidateSummary:
+class ValidateSummary(FileRunSummary):
     """What a validation run did; `problems` counts invalid rows by the categories of their problems."""
 
-    output: Path
     valid: int = 0
     invalid: int = 0
     unproved: int = 0
-    resumed: int = 0
-    unreadable: int = 0
-    first_unreadable: str = ""
     tokens: int = 0
-    seconds: float = 0.0
     problems: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -77,7 +75,11 @@ class Validator:
         self.config = config
         self.model = recomputer(config)
         self.expected = Expected(
-            config.model_name or config.model, self.model.weights_sha256, config.proofs, config.expect
+            config.model_name or config.model,
+            self.model.weights_sha256,
+            config.proofs,
+            config.expect,
+            self.model.hidden_size,
         )
 
     def prepare(self, row: dict[str, Any]) -> Pending | dict[str, Any]:
@@ -110,6 +112,9 @@ class Validator:
         problems = model_problems(row, toploc_config, self.expected) + sampling_problems(
             sampling, self.expected.sampling
         )
+        settings = proof_settings(toploc_config, self.expected)  # the row's own, if allowed
+        if isinstance(settings, Problem):
+            problems.append(settings)
         problems += stop_problems(
             completion_ids, row.get("finish_reason"), sampling.max_tokens, self.model.stop_ids
         )
@@ -119,12 +124,20 @@ class Validator:
         ]
         problems += [p for p in text_problems if p]
         proofs = None
-        if not any(p.category == "proof_format" for p in problems):
+        if not isinstance(settings, Problem):
             try:
-                proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), self.config.proofs)
+                proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), settings)
             except ProofError as exc:
                 problems.append(Problem("proof_format", str(exc)))
-        return Pending(row, list(prompt_ids), list(completion_ids), sampling, proofs, problems)
+        return Pending(
+            row,
+            list(prompt_ids),
+            list(completion_ids),
+            sampling,
+            proofs,
+            problems,
+            None if isinstance(settings, Problem) else settings,
+        )
 
     def run(self, batch: Sequence[Pending]) -> list[dict[str, Any]]:
         """The batch recomputed at once; each row finished with its proof and logprob checks."""
@@ -143,10 +156,9 @@ class Validator:
                     )
                 )
         claimed = item.row.get("completion_logprobs")
-        if not isinstance(claimed, (list, tuple)) or len(claimed) != len(item.completion_ids):
-            problems.append(
-                Problem("logprobs", "completion_logprobs is missing or not one per completion token")
-            )
+        malformed = claimed_logprobs_problem(claimed, len(item.completion_ids))
+        if malformed is not None:
+            problems.append(malformed)
         else:
             errors["max_logprob_diff"], problem = logprob_problem(
                 claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance
@@ -205,65 +217,45 @@ def _sorted_batches(window: list[Pending], batch_size: int) -> Iterator[list[Pen
 
 def validate_files(config: ValidateCommand) -> ValidateSummary:
     """Validate the rollout files of `config` into its output; prints progress and a summary when asked."""
-    from genesys.ui.progress import RunProgress
-
-    files = resolve_inputs(config.inputs)
     summary = ValidateSummary(output=Path(config.output))
-    total = sum(1 for _ in iter_rows(files))
-    writer = RolloutWriter(config.output)
-    done = writer.existing_keys()
-    validator = Validator(config)
-    started = time.monotonic()
+    with FileRun(config.output, summary, inputs=config.inputs) as run:
+        total = sum(1 for _ in run.rows())  # the first pass writes the rejects file
+        run.open_output()
+        validator = Validator(config)
+        started = time.monotonic()
 
-    def record(rows: list[dict[str, Any]], out: BufferedWriter, progress: RunProgress) -> None:
-        for row in rows:
-            _count(summary, row)
-        tokens = sum(
-            len(row.get("completion_ids") or ())
-            for row in rows
-            if isinstance(row.get("completion_ids"), list)
-        )
-        summary.tokens += tokens
-        out.add(rows)
-        progress.advance(len(rows), tokens=tokens)
+        def record(rows: list[dict[str, Any]], progress: RunProgress) -> None:
+            for row in rows:
+                _count(summary, row)
+            tokens = sum(
+                len(row.get("completion_ids") or ())
+                for row in rows
+                if isinstance(row.get("completion_ids"), list)
+            )
+            summary.tokens += tokens
+            run.write(rows)
+            progress.advance(len(rows), tokens=tokens)
 
-    def pending(out: BufferedWriter, progress: RunProgress) -> Iterator[Pending]:
-        for row in with_unique_response_ids(_readable(files, summary, progress)):
-            if row["response_id"] in done:
-                summary.resumed += 1
-                progress.skip(1)
-                continue
-            prepared = validator.prepare(row)
-            if isinstance(prepared, dict):
-                record([prepared], out, progress)
-            else:
-                yield prepared
+        def pending(progress: RunProgress) -> Iterator[Pending]:
+            for row in run.pending(with_unique_response_ids(run.rows())):
+                prepared = validator.prepare(row)
+                if isinstance(prepared, dict):
+                    record([prepared], progress)
+                else:
+                    yield prepared
 
-    try:
-        with BufferedWriter(writer, FLUSH_ROWS) as out:
-            with RunProgress(
+        try:
+            with run.progress(
                 total, "validating", "rows", rated=("rows", "tokens"), enabled=config.progress
             ) as progress:
-                for batch in _windows(pending(out, progress), config.batch_size):
-                    record(validator.run(batch), out, progress)
-    finally:
-        validator.model.close()
-    writer.close()
+                for batch in _windows(pending(progress), config.batch_size):
+                    record(validator.run(batch), progress)
+        finally:
+            validator.model.close()
     summary.seconds = time.monotonic() - started
     if config.progress:
         print_validate_summary(summary)
     return summary
-
-
-def _readable(files: Sequence[Any], summary: ValidateSummary, progress: Any) -> Iterator[dict[str, Any]]:
-    """The rows that could be read; the others are counted (and the first named in the summary)."""
-    for record in iter_rows(files):
-        if record.row is None:
-            summary.unreadable += 1
-            summary.first_unreadable = summary.first_unreadable or f"{record.location}: {record.error}"
-            progress.skip(1)
-            continue
-        yield record.row
 
 
 def _count(summary: ValidateSummary, row: dict[str, Any]) -> None:
@@ -296,9 +288,7 @@ def print_validate_summary(summary: ValidateSummary) -> None:
     table.add_row("no proofs (toploc_valid null)", f"{summary.unproved:,}")
     if summary.resumed:
         table.add_row("already in the output", f"{summary.resumed:,}")
-    if summary.unreadable:
-        table.add_row("unreadable (skipped)", f"{summary.unreadable:,}")
+    if summary.rejected:
+        table.add_row("unreadable (to the rejects file)", f"{summary.rejected:,}")
     console.print(table)
-    if summary.first_unreadable:
-        console.print(f"first unreadable row: {summary.first_unreadable}")
-    console.print(f"output: {summary.output}")
+    summary.print_files()

@@ -46,23 +46,29 @@ def sample_name(key: str, index: int) -> str:
 
 @dataclass
 class Recomputation:
-    """A row for the engine to recompute: its ids, its proofs' bytes (None: none to check) and the
-    sampling settings its logprobs were recorded under. The completion has at least one token."""
+    """A row for the engine to recompute: its ids, its proofs' bytes (None: none to check), the
+    sampling settings its logprobs were recorded under and the proof settings it recorded (None: the
+    engine's). The completion has at least one token."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
     proofs: list[bytes] | None
     temperature: float
     top_p: float
+    settings: Any = None  # a ProofConfig
 
     def request(self) -> dict[str, Any]:
         """What the worker's `Capture.check` takes of it."""
-        return {
+        request = {
             "ids": self.completion_ids,
             "proofs": self.proofs,
             "temperature": self.temperature,
             "top_p": self.top_p,
         }
+        if self.settings is not None:
+            request["topk"] = self.settings.topk
+            request["decode_batching_size"] = self.settings.decode_batching_size
+        return request
 
 
 @dataclass
@@ -168,8 +174,11 @@ class Capture:
         self, requests: dict[str, dict[str, Any]], settings: Any, model: Any
     ) -> dict[str, dict[str, Any] | None]:
         """For each recomputed row named in `requests` ({"ids": its completion ids, "proofs": their
-        bytes or None, "temperature", "top_p"}): each chunk's errors against the proofs (None without
-        proofs) and the completion tokens' logprobs; None for a row whose rows were not all captured."""
+        bytes or None, "temperature", "top_p", and optionally its own "topk" and
+        "decode_batching_size" in place of `settings`}): each chunk's errors against the proofs (None
+        without proofs) and the completion tokens' logprobs; None for a row whose rows were not all
+        captured."""
+        from genesys.config import ProofConfig
         from genesys.models import sampled_logprobs
         from genesys.proofs.toploc import as_proof_dtype, verify_proofs
 
@@ -181,10 +190,15 @@ class Capture:
                 checks[name] = None
                 continue
             request = requests[name]
+            own = (
+                ProofConfig(request["topk"], request["decode_batching_size"])
+                if "topk" in request
+                else settings
+            )
             chunks = (
                 None
                 if request["proofs"] is None
-                else verify_proofs(as_proof_dtype(rows), request["proofs"], settings)
+                else verify_proofs(as_proof_dtype(rows), request["proofs"], own)
             )
             logits = model.compute_logits(rows.to(device)).float()
             checks[name] = {

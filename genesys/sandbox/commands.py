@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from genesys.sandbox.backends import check_backend
+from genesys.sandbox.backends import BackendCheck, check_backend
 from genesys.sandbox.base import SandboxUnavailable
 from genesys.ui.tables import print_table
 
@@ -46,25 +46,37 @@ def build(
 
 def check(image: str | None = None) -> int:
     """Print which backends and languages work here; exit 1 when no real sandbox works."""
-    usable = False
-    rows = []
     with Console(stderr=True).status("trying each backend"):
         reports = [check_backend(kind, image=image) for kind in ("docker", "bwrap", "subprocess")]
+    print_table("genesys sandboxes", ("backend", "works", "languages", "note"), check_rows(reports))
+    usable = any(works(report) != "no" and report.backend != "subprocess" for report in reports)
+    return 0 if usable else 1
+
+
+def works(report: BackendCheck) -> str:
+    """ "yes" when every language the backend offers ran its probe, "partly" when some did, else "no"."""
+    outcomes = list(report.languages.values())
+    passed = sum(outcome == "ok" for outcome in outcomes)
+    if not report.available or not passed:
+        return "no"
+    return "yes" if passed == len(outcomes) else "partly"
+
+
+def check_rows(reports: list[BackendCheck]) -> list[tuple[str, str, str, str]]:
+    """One table row per backend: whether it works, its languages (the failing ones with why), a note."""
+    colours = {"yes": "green", "partly": "yellow", "no": "red"}
+    rows = []
     for report in reports:
-        languages = ", ".join(
-            language if outcome == "ok" else f"[red]{language} ({outcome})[/red]"
-            for language, outcome in report.languages.items()
-        )
-        works = report.available and any(outcome == "ok" for outcome in report.languages.values())
-        usable = usable or (works and report.backend != "subprocess")
+        working = [language for language, outcome in report.languages.items() if outcome == "ok"]
+        failing = [
+            f"{language}: {outcome}" for language, outcome in report.languages.items() if outcome != "ok"
+        ]
+        languages = ", ".join(working) or "-"
+        if failing:
+            languages += "\n[red]not working: " + "; ".join(failing) + "[/red]"
+        verdict = works(report)
         note = report.note + (" (not a sandbox)" if report.backend == "subprocess" else "")
         rows.append(
-            (
-                report.backend,
-                "[green]yes[/green]" if works else "[red]no[/red]",
-                languages or "-",
-                note.strip(),
-            )
+            (report.backend, f"[{colours[verdict]}]{verdict}[/{colours[verdict]}]", languages, note.strip())
         )
-    print_table("genesys sandboxes", ("backend", "works", "languages", "note"), rows)
-    return 0 if usable else 1
+    return rows

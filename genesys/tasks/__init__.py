@@ -10,8 +10,10 @@ A plugin offers named task sets (built-in samples, generators such as Countdown)
 `load` receives the options written after the name on the command line
 (`--tasks countdown:count=500,seed=3`) as keyword arguments and returns task rows in the GENESYS
 task schema (`TaskSet` is defined in `genesys.plugins.specs`, `task_sets` in `genesys.plugins.registry`;
-both are importable from here). This module is imported whenever plugins load, so it stays free of
-heavy imports.
+both are importable from here). `prepare` is the one task preparation of `genesys generate` and
+`genesys train`: sources selected and mixed, rows checked, duplicates dropped, and tasks no verifier
+or reward can serve refused before any work. This module is imported whenever plugins load, so it
+stays free of heavy imports.
 """
 
 from __future__ import annotations

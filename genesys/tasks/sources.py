@@ -11,7 +11,7 @@ Option values are parsed as JSON when they are JSON (`count=200` is an int).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,8 @@ from genesys.data.inputs import names_local_input, resolve_inputs
 from genesys.errors import InputError
 
 HUB_PREFIX = "hf:"
+# Takes an unreadable row: its location, the reason, and the raw line when there is one.
+Reject = Callable[[str, str, str | None], None]
 
 
 @dataclass
@@ -43,13 +45,17 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     )
 
 
-def load_source(spec: str) -> TaskSource:
-    """Load one `--tasks` spec; raises InputError naming the spec when it cannot be used."""
+def load_source(spec: str, reject: Reject | None = None) -> TaskSource:
+    """Load one `--tasks` spec; raises InputError naming the spec when it cannot be used.
+
+    A row of a local file that cannot be read is handed to `reject` (location, error, raw line)
+    and left out; without `reject` it is an InputError naming its location.
+    """
     if spec.startswith(HUB_PREFIX):
         name, options = parse_spec(spec[len(HUB_PREFIX) :])
         return TaskSource(spec, _load_hub(spec, name, options))
     if names_local_input(spec):
-        return TaskSource(spec, _load_local(spec))
+        return TaskSource(spec, _load_local(spec, reject))
     from genesys.plugins.registry import task_sets
 
     name, options = parse_spec(spec)
@@ -66,13 +72,16 @@ def load_source(spec: str) -> TaskSource:
     return TaskSource(spec, rows)
 
 
-def _load_local(spec: str) -> list[dict[str, Any]]:
+def _load_local(spec: str, reject: Reject | None) -> list[dict[str, Any]]:
     from genesys.data.io import iter_rows
 
     rows = []
     for record in iter_rows(resolve_inputs([spec])):
         if record.row is None:
-            raise InputError(f"--tasks {spec!r}: row at {record.location} is unreadable: {record.error}")
+            if reject is None:
+                raise InputError(f"--tasks {spec!r}: row at {record.location} is unreadable: {record.error}")
+            reject(record.location, str(record.error), record.raw)
+            continue
         rows.append(record.row)
     return rows
 

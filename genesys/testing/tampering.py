@@ -12,10 +12,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from genesys.config import GenerateConfig, ProofConfig, ProofThresholds, SamplingConfig
+from genesys.config import GenerateConfig, ProofConfig, ProofPolicy, ProofThresholds, SamplingConfig
 
-# Proofs small enough for the tiny model (hidden size 64).
+# Proofs small enough for the tiny model (hidden size 64), and a validator that accepts them (the
+# default smallest topk on that model is its hidden size, 64: what `generate --proofs` gives it).
 TINY_PROOFS = ProofConfig(topk=16, decode_batching_size=8)
+TINY_PROOF_POLICY = ProofPolicy(min_topk=16)
 # Thresholds calibrated on the tiny model with benchmarks/validate_cost.py (48 rows): honest rows
 # (float32 or bfloat16 generation, float32 validation) reach at most 1 exponent mismatch, mantissa
 # error mean 0.81 and median 1 in a chunk, while every tampered row has a chunk beyond these (one

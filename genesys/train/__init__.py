@@ -4,9 +4,10 @@
     result = train(TrainConfig.load("run.toml", overrides={"optim": {"lr": 3e-6}}))
 
 Modules: `config` (the typed config), `loss`, `logprobs` and `batch` (pure tensor functions),
-`rollouts` (online generation + verification, or recorded rollout files), `groups` (the online
-group filter), `order` (the seeded task order), `checkpoint`, `distributed`, `metrics`, and
-`trainer` (the loop). Importing this package loads no torch until `train` or `Trainer` is used.
+`sources` (where rollouts come from, behind one `RolloutSource` protocol: online generation and
+verification, recorded rollout files, or rollout workers on Ray), `groups` (the online group
+filter), `order` (the seeded task order), `checkpoint`, `distributed`, `metrics`, and `trainer`
+(the loop). Importing this package loads no torch until `train` or `Trainer` is used.
 """
 
 from __future__ import annotations

@@ -1,12 +1,22 @@
 """Checkpoints: `checkpoints/step-NNNNNN/` holds a `save_pretrained` model and tokenizer
-(safetensors) and `trainer_state.pt` (optimizer, scheduler, RNG states, data position, step).
+(safetensors) and the trainer state (optimizer, scheduler, RNG states, data position, step) as
+`trainer_state.json` with its tensors in `trainer_state.safetensors`.
 
 A checkpoint is written into a temporary directory and renamed into place, so a directory named
-`step-NNNNNN` is always complete; a run killed at any moment resumes from the newest one.
+`step-NNNNNN` is always complete; a run killed at any moment resumes from the newest one. Nothing
+is ever unpickled: the state is plain JSON and tensors (tuples, non-string keys, numpy arrays and
+non-finite floats are spelled out as tagged objects), and the model is read from its safetensors.
+A checkpoint of an older genesys, whose state is the pickle `trainer_state.pt`, is refused with
+what to do; `python -m genesys.train.checkpoint --trust-pickle DIR` converts one its owner trusts.
+A model with a non-finite weight is never written.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import math
 import os
 import random
 import re
@@ -17,7 +27,15 @@ from typing import Any
 import numpy as np
 import torch
 
-STATE_FILE = "trainer_state.pt"
+from genesys.errors import InputError, TrainingError
+
+log = logging.getLogger(__name__)
+STATE_FILE = "trainer_state.json"
+TENSORS_FILE = "trainer_state.safetensors"
+LEGACY_STATE_FILE = "trainer_state.pt"  # a pickle, written by genesys before the JSON state: never loaded
+STATE_FORMAT = "genesys-trainer-state"
+STATE_VERSION = 1
+TAG = "__genesys__"  # the key of a tagged object in the state's JSON
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
 
@@ -25,22 +43,41 @@ def step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:06d}"
 
 
-def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
-    """The complete checkpoints under `root`, oldest first."""
+def _step_dirs(root: Path) -> list[tuple[int, Path]]:
     if not root.is_dir():
         return []
     found = []
     for path in root.iterdir():
         match = _STEP_DIR.match(path.name)
-        if match and (path / STATE_FILE).is_file():
+        if match and path.is_dir():
             found.append((int(match.group(1)), path))
     return sorted(found)
 
 
+def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints under `root`, oldest first."""
+    return [(step, path) for step, path in _step_dirs(root) if (path / STATE_FILE).is_file()]
+
+
 def latest_checkpoint(root: Path) -> Path | None:
-    """The newest complete checkpoint, or None."""
-    found = complete_checkpoints(root)
-    return found[-1][1] if found else None
+    """The newest complete checkpoint, or None; an InputError when the newest is one of an older
+    genesys (its state a pickle), which is never loaded."""
+    for _, path in reversed(_step_dirs(root)):
+        if (path / STATE_FILE).is_file():
+            return path
+        if (path / LEGACY_STATE_FILE).is_file():
+            raise InputError(legacy_message(path))
+    return None
+
+
+def legacy_message(path: Path) -> str:
+    return (
+        f"{path} holds {LEGACY_STATE_FILE}, trainer state in the pickle format of an older genesys; "
+        "genesys does not load pickles (unpickling a file runs whatever code it names). If you wrote this "
+        f"checkpoint and trust it, convert it once with `python -m genesys.train.checkpoint --trust-pickle {path}` "
+        f"and run again; or start a new run from its weights (--model {path} with another output_dir), "
+        "without its optimizer state"
+    )
 
 
 def rng_states() -> dict[str, Any]:
@@ -63,16 +100,35 @@ def restore_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def nonfinite_parameters(model: Any) -> list[str]:
+    """The names of the model's parameters and buffers holding a NaN or an infinity."""
+    named = [*model.named_parameters(), *model.named_buffers()]
+    return [
+        name
+        for name, tensor in named
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor.detach()).all())
+    ]
+
+
+def check_finite(model: Any, what: str) -> None:
+    """Refuse to write `what` when a weight of `model` is not finite (a TrainingError naming it)."""
+    bad = nonfinite_parameters(model)
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise TrainingError(f"not writing {what}: weight {bad[0]}{more} holds NaN or infinite values")
+
+
 def save_checkpoint(
     root: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int
 ) -> Path:
     """Write checkpoint `step` atomically, then delete all but the newest `keep`; returns its path."""
-    root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
+    check_finite(model, f"checkpoint {final}")
+    root.mkdir(parents=True, exist_ok=True)
     temporary = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(temporary, ignore_errors=True)
     save_pretrained(model, tokenizer, temporary)
-    torch.save(state, temporary / STATE_FILE)
+    write_state(temporary, state)
     _fsync_tree(temporary)
     if final.exists():  # a checkpoint of this step from a run that was resumed before it: replace it
         shutil.rmtree(final)
@@ -92,9 +148,130 @@ def save_pretrained(model: Any, tokenizer: Any, path: Path) -> None:
     tokenizer.save_pretrained(path)
 
 
+def write_state(checkpoint: Path, state: dict[str, Any]) -> None:
+    """`state` as `trainer_state.json` and `trainer_state.safetensors` in `checkpoint`."""
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    document = {
+        "format": STATE_FORMAT,
+        "version": STATE_VERSION,
+        "state": _encode(state, tensors),
+    }
+    save_file(tensors, str(checkpoint / TENSORS_FILE))
+    (checkpoint / STATE_FILE).write_text(json.dumps(document, allow_nan=False))
+
+
 def load_state(checkpoint: Path) -> dict[str, Any]:
-    """The trainer state of a checkpoint (trusted: written by this trainer)."""
-    return torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
+    """The trainer state of a checkpoint: JSON and safetensors only, nothing unpickled. A stray
+    pickle beside it is ignored (and said so); an InputError names a state that cannot be read."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    for stray in sorted(checkpoint.glob("*.pt")) + sorted(checkpoint.glob("*.pkl")):
+        log.warning("%s: ignored (a pickle; genesys never loads pickles)", stray)
+    try:
+        document = json.loads((checkpoint / STATE_FILE).read_text())
+        tensors = load_file(str(checkpoint / TENSORS_FILE), device="cpu")
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise InputError(f"{checkpoint}: the trainer state cannot be read ({exc})") from None
+    if (
+        not isinstance(document, dict)
+        or document.get("format") != STATE_FORMAT
+        or document.get("version") != STATE_VERSION
+    ):
+        raise InputError(
+            f"{checkpoint / STATE_FILE}: not a trainer state of version {STATE_VERSION} of this genesys"
+        )
+    try:
+        return _decode(document["state"], tensors)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{checkpoint / STATE_FILE}: malformed trainer state ({exc})") from None
+
+
+def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """`value` as JSON, its tensors (and numpy arrays, as bytes) moved into `tensors`."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {TAG: "float", "value": repr(value)}
+    if isinstance(value, torch.Tensor):
+        key = str(len(tensors))
+        tensors[key] = value.detach().to("cpu").contiguous()
+        return {TAG: "tensor", "key": key}
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"cannot store a numpy array of dtype {value.dtype} in the trainer state")
+        key = str(len(tensors))
+        tensors[key] = torch.from_numpy(np.frombuffer(value.tobytes(), dtype=np.uint8).copy())
+        return {TAG: "ndarray", "key": key, "dtype": value.dtype.str, "shape": list(value.shape)}
+    if isinstance(value, np.generic):
+        return _encode(value.item(), tensors)
+    if isinstance(value, bytes):
+        return {TAG: "bytes", "value": base64.b64encode(value).decode()}
+    if isinstance(value, tuple):
+        return {TAG: "tuple", "items": [_encode(item, tensors) for item in value]}
+    if isinstance(value, list):
+        return [_encode(item, tensors) for item in value]
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value) and TAG not in value:
+            return {key: _encode(item, tensors) for key, item in value.items()}
+        return {TAG: "dict", "items": [[_encode(k, tensors), _encode(v, tensors)] for k, v in value.items()]}
+    raise TypeError(f"cannot store a {type(value).__name__} in the trainer state")
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(item, tensors) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if TAG not in value:
+        return {key: _decode(item, tensors) for key, item in value.items()}
+    kind = value[TAG]
+    if kind == "tensor":
+        return tensors[value["key"]]
+    if kind == "ndarray":
+        dtype = np.dtype(value["dtype"])
+        if dtype.kind not in "biuf":
+            raise ValueError(f"numpy dtype {dtype} is not a number type")
+        data = tensors[value["key"]].numpy().tobytes()
+        return np.frombuffer(data, dtype=dtype).reshape(value["shape"]).copy()
+    if kind == "float":
+        number = float(value["value"])
+        if math.isfinite(number):
+            raise ValueError(f"a tagged float must be nan or infinite, got {value['value']!r}")
+        return number
+    if kind == "bytes":
+        return base64.b64decode(value["value"], validate=True)
+    if kind == "tuple":
+        return tuple(_decode(item, tensors) for item in value["items"])
+    if kind == "dict":
+        return {_decode(k, tensors): _decode(v, tensors) for k, v in value["items"]}
+    raise ValueError(f"unknown tagged value {kind!r}")
+
+
+def convert_legacy_checkpoint(checkpoint: Path) -> Path:
+    """Rewrite the pickled `trainer_state.pt` of a checkpoint its owner trusts as JSON and safetensors.
+
+    This unpickles the file, which runs whatever code it names: only for checkpoints you wrote.
+    """
+    legacy = checkpoint / LEGACY_STATE_FILE
+    if not legacy.is_file():
+        raise InputError(f"{checkpoint} has no {LEGACY_STATE_FILE} to convert")
+    if not (checkpoint / "model.safetensors").is_file() and not any(checkpoint.glob("model-*.safetensors")):
+        raise InputError(f"{checkpoint} has no safetensors weights; it is not a genesys checkpoint")
+    state = torch.load(legacy, map_location="cpu", weights_only=False)  # the owner's explicit trust
+    temporary = checkpoint / f".tmp-state-{os.getpid()}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir()
+    write_state(temporary, state)
+    _fsync_tree(temporary)
+    for name in (TENSORS_FILE, STATE_FILE):  # the JSON last: it marks the checkpoint complete
+        os.replace(temporary / name, checkpoint / name)
+    temporary.rmdir()
+    legacy.unlink()
+    _fsync_dir(checkpoint)
+    return checkpoint
 
 
 def _fsync_tree(path: Path) -> None:
@@ -111,3 +288,34 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m genesys.train.checkpoint --trust-pickle DIR...`: convert checkpoints of an older genesys."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m genesys.train.checkpoint",
+        description="Convert checkpoints of an older genesys (trainer_state.pt, a pickle) to the "
+        "JSON and safetensors trainer state. Unpickling runs whatever code the file names: convert "
+        "only checkpoints you wrote.",
+    )
+    parser.add_argument(
+        "--trust-pickle",
+        nargs="+",
+        required=True,
+        metavar="DIR",
+        type=Path,
+        help="checkpoint directories (step-NNNNNN) whose pickles you trust",
+    )
+    args = parser.parse_args(argv)
+    try:
+        for checkpoint in args.trust_pickle:
+            print(f"converted {convert_legacy_checkpoint(checkpoint)}")
+    except InputError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,10 @@ INTELLECT-2's two-sided clipped objective
 
 Its branches: A > 0 and rho > 1 + eps_high is clipped (no gradient); A < 0 and rho < 1 - eps_low is
 clipped; A < 0 and rho > delta is bounded at delta * A (no gradient); everything else is rho * A.
+
+The log-ratio is clamped to +-MAX_LOG_RATIO before `exp`: a ratio that overflows to infinity would
+give its token a NaN gradient (0 * inf through the clip) although the clip leaves it none. Within
+the clamp every branch is as above as long as delta and 1 + eps_high stay below exp(MAX_LOG_RATIO).
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+# exp(20) ~ 4.9e8: far beyond any clip bound, far below float32's (and bfloat16's) largest number.
+MAX_LOG_RATIO = 20.0
 
 
 def group_advantages(
@@ -58,7 +65,7 @@ def clipped_token_loss(
 ) -> ClippedLoss:
     """The per-token loss for logprobs (batch, tokens) under the trained and the behaviour policy,
     with one advantage per sequence (batch,). Masking is left to `reduce_loss`."""
-    ratio = torch.exp(logprobs - behaviour_logprobs)
+    ratio = torch.exp(clamped_log_ratio(logprobs, behaviour_logprobs))
     adv = advantages.unsqueeze(1)
     bounded = torch.clamp(ratio, max=delta) * adv
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
@@ -72,6 +79,11 @@ def clipped_token_loss(
     )
 
 
+def clamped_log_ratio(logprobs: torch.Tensor, other_logprobs: torch.Tensor) -> torch.Tensor:
+    """`logprobs - other_logprobs`, clamped to +-MAX_LOG_RATIO so its `exp` stays finite (NaN stays NaN)."""
+    return torch.clamp(logprobs - other_logprobs, -MAX_LOG_RATIO, MAX_LOG_RATIO)
+
+
 def reduce_loss(
     token_loss: torch.Tensor, mask: torch.Tensor, normalize: str, denominator: float
 ) -> torch.Tensor:
@@ -82,17 +94,18 @@ def reduce_loss(
     tokens, summed and divided by `denominator`, the number of sequences in the whole batch. Summing
     the shares of every micro-batch gives the batch's mean, whatever the micro-batch split.
     """
-    mask = mask.to(token_loss.dtype)
+    mask = mask.bool()
+    masked = torch.where(mask, token_loss, 0.0)  # not a product: padding's NaN or inf times 0 is NaN
     if normalize == "token":
-        return (token_loss * mask).sum() / denominator
+        return masked.sum() / denominator
     if normalize == "sequence":
-        per_sequence = (token_loss * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        per_sequence = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
         return per_sequence.sum() / denominator
     raise ValueError(f"normalize must be 'token' or 'sequence', got {normalize!r}")
 
 
 def kl_estimate(logprobs: torch.Tensor, reference_logprobs: torch.Tensor) -> torch.Tensor:
     """Per-token estimate of KL(policy || reference) from the sampled tokens' logprobs (the
-    non-negative "k3" estimator: exp(ref - logp) - (ref - logp) - 1)."""
-    log_ratio = reference_logprobs - logprobs
+    non-negative "k3" estimator: exp(ref - logp) - (ref - logp) - 1), the log-ratio clamped as above."""
+    log_ratio = clamped_log_ratio(reference_logprobs, logprobs)
     return torch.exp(log_ratio) - log_ratio - 1.0

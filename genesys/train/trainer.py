@@ -4,17 +4,22 @@ One step: take a batch of groups (generated, verified and rewarded now, or read 
 rollouts), compute group advantages, then run micro-batches of forward/backward passes whose
 losses add up to the batch's mean loss, clip the gradient norm and step AdamW. With
 `optim.updates_per_batch = U`, one batch serves U consecutive optimizer steps, the ratio always
-taken against the logprobs recorded at sampling. After the optimizer steps of a batch the
-generation backend receives the new weights in place.
+taken against the logprobs recorded at sampling. After the optimizer steps of a batch the rollout
+source (`genesys.train.sources`) receives the new weights.
+
+A step whose loss or gradient norm is not finite (on any rank) takes no optimizer update: its
+gradients are dropped, the step is counted (`step_skipped`, `skipped_steps` in the metrics) and the
+run goes on; after `optim.max_nonfinite_steps` such steps in a row it stops with a TrainingError.
+A model with a non-finite weight is never written (`genesys.train.checkpoint.check_finite`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,18 +27,18 @@ from typing import Any
 
 import torch
 
-from genesys.errors import InputError
+from genesys.errors import InputError, TrainingError
 from genesys.models import load_trainable_lm
 from genesys.train import checkpoint as ckpt
-from genesys.train.async_rollouts import AsyncRollouts
 from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
 from genesys.train.config import TrainConfig
 from genesys.train.distributed import World, close_world, init_world
 from genesys.train.logprobs import completion_logits, token_entropy, token_logprobs
 from genesys.train.loss import clipped_token_loss, group_advantages, kl_estimate, reduce_loss
 from genesys.train.metrics import MetricsLog, read_metrics
-from genesys.train.rollouts import OnlineRollouts, RecordedRollouts, StepRollouts, usable
 from genesys.train.schedule import lr_factor
+from genesys.train.sources import open_source
+from genesys.train.sources.base import StepRollouts, usable
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.toml"
@@ -43,6 +48,7 @@ FUSED_ADAMW_DEVICES = frozenset({"cpu", "cuda"})
 RESUMABLE_CONFIG_KEYS = frozenset(
     {
         "optim.steps",
+        "optim.max_nonfinite_steps",
         "progress",
         "report_to",
         "checkpoint.every",
@@ -129,15 +135,20 @@ class Trainer:
                 f"{resume} was written by {self.state['world_size']} processes; resume it with as many (this run has {world.size})"
             )
         self.step = self.state["step"] if self.state else 0
+        self.skipped_steps = self.state.get("skipped_steps", 0) if self.state else 0
+        self.nonfinite_in_a_row = self.state.get("nonfinite_in_a_row", 0) if self.state else 0
         torch.manual_seed(config.sampling.seed)
         self.tasks = None
         if not config.offline:
-            from genesys.train.rollouts import load_tasks
+            from genesys.train.sources.base import load_tasks
 
             self.tasks = load_tasks(config)  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
         self.tokenizer, self.model = load_trainable_lm(
-            self.source_model, self.device, config.gradient_checkpointing
+            self.source_model,
+            self.device,
+            config.gradient_checkpointing,
+            use_safetensors=True if resume else None,  # a checkpoint's weights: never a pickle
         )
         self.pad_id = (
             self.tokenizer.pad_token_id
@@ -157,12 +168,16 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda update: lr_factor(update, config.optim)
         )
-        self.rollouts = self._rollout_source()
+        self.rollouts = open_source(config, world, self.tasks, self.source_model, self.device)
+        self._stack.callback(self.rollouts.close)
         self.batch: StepBatch | None = None
-        if self.state:
-            self._restore(self.state)
-        if isinstance(self.rollouts, AsyncRollouts):
+        try:
+            if self.state:
+                self._restore(self.state)
             self.rollouts.start(self.model.named_parameters(), self.step)
+        except BaseException:
+            self._stack.close()  # e.g. a backend that cannot take weights in place: stop what was started
+            raise
         self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", self.step) if world.is_main else None
         self.tracker = self._open_tracker() if world.is_main else None
 
@@ -198,55 +213,6 @@ class Trainer:
 
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
-
-    def _rollout_source(self) -> OnlineRollouts | RecordedRollouts | AsyncRollouts:
-        if self.config.offline:
-            return RecordedRollouts(self.config, self.world)
-        if self.config.cluster.ray:
-            return self._async_rollouts()
-        from genesys.generate.backend import create_backend, resolve_backend_name
-        from genesys.verification.engine import VerificationEngine
-
-        config = self.config
-        backend_name = resolve_backend_name(config.backend)
-        options = config.backend_options.for_backend(backend_name)
-        if backend_name == "transformers":
-            options.setdefault(
-                "batch_size",
-                config.rollout.prompts_per_step * config.sampling.n // self.world.size,
-            )
-            options.setdefault("device", str(self.device))
-            options.setdefault("worker_thread", False)  # nothing to overlap; see TransformersBackend
-        if backend_name == "vllm":
-            options.update(colocated_vllm_options(config, options.get("engine_args")))
-        backend = create_backend(backend_name, self.source_model, config.style, options)
-        self._stack.callback(backend.close)
-        self._sync_weights(backend)  # a backend that cannot take weights in place fails here, before any work
-        pool = self._stack.enter_context(VerificationEngine(config.verify_config()))
-        assert self.tasks is not None
-        return OnlineRollouts(config, self.tasks, backend, pool, self.world)
-
-    def _async_rollouts(self) -> AsyncRollouts:
-        """Rollout and verifier actors on Ray (started by `AsyncRollouts.start` once the state is restored)."""
-        from genesys.cluster import ray_session
-
-        cluster = self.config.cluster
-        needed = (
-            cluster.rollout_workers * cluster.rollout_cpus + cluster.verifier_workers * cluster.verifier_cpus
-        )
-        ray = self._stack.enter_context(ray_session(cluster, needed))
-        assert self.tasks is not None
-        rollouts = AsyncRollouts(self.config, self.tasks, self.source_model, ray)
-        self._stack.callback(rollouts.close)
-        return rollouts
-
-    def _sync_weights(self, backend: Any) -> None:
-        try:
-            asyncio.run(backend.update_weights(list(self.model.named_parameters())))
-        except NotImplementedError as exc:
-            raise InputError(
-                f"backend {self.config.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)"
-            ) from None
 
     def _open_tracker(self) -> Any:
         if not self.config.report_to:
@@ -300,6 +266,7 @@ class Trainer:
                     and self.step < config.optim.steps
                 ):
                     self.save_checkpoint()
+        ckpt.check_finite(self.model, f"the final model {final}")  # on every rank, as in save_checkpoint
         if self.world.is_main:
             ckpt.save_pretrained(self.model, self.tokenizer, final)
         self.world.barrier()
@@ -313,20 +280,41 @@ class Trainer:
             self.batch = self._next_batch()
         batch = self.batch
         totals = self._accumulate_gradients(batch, record_mismatch=first_update)
-        grad_norm = self._optimizer_step()
+        grad_norm, updated = self._optimizer_step(totals)
         self.step += 1
+        self.nonfinite_in_a_row = 0 if updated else self.nonfinite_in_a_row + 1
+        self.skipped_steps += not updated
         if self.step % self.config.optim.updates_per_batch == 0:
             self.batch = None
-            if isinstance(self.rollouts, OnlineRollouts):
-                self._sync_weights(self.rollouts.backend)
-            elif isinstance(self.rollouts, AsyncRollouts):
-                self.rollouts.publish(self.model.named_parameters(), self.step)
+            self.rollouts.publish(self.model.named_parameters(), self.step)
         metrics = self._metrics(batch, totals, grad_norm, time.perf_counter() - started, first_update)
+        metrics["step_skipped"] = not updated
+        metrics["skipped_steps"] = self.skipped_steps
         if self.metrics is not None:
             self.metrics.write(metrics)
         if self.tracker is not None:
             self.tracker.log(metrics, self.step)
+        if not updated:
+            self._nonfinite_step(metrics)
         return metrics
+
+    def _nonfinite_step(self, metrics: dict[str, Any]) -> None:
+        """Say that step `self.step` was skipped; stop the run after too many in a row."""
+        limit = self.config.optim.max_nonfinite_steps
+        what = f"loss {metrics['loss']}, gradient norm {metrics['grad_norm']}"
+        if self.nonfinite_in_a_row >= limit:
+            raise TrainingError(
+                f"step {self.step}: the loss or gradient was not finite in {self.nonfinite_in_a_row} steps in a row ({what}); "
+                f"those steps were skipped without an update, the model is that of step {self.step - self.nonfinite_in_a_row}. "
+                "Check the rollouts' logprobs and rewards, lower optim.lr, or raise optim.max_nonfinite_steps"
+            )
+        log.warning(
+            "step %d skipped: %s (%d in a row; the run stops at %d)",
+            self.step,
+            what,
+            self.nonfinite_in_a_row,
+            limit,
+        )
 
     def _next_batch(self) -> StepBatch:
         per_rank = self.config.rollout.prompts_per_step // self.world.size
@@ -353,6 +341,7 @@ class Trainer:
         advantages = group_advantages(
             rewards, [len(g) for g in groups], self.config.loss.scale_by_std
         ).tolist()
+        _check_advantages(groups, advantages)
         sequences = [
             TrainingSequence(
                 list(row["prompt_ids"]),
@@ -451,12 +440,22 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self, totals: dict[str, float]) -> tuple[float, bool]:
+        """Clip and step, unless the loss (on any rank) or the gradient norm is not finite: then the
+        gradients are dropped and only the schedule moves on. Returns the gradient norm and whether
+        the weights were updated."""
         max_norm = self.config.optim.max_grad_norm or math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
-        self.optimizer.step()
-        self.scheduler.step()
-        return grad_norm
+        (nonfinite_loss,) = self.world.max([0.0 if math.isfinite(totals["loss"]) else 1.0])
+        updated = not nonfinite_loss and math.isfinite(grad_norm)
+        if updated:
+            self.optimizer.step()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():  # a skipped first step: the schedule still follows the step count
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+            self.scheduler.step()
+        return grad_norm, updated
 
     def _metrics(
         self, batch: StepBatch, totals: dict[str, float], grad_norm: float, seconds: float, first_update: bool
@@ -504,6 +503,8 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         """Write the checkpoint of the current step (rank 0), with every rank's data position."""
+        # On every rank (they hold the same weights), so that none waits for a rank 0 that refused.
+        ckpt.check_finite(self.model, f"checkpoint {ckpt.step_dir(self.checkpoints, self.step)}")
         per_rank = {
             "data": self.rollouts.state(),
             "batch": _batch_state(self.batch),
@@ -514,6 +515,8 @@ class Trainer:
             state = {
                 "step": self.step,
                 "world_size": self.world.size,
+                "skipped_steps": self.skipped_steps,
+                "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "ranks": ranks,
@@ -532,23 +535,26 @@ class Trainer:
         ckpt.restore_rng_states(mine["rng"])
 
 
-def colocated_vllm_options(config: TrainConfig, engine_args: dict[str, Any] | None) -> dict[str, Any]:
-    """The vLLM backend's settings in a training run: the engine in this process (so new weights go
-    in place), seeded with the run, its weights in the training precision unless `engine_args`
-    (backend_options.args) name a dtype; every other engine argument passes through as given."""
-    dtype = "bfloat16" if config.precision == "bf16" else "float32"
-    return {
-        "colocate": True,
-        "seed": config.sampling.seed,
-        "engine_args": {"dtype": dtype, **(engine_args or {})},
-    }
-
-
 def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Module:
     """The initial model, frozen, for the KL term (always `config.model`, also when resuming)."""
     _, reference = load_trainable_lm(config.model, device)
     reference.eval().requires_grad_(False)
     return reference
+
+
+def _check_advantages(groups: list[list[Any]], advantages: list[float]) -> None:
+    """An InputError naming the rollout whose reward makes its group's advantages non-finite (the
+    group's largest reward in magnitude): rewards must be finite numbers of moderate size."""
+    start = 0
+    for group in groups:
+        values = advantages[start : start + len(group)]
+        start += len(group)
+        if not all(math.isfinite(value) for value in values):
+            row = max(group, key=lambda row: abs(float(row["reward"])))
+            raise InputError(
+                f"rollout {row.get('response_id')!r} (task {row.get('problem_id')!r}) has reward {row['reward']!r}: "
+                "its group's advantages are not finite in float32; rewards must be finite numbers of moderate size"
+            )
 
 
 def _empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:

@@ -27,7 +27,7 @@ from typing import Any
 from genesys.config import VerifyConfig
 from genesys.errors import InputError
 from genesys.plugins.specs import Verifier, typed_options, unknown_options
-from genesys.schema import ErrorKind, VerifyError
+from genesys.schema import ErrorKind, VerifyError, completion_problem
 from genesys.verification.pool import VerificationPool
 from genesys.verification.stats import TypeStats
 from genesys.verification.task_types import unknown_type_error
@@ -140,15 +140,23 @@ class VerificationEngine(VerificationPool):
 
             verifiers = {task_type: entry.cls for task_type, entry in verifier_entries().items()}
         self.classes = dict(verifiers)
-        unknown = unknown_options(self.config.verifier_options(), self.classes.values())
+        # A verifier without `accepted_options` may read any option, so a run that uses one cannot
+        # tell a typo; one that does not (where the caller knows its task types) checks against
+        # what every verifier that says what it reads reads.
+        used = [self.classes[name] for name in expected_types or () if name in self.classes] or list(
+            self.classes.values()
+        )
+        declared = [cls for cls in self.classes.values() if cls.accepted_options is not None]
+        if all(cls.accepted_options is not None for cls in used):
+            unknown = unknown_options(self.config.verifier_options(), declared)
+        else:
+            unknown = []
         if unknown:
             raise InputError(
                 f"unknown verifier option(s) {', '.join(map(repr, unknown))} (-O/--option); the installed verifiers read: "
-                + ", ".join(
-                    sorted(set().union(*(cls.accepted_options or () for cls in self.classes.values())))
-                )
+                + ", ".join(sorted(set().union(*(cls.accepted_options for cls in declared))))
             )
-        for cls in self.classes.values():  # a typed option with a bad value is refused here, before any work
+        for cls in used:  # a typed option with a bad value is refused here, before any work
             typed_options(cls, self.config.verifier_options())
         self._stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
@@ -209,6 +217,10 @@ class VerificationEngine(VerificationPool):
                 {},
                 VerifyError(ErrorKind.UNKNOWN_TYPE, unknown_type_error(task_type, self.classes)),
             )
+            return
+        problem = completion_problem(row, self.config.completion_field)
+        if problem:  # never sent: a row without an answer is an error, not a wrong answer
+            self._finish(key, row, None, {}, VerifyError(ErrorKind.SCHEMA, problem))
             return
         seq = next(self._seq)
         self._rows[seq] = (key, row)

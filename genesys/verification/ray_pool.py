@@ -2,29 +2,29 @@
 
 Each `VerifierActor` runs the verification engine (`genesys.verification.engine`) on its own
 machine; `RayVerificationPool` cuts the submitted rows into chunks, sends each to the actor with
-the fewest rows in flight and hands the verified rows back as they come. An actor that dies takes
-no row with it: its chunks go to a replacement. The pool has the interface of the engine, so
-`genesys verify` writes, resumes and counts exactly as it does with local processes.
+the fewest rows out and hands the verified rows back as they come. The actors form one
+`genesys.cluster.pool.ActorPool`: an actor that dies takes no row with it, since Ray restarts it
+and sends it its chunks again (a chunk is verified from scratch by whichever engine gets it). The
+pool has the interface of the engine, so `genesys verify` writes, resumes and counts exactly as it
+does with local processes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Collection, Hashable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
-from genesys.cluster import actor_options, import_ray, ray_session
+from genesys.cluster.pool import ActorPool
+from genesys.cluster.session import ray_session
 from genesys.config import ClusterConfig, VerifyConfig
 from genesys.plugins.specs import Verifier
 from genesys.schema import Row
 from genesys.verification.pool import VerificationPool
 from genesys.verification.stats import TypeStats
 
-log = logging.getLogger(__name__)
 CHUNK_ROWS = 64
-MAX_RESENDS = 3  # a chunk whose actors keep dying is an infrastructure failure, not a row's fault
 
 
 class VerifierActor:
@@ -58,21 +58,11 @@ class VerifierActor:
 
         return os.getpid()
 
+    def restarted(self) -> bool:
+        """Whether Ray restarted this actor (this is not the first run of its constructor)."""
+        import ray
 
-def start_verifier(
-    cluster: ClusterConfig,
-    config: VerifyConfig,
-    verifiers: Mapping[str, type[Verifier]] | None = None,
-    expected_types: Collection[str] | None = None,
-) -> Any:
-    """A new verifier actor with the resources `cluster` declares for one."""
-    ray = import_ray()
-    local = replace(config, cluster=ClusterConfig(), progress=False)
-    return (
-        ray.remote(VerifierActor)
-        .options(**actor_options(cluster.verifier_cpus))
-        .remote(local, verifiers, expected_types)
-    )
+        return ray.get_runtime_context().was_current_actor_reconstructed
 
 
 def _minus(total: TypeStats, earlier: TypeStats | None) -> TypeStats:
@@ -84,15 +74,6 @@ def _minus(total: TypeStats, earlier: TypeStats | None) -> TypeStats:
 def _add(total: TypeStats, part: TypeStats) -> None:
     for f in fields(TypeStats):
         setattr(total, f.name, getattr(total, f.name) + getattr(part, f.name))
-
-
-@dataclass
-class _Chunk:
-    keys: list[Hashable]
-    rows: list[Row]
-    actor: int  # the slot it was sent to
-    handle: Any = None  # the actor that had the slot then
-    sends: int = 1
 
 
 class RayVerificationPool(VerificationPool):
@@ -114,13 +95,11 @@ class RayVerificationPool(VerificationPool):
         self.verifiers = dict(verifiers)
         self.expected_types = expected_types
         self.chunk_rows = chunk_rows
-        self.actors: list[Any] = []
-        self.replaced = 0
+        self.pool: ActorPool | None = None
         self._stats: dict[str, TypeStats] = {}
         self._session = contextlib.ExitStack()
-        self._ray: Any = None
         self._open: list[tuple[Hashable, Row]] = []
-        self._flying: dict[Any, _Chunk] = {}
+        self._out = 0  # rows in chunks out to the actors
         self._done: list[tuple[Hashable, Row]] = []
 
     @property
@@ -133,19 +112,35 @@ class RayVerificationPool(VerificationPool):
 
     @property
     def outstanding(self) -> int:
-        return len(self._open) + sum(len(chunk.rows) for chunk in self._flying.values()) + len(self._done)
+        return len(self._open) + self._out + len(self._done)
+
+    @property
+    def actors(self) -> list[Any]:
+        return self.pool.actors if self.pool is not None else []
+
+    @property
+    def restarts(self) -> int:
+        """How often Ray restarted one of the actors, as far as their results told."""
+        return self.pool.restarts if self.pool is not None else 0
 
     def start(self) -> None:
         cluster = self.config.cluster
-        self._ray = self._session.enter_context(
+        ray = self._session.enter_context(
             ray_session(cluster, cluster.verifier_workers * cluster.verifier_cpus)
         )
-        self.actors = [self._new_actor() for _ in range(cluster.verifier_workers)]
+        local = replace(self.config, cluster=ClusterConfig(), progress=False)
+        self.pool = ActorPool(
+            ray,
+            VerifierActor,
+            (local, self.verifiers, self.expected_types),
+            size=cluster.verifier_workers,
+            cpus=cluster.verifier_cpus,
+            role="verifier actor",
+        )
 
     def shutdown(self) -> None:
-        for actor in self.actors:
-            self._ray.kill(actor)
-        self.actors = []
+        if self.pool is not None:
+            self.pool.close()
         self._session.close()
 
     def submit(self, key: Hashable, row: Row) -> None:
@@ -162,53 +157,20 @@ class RayVerificationPool(VerificationPool):
         done, self._done = self._done, []
         return done
 
-    def _new_actor(self) -> Any:
-        return start_verifier(self.config.cluster, self.config, self.verifiers, self.expected_types)
-
     def _send_open(self) -> None:
         if self._open:
             keys, rows = zip(*self._open)
             self._open = []
-            self._send(_Chunk(list(keys), list(rows), self._least_loaded()))
-
-    def _least_loaded(self) -> int:
-        load = [0] * len(self.actors)
-        for chunk in self._flying.values():
-            load[chunk.actor] += len(chunk.rows)
-        return min(range(len(load)), key=load.__getitem__)
-
-    def _send(self, chunk: _Chunk) -> None:
-        chunk.handle = self.actors[chunk.actor]
-        self._flying[chunk.handle.verify.remote(chunk.rows)] = chunk
+            assert self.pool is not None
+            self.pool.submit("verify", list(rows), load=len(rows), tag=list(keys))
+            self._out += len(rows)
 
     def _collect(self, timeout: float) -> None:
-        """Take the chunks that finished within `timeout` seconds; resend those whose actor died."""
-        if not self._flying:
-            return
-        ready, _ = self._ray.wait(list(self._flying), num_returns=len(self._flying), timeout=timeout)
-        for ref in ready:
-            chunk = self._flying.pop(ref)
-            try:
-                rows, stats = self._ray.get(ref)
-            except self._ray.exceptions.RayActorError as exc:
-                self._resend(chunk, exc)
-                continue
-            self._done.extend(zip(chunk.keys, rows))
+        """Take the chunks that finished within `timeout` seconds."""
+        assert self.pool is not None
+        for ref, call in self.pool.ready(timeout):
+            rows, stats = self.pool.result(ref, call)
+            self._out -= len(rows)
+            self._done.extend(zip(call.tag, rows))
             for task_type, part in stats.items():
                 _add(self._stats.setdefault(task_type, TypeStats()), part)
-
-    def _resend(self, chunk: _Chunk, exc: Exception) -> None:
-        if chunk.sends > MAX_RESENDS:
-            raise RuntimeError(
-                f"verifier actors died {chunk.sends} times on the same {len(chunk.rows)} rows; the last: {exc}"
-            ) from exc
-        if self.actors[chunk.actor] is chunk.handle:  # not replaced yet by another of its chunks
-            log.warning(
-                "verifier actor %d died (%s); starting a replacement and resending its rows",
-                chunk.actor,
-                type(exc).__name__,
-            )
-            self.actors[chunk.actor] = self._new_actor()
-            self.replaced += 1
-        chunk.sends += 1
-        self._send(chunk)

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from genesys.plugins.specs import Verifier
-from genesys.schema import ErrorKind, Rollout, SchemaError, Verdict, VerifyError
+from genesys.schema import ErrorKind, InvalidVerdict, Rollout, SchemaError, Verdict, VerifyError
 from genesys.verification.wire import Results, RowBatch, Stop
 
 # Shared-state slots and the markers the engine reads.
@@ -50,22 +50,26 @@ def _json_safe(details: dict[str, Any]) -> dict[str, Any]:
         return orjson.loads(orjson.dumps(details, default=str, option=orjson.OPT_NON_STR_KEYS))
 
 
-def _add_verdict(results: Results, seq: int, verdict: Any) -> None:
+def _plugin(verifier: Verifier) -> str:
+    """The verifier class a verdict came from, as its plugin's users would look it up."""
+    return f"{type(verifier).__module__}.{type(verifier).__qualname__}"
+
+
+def _add_verdict(results: Results, seq: int, verdict: Any, verifier: Verifier) -> None:
     if not isinstance(verdict, Verdict):
-        results.add(
-            seq,
-            None,
-            {},
-            VerifyError(ErrorKind.EXCEPTION, f"verify() returned {type(verdict).__name__}, not a Verdict"),
-        )
+        message = f"{_plugin(verifier)}.verify() returned {type(verdict).__name__}, not a Verdict"
+        results.add(seq, None, {}, VerifyError(ErrorKind.INVALID_VERDICT, message))
         return
     error = None if verdict.error is None else VerifyError(ErrorKind.VERDICT, verdict.error)
     results.add(seq, verdict.score, _json_safe(verdict.details), error)
 
 
-def _add_exception(results: Results, seq: int, exc: BaseException) -> None:
+def _add_exception(results: Results, seq: int, exc: BaseException, verifier: Verifier | None = None) -> None:
     if isinstance(exc, SchemaError):
         results.add(seq, None, {}, VerifyError(ErrorKind.SCHEMA, str(exc)))
+        return
+    if isinstance(exc, InvalidVerdict) and verifier is not None:
+        results.add(seq, None, {}, VerifyError(ErrorKind.INVALID_VERDICT, f"{_plugin(verifier)}: {exc}"))
         return
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
     results.add(
@@ -120,9 +124,9 @@ def _run_sync_batch(conn: Connection, state: Any, verifier: Verifier, batch: Row
     for seq, row in zip(batch.seqs, batch.rows):
         _mark(state, seq)
         try:
-            _add_verdict(results, seq, verifier.verify(Rollout.from_row(row)))
+            _add_verdict(results, seq, verifier.verify(Rollout.from_row(row)), verifier)
         except (Exception, SystemExit) as exc:
-            _add_exception(results, seq, exc)
+            _add_exception(results, seq, exc, verifier)
         if time.monotonic() - last_sent > PARTIAL_RESULTS_EVERY_S:
             conn.send(results)
             results, last_sent = Results(batch.batch_id), time.monotonic()
@@ -144,16 +148,16 @@ def _run_async_batch(
         try:
             async with asyncio.timeout(batch.timeout) as deadline:
                 verdict = await verifier.verify(Rollout.from_row(row))  # type: ignore[misc]
-            _add_verdict(result, seq, verdict)
+            _add_verdict(result, seq, verdict, verifier)
         except TimeoutError as exc:
             if not deadline.expired():  # the verifier's own timeout (a socket, a client): its error
-                _add_exception(result, seq, exc)
+                _add_exception(result, seq, exc, verifier)
             else:
                 result.add(
                     seq, None, {}, VerifyError(ErrorKind.TIMEOUT, f"verification exceeded {batch.timeout:g}s")
                 )
         except (Exception, SystemExit) as exc:
-            _add_exception(result, seq, exc)
+            _add_exception(result, seq, exc, verifier)
         _mark(state, SEQ_ASYNC_BATCH)
         conn.send(result)
 

@@ -159,6 +159,17 @@ class Boom(genesys.Verifier):
         raise ValueError("verifier bug")
 
 
+class Junk(genesys.Verifier):
+    """Makes a verdict of whatever `verification_info['score']` holds (or returns it bare)."""
+
+    task_type = "junk"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        if rollout.verification_info.get("bare"):
+            return rollout.verification_info["score"]
+        return genesys.Verdict(score=rollout.verification_info["score"])
+
+
 class AsyncEcho(genesys.Verifier):
     """An async verifier: 1 when the completion equals verification_info['expected']."""
 
@@ -187,19 +198,22 @@ def genesys_verifiers() -> list[type[genesys.Verifier]]:
         Hang,
         Crash,
         Boom,
+        Junk,
         AsyncEcho,
     ]
 
 
 class ScriptedBackend:
     """A generation backend without a model: sample i of a task answers `<last words of the prompt> #i`,
-    one token per character (its code point), each with logprob -1, cut at the request's max_tokens."""
+    one token per character (its code point), each with logprob -1, cut at the request's max_tokens.
+    Option `delay`: seconds each request takes."""
 
     name = "scripted"
 
     def __init__(self, model: str, style, **options) -> None:
         self.model = model
         self.weights_version = 0
+        self.delay = float(options.get("delay", 0.0))
 
     def info(self) -> dict:
         return {"backend": self.name, "model": self.model}
@@ -212,6 +226,8 @@ class ScriptedBackend:
 
     async def generate(self, requests):
         for request in requests:
+            if self.delay:
+                await asyncio.sleep(self.delay)
             prompt = request.messages[-1]["content"]
             completions = []
             for sample in request.sample_indices:

@@ -1,11 +1,11 @@
 """Asynchronous rollouts on Ray: generation and verification run apart from the trainer, at most
 `async.max_staleness` (k) policy steps behind it.
 
-`cluster.rollout_workers` generation actors (`genesys.train.rollout_actor.RolloutActor`) each take one
-job of task draws at a time; their rows go to verification actors (`genesys.verification.ray_pool`), so a slow
-sandbox never holds up generation; rewarded groups with signal wait in a ready queue, each tagged
-with the policy step that sampled it. A thread of the trainer's process keeps this pipeline moving
-while the trainer computes.
+`cluster.rollout_workers` generation actors (`genesys.cluster.generation.GenerationActor`, one
+`genesys.cluster.pool.ActorPool`) each take one job of task draws at a time; their rows go to
+verification actors (`genesys.verification.ray_pool`), so a slow sandbox never holds up generation;
+rewarded groups with signal wait in a ready queue, each tagged with the policy step that sampled
+it. A thread of the trainer's process keeps this pipeline moving while the trainer computes.
 
 How far generation may run ahead: weights of version v serve the steps v+1 .. v+k+1, so while the
 trainer has taken `taken` batches and published version `version`, the groups in flight or ready
@@ -14,14 +14,18 @@ next batch is generated only once the weights that must make it are published); 
 next batch is generated while the trainer trains on the current one.
 
 The trainer takes a group only if its policy step is at least `step - k`; an older one is dropped
-and counted, and its place is generated again. A rollout worker that dies is replaced, gets the
-newest weights and its unfinished job is sent again (to the replacement). The data position (the
-task stream's counter, and the draws sent but not yet trained) is saved with each checkpoint; a
-resumed run sends those draws again first.
+and counted, and its place is generated again. Each job names the weights version published when
+it was sent, and a worker loads that version before it generates unless it holds it already; so
+when a worker dies, Ray restarts it and sends it the job again, and the restarted worker catches
+up on the weights by itself (the restart is logged and counted, the job's draws counted as sent
+again). The data position (the task stream's counter, and the draws sent but not yet trained) is
+saved with each checkpoint; a resumed run sends those draws again first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 import threading
@@ -31,36 +35,38 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from genesys.cluster.generation import LANES, WEIGHTS_LANE, Generated, GenerationActor
+from genesys.cluster.pool import ActorPool, Call
+from genesys.cluster.session import ray_session
+from genesys.cluster.weights import PublishedWeights, publish
+from genesys.generate.rows import PlannedTask, RowBuilder
 from genesys.rewards import RewardStage
 from genesys.schema import Row
-from genesys.train.broadcast import PublishedWeights, publish
 from genesys.train.config import TrainConfig
 from genesys.train.groups import has_signal
 from genesys.train.order import ItemOrder
-from genesys.train.rollouts import DRAW_COLUMN, StepRollouts, usable
+from genesys.train.sources.base import DRAW_COLUMN, POLICY_STEP_COLUMN, NamedParameters, StepRollouts, usable
+from genesys.train.sources.online import draw_requests, draw_rows, row_builder
 from genesys.verification.ray_pool import RayVerificationPool
 
 log = logging.getLogger(__name__)
 TICK_S = 0.02
-MAX_FAILED_STARTS = 3  # a worker slot whose actors die before finishing any job: the setup is broken
 
 
 @dataclass
 class _Job:
-    """Task draws sent to one worker: (stream position, task index) pairs."""
+    """Task draws sent to one worker: (stream position, task index) pairs, and their rows' plans."""
 
     draws: list[tuple[int, int]]
-    slot: int
+    plans: dict[str, PlannedTask]
+    resent: bool = False  # its worker was restarted while it was out: counted in requests_resent
 
 
 @dataclass
-class _Slot:
-    """A rollout worker and its history: `incarnation` counts replacements."""
+class _Load:
+    """A published version sent to one worker's weights lane."""
 
-    actor: Any
-    incarnation: int = 0
-    busy: bool = False
-    failed_starts: int = 0
+    version: int
 
 
 @dataclass
@@ -113,16 +119,16 @@ class AsyncRollouts:
         self.order = ItemOrder(len(tasks), config.sampling.seed)
         self.requeue: deque[tuple[int, int]] = deque()
         self.rewards = RewardStage(config.reward)
+        self.builder: RowBuilder | None = None  # set with the workers, once the backend's name is resolved
         self.pool = RayVerificationPool(config.verify_config())
+        self.workers: ActorPool | None = None
         self.taken = 0  # batches taken by the trainer (the trainer's step when it asks for the next)
         self.version = 0  # the newest published weights version
         self.published: PublishedWeights | None = None
         self.broadcast: _Broadcast | None = None
         self.last_broadcast_s: float | None = None
-        self.slots: list[_Slot] = []
+        self.restarts_counted = 0  # worker restarts already reported in a batch's metrics
         self.live: dict[int, int] = {}  # position -> task index: sent, and neither trained on nor dropped
-        self.jobs: dict[Any, _Job] = {}
-        self.loads: dict[Any, tuple[int, int]] = {}  # ref -> (slot, version)
         self.verifying: dict[int, _Group] = {}
         self.ready: list[_Group] = []
         self.counts = _Counts()
@@ -130,26 +136,44 @@ class AsyncRollouts:
         self.failure: BaseException | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="genesys-async-rollouts", daemon=True)
+        self._session: contextlib.ExitStack | None = None
+
+    @classmethod
+    def open(cls, config: TrainConfig, tasks: list[Row], source_model: str) -> AsyncRollouts:
+        """The source on a Ray session of its own (joined or started here, left on `close`); its
+        actors start with `start`, once the checkpoint's state is restored."""
+        cluster = config.cluster
+        needed = (
+            cluster.rollout_workers * cluster.rollout_cpus + cluster.verifier_workers * cluster.verifier_cpus
+        )
+        session = contextlib.ExitStack()
+        try:
+            rollouts = cls(config, tasks, source_model, session.enter_context(ray_session(cluster, needed)))
+        except BaseException:
+            session.close()
+            raise
+        rollouts._session = session
+        return rollouts
 
     # --- the trainer's side -------------------------------------------------------------------------
 
-    def start(self, named_parameters: Any, step: int) -> None:
+    def start(self, named_parameters: NamedParameters, step: int) -> None:
         """Bring the actors up for a run at `step` (the checkpoint's weights, published as version `step`)."""
         self.pool.start()
         self.taken = self.version = step
-        self.slots = [_Slot(self._new_worker(index, 0)) for index in range(self.cluster.rollout_workers)]
+        self.workers = self._start_workers()
         if step:
             self.publish(named_parameters, step)
         self._thread.start()
 
-    def publish(self, named_parameters: Any, version: int) -> None:
+    def publish(self, named_parameters: NamedParameters, version: int) -> None:
         """Publish the trainer's weights as `version`; every worker loads them before its next job."""
         weights = publish(self.ray, named_parameters, version)
         with self.cond:
+            assert self.workers is not None
             self.published, self.version = weights, version
-            self.broadcast = _Broadcast(weights, set(range(len(self.slots))))
-            for index in range(len(self.slots)):
-                self._send_weights(index)
+            self.broadcast = _Broadcast(weights, set(range(len(self.workers))))
+            self.workers.broadcast("load_weights", weights, tag=_Load(version), group=WEIGHTS_LANE)
             self.cond.notify_all()
 
     def next_batch(self, size: int) -> StepRollouts:
@@ -198,15 +222,19 @@ class AsyncRollouts:
         self.requeue = deque((int(position), int(index)) for position, index in state["requeue"])
 
     def close(self) -> None:
-        """Stop the pipeline and its actors."""
+        """Stop the pipeline and its actors, and leave the Ray session opened for it."""
         with self.cond:
             self._stopping = True
             self.cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
-        for slot in self.slots:
-            self.ray.kill(slot.actor)
-        self.pool.close()
+        try:
+            if self.workers is not None:
+                self.workers.close()
+            self.pool.close()
+        finally:
+            if self._session is not None:
+                self._session.close()
 
     # --- the pipeline thread -----------------------------------------------------------------------
 
@@ -217,14 +245,14 @@ class AsyncRollouts:
                     if self._stopping:
                         return
                     self._dispatch()
-                    refs = [*self.jobs, *self.loads]
-                ready = self._wait(refs)
+                ready = self._wait()
                 with self.cond:
-                    for ref in ready:
-                        if ref in self.jobs:
-                            self._job_done(ref)
+                    for ref, call in ready:
+                        if isinstance(call.tag, _Job):
+                            self._job_done(ref, call)
                         else:
-                            self._load_done(ref)
+                            self._load_done(ref, call)
+                    self._count_restarts()
                     for key, row in self.pool.poll(0):
                         self._verified(key, row)
                     self.cond.notify_all()
@@ -234,97 +262,88 @@ class AsyncRollouts:
                 self.failure = exc
                 self.cond.notify_all()
 
-    def _wait(self, refs: list[Any]) -> list[Any]:
-        """The refs that are done, after at most one tick."""
-        if not refs:
+    def _wait(self) -> list[tuple[Any, Call]]:
+        """The calls to the workers that are done, after at most one tick."""
+        assert self.workers is not None
+        if not self.workers.flying:
             time.sleep(TICK_S)
             return []
-        return self.ray.wait(refs, num_returns=len(refs), timeout=TICK_S)[0]
+        return self.workers.ready(TICK_S)
 
     def _dispatch(self) -> None:
         """Send jobs to idle workers while the staleness budget allows more groups."""
+        workers = self.workers
+        assert workers is not None
         budget = (self.version + self.bound + 1 - self.taken) * self.size - len(self.live)
-        for index, slot in enumerate(self.slots):
+        for slot in range(len(workers)):
             if budget <= 0:
                 return
-            if slot.busy:
+            if workers.load(slot):
                 continue
             count = min(self.job_groups, budget)
             draws = [self.requeue.popleft() for _ in range(min(count, len(self.requeue)))]
             draws += self.order.take(count - len(draws))
             self.live.update(draws)
-            self._send_job(_Job(draws, index))
+            requests, plans = draw_requests(
+                self.config, [(position, self.tasks[index]) for position, index in draws]
+            )
+            workers.check(slot)  # so a restart counts the job as sent again only if it came after this
+            workers.submit("generate", requests, self.published, slot=slot, tag=_Job(draws, plans))
+            self.counts.jobs += 1
             budget -= count
 
-    def _send_job(self, job: _Job) -> None:
-        slot = self.slots[job.slot]
-        draws = [(position, self.tasks[index]) for position, index in job.draws]
-        self.jobs[slot.actor.generate.remote(draws, self.version)] = job
-        slot.busy = True
-        self.counts.jobs += 1
-
-    def _send_weights(self, index: int) -> None:
-        weights = self.published
-        if weights is not None:
-            self.loads[
-                self.slots[index].actor.load_weights.remote(weights.version, weights.checksum, [weights.ref])
-            ] = (index, weights.version)
-
-    def _job_done(self, ref: Any) -> None:
-        job = self.jobs.pop(ref)
-        slot = self.slots[job.slot]
-        slot.busy = False
-        try:
-            result = self.ray.get(ref)
-        except self.ray.exceptions.RayActorError as exc:
-            self._replace_worker(job, exc)
-            return
-        slot.failed_starts = 0
-        self.counts.generation_busy_s += result.busy_seconds
-        self.counts.generated_tokens += result.tokens
+    def _job_done(self, ref: Any, call: Call) -> None:
+        workers = self.workers
+        assert workers is not None
+        job: _Job = call.tag
+        generated: Generated = workers.result(ref, call)
+        self._count_resent(call)
+        self.counts.generation_busy_s += generated.seconds
+        assert self.builder is not None
+        rows = draw_rows(self.builder, job.plans, generated.results)
+        self.counts.generated_tokens += rows.tokens
         by_draw: dict[int, list[Row]] = {}
-        for row in result.rows:
+        for row in rows.rows:
+            row[POLICY_STEP_COLUMN] = generated.weights_version
             by_draw.setdefault(row[DRAW_COLUMN], []).append(row)
-        for position, rows in by_draw.items():
-            self.verifying[position] = _Group(position, result.weights_version, [None] * len(rows), len(rows))
-            for sample, row in enumerate(rows):
+        for position, group in by_draw.items():
+            self.verifying[position] = _Group(
+                position, generated.weights_version, [None] * len(group), len(group)
+            )
+            for sample, row in enumerate(group):
                 self.pool.submit((position, sample), row)
 
-    def _replace_worker(self, job: _Job, exc: BaseException) -> None:
-        """A worker died: start another in its slot, give it the newest weights, resend the job."""
-        slot = self.slots[job.slot]
-        slot.failed_starts += 1
-        if slot.failed_starts > MAX_FAILED_STARTS:
-            raise RuntimeError(
-                f"rollout worker {job.slot} died {slot.failed_starts} times without finishing a job; the last: {exc}"
-            ) from exc
-        log.warning(
-            "rollout worker %d died (%s); replacing it and resending its %d unfinished tasks",
-            job.slot,
-            type(exc).__name__,
-            len(job.draws),
-        )
-        slot.incarnation += 1
-        slot.actor = self._new_worker(job.slot, slot.incarnation)
-        self.counts.worker_restarts += 1
-        self.counts.requests_resent += len(job.draws)
-        self._send_weights(job.slot)
-        self._send_job(job)
-
-    def _load_done(self, ref: Any) -> None:
-        index, version = self.loads.pop(ref)
-        try:
-            _, loaded_at = self.ray.get(ref)
-        except self.ray.exceptions.RayActorError:
-            return  # the worker died; its replacement is sent the weights
+    def _load_done(self, ref: Any, call: Call) -> None:
+        assert self.workers is not None
+        _, loaded_at = self.workers.result(ref, call)
         broadcast = self.broadcast
-        if broadcast is None or broadcast.weights.version != version:
+        if broadcast is None or broadcast.weights.version != call.tag.version:
             return
-        broadcast.waiting.discard(index)
+        broadcast.waiting.discard(call.slot)
         broadcast.last_loaded = max(broadcast.last_loaded, loaded_at)
         if not broadcast.waiting:
             self.last_broadcast_s = broadcast.last_loaded - broadcast.weights.published_at
             self.broadcast = None
+
+    def _count_restarts(self) -> None:
+        """Count the worker restarts the pool noticed, and the jobs Ray sends again for them."""
+        workers = self.workers
+        assert workers is not None
+        self.counts.worker_restarts += workers.restarts - self.restarts_counted
+        self.restarts_counted = workers.restarts
+        for call in workers.flying.values():
+            self._count_resent(call)
+
+    def _count_resent(self, call: Call) -> None:
+        job = call.tag
+        if (
+            isinstance(job, _Job)
+            and not job.resent
+            and self.workers is not None
+            and self.workers.resent(call)
+        ):
+            job.resent = True
+            self.counts.requests_resent += len(job.draws)
 
     def _verified(self, key: tuple[int, int], row: Row) -> None:
         position, sample = key
@@ -381,18 +400,26 @@ class AsyncRollouts:
         }
         return step
 
-    def _new_worker(self, index: int, incarnation: int) -> Any:
-        from genesys.cluster import actor_options
-        from genesys.generate.backend import resolve_backend_name
-        from genesys.train.rollout_actor import RolloutActor
+    def _start_workers(self) -> ActorPool:
+        """The rollout workers: generation actors with a weights lane, named `<run>-rollout-<i>`."""
+        from genesys.generate.backend import create_backend, resolve_backend_name
 
         cluster, config = self.cluster, self.config
         backend = resolve_backend_name(config.backend)
+        self.builder = row_builder(config, backend)
         options = config.backend_options.for_backend(backend)
         if backend == "transformers":
             options.setdefault("batch_size", self.job_groups * config.sampling.n)
             options.setdefault("device", "cuda" if cluster.rollout_gpus > 0 else "cpu")
-        name = f"{self.run_id}-rollout-{index}.{incarnation}"
-        return RolloutActor.options(**actor_options(cluster.rollout_cpus, cluster.rollout_gpus, name)).remote(
-            config, self.source_model, options, config.style
+        make_backend = functools.partial(create_backend, backend, self.source_model, config.style, options)
+        return ActorPool(
+            self.ray,
+            GenerationActor,
+            (make_backend,),
+            size=cluster.rollout_workers,
+            cpus=cluster.rollout_cpus,
+            gpus=cluster.rollout_gpus,
+            role="rollout worker",
+            name=f"{self.run_id}-rollout",
+            concurrency_groups=LANES,
         )

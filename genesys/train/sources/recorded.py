@@ -1,0 +1,166 @@
+"""Recorded rollouts (the offline mode): the groups of rollout files made by `genesys generate --verify`.
+
+`RecordedRollouts` reads the files once, checks each rollout for what training needs (an
+InputError names the first file:line that lacks it), keeps the groups of one task with at least two
+rewarded samples (with signal, when the online filter is on) and serves them in a seeded order. With
+`data.require_proofs` it drops, and counts, every rollout `genesys validate` did not mark valid.
+Nothing generates, so `start`, `publish` and `close` have nothing to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from genesys.data.identity import response_id, task_key
+from genesys.data.inputs import resolve_inputs
+from genesys.data.io import iter_rows
+from genesys.errors import InputError
+from genesys.schema import Row, SchemaError, parse_json_field
+from genesys.train.config import TrainConfig
+from genesys.train.distributed import World
+from genesys.train.groups import group_by_task, has_signal
+from genesys.train.order import ItemOrder
+from genesys.train.sources.base import NamedParameters, StepRollouts, usable
+
+log = logging.getLogger(__name__)
+
+
+class RecordedRollouts:
+    """Serve the groups of recorded rollout files (the offline mode), in a seeded order."""
+
+    def __init__(self, config: TrainConfig, world: World) -> None:
+        self.config = config
+        rows, self.rows_unproven = load_recorded_rows(
+            config.data.rollouts or [], config.sampling.temperature, config.data.require_proofs
+        )
+        if self.rows_unproven:
+            log.warning(
+                "data.require_proofs: %d rollouts without a valid TOPLOC proof dropped, %d kept",
+                self.rows_unproven,
+                len(rows),
+            )
+        groups = [group for group in group_by_task(rows) if len(usable(group)) >= 2]
+        self.groups_dropped_on_load = 0
+        if config.rollout.filter_groups:
+            kept = [group for group in groups if has_signal(group, config.rollout.filter_signal)]
+            self.groups_dropped_on_load = len(groups) - len(kept)
+            groups = kept
+        if not groups:
+            raise InputError(
+                f"data.rollouts: no group of rollouts of one task with at least two rewarded samples{' that differ in ' + config.rollout.filter_signal if config.rollout.filter_groups else ''}; nothing to train on"
+            )
+        self.groups = groups
+        self.order = ItemOrder(len(groups), config.sampling.seed, world.rank, world.size)
+
+    def start(self, named_parameters: NamedParameters, step: int) -> None:
+        pass
+
+    def publish(self, named_parameters: NamedParameters, version: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def state(self) -> dict[str, Any]:
+        return {"taken": self.order.taken}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.order.taken = state["taken"]
+
+    def next_batch(self, size: int) -> StepRollouts:
+        groups = [self.groups[index] for _, index in self.order.take(size)]
+        return StepRollouts(
+            groups=groups,
+            groups_seen=len(groups),
+            rounds=0,
+            errors=sum(len(g) - len(usable(g)) for g in groups),
+        )
+
+
+REQUIRED_RECORDED = ("prompt_ids", "completion_ids", "completion_logprobs", "reward")
+
+
+def load_recorded_rows(
+    patterns: Sequence[str], temperature: float, require_proofs: bool = False
+) -> tuple[list[Row], int]:
+    """Every rollout of the files, checked for what offline training needs (an InputError names
+    the first file:line that lacks it), and how many were dropped first for want of a valid TOPLOC
+    proof (`toploc_valid` not true) when `require_proofs`."""
+    rows = []
+    unproven = 0
+    for record in iter_rows(resolve_inputs(patterns)):
+        if record.row is None:
+            raise InputError(f"{record.location}: {record.error}")
+        row = record.row
+        if require_proofs and row.get("toploc_valid") is not True:
+            unproven += 1
+            continue
+        missing = [name for name in REQUIRED_RECORDED if name not in row]
+        if missing:
+            hint = (
+                " (the behaviour policy's logprobs: generate with a backend that records them, e.g. transformers or vllm)"
+                if "completion_logprobs" in missing
+                else ""
+            )
+            hint = hint or (
+                " (verify the rollouts: genesys generate --verify, or genesys verify)"
+                if missing == ["reward"]
+                else ""
+            )
+            raise InputError(f"{record.location}: rollout has no {', '.join(missing)}{hint}")
+        problem = _recorded_problem(row, temperature)
+        if problem:
+            raise InputError(f"{record.location}: {problem}")
+        row.setdefault("response_id", response_id(task_key(row), len(rows)))
+        rows.append(row)
+    if not rows:
+        proofs = (
+            f" with a valid TOPLOC proof ({unproven} without: check them with genesys validate)"
+            if unproven
+            else ""
+        )
+        raise InputError(f"data.rollouts: no rollouts{proofs} in {', '.join(patterns)}")
+    return rows, unproven
+
+
+def _recorded_problem(row: Row, temperature: float) -> str | None:
+    prompt, completion, logprobs, reward = (row[name] for name in REQUIRED_RECORDED)
+    if not _int_list(prompt) or not prompt:
+        return "prompt_ids must be a non-empty list of token ids"
+    if not _int_list(completion):
+        return "completion_ids must be a list of token ids"
+    if logprobs is None or not isinstance(logprobs, list) or len(logprobs) != len(completion):
+        return f"completion_logprobs must be a list of one logprob per completion token ({len(completion)}), got {_describe(logprobs)}"
+    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in logprobs):
+        return "completion_logprobs must hold numbers"
+    bad = next((i for i, value in enumerate(logprobs) if not math.isfinite(value)), None)
+    if bad is not None:
+        return f"completion_logprobs[{bad}] is {logprobs[bad]}: logprobs must be finite"
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
+    ):
+        return f"reward must be a finite number or null, got {reward!r}"
+    try:
+        recorded = parse_json_field(row.get("generation_config"), "generation_config")
+    except SchemaError as exc:
+        return str(exc)
+    if recorded.get("temperature") not in (None, temperature):
+        return f"sampled at temperature {recorded['temperature']}, but sampling.temperature is {temperature}: the logprobs are those of the sampling temperature, set sampling.temperature = {recorded['temperature']}"
+    return None
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _describe(value: Any) -> str:
+    return (
+        "null"
+        if value is None
+        else f"{type(value).__name__} of {len(value)}"
+        if isinstance(value, list)
+        else type(value).__name__
+    )

@@ -1,0 +1,197 @@
+"""Checkpoints hold the trainer state as JSON and safetensors: nothing is unpickled on resume (a
+planted pickle is refused or ignored, never run), the state round-trips exactly, a resumed run ends
+with the weights of an uninterrupted one, and an old pickled state converts only on request."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import numpy as np  # noqa: E402
+from conftest import read_jsonl, write_jsonl  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+from genesys.errors import InputError  # noqa: E402
+from genesys.train import TrainConfig, train  # noqa: E402
+from genesys.train import checkpoint as ckpt  # noqa: E402
+
+
+class Planted:
+    """An object whose unpickling creates `marker` (as a malicious pickle would run any code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.marker), "w"))
+
+
+def plant(path: Path, marker: Path) -> None:
+    torch.save({"step": 1, "world_size": 1, "payload": Planted(marker)}, path)
+
+
+def rows() -> list[dict[str, Any]]:
+    return [
+        {
+            "problem_id": f"t{task}",
+            "prompt": f"task {task}",
+            "prompt_ids": [10 + task, 20, 30],
+            "completion_ids": [40 + sample, 50 + task, 60, 70 + sample],
+            "completion_logprobs": [-6.0, -6.0, -6.0, -6.0],
+            "reward": float(sample % 2),
+        }
+        for task in range(6)
+        for sample in range(4)
+    ]
+
+
+def config(model: str, out: Path, rollouts: Path, steps: int) -> TrainConfig:
+    return TrainConfig.load(
+        None,
+        {
+            "model": model,
+            "output_dir": str(out),
+            "sampling": {"seed": 0},
+            "progress": False,
+            "data": {"rollouts": [str(rollouts)]},
+            "rollout": {"prompts_per_step": 2},
+            "optim": {"steps": steps, "lr": 1e-2, "max_grad_norm": 1.0, "micro_batch_size": 64},
+            "checkpoint": {"every": 1, "keep": 5},
+        },
+    )
+
+
+@pytest.fixture
+def rollouts(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "rollouts.jsonl", rows())
+
+
+@pytest.fixture
+def straight(tiny_model: str, tmp_path: Path, rollouts: Path) -> dict[str, Any]:
+    """The final weights of an uninterrupted 3-step run."""
+    return load_file(
+        train(config(tiny_model, tmp_path / "straight", rollouts, 3)).final_dir / "model.safetensors"
+    )
+
+
+def assert_same_weights(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_the_state_round_trips_exactly_through_json_and_safetensors(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    random.seed(5)
+    np.random.seed(5)
+    state = {
+        "step": 7,
+        "optimizer": optimizer.state_dict(),  # integer keys, tuples (betas), 0-d tensors
+        "rng": ckpt.rng_states(),  # a tuple of 625 ints, a numpy uint32 array, a uint8 tensor
+        "floats": [0.1, math.nan, math.inf, -math.inf, 1e-320],
+        "rows": [{"__genesys__": "a row's own key", "text": "x", 3: b"\x00bytes"}],
+        "nothing": None,
+    }
+    ckpt.write_state(tmp_path, state)
+    back = ckpt.load_state(tmp_path)
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+        if isinstance(a, np.ndarray):
+            return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+        if isinstance(a, float) and math.isnan(a):
+            return isinstance(b, float) and math.isnan(b)
+        if isinstance(a, dict):
+            return type(b) is dict and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list | tuple):
+            return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and a == b
+
+    assert same(state, back)
+    assert not list(tmp_path.glob("*.pt"))
+    text = (tmp_path / ckpt.STATE_FILE).read_text()
+    assert "NaN" not in text and "Infinity" not in text  # strict JSON
+    with pytest.raises(TypeError, match="cannot store a object"):
+        ckpt.write_state(tmp_path, {"x": object()})
+
+
+def test_a_planted_pickle_in_place_of_the_state_is_refused_and_never_run(tiny_model, tmp_path, rollouts):
+    out = tmp_path / "run"
+    step = out / "checkpoints" / "step-000002"
+    step.mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    plant(step / "trainer_state.pt", marker)
+    with pytest.raises(InputError) as error:
+        train(config(tiny_model, out, rollouts, 3))
+    message = str(error.value)
+    assert "trainer_state.pt" in message and "pickle" in message
+    assert "python -m genesys.train.checkpoint --trust-pickle" in message and "--model" in message
+    assert not marker.exists()
+    assert not (out / "metrics.jsonl").exists()
+
+
+def test_a_pickle_beside_the_state_is_ignored_and_resume_matches_an_uninterrupted_run(
+    tiny_model, tmp_path, rollouts, straight, caplog
+):
+    out = tmp_path / "run"
+    train(config(tiny_model, out, rollouts, 2))  # checkpoint step-000001, then the final model
+    first = out / "checkpoints" / "step-000001"
+    assert (first / "trainer_state.json").is_file() and (first / "trainer_state.safetensors").is_file()
+    marker = tmp_path / "pwned"
+    plant(first / "trainer_state.pt", marker)
+    plant(first / "optimizer.pt", marker)
+    with caplog.at_level(logging.WARNING, logger="genesys.train.checkpoint"):
+        result = train(config(tiny_model, out, rollouts, 3))  # resumes from step 1
+    assert not marker.exists()
+    assert "trainer_state.pt: ignored (a pickle" in caplog.text
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
+    assert_same_weights(straight, load_file(result.final_dir / "model.safetensors"))
+
+
+def test_resumed_weights_are_read_from_safetensors_only(tiny_model, tmp_path, rollouts):
+    out = tmp_path / "run"
+    train(config(tiny_model, out, rollouts, 2))
+    first = out / "checkpoints" / "step-000001"
+    (first / "model.safetensors").unlink()
+    marker = tmp_path / "pwned"
+    plant(first / "pytorch_model.bin", marker)
+    with pytest.raises(InputError, match="cannot be loaded"):
+        train(config(tiny_model, out, rollouts, 3))
+    assert not marker.exists()
+
+
+def test_an_old_pickled_state_converts_only_on_request_and_then_resumes_exactly(
+    tiny_model, tmp_path, rollouts, straight
+):
+    out = tmp_path / "run"
+    train(config(tiny_model, out, rollouts, 2))
+    first = out / "checkpoints" / "step-000001"
+    torch.save(ckpt.load_state(first), first / ckpt.LEGACY_STATE_FILE)  # as an older genesys wrote it
+    (first / ckpt.STATE_FILE).unlink()
+    (first / ckpt.TENSORS_FILE).unlink()
+    with pytest.raises(InputError, match="--trust-pickle"):
+        train(config(tiny_model, out, rollouts, 3))
+    converted = subprocess.run(
+        [sys.executable, "-m", "genesys.train.checkpoint", "--trust-pickle", str(first)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert converted.returncode == 0, converted.stderr
+    assert not (first / ckpt.LEGACY_STATE_FILE).exists() and (first / ckpt.STATE_FILE).is_file()
+    result = train(config(tiny_model, out, rollouts, 3))
+    assert_same_weights(straight, load_file(result.final_dir / "model.safetensors"))
