@@ -45,15 +45,11 @@ def run(
         {
             "model": str(model),
             "output_dir": str(out),
-            "seed": 0,
+            "backend": "transformers",
             "progress": False,
             "data": {"tasks": [str(tasks)]},
-            "rollout": {
-                "prompts_per_step": args.prompts,
-                "samples_per_prompt": args.samples,
-                "max_tokens": args.max_tokens,
-                "filter_groups": False,
-            },
+            "sampling": {"n": args.samples, "max_tokens": args.max_tokens, "seed": 0},
+            "rollout": {"prompts_per_step": args.prompts, "filter_groups": False},
             "optim": {
                 "steps": args.steps,
                 "lr": args.lr,

@@ -15,8 +15,8 @@ one AdamW step per batch with the same loss:
 | lr 3e-3 constant, grad-norm clip 1.0, fp32 | `[optim]`, `precision` | `learning_rate`, `max_grad_norm`, `bf16 = false` |
 | whole batch in one forward/backward | `micro_batch_size = 32` | `per_device_train_batch_size = 32` |
 | every group trained on | `filter_groups = false` | (TRL has no group filter) |
-| generation: transformers `generate` | `rollout.backend = "transformers"` | `use_vllm = false` |
-| generation: a vLLM engine in the trainer's process | `rollout.backend = "vllm"` (weights loaded in place) | `use_vllm = true, vllm_mode = "colocate"` |
+| generation: transformers `generate` | `backend = "transformers"` | `use_vllm = false` |
+| generation: a vLLM engine in the trainer's process | `backend = "vllm"` (weights loaded in place) | `use_vllm = true, vllm_mode = "colocate"` |
 
 `--trainers` picks the runs: `genesys` and `trl` generate with transformers, `genesys-vllm` and
 `trl-vllm` with a colocated vLLM engine. Both engines get the same memory share
@@ -179,20 +179,19 @@ def run_genesys(setup: Setup, backend: str = "transformers") -> RunRecord:
         {
             "model": setup.model,
             "output_dir": str(setup.workdir / f"{record.name}-run"),
-            "seed": setup.seed,
+            "backend": backend,
             "progress": False,
             "precision": setup.precision,
             "gradient_checkpointing": False,
             "data": {"tasks": [str(tasks)]},
-            "rollout": {
-                "backend": backend,
-                "prompts_per_step": PROMPTS_PER_STEP,
-                "samples_per_prompt": SAMPLES_PER_PROMPT,
+            "sampling": {
+                "n": SAMPLES_PER_PROMPT,
                 "max_tokens": MAX_TOKENS,
                 "temperature": 1.0,
                 "top_p": 1.0,
-                "filter_groups": False,
+                "seed": setup.seed,
             },
+            "rollout": {"prompts_per_step": PROMPTS_PER_STEP, "filter_groups": False},
             "optim": {
                 "steps": setup.steps,
                 "lr": LEARNING_RATE,

@@ -71,11 +71,10 @@ def validate(
         inputs=[str(source)],
         model=model,
         output=str(output),
-        batch_size=args.validate_batch_size,
         progress=False,
         proofs=ProofPolicy(topk=args.topk, decode_batching_size=args.chunk),
         thresholds=thresholds,
-        **validator_settings(args),
+        **validator_settings(args, batch_size=args.validate_batch_size),
     )
     _, seconds = timed(validate_files, config)
     return read_rows(output), seconds
@@ -97,11 +96,17 @@ def load_validator(args: argparse.Namespace, model: str) -> None:
     ).model.close()
 
 
-def validator_settings(args: argparse.Namespace) -> dict[str, Any]:
+def validator_settings(args: argparse.Namespace, batch_size: int | None = None) -> dict[str, Any]:
     """The ValidateCommand settings of the validating backend."""
+    from genesys.config import BackendOptions
+
     if args.validate_backend == "vllm":
-        return {"backend": "vllm", "engine_args": {"max_model_len": 1024, "kv_cache_memory_bytes": 256 << 20}}
-    return {"device": args.device}
+        engine_args = {"max_model_len": 1024, "kv_cache_memory_bytes": 256 << 20}
+        return {"backend": "vllm", "backend_options": BackendOptions(batch_size=batch_size, args=engine_args)}
+    return {
+        "backend": "transformers",
+        "backend_options": BackendOptions(batch_size=batch_size, device=args.device),
+    }
 
 
 def as_bf16_checkpoint(path: str) -> None:

@@ -13,6 +13,10 @@ class PluginError(GenesysError, RuntimeError):
     """A plugin that cannot be used: a clash between plugins or a malformed hook result."""
 
 
+class ConfigDeprecationWarning(DeprecationWarning):
+    """A config key or flag spelled the old way: it still works, and the message names the new spelling."""
+
+
 class PluginWarning(UserWarning):
     """A plugin that was skipped or looks wrong (it cannot be imported, or a hook is misspelled); the
     command line prints it as one line and goes on."""

@@ -80,9 +80,9 @@ def test_list_flags_take_several_values_and_csv_lists_split():
         ],
     )
     assert (
-        config.tasks == ["math-samples", "countdown:count=4"]
-        and config.mix == [1.0, 3.0]
-        and config.target_lengths == [10, 20]
+        config.data.tasks == ["math-samples", "countdown:count=4"]
+        and config.data.mix == [1.0, 3.0]
+        and config.data.target_lengths == [10, 20]
     )
     assert (
         config.sampling.n == 4
@@ -110,15 +110,15 @@ def test_list_flags_take_several_values_and_csv_lists_split():
         ("", ["--top-p", "1.5"], "'sampling.top_p' (--top-p)"),
         ("[reward]\nlength_penalty = 'linear'\n", [], "length_penalty must be one of"),
         ("model = 3\n", [], "'model' (--model): Input should be a valid string"),
-        ("", ["--mix", "1,x"], "'mix.1' (--mix): Input should be a valid number"),
+        ("", ["--mix", "1,x"], "'data.mix.1' (--mix): Input should be a valid number"),
     ],
 )
 def test_bad_keys_and_types_are_named(tmp_path: Path, toml, args, message):
     path = tmp_path / "c.toml"
     path.write_text(
-        'tasks = ["math-samples"]\nmodel = "m"\noutput = "o"\n' + toml
+        'data = { tasks = ["math-samples"] }\nmodel = "m"\noutput = "o"\n' + toml
         if "model =" not in toml
-        else 'tasks = ["t"]\noutput = "o"\n' + toml
+        else 'data = { tasks = ["t"] }\noutput = "o"\n' + toml
     )
     with pytest.raises(InputError) as error:
         load(GenerateCommand, args, path)

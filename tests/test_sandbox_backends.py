@@ -390,7 +390,7 @@ def cpu_to_spare(verifier: CodeVerifier) -> Iterator[None]:
     """Give the next rollouts 20 CPU seconds: on a busy machine filling 512 MB can take longer than
     the fixture's 1 s, and a memory bomb must meet its memory limit first."""
     limits = verifier.limits
-    verifier.limits = dataclasses.replace(limits, time_s=20.0)
+    verifier.limits = dataclasses.replace(limits, time_limit=20.0)
     try:
         yield
     finally:

@@ -179,7 +179,7 @@ for directory, subdirectories, _ in os.walk("/"):
 
 def test_programs_write_only_where_the_runner_wipes(sandbox: Sandbox) -> None:
     walked = sandbox.run(
-        Submission("python", WRITABLE, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30))
+        Submission("python", WRITABLE, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_limit=30))
     )
     writable = walked.tests[0]["stdout"].split()
     assert walked.tests[0]["status"] == "ok" and "/tmp" in writable, walked.tests
@@ -211,7 +211,7 @@ ALLOCATE_400MB = (
 def test_memory_an_earlier_submission_left_in_shared_memory_is_freed(sandbox: Sandbox) -> None:
     # 2.4 GB of segments plus 400 MB is more than the sandbox's whole memory (about 2.5 GB).
     bomb = sandbox.run(
-        Submission("python", SHM_BOMB, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=30))
+        Submission("python", SHM_BOMB, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_limit=30))
     )
     assert bomb.tests[0]["status"] in ("ok", "memory_limit", "runtime_error"), bomb.tests
     allocated = run_one(sandbox, ALLOCATE_400MB)

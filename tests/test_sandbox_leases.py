@@ -66,7 +66,7 @@ time.sleep(60)
 """
 sandbox = open_sandbox(sys.argv[1])
 # 62 forks of one interpreter share most pages, which the sum of their RSS counts 62 times
-limits = Limits(time_s=5, wall_s=90, processes=64, memory_mb=4096)
+limits = Limits(time_limit=5, wall_limit=90, process_limit=64, memory_limit=4096)
 hold = Submission("python", HOLD, [{"type": "stdin_stdout", "input": ""}], limits=limits, budget_s=90)
 threading.Thread(target=sandbox.run, args=(hold,), daemon=True).start()
 print(os.getpid(), "started", flush=True)

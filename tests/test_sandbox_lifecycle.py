@@ -29,7 +29,7 @@ sandbox.run(Submission("python", "print(1)", [{"type": "stdin_stdout", "input": 
 print("containers", *(c.id for c in getattr(sandbox, "containers", list)()), flush=True)
 sleeper = f"import os, sys\\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', {sys.argv[2]!r}])"
 # Its own limits would end it only after two minutes: only the owner's death can end it sooner.
-sandbox.run(Submission("python", sleeper, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_s=60), budget_s=200))
+sandbox.run(Submission("python", sleeper, [{"type": "stdin_stdout", "input": ""}], limits=Limits(time_limit=60), budget_s=200))
 """
 
 
@@ -185,7 +185,7 @@ def test_a_container_stopped_from_outside_is_a_sandbox_error(docker_backend: Non
             "python",
             "import time\ntime.sleep(30)",
             [{"type": "stdin_stdout", "input": ""}],
-            limits=Limits(time_s=20),
+            limits=Limits(time_limit=20),
         )
         with pytest.raises(SandboxError, match="container stopped"):
             sandbox.run(sleeper)

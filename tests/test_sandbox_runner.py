@@ -12,12 +12,12 @@ import pytest
 SUPPORT = Path(__file__).parent / "support"
 
 LIMITS = {
-    "time_s": 2,
-    "memory_mb": 256,
-    "disk_mb": 16,
-    "processes": 16,
-    "output_bytes": 1 << 16,
-    "wall_s": 5.0,
+    "time_limit": 2,
+    "memory_limit": 256,
+    "disk_limit": 16,
+    "process_limit": 16,
+    "output_limit": 1 << 16,
+    "wall_limit": 5.0,
 }
 
 
@@ -77,7 +77,7 @@ def test_a_test_that_exits_is_collected_at_once(tmp_path: Path) -> None:
 
 
 def test_a_test_past_its_wall_limit_is_killed(tmp_path: Path) -> None:
-    [reply] = zygote_replies("import time\ntime.sleep(60)", 1, tmp_path, limits={**LIMITS, "wall_s": 0.5})
+    [reply] = zygote_replies("import time\ntime.sleep(60)", 1, tmp_path, limits={**LIMITS, "wall_limit": 0.5})
     assert reply["status"] == "time_limit", reply
     assert 0.5 <= reply["wall_s"] < 4.0
 
@@ -85,7 +85,7 @@ def test_a_test_past_its_wall_limit_is_killed(tmp_path: Path) -> None:
 def test_a_program_past_its_file_size_limit_is_an_output_limit(tmp_path: Path) -> None:
     # Python ignores SIGXFSZ; an exec'd program must not inherit that and carry on with EFBIG.
     argv = ["/bin/sh", "-c", "exec head -c 4000000 /dev/zero > fill.bin"]
-    [reply] = zygote_replies("", 1, tmp_path, argv=argv, limits={**LIMITS, "disk_mb": 1})
+    [reply] = zygote_replies("", 1, tmp_path, argv=argv, limits={**LIMITS, "disk_limit": 1})
     assert reply["status"] == "output_limit", reply
 
 

@@ -61,7 +61,7 @@ def config(model: str, out: Path, rollouts: Path, steps: int) -> TrainConfig:
         {
             "model": model,
             "output_dir": str(out),
-            "seed": 0,
+            "sampling": {"seed": 0},
             "progress": False,
             "data": {"rollouts": [str(rollouts)]},
             "rollout": {"prompts_per_step": 2},

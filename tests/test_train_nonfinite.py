@@ -47,7 +47,7 @@ def offline_config(model: str, out: Path, rollouts: Path, **sections: Any) -> Tr
     data: dict[str, Any] = {
         "model": model,
         "output_dir": str(out),
-        "seed": 0,
+        "sampling": {"seed": 0},
         "progress": False,
         "data": {"rollouts": [str(rollouts)]},
         "rollout": {"prompts_per_step": 2},
@@ -173,14 +173,20 @@ def test_max_nonfinite_steps_is_a_config_key_with_a_default_and_may_change_on_re
 
     assert (
         TrainConfig.load(
-            None, {"model": "m", "output_dir": "o", "data": {"tasks": ["t"]}}
+            None, {"model": "m", "output_dir": "o", "data": {"tasks": ["t"]}, "sampling": {"n": 2}}
         ).optim.max_nonfinite_steps
         == 3
     )
     with pytest.raises(ValueError, match="max_nonfinite_steps"):
         TrainConfig.load(
             None,
-            {"model": "m", "output_dir": "o", "data": {"tasks": ["t"]}, "optim": {"max_nonfinite_steps": 0}},
+            {
+                "model": "m",
+                "output_dir": "o",
+                "data": {"tasks": ["t"]},
+                "sampling": {"n": 2},
+                "optim": {"max_nonfinite_steps": 0},
+            },
         )
     assert "optim.max_nonfinite_steps" in RESUMABLE_CONFIG_KEYS
 

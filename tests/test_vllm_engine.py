@@ -340,10 +340,11 @@ def train_config(model: str, tmp_path: Path, **optim):
         {
             "model": model,
             "output_dir": str(tmp_path / "run"),
-            "seed": 0,
+            "backend": "vllm",
             "progress": False,
             "data": {"tasks": [str(digit_tasks(tmp_path / "tasks.jsonl"))]},
-            "rollout": {"backend": "vllm", "prompts_per_step": 4, "samples_per_prompt": 8, "max_tokens": 32},
+            "sampling": {"n": 8, "max_tokens": 32, "seed": 0},
+            "rollout": {"prompts_per_step": 4},
             "optim": {"steps": 3, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32, **optim},
             "checkpoint": {"every": 0},
             "verify": {"workers": 1},

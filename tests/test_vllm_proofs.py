@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("toploc", reason="toploc is not installed: build it with `make install`")
 torch = pytest.importorskip("torch")
 
-from genesys.config import PromptStyle, ProofConfig, ValidateCommand  # noqa: E402
+from genesys.config import BackendOptions, PromptStyle, ProofConfig, ValidateCommand  # noqa: E402
 from genesys.errors import InputError  # noqa: E402
 from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.proofs.validate import validate_files  # noqa: E402
@@ -70,6 +70,7 @@ def validate(model: str, rows_path: Path, output: Path) -> list[dict[str, Any]]:
             inputs=[str(rows_path)],
             model=model,
             output=str(output),
+            backend="transformers",
             progress=False,
             proofs=TINY_PROOF_POLICY,
             thresholds=TINY_THRESHOLDS,
@@ -220,7 +221,7 @@ def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine
         model=model,
         output=str(tmp_path / "validated.jsonl"),
         backend="vllm",
-        engine_args=ENGINE_ARGS,
+        backend_options=BackendOptions(args=ENGINE_ARGS),
         progress=False,
         proofs=TINY_PROOF_POLICY,
         thresholds=TINY_THRESHOLDS,
@@ -244,8 +245,18 @@ def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine
 
 def test_validation_settings_of_the_other_backend_are_refused() -> None:
     with pytest.raises(ValueError, match="apply to the transformers backend"):
-        ValidateCommand(inputs=["rows.jsonl"], model="m", output="out.jsonl", backend="vllm", dtype="float32")
+        ValidateCommand(
+            inputs=["rows.jsonl"],
+            model="m",
+            output="out.jsonl",
+            backend="vllm",
+            backend_options=BackendOptions(dtype="float32"),
+        )
     with pytest.raises(ValueError, match="apply to the vllm backend"):
         ValidateCommand(
-            inputs=["rows.jsonl"], model="m", output="out.jsonl", engine_args={"dtype": "float32"}
+            inputs=["rows.jsonl"],
+            model="m",
+            output="out.jsonl",
+            backend="transformers",
+            backend_options=BackendOptions(args={"dtype": "float32"}),
         )

@@ -1,7 +1,8 @@
 """mkdocs hook: the reference pages made from the code at build time.
 
 - `reference/cli.md`: every built-in command of the `genesys` click group (usage, help, options);
-- `reference/config.md`: every key of every command's config model (type, default, flags, help);
+- `reference/config.md`: every key of every command's config model (type, default, flags, help), the
+  keys each command renamed, and the options of the built-in verifiers that declare an options model;
 - `reference/hooks.md`: the plugin hook specifications.
 
 Everything is reached through stable handles: the `genesys` console script's entry point (its module
@@ -189,7 +190,39 @@ def config_page() -> str:
         doc = _first_paragraph(model)
         lines += [f"`{model.__name__}`: {doc}" if doc else f"`{model.__name__}`", ""]
         lines += _model_tables(model, _anchor(name))
+    lines += _verifier_options()
     return "\n".join(lines) + "\n"
+
+
+def _verifier_options() -> list[str]:
+    """A table per built-in verifier that declares its options as a model (`options_model`)."""
+    from genesys.plugins import verifier_entries
+
+    lines = [
+        "## Verifier options {#verifier-options}",
+        "",
+        "Generated from the options models of the built-in verifiers. Options are given as `-O KEY=VALUE`",
+        "(or the `[verify] options` table); a verifier is given the options it names, checked against",
+        "its model before the run starts. The code verifier's limits are also the `[sandbox]` keys and",
+        "their flags (`--time-limit`, ...): one definition, `Limits`, makes all of them.",
+        "",
+    ]
+    header = ["| option | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for task_type, entry in sorted(verifier_entries().items()):
+        model = getattr(entry.cls, "options_model", None)
+        if model is None or not entry.cls.__module__.startswith("genesys."):
+            continue
+        lines += [f"### {task_type} {{#options-{_anchor(task_type)}}}", "", _first_paragraph(model), ""]
+        lines += header
+        for name, info in _fields(model).items():
+            kind = _type_name(info.annotation)
+            constraints = _constraints(info)
+            kind += f", {constraints}" if constraints else ""
+            lines.append(
+                f"| {_code(name)} | {_cell(kind)} | {_default(info)} | {_cell(info.description or '')} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _first_paragraph(cls: type) -> str:
@@ -217,6 +250,18 @@ def _model_tables(model: type, anchor: str) -> list[str]:
         lines += [f"### [{key}] {{#{anchor}-{key}}}", "", _first_paragraph(section), "", *header]
         lines += [_row(f"{key}.{name}", info) for name, info in _fields(section).items()]
         lines.append("")
+    renamed = getattr(model, "renamed", None) or {}
+    if renamed:
+        lines += [
+            f"### Renamed keys {{#{anchor}-renamed}}",
+            "",
+            "Still read, in a file and as dotted flags, with a warning naming the new key.",
+            "",
+            "| old key | new key |",
+            "| --- | --- |",
+            *[f"| {_code(old)} | {_code(new)} |" for old, new in renamed.items()],
+            "",
+        ]
     return lines
 
 

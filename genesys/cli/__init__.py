@@ -2,7 +2,8 @@
 
 Subcommand modules are imported only when their command runs (or `genesys --help` lists them), so
 `genesys verify --help` stays fast. Exit codes: 0 when the run completed, 2 for usage or input
-errors (one clear line on stderr), 130 when interrupted.
+errors (one clear line on stderr), 130 when interrupted. A config key or flag spelled the old way
+works and prints one warning line naming the new spelling.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import importlib
 import logging
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import click
 
@@ -77,6 +78,21 @@ def cli(verbose: int) -> None:
     _configure_logging(verbose)
 
 
+def _one_line_warnings(command: str) -> Callable[..., None]:
+    """`warnings.showwarning` that prints a renamed key's warning as one line, others as Python does."""
+    from genesys.errors import ConfigDeprecationWarning
+
+    show = warnings.showwarning
+
+    def showwarning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        if issubclass(category, ConfigDeprecationWarning):
+            print(f"genesys {command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, *args, **kwargs)  # type: ignore[arg-type]
+
+    return showwarning
+
+
 def _show_plugin_warnings_as_one_line() -> None:
     """Print a `PluginWarning` (a plugin skipped or looking wrong) as one line on stderr."""
     from genesys.errors import PluginWarning
@@ -97,13 +113,16 @@ def _show_plugin_warnings_as_one_line() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `genesys` command; returns the exit code."""
-    from genesys.errors import GenesysError
+    from genesys.errors import ConfigDeprecationWarning, GenesysError
 
     _show_plugin_warnings_as_one_line()
     args = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in args if not arg.startswith("-")), "genesys")
     try:
-        return int(cli.main(args, prog_name="genesys", standalone_mode=False) or 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", ConfigDeprecationWarning)
+            warnings.showwarning = _one_line_warnings(command)
+            return int(cli.main(args, prog_name="genesys", standalone_mode=False) or 0)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -4,7 +4,9 @@ Every leaf setting of a command's model becomes one click option named by its do
 (`--sampling.temperature`), with the aliases the model declares (`--temperature`); a `switch`
 becomes a flag of its own that sets a constant (`--no-chat-template`). `--config FILE` reads a TOML
 file of the same shape; flags given on the command line win over it. The model then validates
-the whole: an unknown key or a bad value is one InputError naming the key and its flag.
+the whole: an unknown key or a bad value is one InputError naming the key and its flag. A key the
+model lists as renamed (`renamed`) is still read from the file and as its old dotted flag (hidden
+from the help), with a warning naming the new key.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import click
 
-from genesys.config import load_toml, merge, validate
+from genesys.config import load_toml, merge, upgrade, validate
 from genesys.config.options import parse_key_values
 
 
@@ -93,6 +95,21 @@ def settings_of(model: type, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
             choices=tuple(extra["choices"]) if extra.get("choices") else None,
             positional=bool(extra.get("positional")),
         )
+
+
+def renamed_settings(model: type, settings: Sequence[Setting]) -> Iterator[Setting]:
+    """The old dotted flags of the model's renamed keys, each taking what its new key takes.
+
+    An old key whose flag was spelled like its new key's alias (`tasks` -> `data.tasks` keeps `--tasks`)
+    needs none."""
+    by_key = {setting.dotted: setting for setting in settings}
+    taken = {name for setting in settings for name in setting.names()}
+    for old, new in getattr(model, "renamed", {}).items():
+        setting = by_key.get(new)
+        flag = f"--{old}"
+        if setting is None or flag in taken or f"--{old.replace('_', '-')}" in setting.flags:
+            continue
+        yield dataclasses.replace(setting, key=tuple(old.split(".")), flags=(), switch=None)
 
 
 def _without_none(annotation: Any) -> Any:
@@ -187,6 +204,11 @@ class ConfigCommand(click.Command):
             params.append(click.Argument(["config_file"], required=False, metavar="[CONFIG.toml]"))
         for setting in self.settings:
             params.extend(_click_params(setting))
+        self.renamed = list(renamed_settings(model, self.settings))
+        for setting in self.renamed:
+            for param in _click_params(setting):
+                param.hidden = True  # type: ignore[attr-defined]
+                params.append(param)
         super().__init__(name, params=params, callback=self._invoke, **kwargs)
         self._run = callback
         self._greedy = {
@@ -204,12 +226,16 @@ class ConfigCommand(click.Command):
         return self._run(self.load(config or config_file, values))
 
     def load(self, config_file: str | None, values: dict[str, Any]) -> Any:
-        """The validated config: the TOML file, if any, with the flags given laid over it."""
-        data = load_toml(config_file) if config_file else {}
-        for setting in self.settings:
+        """The validated config: the TOML file, if any, with the flags given laid over it.
+
+        Renamed keys move to their new names (with a warning) in each source before the sources are laid
+        over each other, so a new flag wins over an old key in the file, and a new flag over an old one."""
+        renamed = getattr(self.model, "renamed", {})
+        data = upgrade(load_toml(config_file), renamed) if config_file else {}
+        for setting in [*self.renamed, *self.settings]:
             given, value = _given(setting, values)
             if given:
-                data = merge(data, _nest(setting.key, value))
+                data = merge(data, upgrade(_nest(setting.key, value), renamed))
         return validate(self.model, data, self.describe_key)
 
     def describe_key(self, dotted: str) -> str:

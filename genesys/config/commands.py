@@ -1,39 +1,88 @@
 """The commands' settings: each command composes the sections it reads into one model.
 
-A command's model (`VerifyCommand`, `GenerateCommand`, `FilterCommand`, `ValidateCommand`) has the shape
-of its TOML file: top-level keys, then one table per section. `build()` turns it into what the run
-takes (`VerifyConfig`, `GenerateConfig`).
+A command's model (`VerifyCommand`, `GenerateCommand`, `FilterCommand`, `ValidateCommand`, `TrainConfig`)
+has the shape of its TOML file: top-level keys, then one table per section. Two commands that read the
+same concern compose the same section under the same table name, so a key means the same thing, with
+the same type and default, in every command (`tests/test_config_vocabulary.py` holds them to it).
+`verify_config` turns any of them into what the verification engine takes; `build()` turns
+`genesys generate`'s into what its run takes. Keys that were renamed are listed in each model's
+`renamed` and still read, with a warning naming the new key.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
+from genesys.config.loading import RenamedKeys, load_toml, merge, upgrade, validate
 from genesys.config.sections import (
     DEFAULT_TARGET_LENGTH_PROMPT,
+    PROOF_BACKENDS,
     SECTION,
+    TRACKERS,
+    AsyncConfig,
     BackendOptions,
+    CheckpointConfig,
     ClusterConfig,
     ExpectedSampling,
     FilterConfig,
+    GenerateData,
     GenerateProofSettings,
     GenerateVerifySettings,
+    LossConfig,
+    OptimConfig,
     PromptStyle,
     ProofConfig,
     ProofPolicy,
     ProofThresholds,
     RewardConfig,
+    RolloutConfig,
     SamplingConfig,
     SandboxConfig,
+    TrainData,
     VerifyConfig,
     VerifySettings,
     setting,
 )
+
+# The one backend default of every command that runs a model (generate, validate, train): the usable
+# backend of highest priority, vllm where it is installed and a GPU is visible, else transformers.
+DEFAULT_BACKEND = "auto"
+VALIDATE_BACKENDS = ("auto", *PROOF_BACKENDS)
+OUTPUT_HELP = "output: .jsonl, .parquet, or a directory for parquet shards"
+
+
+def _progress() -> Any:
+    return setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+
+
+def _backend(help: str, choices: tuple[str, ...] | None = None) -> Any:
+    return setting(DEFAULT_BACKEND, help, flags=("--backend",), choices=choices)
+
+
+def verify_config(
+    config: Any, progress: bool = False, completion_field: str = "llm_response"
+) -> VerifyConfig:
+    """What the verification engine takes, from any command's config: its `[verify]` settings
+    (without `genesys generate`'s `enabled`), `[sandbox]`, `[reward]` and `[cluster]`.
+
+    Every command that verifies builds its `VerifyConfig` here. `progress`: the engine draws its own
+    progress bar (`genesys verify`; generate and train draw theirs). `completion_field`: the column
+    rollouts hold their completion in (`genesys verify --completion-field`).
+    """
+    settings = {name: getattr(config.verify, name) for name in VerifySettings.__pydantic_fields__}  # type: ignore[attr-defined]
+    return VerifyConfig(
+        **settings,
+        sandbox=config.sandbox,
+        reward=config.reward,
+        progress=progress,
+        cluster=config.cluster,
+        completion_field=completion_field,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -43,7 +92,7 @@ class GenerateConfig:
     tasks: list[str]
     model: str
     output: str | Path
-    backend: str = "auto"
+    backend: str = DEFAULT_BACKEND
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
     system_prompt: str | None = None
@@ -65,9 +114,7 @@ class VerifyCommand:
     inputs: list[str] = setting(
         help="rollout files, directories or globs", positional=True, metavar="INPUT", min_length=1
     )
-    output: str = setting(
-        help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output")
-    )
+    output: str = setting(help=OUTPUT_HELP, flags=("-o", "--output"))
     rejects: str | None = setting(
         None, "where unreadable rows go (default: OUTPUT.rejects.jsonl)", flags=("--rejects",)
     )
@@ -77,7 +124,7 @@ class VerifyCommand:
         flags=("--completion-field",),
         metavar="NAME",
     )
-    progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+    progress: bool = _progress()
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
@@ -85,55 +132,27 @@ class VerifyCommand:
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
-        return VerifyConfig(
-            **asdict(self.verify),
-            sandbox=self.sandbox,
-            reward=self.reward,
-            progress=self.progress,
-            cluster=self.cluster,
-            completion_field=self.completion_field,
-        )
+        return verify_config(self, progress=self.progress, completion_field=self.completion_field)
 
 
 @dataclass(frozen=True, config=SECTION)
-class GenerateCommand:
+class GenerateCommand(RenamedKeys):
     """`genesys generate`: its TOML file and flags."""
 
-    tasks: list[str] = setting(
-        help="task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)",
-        flags=("--tasks",),
-        metavar="SRC",
-        min_length=1,
-    )
+    renamed: ClassVar[dict[str, str]] = {
+        "tasks": "data.tasks",
+        "mix": "data.mix",
+        "max_tasks": "data.max_tasks",
+        "system_prompt": "data.system_prompt",
+        "target_lengths": "data.target_lengths",
+        "target_length_prompt": "data.target_length_prompt",
+    }
+
     model: str = setting(help="model path or name (for openai: the served model name)", flags=("--model",))
-    output: str = setting(
-        help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output")
-    )
-    backend: str = setting(
-        "auto",
-        "generation backend (auto: vllm when installed with a GPU, else transformers)",
-        flags=("--backend",),
-    )
-    mix: list[float] | None = setting(
-        None, "ratios of the task sources, one per --tasks source", flags=("--mix",), metavar="R1,R2,..."
-    )
-    max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
-    system_prompt: str | None = setting(
-        None, "system message put before every task", flags=("--system-prompt",)
-    )
-    target_lengths: list[int] | None = setting(
-        None,
-        "give each task one of these thinking lengths, asked for in the system message and stored as target_length",
-        flags=("--target-lengths",),
-        metavar="N1,N2,...",
-    )
-    target_length_prompt: str = setting(
-        DEFAULT_TARGET_LENGTH_PROMPT,
-        "the target-length instruction, with {target_length}",
-        flags=("--target-length-prompt",),
-        metavar="TEMPLATE",
-    )
-    progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+    output: str = setting(help=OUTPUT_HELP, flags=("-o", "--output"))
+    backend: str = _backend("generation backend (auto: vllm when installed with a GPU, else transformers)")
+    progress: bool = _progress()
+    data: GenerateData = Field(default_factory=GenerateData)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
@@ -143,28 +162,27 @@ class GenerateCommand:
     proofs: GenerateProofSettings = Field(default_factory=GenerateProofSettings)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
+    def __post_init__(self) -> None:
+        if not self.data.tasks:
+            raise ValueError("'data.tasks' (--tasks) is required")
+
     def build(self, backend: str) -> GenerateConfig:
         """The generation run's settings, for the resolved `backend`."""
-        verify = None
-        if self.verify.enabled:
-            settings = {k: v for k, v in asdict(self.verify).items() if k != "enabled"}
-            verify = VerifyConfig(
-                **settings, sandbox=self.sandbox, reward=self.reward, progress=False, cluster=self.cluster
-            )
+        data = self.data
         return GenerateConfig(
-            tasks=self.tasks,
+            tasks=data.tasks or [],
             model=self.model,
             output=self.output,
             backend=backend,
             sampling=self.sampling,
             style=self.style,
-            system_prompt=self.system_prompt,
-            target_lengths=self.target_lengths,
-            target_length_prompt=self.target_length_prompt,
-            mix=self.mix,
-            max_tasks=self.max_tasks,
+            system_prompt=data.system_prompt,
+            target_lengths=data.target_lengths,
+            target_length_prompt=data.target_length_prompt,
+            mix=data.mix,
+            max_tasks=data.max_tasks,
             backend_options=self.backend_options.for_backend(backend),
-            verify=verify,
+            verify=verify_config(self) if self.verify.enabled else None,
             proofs=self.proofs.for_backend(backend),
             progress=self.progress,
             cluster=self.cluster,
@@ -183,51 +201,156 @@ class FilterCommand:
 
 
 @dataclass(frozen=True, config=SECTION)
-class ValidateCommand:
+class ValidateCommand(RenamedKeys):
     """`genesys validate`: its TOML file and flags."""
+
+    renamed: ClassVar[dict[str, str]] = {
+        "batch_size": "backend_options.batch_size",
+        "device": "backend_options.device",
+        "dtype": "backend_options.dtype",
+        "engine_args": "backend_options.args",
+    }
 
     inputs: list[str] = setting(
         help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1
     )
     model: str = setting(help="the model the rollouts claim: path or hub name", flags=("--model",))
-    output: str = setting(
-        help="output: .jsonl, .parquet, or a directory for parquet shards", flags=("-o", "--output")
-    )
+    output: str = setting(help=OUTPUT_HELP, flags=("-o", "--output"))
     model_name: str | None = setting(
         None, "the model_name rows must carry (default: --model)", flags=("--model-name",)
     )
-    backend: Literal["transformers", "vllm"] = setting(
-        "transformers",
-        "what recomputes the rows: transformers (CPU or GPU) or vllm (its engine, with the capture of generate --proofs)",
-        flags=("--backend",),
-        choices=("transformers", "vllm"),
+    backend: str = _backend(
+        "what recomputes the rows: transformers (CPU or GPU) or vllm (its engine, with the capture of "
+        "generate --proofs); auto: vllm when installed with a GPU, else transformers",
+        choices=VALIDATE_BACKENDS,
     )
-    batch_size: int = setting(
-        8, "rows per prefill (transformers) or per engine call (vllm)", flags=("--batch-size",), ge=1
-    )
-    device: str | None = setting(
-        None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",)
-    )
-    dtype: str | None = setting(
-        None,
-        "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)",
-        flags=("--dtype",),
-    )
-    engine_args: dict[str, Any] = setting(
-        help="vllm: vllm.LLM engine arguments (dtype, max_model_len, ...)",
-        flags=("-B", "--backend-arg"),
-        metavar="KEY=VALUE",
-        default_factory=dict,
-    )
-    progress: bool = setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+    progress: bool = _progress()
+    backend_options: BackendOptions = Field(default_factory=BackendOptions)
     proofs: ProofPolicy = Field(default_factory=ProofPolicy)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
     expect: ExpectedSampling = Field(default_factory=ExpectedSampling)
 
     def __post_init__(self) -> None:
-        if self.backend == "vllm" and (self.device is not None or self.dtype is not None):
+        if self.backend not in VALIDATE_BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(VALIDATE_BACKENDS)}, got {self.backend!r}")
+        if self.backend != DEFAULT_BACKEND:
+            self.check_backend(self.backend)
+
+    def check_backend(self, backend: str) -> None:
+        """Refuse settings of `[backend_options]` that `backend` (transformers or vllm) does not take."""
+        options = self.backend_options
+        if backend == "vllm" and (options.device is not None or options.dtype is not None):
             raise ValueError(
                 "--device and --dtype apply to the transformers backend; give vLLM's dtype as -B dtype=..."
             )
-        if self.backend == "transformers" and self.engine_args:
+        if backend == "transformers" and options.args:
             raise ValueError("-B engine arguments apply to the vllm backend")
+        options.for_backend(backend)
+
+    @property
+    def batch_size(self) -> int:
+        """Rows per prefill (transformers) or per engine call (vllm): `backend_options.batch_size`, default 8."""
+        return self.backend_options.batch_size or 8
+
+
+@dataclass(frozen=True, config=SECTION)
+class TrainConfig(RenamedKeys):
+    """`genesys train`: everything a training run needs; the shape of its TOML file."""
+
+    renamed: ClassVar[dict[str, str]] = {
+        "seed": "sampling.seed",
+        "rollout.backend": "backend",
+        "rollout.samples_per_prompt": "sampling.n",
+        "rollout.max_tokens": "sampling.max_tokens",
+        "rollout.temperature": "sampling.temperature",
+        "rollout.top_p": "sampling.top_p",
+    }
+
+    model: str = setting(help="model path or hub name to start from", flags=("--model",))
+    output_dir: str = setting(
+        help="run directory: metrics, checkpoints, the final model", flags=("-o", "--output-dir")
+    )
+    backend: str = _backend(
+        "generation backend; it must take new weights in place (transformers, vllm). "
+        "auto: vllm when installed with a GPU, else transformers"
+    )
+    report_to: list[str] = setting(
+        help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list
+    )
+    precision: Literal["fp32", "bf16"] = setting(
+        "fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16")
+    )
+    gradient_checkpointing: bool = setting(
+        False, "recompute activations in the backward pass (less memory, more compute)"
+    )
+    progress: bool = _progress()
+    data: TrainData = Field(default_factory=lambda: TrainData(tasks=None, rollouts=None))
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    style: PromptStyle = Field(default_factory=PromptStyle)
+    backend_options: BackendOptions = Field(default_factory=BackendOptions)
+    verify: VerifySettings = Field(default_factory=VerifySettings)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")  # `async` is a Python keyword
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.report_to if name not in TRACKERS]
+        if unknown:
+            raise ValueError(
+                f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}"
+            )
+        if not self.offline and self.sampling.n < 2:
+            raise ValueError(
+                f"sampling.n (-n) is the group size and must be at least 2 to train online, got {self.sampling.n}: "
+                "GRPO compares the samples of one task"
+            )
+        if self.sampling.temperature <= 0:
+            raise ValueError(
+                "sampling.temperature (--temperature) must be above 0 to train: the trainer's logprobs divide by it"
+            )
+        if self.async_.max_staleness and not self.cluster.ray:
+            raise ValueError(
+                "async.max_staleness > 0 needs rollout workers apart from the trainer: set cluster.backend = 'ray'"
+            )
+        if self.cluster.ray and self.optim.updates_per_batch > 1:
+            raise ValueError(
+                "cluster.backend = 'ray' takes one optimizer step per generated batch (optim.updates_per_batch = 1)"
+            )
+        if self.cluster.ray and self.offline:
+            raise ValueError(
+                "cluster.backend = 'ray' generates rollouts; offline training (data.rollouts) runs without it"
+            )
+
+    @property
+    def offline(self) -> bool:
+        """Whether the run trains on recorded rollouts instead of generating."""
+        return bool(self.data.rollouts)
+
+    def verify_config(self) -> VerifyConfig:
+        """The verification settings, as every command builds them (`verify_config`)."""
+        return verify_config(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data, keyed as in TOML (None values left out, as TOML has no null)."""
+        data = asdict(self)
+        data["async"] = data.pop("async_")
+        return _drop_none(data)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+        """The config of a TOML file with `overrides` (nested tables) laid over it, validated."""
+        data = upgrade(load_toml(path), cls.renamed) if path is not None else {}
+        return validate(cls, merge(data, upgrade(overrides or {}, cls.renamed)))
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value

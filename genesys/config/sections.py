@@ -1,10 +1,15 @@
 """The sections of the settings: one name, one default, one validation and one help text for every setting.
 
-Each concern is a section: `SamplingConfig`, `PromptStyle`, `VerifySettings`, `SandboxConfig`, `ProofConfig`,
-`RewardConfig`, `BackendOptions`, `FilterConfig`, `ClusterConfig`. They are pydantic dataclasses, so they
-are built like plain dataclasses (keywords or positions) and check their types and ranges when built.
-A field's command-line spelling is declared here with `setting(..., flags=...)`; the commands that
-compose the sections are in `genesys.config.commands`.
+Each concern is a section, and a command that reads a concern reads its section, under the same table
+name: `[data]` (`DataConfig`: where tasks come from), `[sampling]` (`SamplingConfig`), `[style]`
+(`PromptStyle`), `[backend_options]` (`BackendOptions`), `[verify]` (`VerifySettings`), `[sandbox]`
+(`SandboxConfig`, its limits made from `Limits`), `[reward]` (`RewardConfig`), `[proofs]` (`ProofConfig`)
+and `[cluster]` (`ClusterConfig`); then the sections one command owns (`FilterConfig`, `ProofThresholds`,
+`ExpectedSampling`, and train's `RolloutConfig`, `OptimConfig`, `LossConfig`, `CheckpointConfig`,
+`AsyncConfig`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
+positions) and check their types and ranges when built. A field's command-line spelling is declared
+here with `setting(..., flags=...)`; the commands that compose the sections are in
+`genesys.config.commands`.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticUndefined
 
+from genesys.config.loading import RenamedKeys
 from genesys.errors import InputError
 
 SECTION = ConfigDict(
@@ -30,6 +36,8 @@ DEFAULT_LENGTH_COEF = 0.0003
 DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
 SANDBOXES = ("auto", "docker", "bwrap", "subprocess")
 METRICS = ("score", "correct")
+TRACKERS = ("tensorboard", "wandb", "trackio")
+SIGNALS = ("reward", "score", "correct")
 # Reward terms (computed in genesys.rewards): name -> (needs the completion length, needs a target length).
 REWARD_TERMS = {
     "score": (False, False),
@@ -72,6 +80,74 @@ def setting(
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
+# --- tasks ---------------------------------------------------------------------------------------
+
+REQUIRE_PROOFS_HELP = "use only rollouts `genesys validate` marked valid (toploc_valid true); the others are dropped and counted"
+
+
+@dataclass(frozen=True, config=SECTION)
+class DataConfig:
+    """Where the tasks come from and how they are put to the model ([data])."""
+
+    tasks: list[str] | None = setting(
+        None,
+        "task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)",
+        flags=("--tasks",),
+        metavar="SRC",
+    )
+    mix: list[float] | None = setting(
+        None, "ratios of the task sources, one per data.tasks source", flags=("--mix",), metavar="R1,R2,..."
+    )
+    system_prompt: str | None = setting(
+        None, "system message put before every task", flags=("--system-prompt",)
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class GenerateData(DataConfig):
+    """[data] of `genesys generate`: the tasks, how many, and the thinking lengths asked for."""
+
+    max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
+    target_lengths: list[int] | None = setting(
+        None,
+        "give each task one of these thinking lengths, asked for in the system message and stored as target_length",
+        flags=("--target-lengths",),
+        metavar="N1,N2,...",
+    )
+    target_length_prompt: str = setting(
+        DEFAULT_TARGET_LENGTH_PROMPT,
+        "the target-length instruction, with {target_length}",
+        flags=("--target-length-prompt",),
+        metavar="TEMPLATE",
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class TrainData(DataConfig):
+    """[data] of `genesys train`: task sources (online), or rollout files (offline)."""
+
+    rollouts: list[str] | None = setting(
+        None, "rollout files from `genesys generate --verify` (offline mode)", metavar="FILE"
+    )
+    require_proofs: bool = setting(
+        False,
+        REQUIRE_PROOFS_HELP + " (offline mode)",
+        switch=("--require-proofs", True, REQUIRE_PROOFS_HELP + " (offline mode)"),
+    )
+
+    def __post_init__(self) -> None:
+        if bool(self.tasks) == bool(self.rollouts):
+            raise ValueError(
+                "give exactly one of data.tasks (online training) and data.rollouts (offline training)"
+            )
+        if self.require_proofs and not self.rollouts:
+            raise ValueError(
+                "data.require_proofs applies to recorded rollouts (data.rollouts checked by genesys validate)"
+            )
+        if self.mix is not None and (not self.tasks or len(self.mix) != len(self.tasks)):
+            raise ValueError("data.mix needs one ratio per data.tasks source")
+
+
 # --- generation ------------------------------------------------------------------------------------
 
 
@@ -79,11 +155,28 @@ def setting(
 class SamplingConfig:
     """How completions are sampled ([sampling])."""
 
-    n: int = setting(1, "samples per task", flags=("-n", "--samples"), ge=1)
+    n: int = setting(
+        1, "samples per task (train: the group size, at least 2)", flags=("-n", "--samples"), ge=1
+    )
     max_tokens: int = setting(1024, "completion tokens at most", flags=("--max-tokens",), ge=1)
-    temperature: float = setting(1.0, "sampling temperature; 0 is greedy", flags=("--temperature",), ge=0)
-    top_p: float = setting(1.0, "nucleus sampling mass", flags=("--top-p",), gt=0, le=1)
-    seed: int = setting(0, "seed of sampling, task mixing and target lengths", flags=("--seed",))
+    temperature: float = setting(
+        1.0,
+        "sampling temperature; 0 is greedy (train: above 0, and its logprobs use the same)",
+        flags=("--temperature",),
+        ge=0,
+    )
+    top_p: float = setting(
+        1.0,
+        "nucleus sampling mass (train: below 1 the recomputed logprobs differ from the sampling ones)",
+        flags=("--top-p",),
+        gt=0,
+        le=1,
+    )
+    seed: int = setting(
+        0,
+        "the run's seed: sampling, task order and mixing, target lengths (train: initialisation too)",
+        flags=("--seed",),
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,7 +214,8 @@ class BackendOptions:
 
     batch_size: int | None = setting(
         None,
-        "transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024)",
+        "transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024); "
+        "genesys validate: rows per prefill or engine call (default 8)",
         flags=("--batch-size",),
         ge=1,
     )
@@ -220,7 +314,6 @@ BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "
 
 PROOF_BACKENDS = ("transformers", "vllm")
 PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
-REQUIRE_PROOFS_HELP = "use only rollouts `genesys validate` marked valid (toploc_valid true); the others are dropped and counted"
 DEFAULT_PROOF_TOPK = 128  # the TOPLOC paper's; a model with a smaller hidden size gets its hidden size
 DEFAULT_PROOF_CHUNK = 32
 
@@ -366,8 +459,84 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, config=SECTION)
+class Limits(RenamedKeys):
+    """What one test (or one compilation) may use inside the sandbox.
+
+    The one definition of the limits: their names, defaults, ranges and help make the `[sandbox]`
+    keys, their flags (`--time-limit`, ...), the code verifier's options (`-O time_limit=...`) and the
+    documentation. The in-sandbox runner reads them under the same names (`to_runner`). `time_limit`
+    is CPU time of all the test's processes together; the wall-clock limit is `wall_limit`, unset
+    `2 * time_limit + 1`. `output_limit` caps stdout (a test that prints more fails with
+    `output_limit`); `disk_limit` caps any file the program writes.
+    """
+
+    renamed: ClassVar[dict[str, str]] = {
+        "time_s": "time_limit",
+        "memory_mb": "memory_limit",
+        "processes": "process_limit",
+        "output_bytes": "output_limit",
+        "disk_mb": "disk_limit",
+        "wall_s": "wall_limit",
+    }
+
+    time_limit: float = setting(2.0, "CPU seconds per test", flags=("--time-limit",), gt=0)
+    memory_limit: int = setting(
+        512, "MB of memory per test, all its processes together", flags=("--memory-limit",), gt=0
+    )
+    process_limit: int = setting(64, "processes and threads per test", flags=("--process-limit",), gt=0)
+    output_limit: int = setting(8 << 20, "bytes of stdout per test", flags=("--output-limit",), gt=0)
+    disk_limit: int = setting(64, "MB per file a test writes", flags=("--disk-limit",), gt=0)
+    wall_limit: float | None = setting(
+        None, "wall-clock seconds per test (unset: 2 x time_limit + 1)", flags=("--wall-limit",), gt=0
+    )
+
+    @property
+    def wall_seconds(self) -> float:
+        """The wall-clock limit in force: `wall_limit`, or `2 * time_limit + 1` when unset."""
+        return self.wall_limit if self.wall_limit is not None else 2 * self.time_limit + 1.0
+
+    def to_runner(self) -> dict[str, Any]:
+        """The limits as the in-sandbox runner reads them (the wall-clock limit resolved)."""
+        data = {name: getattr(self, name) for name in LIMIT_NAMES}
+        data["wall_limit"] = self.wall_seconds
+        return data
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> Limits:
+        """The limits among verifier options (`time_limit`, ...); the others are left out."""
+        return cls(**{name: options[name] for name in LIMIT_NAMES if options.get(name) is not None})
+
+
+LIMIT_NAMES = tuple(Limits.__pydantic_fields__)  # type: ignore[attr-defined]
+
+
+def _limit(name: str) -> Any:
+    """The `[sandbox]` key of the limit `name`: Limits' range, flags and help, and its default in the help.
+
+    Unset (None) means "the verifier's default", which for the code verifier is the Limits default;
+    so a limit given as `-O` and not in `[sandbox]` is not overridden.
+    """
+    info = Limits.__pydantic_fields__[name]  # type: ignore[attr-defined]
+    extra = info.json_schema_extra
+    bounds = {
+        bound: getattr(item, bound)
+        for item in info.metadata
+        for bound in ("gt", "ge", "lt", "le")
+        if getattr(item, bound, None) is not None
+    }
+    default = info.default
+    shown = f"{default:g}" if isinstance(default, float) else str(default)
+    help_text = info.description + ("" if default is None else f" (default {shown})")
+    return setting(None, help_text, flags=extra["flags"], **bounds)
+
+
+@dataclass(frozen=True, config=SECTION)
 class SandboxConfig:
-    """Where and under which per-test limits code verifiers run programs ([sandbox]); unset: the verifier's default."""
+    """Where and under which per-test limits code verifiers run programs ([sandbox]); unset: the verifier's default.
+
+    The limits are those of `Limits` (same names, ranges and help); each given one becomes the verifier
+    option of the same name, `backend` the option `sandbox` and `image` the option `sandbox_image`.
+    """
 
     backend: Literal["auto", "docker", "bwrap", "subprocess"] | None = setting(
         None,
@@ -380,21 +549,12 @@ class SandboxConfig:
         "docker image (default genesys-sandbox:latest, made by `genesys sandbox build`)",
         flags=("--sandbox-image",),
     )
-    time_limit: float | None = setting(
-        None, "CPU seconds per test (default 2)", flags=("--time-limit",), gt=0
-    )
-    memory_limit: int | None = setting(
-        None, "MB of memory per test (default 512)", flags=("--memory-limit",), ge=1
-    )
-    process_limit: int | None = setting(
-        None, "processes and threads per test (default 64)", flags=("--process-limit",), ge=1
-    )
-    output_limit: int | None = setting(
-        None, "bytes of stdout per test (default 8 MiB)", flags=("--output-limit",), ge=1
-    )
-    disk_limit: int | None = setting(
-        None, "MB per file a test writes (default 64)", flags=("--disk-limit",), ge=1
-    )
+    time_limit: float | None = _limit("time_limit")
+    memory_limit: int | None = _limit("memory_limit")
+    process_limit: int | None = _limit("process_limit")
+    output_limit: int | None = _limit("output_limit")
+    disk_limit: int | None = _limit("disk_limit")
+    wall_limit: float | None = _limit("wall_limit")
     runner_reuse: int | None = setting(
         None, "submissions one in-sandbox runner serves before a fresh one starts (default 1000)", ge=1
     )
@@ -597,3 +757,87 @@ class FilterConfig:
             raise ValueError(
                 f"pass-rate bounds must satisfy 0 <= min <= max <= 1, got min={self.min_pass_rate}, max={self.max_pass_rate}"
             )
+
+
+# --- training ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=SECTION)
+class RolloutConfig:
+    """How a step's groups are made ([rollout]): how many, and which are kept; the sampling is [sampling]."""
+
+    prompts_per_step: int = setting(4, "tasks (groups) per optimizer batch", ge=1)
+    filter_groups: bool = setting(True, "drop groups whose rollouts all have the same signal, and refill")
+    filter_signal: Literal["reward", "score", "correct"] = setting(
+        "reward", "what a group must vary in to be kept", choices=SIGNALS
+    )
+    max_refill_rounds: int = setting(
+        4, "generation rounds per step at most when refilling dropped groups", ge=1
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class OptimConfig:
+    """The optimizer and its schedule ([optim])."""
+
+    steps: int = setting(100, "optimizer steps of the run", ge=1)
+    lr: float = setting(1e-5, "peak learning rate", ge=0)
+    warmup_steps: int = setting(0, "steps of linear warmup from 0 to lr", ge=0)
+    schedule: Literal["constant", "cosine"] = setting(
+        "constant", "learning rate after warmup", choices=("constant", "cosine")
+    )
+    min_lr_ratio: float = setting(0.0, "cosine: the final learning rate as a fraction of lr", ge=0, le=1)
+    max_grad_norm: float = setting(0.1, "clip the gradient's global norm to this (0: no clipping)", ge=0)
+    micro_batch_size: int = setting(8, "sequences per forward/backward pass (bounds memory)", ge=1)
+    updates_per_batch: int = setting(1, "optimizer steps on each generated batch (PPO-style epochs)", ge=1)
+    weight_decay: float = setting(0.0, "AdamW weight decay", ge=0)
+    beta1: float = setting(0.9, "AdamW beta1", ge=0, lt=1)
+    beta2: float = setting(0.999, "AdamW beta2", ge=0, lt=1)
+    adam_eps: float = setting(1e-8, "AdamW epsilon", gt=0)
+    max_nonfinite_steps: int = setting(
+        3,
+        "steps in a row whose loss or gradient is not finite (each skipped, without an update) before the run stops with an error",
+        ge=1,
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class LossConfig:
+    """The GRPO loss ([loss]); see `genesys.train.loss`."""
+
+    eps_low: float = setting(0.2, "lower clip of the ratio for negative advantages", ge=0, lt=1)
+    eps_high: float = setting(0.2, "upper clip of the ratio for positive advantages", ge=0)
+    delta: float = setting(4.0, "bound of the ratio for negative advantages (must exceed 1 + eps_high)", gt=1)
+    kl_beta: float = setting(
+        0.0, "weight of the KL to the frozen initial model (0: no reference model)", ge=0
+    )
+    entropy_coef: float = setting(0.0, "weight of the entropy bonus", ge=0)
+    normalize: Literal["token", "sequence"] = setting(
+        "token",
+        "token: mean over all completion tokens; sequence: mean of per-sequence means",
+        choices=("token", "sequence"),
+    )
+    scale_by_std: bool = setting(False, "divide advantages by their group's standard deviation")
+
+    def __post_init__(self) -> None:
+        if self.delta <= 1 + self.eps_high:
+            raise ValueError(
+                f"loss.delta must exceed 1 + eps_high = {1 + self.eps_high:g}, got {self.delta:g}"
+            )
+
+
+@dataclass(frozen=True, config=SECTION)
+class CheckpointConfig:
+    """Checkpoints ([checkpoint])."""
+
+    every: int = setting(10, "save every this many steps (0: only the final model)", ge=0)
+    keep: int = setting(2, "checkpoints kept (the newest)", ge=1)
+
+
+@dataclass(frozen=True, config=SECTION)
+class AsyncConfig:
+    """Asynchronous training ([async]): generation runs ahead of the trainer by a bounded number of steps."""
+
+    max_staleness: int = setting(
+        0, "train on rollouts of a policy at most this many steps old (0: synchronous)", ge=0
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,11 @@ class Verifier:
     caps how many rollouts of this type are verified at once (None: one per worker; an async
     verifier runs up to 64 at once in each worker). `options` holds the
     run's verifier options (`genesys verify -O key=value` and the flags that map onto them).
+
+    A verifier with options declares them as a dataclass, `options_model` (a pydantic one checks
+    types and ranges, and its fields' descriptions are the options' help in the documentation):
+    `settings` is then that model made from the options it names, and `accepted_options` its field
+    names, so a mistyped option is refused before the run starts.
     """
 
     task_type: ClassVar[str]
@@ -30,11 +36,21 @@ class Verifier:
     # Modules imported once in the process workers are forked from, so every worker, and every
     # replacement after a timeout or crash, starts with them already loaded.
     preload: ClassVar[tuple[str, ...]] = ()
+    # The typed options this verifier reads (a dataclass); None: untyped, see accepted_options.
+    options_model: ClassVar[type | None] = None
     # The option names `verify` reads; None means any, and then no option can be refused as unknown.
+    # Made from `options_model` when a class declares one.
     accepted_options: ClassVar[frozenset[str] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        model = cls.__dict__.get("options_model")
+        if model is not None and "accepted_options" not in cls.__dict__:
+            cls.accepted_options = frozenset(item.name for item in dataclasses.fields(model))
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
+        self.settings: Any = typed_options(type(self), self.options)
 
     def setup(self) -> None:
         """Build expensive state (parsers, sandboxes, clients) once per worker."""
@@ -45,6 +61,22 @@ class Verifier:
     def verify(self, rollout: Rollout) -> Verdict:
         """Score one rollout."""
         raise NotImplementedError(f"{type(self).__name__} must implement verify()")
+
+
+def typed_options(cls: type[Verifier], options: Mapping[str, Any]) -> Any:
+    """`cls.options_model` made from the options it names (None without a model); a bad value is an
+    InputError naming the option and the task type."""
+    model = cls.options_model
+    if model is None:
+        return None
+    from genesys.config.loading import validate
+
+    names = {item.name for item in dataclasses.fields(model)}
+    given = {name: value for name, value in options.items() if name in names}
+    try:
+        return validate(model, given, lambda key: f"verifier option {key!r} ({cls.task_type})")
+    except InputError as exc:
+        raise InputError(f"-O/--option: {exc}") from None
 
 
 def unknown_options(options: Iterable[str], classes: Iterable[type[Verifier]]) -> list[str]:

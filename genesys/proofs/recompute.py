@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from genesys.config import PromptStyle, ProofConfig, ValidateCommand
+from genesys.config import DEFAULT_BACKEND, PROOF_BACKENDS, PromptStyle, ProofConfig, ValidateCommand
+from genesys.errors import InputError
 from genesys.proofs.checks import Problem, RowSampling
 from genesys.proofs.toploc import ChunkErrors
 
@@ -59,8 +60,27 @@ class Recomputer(Protocol):
 
 
 def recomputer(config: ValidateCommand) -> Recomputer:
-    """The recomputer `config.backend` names."""
-    return VLLMRecomputer(config) if config.backend == "vllm" else TransformersRecomputer(config)
+    """The recomputer `config.backend` names (`auto`: the one `resolve_backend` picks)."""
+    backend = resolve_backend(config.backend)
+    try:
+        config.check_backend(backend)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return VLLMRecomputer(config) if backend == "vllm" else TransformersRecomputer(config)
+
+
+def resolve_backend(name: str) -> str:
+    """`name`, or for `auto` the registered backend of highest priority among transformers and vllm
+    that can run here: vllm where it is installed and a GPU is visible, else transformers."""
+    if name != DEFAULT_BACKEND:
+        return name
+    from genesys.plugins.registry import backend_specs
+
+    specs = [spec for spec in backend_specs().values() if spec.name in PROOF_BACKENDS]
+    for spec in sorted(specs, key=lambda spec: -spec.priority):
+        if spec.usable is not None and spec.usable():
+            return spec.name
+    return "transformers"
 
 
 class TransformersRecomputer:
@@ -71,7 +91,8 @@ class TransformersRecomputer:
         from genesys.proofs.toploc import check_hidden_size
         from genesys.proofs.weights import weights_sha256
 
-        self.device, self.tokenizer, self.model = load_causal_lm(config.model, config.device, config.dtype)
+        options = config.backend_options
+        self.device, self.tokenizer, self.model = load_causal_lm(config.model, options.device, options.dtype)
         self.hidden_size = self.model.config.get_text_config().hidden_size
         check_hidden_size(self.hidden_size, config.proofs)
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
@@ -140,13 +161,13 @@ class VLLMRecomputer:
         from genesys.plugins.registry import backend_specs
 
         vllm_backend = backend_specs()["vllm"].load()  # the engine `genesys generate --backend vllm` runs
+        options = config.backend_options.for_backend("vllm")  # engine_args, tensor_parallel_size
         policy = config.proofs  # each row is checked with its own settings; these only start the capture
         self.engine = vllm_backend(
             config.model,
             PromptStyle(),
-            batch_size=config.batch_size,
+            **{**options, "batch_size": config.batch_size},
             proofs=ProofConfig(policy.topk, policy.decode_batching_size or policy.max_decode_batching_size),
-            engine_args=config.engine_args,
         )
         self.tokenizer = self.engine.tokenizer
         model_config = AutoConfig.from_pretrained(config.model)

@@ -113,8 +113,8 @@ class BwrapSandbox(LocalSandbox):
         self._hidden_dirs = self.files.skipped_dirs()
         self.scratch_mb = scratch_mb
         limits = limits or Limits()
-        self._cgroup_memory = (max(limits.memory_mb, COMPILE_LIMITS.memory_mb) + scratch_mb + 256) << 20
-        self._cgroup_pids = max(limits.processes, COMPILE_LIMITS.processes) + 16
+        self._cgroup_memory = (max(limits.memory_limit, COMPILE_LIMITS.memory_limit) + scratch_mb + 256) << 20
+        self._cgroup_pids = max(limits.process_limit, COMPILE_LIMITS.process_limit) + 16
         self._cgroup: Cgroup | None = None
         self.cgroup_note = ""
 

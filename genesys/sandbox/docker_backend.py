@@ -222,7 +222,7 @@ class DockerSandbox(Sandbox):
     # --- containers -------------------------------------------------------------------------------
 
     def _container_kwargs(self) -> dict[str, Any]:
-        memory = (max(self.limits.memory_mb, COMPILE_LIMITS.memory_mb) + self.scratch_mb + 256) << 20
+        memory = (max(self.limits.memory_limit, COMPILE_LIMITS.memory_limit) + self.scratch_mb + 256) << 20
         api = self.client.api
         host_config = api.create_host_config(
             network_mode="none",
@@ -230,7 +230,7 @@ class DockerSandbox(Sandbox):
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={self.scratch_mb}m,mode=1777"},
             mem_limit=memory,
             memswap_limit=memory,
-            pids_limit=max(self.limits.processes, COMPILE_LIMITS.processes) + 16,
+            pids_limit=max(self.limits.process_limit, COMPILE_LIMITS.process_limit) + 16,
             nano_cpus=int(self.cpus * 1e9),
             cap_drop=["ALL"],
             cap_add=list(

@@ -90,7 +90,7 @@ class RunnerSession:
             compile_time_s=float(compiled.get("time_s") or 0.0),
         )
         n_tests = len(submission.tests)
-        test_allowance = submission.limits.wall_limit + STALL_MARGIN_S
+        test_allowance = submission.limits.wall_seconds + STALL_MARGIN_S
         while True:
             pending = result.compiled and len(result.tests) < n_tests
             try:

@@ -216,8 +216,8 @@ def wipe(path):
 
 def rlimits(limits, language):
     """The (resource, (soft, hard)) pairs a test of `language` runs under."""
-    seconds = max(1, int(limits["time_s"] + 0.999))
-    memory = int(limits["memory_mb"]) << 20
+    seconds = max(1, int(limits["time_limit"] + 0.999))
+    memory = int(limits["memory_limit"]) << 20
     if language in ("javascript", "compile"):
         # V8 and compilers reserve large address ranges up front and run helper threads:
         # cap writable data (with room for thread stacks) instead of the address space.
@@ -230,8 +230,8 @@ def rlimits(limits, language):
     return [
         (resource.RLIMIT_CPU, (seconds, seconds + 1)),
         *space,
-        (resource.RLIMIT_FSIZE, (int(limits["disk_mb"]) << 20,) * 2),
-        (resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2),
+        (resource.RLIMIT_FSIZE, (int(limits["disk_limit"]) << 20,) * 2),
+        (resource.RLIMIT_NPROC, (int(limits["process_limit"]),) * 2),
         (resource.RLIMIT_NOFILE, (256, 256)),
         (resource.RLIMIT_CORE, (0, 0)),
     ]
@@ -545,7 +545,7 @@ def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
     """Have `zygote` fork a test running `spec` (see `test_spec`) with fds 0/1/2 (and 3 for a
     result) wired, and supervise it until it and every process it started have ended. Enforces the
     wall deadline, the output cap and the CPU time and memory of all its processes together."""
-    output_limit = int(limits["output_bytes"])
+    output_limit = int(limits["output_limit"])
     stdin_fd = os.memfd_create("stdin", 0)
     os.write(stdin_fd, stdin_data)
     os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -593,7 +593,7 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
     For its first QUIET_S the output waits in its pipes: most tests end by then, and the runner
     wakes once, at the zygote's report, instead of at every write."""
     ended = zygote.sock.fileno()  # readable once the zygote has reaped the test (or has gone)
-    wall_limit = float(limits["wall_s"])
+    wall_limit = float(limits["wall_limit"])
     poller.register(ended, select.POLLIN)
     try:
         quiet = poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000)))
@@ -620,9 +620,9 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
                 next_check += TREE_CHECK_S
                 cpu_s, memory_kb = zygote.usage_so_far()
                 outcome.memory_kb = max(outcome.memory_kb, memory_kb)
-                if cpu_s > float(limits["time_s"]):
+                if cpu_s > float(limits["time_limit"]):
                     outcome.killed_for = "time_limit"
-                elif memory_kb > int(limits["memory_mb"]) * 1024:
+                elif memory_kb > int(limits["memory_limit"]) * 1024:
                     outcome.killed_for = "memory_limit"
     finally:
         poller.unregister(ended)
@@ -666,13 +666,13 @@ def classify(outcome, limits):
     """The runner-side status of a finished run: ok (exited 0) or the limit or error it hit."""
     if outcome.killed_for:
         return outcome.killed_for
-    if outcome.cpu_s > float(limits["time_s"]) or outcome.signal == signal.SIGXCPU:
+    if outcome.cpu_s > float(limits["time_limit"]) or outcome.signal == signal.SIGXCPU:
         return "time_limit"
     if outcome.signal == signal.SIGXFSZ:
         return "output_limit"
     if outcome.exit_code == 0 and outcome.signal is None:
         return "ok"
-    memory_kb = int(limits["memory_mb"]) * 1024
+    memory_kb = int(limits["memory_limit"]) * 1024
     if (
         outcome.exit_code == MEMORY_ERROR_EXIT
         and b"MemoryError" in outcome.stderr
@@ -1265,7 +1265,7 @@ def compile_submission(language, source, workdir, toolchains, compile_limits, li
         src = os.path.join(workdir, "main.js")
         files.append((os.path.join(workdir, "call.js"), JS_CALL_HARNESS))
         source += JS_EXPORTS % json.dumps(_js_top_level_names(source))
-        heap = "--max-old-space-size=%d" % int(limits["memory_mb"])
+        heap = "--max-old-space-size=%d" % int(limits["memory_limit"])
         argv, program = [tool["run"], "--check", src], [tool["run"], heap, src]
     elif language == "cpp":
         src, binary = os.path.join(workdir, "main.cpp"), os.path.join(workdir, "main")
@@ -1396,7 +1396,7 @@ def serve_one(job, toolchains, zygote, out_fd, uid):
                         "message": "the submission's time budget ran out",
                     }
                 else:
-                    limits["wall_s"] = min(float(limits["wall_s"]), left)
+                    limits["wall_limit"] = min(float(limits["wall_limit"]), left)
                     reply = run_test(job["language"], program, test, workdir, limits, zygote, uid)
                 reply["index"] = index
                 write_frame(out_fd, reply)

@@ -137,7 +137,7 @@ class Trainer:
         self.step = self.state["step"] if self.state else 0
         self.skipped_steps = self.state.get("skipped_steps", 0) if self.state else 0
         self.nonfinite_in_a_row = self.state.get("nonfinite_in_a_row", 0) if self.state else 0
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.sampling.seed)
         self.tasks = None
         if not config.offline:
             from genesys.train.sources.base import load_tasks
@@ -185,10 +185,13 @@ class Trainer:
 
     def _check_output_dir(self, resuming: bool) -> None:
         """Refuse an output_dir that holds a run with other settings; write the resolved config."""
+        from genesys.config.loading import upgrade
         from genesys.train.resolved_config import changed_keys, read_config, write_config
 
         path = self.output_dir / CONFIG_FILE
         existing = read_config(path)
+        if existing is not None:  # a run written before keys were renamed compares by the new names
+            existing = upgrade(existing, TrainConfig.renamed, warn=False)
         if existing is not None and resuming:
             changed = [
                 key
@@ -391,9 +394,9 @@ class Trainer:
         config = self.config
         with self._autocast():
             logits = completion_logits(self.trained, micro)
-        logprobs = token_logprobs(logits, micro.completion_ids, config.rollout.temperature)
+        logprobs = token_logprobs(logits, micro.completion_ids, config.sampling.temperature)
         entropy = token_entropy(
-            logits if config.loss.entropy_coef > 0 else logits.detach(), config.rollout.temperature
+            logits if config.loss.entropy_coef > 0 else logits.detach(), config.sampling.temperature
         )
         clipped = clipped_token_loss(
             logprobs,
@@ -408,7 +411,9 @@ class Trainer:
         if self.reference is not None:
             with torch.no_grad(), self._autocast():
                 reference = token_logprobs(
-                    completion_logits(self.reference, micro), micro.completion_ids, config.rollout.temperature
+                    completion_logits(self.reference, micro),
+                    micro.completion_ids,
+                    config.sampling.temperature,
                 )
             kl = kl_estimate(logprobs, reference)
             token_loss = token_loss + config.loss.kl_beta * kl

@@ -26,7 +26,7 @@ from typing import Any
 
 from genesys.config import VerifyConfig
 from genesys.errors import InputError
-from genesys.plugins.specs import Verifier, unknown_options
+from genesys.plugins.specs import Verifier, typed_options, unknown_options
 from genesys.schema import ErrorKind, VerifyError, completion_problem
 from genesys.verification.pool import VerificationPool
 from genesys.verification.stats import TypeStats
@@ -156,6 +156,8 @@ class VerificationEngine(VerificationPool):
                 f"unknown verifier option(s) {', '.join(map(repr, unknown))} (-O/--option); the installed verifiers read: "
                 + ", ".join(sorted(set().union(*(cls.accepted_options for cls in declared))))
             )
+        for cls in used:  # a typed option with a bad value is refused here, before any work
+            typed_options(cls, self.config.verifier_options())
         self._stats: dict[str, TypeStats] = {}
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(preload_modules(self.classes, expected_types))

@@ -6,22 +6,22 @@
 last fenced code block, preferring blocks tagged with the task's language. `score` is the fraction
 of tests passed; `details["tests"]` gives each test's status and timings.
 
-Options (`genesys verify -O key=value` or the dedicated flags): `sandbox` (auto, docker, bwrap,
-subprocess), `sandbox_image`, the per-test limits `time_limit` (CPU seconds), `memory_limit` (MB),
-`process_limit`, `output_limit` (bytes), `disk_limit` (MB), `budget`: seconds for compiling plus
-all tests of one rollout (default: the verifier's deadline minus a margin; tests left when it runs
-out count as `time_limit`), and `runner_reuse`: submissions one in-sandbox runner serves before a
-fresh one starts (1: a fresh `docker exec` or bwrap per submission). The sandbox is imported and opened
-in `setup()`, once per worker, so loading this plugin stays cheap.
+Options (`genesys verify -O key=value`, the `[sandbox]` table or its flags) are `CodeOptions`: the
+sandbox, the per-test `Limits` (`time_limit`, `memory_limit`, ...: names, defaults and ranges are
+Limits'), `budget` and `runner_reuse`. The sandbox is imported and opened in `setup()`, once per
+worker, so loading this plugin stays cheap.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
+
+from pydantic.dataclasses import dataclass
 
 import genesys
-from genesys.sandbox.limits import OPTION_NAMES
+from genesys.config.sections import LIMIT_NAMES, SANDBOXES, SECTION, Limits, setting
+from genesys.sandbox.base import DEFAULT_REUSE
 from genesys.schema import Rollout, Verdict
 from genesys.verifiers.code_compare import compare_output, values_match
 from genesys.verifiers.code_extract import extract_code
@@ -41,26 +41,54 @@ BUDGET_MARGIN_S = 10.0
 TEXT_LIMIT = 500  # characters of stderr / compiler output kept in details
 CALL_LANGUAGES = ("python", "javascript")  # languages whose function_call tests the runner can run
 MISSING = {"status": "runtime_error", "message": "the runner reported no result"}  # a test with no report
+TIMEOUT_S = (
+    180.0  # the verifier's deadline: compile plus every test; the sandbox stops the submission before this
+)
+
+
+@dataclass(frozen=True, config=SECTION)
+class CodeOptions(Limits):
+    """The options of the `verifiable_code` verifier: the per-test limits (`Limits`), the sandbox, the budget."""
+
+    sandbox: Literal["auto", "docker", "bwrap", "subprocess"] = setting(
+        "auto",
+        "sandbox backend: docker if a daemon answers and the image exists, else bwrap (auto); subprocess is no sandbox",
+        choices=SANDBOXES,
+    )
+    sandbox_image: str | None = setting(
+        None, "docker image (unset: $GENESYS_SANDBOX_IMAGE, else genesys-sandbox:latest)"
+    )
+    runner_reuse: int = setting(
+        DEFAULT_REUSE,
+        "submissions one in-sandbox runner serves before a fresh one starts (1: a new docker exec or bwrap per submission)",
+        ge=1,
+    )
+    budget: float | None = setting(
+        None,
+        f"seconds for compiling plus all tests of one rollout; tests left when it runs out are time_limit "
+        f"(unset: the verifier's {TIMEOUT_S:g} s deadline minus {BUDGET_MARGIN_S:g})",
+        gt=0,
+    )
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(**{name: getattr(self, name) for name in LIMIT_NAMES})
 
 
 class CodeVerifier(genesys.Verifier):
     """Scores `verifiable_code` rollouts by the fraction of tests their program passes."""
 
     task_type = "verifiable_code"
-    timeout = 180.0  # compile plus every test; the sandbox stops the submission before this
-    accepted_options = frozenset({"sandbox", "sandbox_image", "budget", "runner_reuse", *OPTION_NAMES})
+    timeout = TIMEOUT_S
+    options_model = CodeOptions
 
     def setup(self) -> None:
         from genesys.sandbox.backends import open_sandbox
-        from genesys.sandbox.base import DEFAULT_REUSE
-        from genesys.sandbox.limits import Limits
 
-        self.limits = Limits.from_options(self.options)
+        settings: CodeOptions = self.settings
+        self.limits = settings.limits
         self.sandbox = open_sandbox(
-            str(self.options.get("sandbox") or "auto"),
-            limits=self.limits,
-            image=self.options.get("sandbox_image"),
-            reuse=int(self.options.get("runner_reuse") or DEFAULT_REUSE),
+            settings.sandbox, limits=self.limits, image=settings.sandbox_image, reuse=settings.runner_reuse
         )
         self.sandbox.warm_up()  # containers and runners start here, outside the per-rollout deadline
 
@@ -92,7 +120,7 @@ class CodeVerifier(genesys.Verifier):
             source=code,
             tests=[test.to_sandbox() for test in tests],
             limits=self.limits,
-            budget_s=max(1.0, float(self.options.get("budget", self.timeout - BUDGET_MARGIN_S))),
+            budget_s=max(1.0, self.settings.budget or self.timeout - BUDGET_MARGIN_S),
             on_test=lambda index, report: judge(tests[index], report) if index < len(tests) else {},
         )
         try:

@@ -1,12 +1,7 @@
 """`llm_judgeable_groundtruth_similarity`: a judge model compares a response with a reference answer.
 
-The judge is any OpenAI-compatible chat endpoint. Options (`genesys verify -O key=value`) or
-environment variables choose it:
-
-- `judge_base_url` / $GENESYS_JUDGE_BASE_URL (else $OPENAI_BASE_URL)
-- `judge_model` / $GENESYS_JUDGE_MODEL (required)
-- `judge_api_key` / $GENESYS_JUDGE_API_KEY (else $OPENAI_API_KEY)
-- `judge_max_retries`: retries of a failed request (default 8, with exponential backoff)
+The judge is any OpenAI-compatible chat endpoint. Options (`genesys verify -O key=value`, see
+`JudgeOptions`) or environment variables choose it; a judge model must be named one way or the other.
 
 The reference is `verification_info["ground_truth"]`, else `gold_standard_solution`. The judge
 rates the match from 0 to 10; the score is that rating / 10. A judge that cannot be reached or
@@ -19,7 +14,10 @@ import os
 import re
 from typing import Any
 
+from pydantic.dataclasses import dataclass
+
 import genesys
+from genesys.config.sections import SECTION, setting
 
 TASK_TYPE = "llm_judgeable_groundtruth_similarity"
 RATING_RE = re.compile(r"RATING:\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
@@ -55,16 +53,32 @@ def parse_rating(reply: str) -> float | None:
     return min(10.0, max(0.0, float(ratings[-1]))) / 10.0
 
 
+@dataclass(frozen=True, config=SECTION)
+class JudgeOptions:
+    """The options of the LLM judge: which OpenAI-compatible server and model judge, and how hard to retry."""
+
+    judge_base_url: str | None = setting(
+        None, "the judge's server, ending in /v1 (unset: $GENESYS_JUDGE_BASE_URL, else $OPENAI_BASE_URL)"
+    )
+    judge_model: str | None = setting(None, "the judge model's name (unset: $GENESYS_JUDGE_MODEL)")
+    judge_api_key: str | None = setting(
+        None, "the judge server's API key (unset: $GENESYS_JUDGE_API_KEY, else $OPENAI_API_KEY)"
+    )
+    judge_max_retries: int = setting(
+        8, "retries of a request on 429, 5xx or connection errors, with exponential backoff", ge=0
+    )
+
+
 class LLMJudge(genesys.Verifier):
     """Scores a response by asking a judge model how well it matches the reference answer."""
 
     task_type = TASK_TYPE
     timeout = 300.0
     max_parallel = 32
-    accepted_options = frozenset({"judge_base_url", "judge_model", "judge_api_key", "judge_max_retries"})
+    options_model = JudgeOptions
 
     def _setting(self, option: str, *env_vars: str) -> str | None:
-        value = self.options.get(option)
+        value = getattr(self.settings, option)
         if value:
             return str(value)
         return next((os.environ[v] for v in env_vars if os.environ.get(v)), None)
@@ -96,9 +110,11 @@ class LLMJudge(genesys.Verifier):
                 "invalid_row: no reference answer in verification_info.ground_truth or gold_standard_solution"
             )
         if self._client is None:  # created inside the worker's event loop, kept for its lifetime
-            retries = int(self.options.get("judge_max_retries", 8))
             self._client = OpenAIClient(
-                self.base_url, self.api_key, concurrency=self.max_parallel or 32, max_retries=retries
+                self.base_url,
+                self.api_key,
+                concurrency=self.max_parallel or 32,
+                max_retries=self.settings.judge_max_retries,
             )
         body = {
             "model": self.model,

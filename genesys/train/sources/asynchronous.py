@@ -32,14 +32,13 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from genesys.cluster.generation import LANES, WEIGHTS_LANE, Generated, GenerationActor
 from genesys.cluster.pool import ActorPool, Call
 from genesys.cluster.session import ray_session
 from genesys.cluster.weights import PublishedWeights, publish
-from genesys.config import VerifyConfig
 from genesys.generate.rows import PlannedTask, RowBuilder
 from genesys.rewards import RewardStage
 from genesys.schema import Row
@@ -117,19 +116,11 @@ class AsyncRollouts:
         self.cluster = config.cluster
         self.run_id = uuid.uuid4().hex[:8]  # names this run's actors apart from other runs' on the cluster
         self.job_groups = math.ceil(self.size / self.cluster.rollout_workers)
-        self.order = ItemOrder(len(tasks), config.seed)
+        self.order = ItemOrder(len(tasks), config.sampling.seed)
         self.requeue: deque[tuple[int, int]] = deque()
         self.rewards = RewardStage(config.reward)
         self.builder: RowBuilder | None = None  # set with the workers, once the backend's name is resolved
-        self.pool = RayVerificationPool(
-            VerifyConfig(
-                **asdict(config.verify),
-                sandbox=config.sandbox,
-                reward=config.reward,
-                progress=False,
-                cluster=self.cluster,
-            )
-        )
+        self.pool = RayVerificationPool(config.verify_config())
         self.workers: ActorPool | None = None
         self.taken = 0  # batches taken by the trainer (the trainer's step when it asks for the next)
         self.version = 0  # the newest published weights version
@@ -414,14 +405,13 @@ class AsyncRollouts:
         from genesys.generate.backend import create_backend, resolve_backend_name
 
         cluster, config = self.cluster, self.config
-        self.builder = row_builder(config, resolve_backend_name(config.rollout.backend))
-        options = config.backend_options.for_backend(config.rollout.backend)
-        if config.rollout.backend == "transformers":
-            options.setdefault("batch_size", self.job_groups * config.rollout.samples_per_prompt)
+        backend = resolve_backend_name(config.backend)
+        self.builder = row_builder(config, backend)
+        options = config.backend_options.for_backend(backend)
+        if backend == "transformers":
+            options.setdefault("batch_size", self.job_groups * config.sampling.n)
             options.setdefault("device", "cuda" if cluster.rollout_gpus > 0 else "cpu")
-        make_backend = functools.partial(
-            create_backend, config.rollout.backend, self.source_model, config.style, options
-        )
+        make_backend = functools.partial(create_backend, backend, self.source_model, config.style, options)
         return ActorPool(
             self.ray,
             GenerationActor,

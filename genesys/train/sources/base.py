@@ -72,7 +72,7 @@ def load_tasks(config: TrainConfig) -> list[Row]:
     Errors name the task."""
     from genesys.tasks.prepare import prepare_tasks, select_tasks
 
-    selected = select_tasks(config.data.tasks or [], mix=config.data.mix, seed=config.seed)
+    selected = select_tasks(config.data.tasks or [], mix=config.data.mix, seed=config.sampling.seed)
     tasks = prepare_tasks(selected, reward=config.reward, verify=config.verify_config()).rows
     if not tasks:
         raise InputError(f"data.tasks: no tasks in {', '.join(config.data.tasks or [])}")

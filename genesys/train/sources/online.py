@@ -46,7 +46,7 @@ class OnlineRollouts:
         self.backend = backend
         self.pool = pool
         self.rewards = RewardStage(config.reward)
-        self.order = ItemOrder(len(tasks), config.seed, world.rank, world.size)
+        self.order = ItemOrder(len(tasks), config.sampling.seed, world.rank, world.size)
         self.carry: list[list[Row]] = []
         self.builder = row_builder(config, backend.name)
         self._current: StepRollouts | None = None
@@ -56,20 +56,21 @@ class OnlineRollouts:
         cls, config: TrainConfig, world: World, tasks: Sequence[Row], source_model: str, device: Any
     ) -> OnlineRollouts:
         """The run's backend on `device` (`source_model`'s weights) and a verification engine."""
-        from genesys.generate.backend import create_backend
+        from genesys.generate.backend import create_backend, resolve_backend_name
         from genesys.verification.engine import VerificationEngine
 
-        options = config.backend_options.for_backend(config.rollout.backend)
-        if config.rollout.backend == "transformers":
+        backend_name = resolve_backend_name(config.backend)
+        options = config.backend_options.for_backend(backend_name)
+        if backend_name == "transformers":
             options.setdefault(
                 "batch_size",
-                config.rollout.prompts_per_step * config.rollout.samples_per_prompt // world.size,
+                config.rollout.prompts_per_step * config.sampling.n // world.size,
             )
             options.setdefault("device", str(device))
             options.setdefault("worker_thread", False)  # nothing to overlap; see TransformersBackend
-        if config.rollout.backend == "vllm":
+        if backend_name == "vllm":
             options.update(colocated_vllm_options(config, options.get("engine_args")))
-        backend = create_backend(config.rollout.backend, source_model, config.style, options)
+        backend = create_backend(backend_name, source_model, config.style, options)
         try:
             pool = VerificationEngine(config.verify_config())
             pool.start()
@@ -88,7 +89,7 @@ class OnlineRollouts:
             asyncio.run(self.backend.update_weights(list(named_parameters)))
         except NotImplementedError as exc:
             raise InputError(
-                f"rollout.backend {self.config.rollout.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)"
+                f"backend {self.config.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)"
             ) from None
 
     def close(self) -> None:
@@ -157,7 +158,11 @@ def colocated_vllm_options(config: TrainConfig, engine_args: dict[str, Any] | No
     in place), seeded with the run, its weights in the training precision unless `engine_args`
     (backend_options.args) name a dtype; every other engine argument passes through as given."""
     dtype = "bfloat16" if config.precision == "bf16" else "float32"
-    return {"colocate": True, "seed": config.seed, "engine_args": {"dtype": dtype, **(engine_args or {})}}
+    return {
+        "colocate": True,
+        "seed": config.sampling.seed,
+        "engine_args": {"dtype": dtype, **(engine_args or {})},
+    }
 
 
 @dataclass
@@ -173,9 +178,9 @@ class GeneratedRows:
 def draw_requests(
     config: TrainConfig, draws: Sequence[tuple[int, Row]]
 ) -> tuple[list[GenerationRequest], dict[str, PlannedTask]]:
-    """The generation requests of (stream position, task) draws, `samples_per_prompt` samples each,
+    """The generation requests of (stream position, task) draws, `sampling.n` samples each,
     and the plans their rows are built from (each row marked with its draw)."""
-    sampling = config.rollout.sampling(config.seed)
+    sampling = config.sampling
     plans: dict[str, PlannedTask] = {}
     requests = []
     for position, task in draws:
@@ -187,7 +192,7 @@ def draw_requests(
                 str(position),
                 messages,
                 list(range(sampling.n)),
-                request_seed(config.seed, str(position)),
+                request_seed(sampling.seed, str(position)),
                 sampling,
             )
         )
@@ -213,7 +218,7 @@ def draw_rows(
 def generate_rows(
     backend: Backend, builder: RowBuilder, config: TrainConfig, draws: Sequence[tuple[int, Row]]
 ) -> GeneratedRows:
-    """`samples_per_prompt` rollouts of each (stream position, task) draw, each row marked with its draw."""
+    """`sampling.n` rollouts of each (stream position, task) draw, each row marked with its draw."""
     requests, plans = draw_requests(config, draws)
     return draw_rows(builder, plans, iterate(backend.generate(requests)))
 
@@ -222,7 +227,7 @@ def row_builder(config: TrainConfig, backend_name: str) -> RowBuilder:
     """The row builder of the run's rollouts (model, generation settings, backend)."""
     return RowBuilder(
         config.model,
-        {"backend": backend_name, **config.rollout.sampling(config.seed).as_dict()},
+        {"backend": backend_name, **config.sampling.as_dict()},
         {"backend": backend_name},
     )
 

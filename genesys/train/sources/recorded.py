@@ -34,7 +34,7 @@ class RecordedRollouts:
     def __init__(self, config: TrainConfig, world: World) -> None:
         self.config = config
         rows, self.rows_unproven = load_recorded_rows(
-            config.data.rollouts or [], config.rollout.temperature, config.data.require_proofs
+            config.data.rollouts or [], config.sampling.temperature, config.data.require_proofs
         )
         if self.rows_unproven:
             log.warning(
@@ -53,7 +53,7 @@ class RecordedRollouts:
                 f"data.rollouts: no group of rollouts of one task with at least two rewarded samples{' that differ in ' + config.rollout.filter_signal if config.rollout.filter_groups else ''}; nothing to train on"
             )
         self.groups = groups
-        self.order = ItemOrder(len(groups), config.seed, world.rank, world.size)
+        self.order = ItemOrder(len(groups), config.sampling.seed, world.rank, world.size)
 
     def start(self, named_parameters: NamedParameters, step: int) -> None:
         pass
@@ -148,7 +148,7 @@ def _recorded_problem(row: Row, temperature: float) -> str | None:
     except SchemaError as exc:
         return str(exc)
     if recorded.get("temperature") not in (None, temperature):
-        return f"sampled at temperature {recorded['temperature']}, but rollout.temperature is {temperature}: the logprobs are those of the sampling temperature, set rollout.temperature = {recorded['temperature']}"
+        return f"sampled at temperature {recorded['temperature']}, but sampling.temperature is {temperature}: the logprobs are those of the sampling temperature, set sampling.temperature = {recorded['temperature']}"
     return None
 
 
