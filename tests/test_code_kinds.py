@@ -3,7 +3,10 @@ programs pass, wrong ones fail, and the reward hacks these kinds invite fail on 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 from test_sandbox_backends import BACKENDS, backend_skip_reason, code_rollout
@@ -249,6 +252,35 @@ def test_taco_rows_read_one_element_output_lists(verifier: CodeVerifier) -> None
     assert verifier.verify(rollout).score == 0.0  # plain: [5] is a list
     rollout.source = "taco"
     assert verifier.verify(rollout).score == 1.0
+
+
+def load_agreement_script() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "code_kinds_agreement.py"
+    spec = importlib.util.spec_from_file_location("code_kinds_agreement", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_converted_records_agree_with_the_reference_harness(verifier: CodeVerifier) -> None:
+    script = load_agreement_script()
+    for kind, name in (("humaneval", "humaneval_style.jsonl"), ("mbpp", "mbpp_style.jsonl")):
+        records = script.read_records(script.DATA / name)
+        agreed, total, disagreements = script.agreement(kind, records, verifier.settings.sandbox)
+        assert total >= 3 * len(records) and agreed == total, disagreements
+
+
+def test_the_conversion_recipe() -> None:
+    script = load_agreement_script()
+    record = {"test": "def check(candidate):\n    assert candidate(1) == 1\n", "entry_point": "f"}
+    assert script.humaneval_tests(record) == [{"type": "assert", "code": record["test"] + "\ncheck(f)\n"}]
+    mbpp = {"test_setup_code": "x = 1", "test_list": ["assert f(x) == 1", "assert f(2) == 2"]}
+    assert [test["code"] for test in script.mbpp_tests(mbpp)] == [
+        "x = 1\nassert f(x) == 1\n",
+        "x = 1\nassert f(2) == 2\n",
+    ]
+    assert script.stub("import math\ndef f(x):\n    return x") == "import math\n\ndef f(x):\n    return None"
 
 
 def test_assert_tests_outside_python_are_refused() -> None:
