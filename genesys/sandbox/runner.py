@@ -9,8 +9,9 @@ it uses the standard library only. It serves submissions one after another over 
 
     (the done frame carries "error" when the sandbox itself failed during the submission)
 
-A frame is a 4-byte big-endian length and a UTF-8 JSON document. Expected outputs never enter the
-sandbox; the host compares what the runner reports.
+A frame is a 4-byte big-endian length and a UTF-8 JSON document. Expected outputs enter the
+sandbox only for a task with a checker, and then only its process (see "checkers"); otherwise the
+host compares what the runner reports. assert and pytest tests are judged here (see "judged tests").
 
 The unit of isolation is the submission. Three kinds of process, each with one job:
 - the runner (this process) reads submissions, supervises tests and writes replies; it never runs a
