@@ -14,7 +14,14 @@ the CPU time per test of both sides (every process of the run, the sandboxes inc
 containers run outside it, so for bwrap only): on a machine that other jobs share, a ratio of CPU
 times moves much less than one of wall-clock rates.
 
+Then, per backend, assert tests against function_call tests (--kinds-only runs just this part):
+the same Python function checked by 3 `function_call` tests or by 3 `assert` tests (one `assert`
+each) per submission, both through `genesys verify`, alternating for --rounds rounds; printed are
+tests/s of each, their ratio per round and its median (an assert test runs the program in a process
+of its own beside the judge, see docs/verifiers/sandbox-security.md, so it costs more).
+
     python benchmarks/code_throughput.py [--submissions 1000] [--workers N] [--baseline-tests 600] [--rounds 3]
+    python benchmarks/code_throughput.py --kinds-only [--submissions 300]
 """
 
 from __future__ import annotations
@@ -62,6 +69,69 @@ def make_rollouts(path: Path, count: int, seed: int = 0) -> list[tuple[str, str]
             }
             handle.write(json.dumps(row) + "\n")
     return pairs
+
+
+CALL_PROGRAM = "def total(nums):\n    return sum(nums)  # submission {index}\n"
+
+
+def make_kind_rollouts(path: Path, count: int, kind: str, seed: int = 0) -> int:
+    """Write `count` rollouts of one function checked by 3 tests of `kind` (function_call or
+    assert) with the same arguments and answers; return the number of tests."""
+    rng = random.Random(seed)
+    with path.open("w") as handle:
+        for index in range(count):
+            tests = []
+            for _ in range(3):
+                nums = [rng.randint(-1000, 1000) for _ in range(rng.randint(1, 20))]
+                if kind == "assert":
+                    tests.append({"type": "assert", "code": f"assert total({nums!r}) == {sum(nums)}"})
+                else:
+                    tests.append(
+                        {"type": "function_call", "fn_name": "total", "input": [nums], "output": sum(nums)}
+                    )
+            row = {
+                "problem_id": f"total-{index}",
+                "task_type": "verifiable_code",
+                "prompt": "Sum the list.",
+                "verification_info": json.dumps({"language": "python", "test_cases": tests}),
+                "llm_response": f"```python\n{CALL_PROGRAM.format(index=index)}```\n",
+                "response_id": f"total-{index}-0",
+            }
+            handle.write(json.dumps(row) + "\n")
+    return 3 * count
+
+
+def compare_kinds(args: argparse.Namespace, meter: CpuMeter, kind: str) -> None:
+    """assert tests against function_call tests on one backend, per test, alternating rounds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {name: Path(tmp) / f"{name}.jsonl" for name in ("function_call", "assert")}
+        tests = {name: make_kind_rollouts(path, args.submissions, name) for name, path in files.items()}
+        ratios, cpu_ratios = [], []
+        for round_number in range(1, args.rounds + 1):
+            rates, cpu = {}, {}
+            for name, path in files.items():
+                (seconds, mean_score), spent = cpu_spent(
+                    meter, functools.partial(time_genesys, path, kind, args.workers)
+                )
+                if mean_score != 1.0:
+                    raise RuntimeError(f"{name} tests scored {mean_score}, not 1.0")
+                rates[name] = tests[name] / seconds
+                cpu[name] = None if spent is None else spent / tests[name] * 1e3
+            ratios.append(rates["function_call"] / rates["assert"])
+            line = (
+                f"{kind:>8} round {round_number}: function_call {rates['function_call']:7.1f} tests/s, "
+                f"assert {rates['assert']:7.1f} tests/s: assert costs {ratios[-1]:.2f}x per test"
+            )
+            if kind == "bwrap" and None not in cpu.values():
+                cpu_ratios.append(cpu["assert"] / cpu["function_call"])
+                line += (
+                    f" (CPU {cpu['function_call']:.2f} vs {cpu['assert']:.2f} ms/test: {cpu_ratios[-1]:.2f}x)"
+                )
+            print(line)
+        summary = f"median over {args.rounds} rounds: assert {statistics.median(ratios):.2f}x function_call's time per test"
+        if cpu_ratios:
+            summary += f", {statistics.median(cpu_ratios):.2f}x its CPU time"
+        print(f"{kind:>8}: {summary}")
 
 
 def time_genesys(inputs: Path, kind: str, workers: int, reuse: int | None = None) -> tuple[float, float]:
@@ -227,13 +297,24 @@ def main() -> None:
         type=int,
         help="also time genesys with this many submissions per runner (1: a runner per submission)",
     )
+    parser.add_argument(
+        "--kinds-only", action="store_true", help="time only assert tests against function_call tests"
+    )
     args = parser.parse_args()
 
     from genesys.sandbox.backends import check_backend
 
     meter = CpuMeter()
     try:
-        run_all(args, meter, check_backend)
+        if not args.kinds_only:
+            run_all(args, meter, check_backend)
+        print(f"assert against function_call tests: {args.submissions} submissions x 3 tests each")
+        for kind in args.backends.split(","):
+            check = check_backend(kind)
+            if check.available and check.languages.get("python") == "ok":
+                compare_kinds(args, meter, kind)
+            else:
+                print(f"{kind:>8}: skipped ({check.note or check.languages.get('python')})")
     finally:
         meter.close()
 

@@ -82,6 +82,15 @@ def test_an_integer_gold_needs_an_equal_integer_valued_value(expected: str, actu
     assert values_match([[value], {"k": value}], [[gold], {"k": gold}]) is same  # nested too
 
 
+@pytest.mark.parametrize(
+    ("actual", "expected"),
+    [("101", "00000101"), ("101.0", "00000101"), ("42", "0042"), ("0042", "42"), ("-7", "-07"), ("5", "05")],
+)
+def test_digit_strings_with_leading_zeros_match_only_as_text(actual: str, expected: str) -> None:
+    assert compare_output(actual, expected) is not None
+    assert compare_output(expected, expected) is None
+
+
 def test_float_golds_keep_their_tolerance() -> None:
     assert compare_output("123456790", "123456789.0") is None  # the gold is a float
     assert values_match(123456790, 123456789.0)

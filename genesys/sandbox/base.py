@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from genesys.sandbox.limits import COMPILE_LIMITS, Limits
+from genesys.sandbox.limits import CHECKER_LIMITS, COMPILE_LIMITS, Limits
 
 LANGUAGES = ("python", "cpp", "rust", "javascript")
 # Submissions one runner process serves before a fresh one takes over (1: a runner per submission).
@@ -40,9 +40,12 @@ class SandboxUnavailable(SandboxError):
 class Submission:
     """One program and the inputs of its tests. Expected outputs stay on the host.
 
-    `tests` holds dicts `{"type": "stdin_stdout", "input": str}` or
-    `{"type": "function_call", "fn_name": str, "input": [args]}`. `budget_s` bounds compile
-    plus all tests together; tests left when it runs out are reported as `time_limit`.
+    `tests` holds dicts `{"type": "stdin_stdout", "input": str}`,
+    `{"type": "function_call", "fn_name": str, "input": [args]}`, `{"type": "assert", "code": str}`
+    or `{"type": "pytest", "code": str, "name": str}`. With a `checker` ({"language", "source"}),
+    stdin_stdout tests carry their `output` too: the checker judges in the sandbox, under
+    `checker_limits`, once the program's run has ended. `budget_s` bounds compile plus all tests
+    together; tests left when it runs out are reported as `time_limit`.
     `on_test(index, report)`, when set, turns each test's report into what `RunResult.tests` keeps,
     as the report arrives (a verdict instead of the whole stdout); it stays on the host.
     """
@@ -53,13 +56,15 @@ class Submission:
     limits: Limits = field(default_factory=Limits)
     compile_limits: Limits = COMPILE_LIMITS
     budget_s: float = 60.0
+    checker: dict[str, str] | None = None
+    checker_limits: Limits = CHECKER_LIMITS
     on_test: Callable[[int, dict[str, Any]], dict[str, Any]] | None = field(
         default=None, repr=False, compare=False
     )
 
     def to_job(self) -> dict[str, Any]:
         """The request frame the in-sandbox runner reads."""
-        return {
+        job = {
             "language": self.language,
             "source": self.source,
             "tests": self.tests,
@@ -67,6 +72,9 @@ class Submission:
             "compile_limits": self.compile_limits.to_runner(),
             "budget_s": self.budget_s,
         }
+        if self.checker is not None:
+            job["checker"] = {**self.checker, "limits": self.checker_limits.to_runner()}
+        return job
 
 
 @dataclass
@@ -75,11 +83,15 @@ class RunResult:
 
     Each test dict is the runner's report, or what the submission's `on_test` made of it. A report
     has `status` (ok, time_limit, memory_limit, runtime_error, output_limit), `stdout`, `stderr`
-    (tail), `exit_code`, `signal`, `time_s` (CPU), `wall_s`, `memory_kb`, and for function_call
-    tests `result` (the return value as JSON text).
+    (tail), `exit_code`, `signal`, `time_s` (CPU), `wall_s`, `memory_kb`, for function_call
+    tests `result` (the return value as JSON text), for assert and pytest tests `message` (why
+    one failed: its status is the judge's verdict, ok when it passed), and for tests a checker
+    judged `checker` (its `status`, `exit_code`, `message`). `checker_error`: the task's checker
+    could not be built (then nothing ran and `compiled` is false).
     """
 
     compiled: bool
+    checker_error: str | None = None
     compile_message: str | None = None
     compile_time_s: float = 0.0
     tests: list[dict[str, Any]] = field(default_factory=list)

@@ -88,6 +88,7 @@ class RunnerSession:
             compiled=bool(compiled.get("ok")),
             compile_message=compiled.get("message"),
             compile_time_s=float(compiled.get("time_s") or 0.0),
+            checker_error=compiled.get("checker_error"),
         )
         n_tests = len(submission.tests)
         test_allowance = submission.limits.wall_seconds + STALL_MARGIN_S

@@ -9,8 +9,9 @@ it uses the standard library only. It serves submissions one after another over 
 
     (the done frame carries "error" when the sandbox itself failed during the submission)
 
-A frame is a 4-byte big-endian length and a UTF-8 JSON document. Expected outputs never enter the
-sandbox; the host compares what the runner reports.
+A frame is a 4-byte big-endian length and a UTF-8 JSON document. Expected outputs enter the
+sandbox only for a task with a checker, and then only its process (see "checkers"); otherwise the
+host compares what the runner reports. assert and pytest tests are judged here (see "judged tests").
 
 The unit of isolation is the submission. Three kinds of process, each with one job:
 - the runner (this process) reads submissions, supervises tests and writes replies; it never runs a
@@ -998,8 +999,9 @@ def _install_test_main(workdir):
 
 def test_spec(kind, body, limits, language, uid, workdir, call=None, files=()):
     """What a forked test needs to run: `kind` "python" (`body` compiled code, `call` None or a
-    function's (name, arguments)) or "exec" (`body` an argv; `files` (path, text) pairs it writes
-    first), under `limits` as for `language`, as `uid` (None: the zygote's own) in `workdir`."""
+    function's (name, arguments)), "exec" (`body` an argv; `files` (path, text) pairs it writes
+    first) or one of HARNESSES (given `body` and `call`), under `limits` as for `language`, as
+    `uid` (None: the zygote's own) in `workdir`."""
     return (kind, body, call, rlimits(limits, language), uid, workdir, tuple(files))
 
 
@@ -1044,6 +1046,8 @@ def _test_main(kind, body, call, limits, uid, workdir, files):
             os.setresuid(uid, uid, uid)
         if kind == "python":
             return python_child(body, call, workdir)()
+        if kind in HARNESSES:
+            return HARNESSES[kind](body, call, workdir)()
         os.chdir(workdir)
         for path, text in files:
             with open(path, "w", encoding="utf-8") as handle:
@@ -1248,6 +1252,803 @@ JS_EXPORTS = (
 )
 
 
+# --- judged tests: assert and pytest ---------------------------------------------------------------
+#
+# An assert or pytest test runs in two processes. The judge is the test the zygote forks: it holds
+# the verdict pipe (fd 3) and, before it reads the test's code (its stdin), forks the program's
+# process. That process closes fd 3 and stdin at once, loads the program as the module `solution`,
+# tells the judge its top-level names and from then on only answers the judge's requests over a
+# socket: call this, get that attribute, iterate this. Values cross as plain data (exact builtin
+# types, as tagged JSON); every other object stays in the program's process and crosses as a
+# handle, which the judge neither compares nor takes the truth of. The test's code runs in the
+# judge alone, with the judge's own builtins and modules. So the program decides what its
+# functions return and raise, and nothing else: not how the judge compares, not which code the
+# judge runs, not the verdict, which only the judge can write. (docs/verifiers/sandbox-security.md)
+
+JUDGED_TESTS = ("assert", "pytest")
+# Modules a program's top-level name may stand for in the judge, which then binds its own copy:
+# MBPP-style asserts use the modules the program imported (`math.isclose`), and the program's copy
+# may have been patched.
+JUDGE_MODULES = frozenset(
+    "bisect cmath collections copy datetime decimal fractions functools heapq itertools json math"
+    " operator random re statistics string typing".split()
+)
+MESSAGE_TAIL = 1000  # characters of an exception's text that cross from the program
+
+
+class ProgramEnded(BaseException):
+    """In the judge: the program's process ended (or broke its channel) before the test finished.
+    Not an Exception: a test's `except Exception` does not swallow it."""
+
+
+class ProgramError(Exception):
+    """In the judge: the program raised an exception of a class the judge does not have."""
+
+
+class Channel:
+    """Length-prefixed JSON frames over a stream socket (judge <-> program); `limit` caps a frame."""
+
+    def __init__(self, sock, limit):
+        self.sock, self.limit = sock, limit
+
+    def send(self, message):
+        body = json.dumps(message).encode("utf-8")
+        self.sock.sendall(struct.pack(">I", len(body)) + body)
+
+    def receive(self):
+        """The next frame's bytes; None when the other end has gone."""
+        header = self._exact(4)
+        if header is None:
+            return None
+        size = struct.unpack(">I", header)[0]
+        if size > self.limit:
+            raise ValueError("the program sent %d bytes, past the output limit" % size)
+        return self._exact(size)
+
+    def _exact(self, size):
+        data = bytearray()
+        while len(data) < size:
+            chunk = self.sock.recv(min(size - len(data), 1 << 20))
+            if not chunk:
+                return None
+            data += chunk
+        return bytes(data)
+
+
+def encode_value(value, other):
+    """`value` as JSON-ready data: exact builtin types by value (tuples, dicts, sets, bytes,
+    complex numbers and huge integers tagged), anything else as `other(value)` makes it."""
+    kind = type(value)
+    if value is None or kind is bool or kind is float or kind is str:
+        return value
+    if kind is int:
+        return value if value.bit_length() < 8192 else {"i": "%x" % value}
+    if kind is list:
+        return [encode_value(item, other) for item in value]
+    if kind is tuple:
+        return {"t": [encode_value(item, other) for item in value]}
+    if kind is dict:
+        return {"d": [[encode_value(k, other), encode_value(v, other)] for k, v in value.items()]}
+    if kind is set or kind is frozenset:
+        return {"s" if kind is set else "f": [encode_value(item, other) for item in value]}
+    if kind is bytes or kind is bytearray:
+        return {"b" if kind is bytes else "y": value.hex()}
+    if kind is complex:
+        return {"c": [value.real, value.imag]}
+    return other(value)
+
+
+def value_hook(reference, rebuild):
+    """The json object hook that turns tagged data back into values; `reference(tagged)` makes
+    what a handle ("r") stands for, `rebuild(name, value)` a known standard-library value ("x")."""
+    makers = {
+        "t": tuple,
+        "s": set,
+        "f": frozenset,
+        "b": bytes.fromhex,
+        "y": bytearray.fromhex,
+        "d": dict,
+        "c": lambda parts: complex(*parts),
+        "i": lambda digits: int(digits, 16),
+    }
+
+    def hook(tagged):
+        if "r" in tagged:
+            return reference(tagged)
+        if "x" in tagged and len(tagged) == 2:
+            return rebuild(tagged["x"], tagged["v"])
+        if len(tagged) != 1:
+            raise ValueError("malformed value from the other process")
+        ((tag, payload),) = tagged.items()
+        return makers[tag](payload)
+
+    return hook
+
+
+# Standard-library values a program returns that cross by value: (module, class) -> how the program's
+# process turns one into plain data; the judge rebuilds it with its own class.
+STDLIB_VALUES = {
+    ("collections", "Counter"): lambda value: list(value.items()),
+    ("collections", "OrderedDict"): lambda value: list(value.items()),
+    ("collections", "defaultdict"): lambda value: list(value.items()),
+    ("collections", "deque"): list,
+    ("fractions", "Fraction"): lambda value: [value.numerator, value.denominator],
+    ("decimal", "Decimal"): str,
+}
+
+
+def stdlib_value(value, encode):
+    """A known standard-library value as tagged plain data ("x"), or None."""
+    kind = type(value)
+    convert = STDLIB_VALUES.get((getattr(kind, "__module__", None), kind.__name__))
+    if convert is None:
+        return None
+    return {"x": "%s.%s" % (kind.__module__, kind.__name__), "v": encode(convert(value))}
+
+
+def _rebuild_stdlib(name, value):
+    module_name, _, class_name = name.partition(".")
+    if (module_name, class_name) not in STDLIB_VALUES:
+        raise ValueError("unknown value type %r" % (name,))
+    cls = getattr(__import__(module_name), class_name)
+    if class_name == "Fraction":
+        numerator, denominator = value
+        if type(numerator) is not int or type(denominator) is not int:
+            raise ValueError("a Fraction of non-integers")
+        return cls(numerator, denominator)
+    if class_name == "Decimal":
+        return cls(str(value))
+    if class_name == "defaultdict":
+        return cls(None, value)
+    return cls(dict(value)) if class_name == "Counter" else cls(value)
+
+
+# --- the program's side
+
+PROGRAM_OPS = {
+    "call": lambda target, args, kwargs: target(*args, **kwargs),
+    "getattr": getattr,
+    "setattr": setattr,
+    "getitem": lambda target, key: target[key],
+    "len": len,
+    "iter": iter,
+    "next": next,
+    "contains": lambda target, item: item in target,
+    "repr": repr,
+    "str": str,
+}
+
+
+def serve_program(program, channel):
+    """In the program's process: load the program as the module `solution`, report its top-level
+    names, then answer the judge's requests until it closes the channel. Returns the exit code."""
+    objects, handles = [], {}
+
+    def handle_of(value):
+        known = stdlib_value(value, encode)
+        if known is not None:
+            return known
+        kind = type(value)
+        handle = handles.get(id(value))
+        if handle is None:
+            handle = handles[id(value)] = len(objects)
+            objects.append(value)
+        tagged = {"r": handle, "k": kind.__name__, "c": callable(value)}
+        if isinstance(value, types.ModuleType):
+            tagged["m"] = value.__name__
+        return tagged
+
+    def encode(value):
+        return encode_value(value, handle_of)
+
+    def reference(tagged):
+        handle = tagged["r"]
+        if type(handle) is not int or not 0 <= handle < len(objects):
+            raise ValueError("no such object")
+        return objects[handle]
+
+    hook = value_hook(reference, _rebuild_stdlib)
+    module = types.ModuleType("solution")
+    module.__file__ = os.path.join(os.getcwd(), "solution.py")
+    module.__builtins__ = __builtins__
+    sys.modules["solution"] = module
+    request = None
+    while True:
+        try:
+            if request is None:
+                exec(program, module.__dict__)
+                names = {name: value for name, value in vars(module).items() if not name.startswith("__")}
+                reply = ["value", encode(names)]
+            else:
+                op, *args = json.loads(request, object_hook=hook)
+                reply = ["value", encode(PROGRAM_OPS[op](*args))]
+        except SystemExit as exc:
+            code = _system_exit_code(exc)
+            _send_quietly(channel, ["ended", code])
+            return code
+        except BaseException as exc:  # noqa: BLE001 - the judge decides what a raise means
+            reply = ["raised", _exception_name(exc), _exception_text(exc)]
+        try:
+            channel.send(reply)
+        except (TypeError, ValueError) as exc:  # a value json cannot write (a recursive list, say)
+            channel.send(["raised", type(exc).__name__, _exception_text(exc)])
+        request = channel.receive()
+        if request is None:
+            return 0
+
+
+def _exception_name(exc):
+    kind = type(exc)
+    return kind.__name__ if kind.__module__ == "builtins" else "%s.%s" % (kind.__module__, kind.__qualname__)
+
+
+def _exception_text(exc):
+    try:
+        return str(exc)[:MESSAGE_TAIL]
+    except BaseException:  # noqa: BLE001 - a program's __str__ may raise
+        return ""
+
+
+def _send_quietly(channel, message):
+    try:
+        channel.send(message)
+    except OSError:
+        pass
+
+
+# --- the judge's side
+
+
+class Remote:
+    """In the judge: an object that lives in the program's process, reached through its handle.
+    It can be called, indexed, iterated and asked for attributes; it is never compared or taken
+    for a truth value (a program's own `__eq__` or `__bool__` would decide those), unless it is a
+    function or class, which is always true."""
+
+    __slots__ = ("_link", "_handle", "_type", "_callable")
+
+    def __init__(self, link, handle, type_name, is_callable):
+        for name, value in zip(self.__slots__, (link, handle, type_name, is_callable)):
+            object.__setattr__(self, name, value)
+
+    def _ask(self, op, *args):
+        return self._link.ask(op, self, *args)
+
+    def __call__(self, *args, **kwargs):
+        return self._ask("call", list(args), kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", name)
+
+    def __setattr__(self, name, value):
+        self._ask("setattr", name, value)
+
+    def __getitem__(self, key):
+        return self._ask("getitem", key)
+
+    def __len__(self):
+        return self._ask("len")
+
+    def __iter__(self):
+        return self._ask("iter")
+
+    def __next__(self):
+        return self._ask("next")
+
+    def __contains__(self, item):
+        return self._ask("contains", item)
+
+    def __repr__(self):
+        return self._ask("repr")
+
+    def __str__(self):
+        return self._ask("str")
+
+    def _refuse(self, *_):
+        raise TypeError(
+            "the program returned a %s object: tests compare plain data (numbers, strings, lists, "
+            "tuples, dicts, sets) only" % (self._type,)
+        )
+
+    def __bool__(self):
+        return self._callable or self._refuse()
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __hash__ = object.__hash__
+
+
+class Link:
+    """In the judge: the channel to the program's process and the handles it has sent."""
+
+    def __init__(self, channel, pid):
+        self.channel, self.pid, self.ended = channel, pid, None
+        self.remotes = {}
+        self.hook = value_hook(self._remote, _rebuild_stdlib)
+        self.exceptions = {
+            name: value
+            for name, value in vars(__import__("builtins")).items()
+            if isinstance(value, type) and issubclass(value, Exception)
+        }
+
+    def _remote(self, tagged):
+        handle = tagged["r"]
+        if type(handle) is not int:
+            raise ValueError("malformed handle from the program")
+        module = tagged.get("m")
+        if module in JUDGE_MODULES:
+            return __import__(module)
+        remote = self.remotes.get(handle)
+        if remote is None:
+            remote = self.remotes[handle] = Remote(
+                self, handle, str(tagged.get("k")), tagged.get("c") is True
+            )
+        return remote
+
+    def _reference(self, value):
+        if type(value) is Remote and value._link is self:
+            return {"r": value._handle}
+        known = stdlib_value(value, lambda inner: encode_value(inner, self._reference))
+        if known is not None:
+            return known
+        raise TypeError(
+            "a %s cannot be passed to the program: only plain data and the program's own objects can"
+            % type(value).__name__
+        )
+
+    def load(self):
+        """The program's top-level names (its reply to having been loaded)."""
+        names = self._reply()
+        if type(names) is not dict or not all(type(name) is str for name in names):
+            raise ValueError("the program's process sent no names")
+        return names
+
+    def ask(self, op, remote, *args):
+        """Have the program's process do `op` on `remote`; its value, or its exception raised here."""
+        if self.ended is not None:
+            raise ProgramEnded(self.ended)
+        message = encode_value([op, remote, *args], self._reference)
+        try:
+            self.channel.send(message)
+        except OSError:
+            pass  # the reply tells why
+        return self._reply()
+
+    def _reply(self):
+        try:
+            body = self.channel.receive()
+        except OSError:
+            body = None
+        if body is None:
+            self.ended = "the program's process ended before the test finished" + self._exit_status()
+            raise ProgramEnded(self.ended)
+        reply = json.loads(body, object_hook=self.hook)
+        if type(reply) is not list or not reply or reply[0] not in ("value", "raised", "ended"):
+            raise ValueError("the program's process broke the protocol")
+        if reply[0] == "value" and len(reply) == 2:
+            return reply[1]
+        if reply[0] == "ended":
+            self.ended = (
+                "the program ended its process before the test finished (exit code %r)"
+                % (reply[1:2] or [None])[0]
+            )
+            raise ProgramEnded(self.ended)
+        name, text = (str(part) for part in reply[1:3])
+        cls = self.exceptions.get(name)
+        try:
+            exc = cls(text) if cls is not None else ProgramError("%s: %s" % (name, text))
+        except Exception:  # noqa: BLE001 - a class that takes other arguments
+            exc = ProgramError("%s: %s" % (name, text))
+        raise exc
+
+    def _exit_status(self):
+        try:
+            pid, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            return ""
+        if os.WIFSIGNALED(status):
+            return " (signal %d)" % os.WTERMSIG(status)
+        return " (exit code %d)" % os.WEXITSTATUS(status)
+
+
+def judged_child(program, test, workdir):
+    """Child body for an assert or pytest test, `test` = (kind, name, frame limit): fork the program's process,
+    read the test's code from stdin, run it against the program, write the verdict on fd 3."""
+
+    kind, name, limit = test
+
+    def main():
+        os.chdir(workdir)
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the program's process cannot open our fds or memory
+        mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(3)  # the verdict pipe: never the program's
+                mine.close()
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)  # the test's code stays the judge's
+                os.close(null)
+                code = serve_program(program, Channel(theirs, limit))
+                sys.stdout.flush()
+            finally:
+                os._exit(code)
+        theirs.close()
+        code = read_to_end(0).decode("utf-8")
+        verdict = run_judged(kind, name, code, Link(Channel(mine, limit), pid))
+        os.write(3, json.dumps(verdict).encode("utf-8"))
+        sys.stdout.flush()
+        mine.close()  # the program's process sees the end of its channel and exits
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass  # reaped already
+        return 0
+
+    return main
+
+
+def read_to_end(fd):
+    chunks = []
+    while chunk := os.read(fd, READ_CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def run_judged(kind, name, code, link):
+    """Run an assert test's code, or one test of a pytest module, against the program; the verdict
+    {"status": "passed" | "wrong_answer" | "runtime_error", "message"?}."""
+    try:
+        names = link.load()
+        compiled = compile(code, "<test>", "exec", dont_inherit=True)
+        if kind == "assert":
+            namespace = dict(names, __name__="__test__", __builtins__=__builtins__)
+            exec(compiled, namespace)
+        else:
+            run_pytest_test(compiled, name, names)
+    except AssertionError as exc:
+        return {"status": "wrong_answer", "message": _failure(exc, code, "assertion failed")}
+    except ProgramEnded as exc:
+        return {"status": "runtime_error", "message": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - any other failure of the test fails it
+        return {"status": "runtime_error", "message": _failure(exc, code, type(exc).__name__)}
+    return {"status": "passed"}
+
+
+def _failure(exc, code, what):
+    """'<what> at line N: <the test's line>: <exception text>'."""
+    import traceback
+
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == "<test>":
+            line = frame.lineno
+    text = what
+    if line is not None:
+        lines = code.splitlines()
+        shown = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        text += " at line %d: %s" % (line, shown[:200])
+    detail = str(exc)
+    if detail and detail != what:
+        text += ": " + detail[:MESSAGE_TAIL]
+    return text
+
+
+def run_pytest_test(compiled, name, names):
+    """Run the test `name` ("test_x" or "TestClass::test_x") of a pytest-style module, with the
+    program importable as `solution` and a small `pytest` (raises, approx, fail, skip, mark.parametrize)."""
+    solution = types.ModuleType("solution")
+    solution.__dict__.update(names)
+    sys.modules["solution"] = solution
+    sys.modules["pytest"] = pytest_module()
+    module = types.ModuleType("test_solution")
+    module.__file__ = "test_solution.py"
+    exec(compiled, module.__dict__)
+    owner, _, method = name.partition("::")
+    if not method:
+        return _run_parametrized(getattr(module, owner))
+    instance = getattr(module, owner)()
+    target = getattr(instance, method)
+    if hasattr(instance, "setup_method"):
+        instance.setup_method(target)
+    try:
+        _run_parametrized(target)
+    finally:
+        if hasattr(instance, "teardown_method"):
+            instance.teardown_method(target)
+
+
+class SkippedTest(Exception):
+    """pytest.skip in the judge: the test counts as passed, as pytest does not count it failed."""
+
+
+def _run_parametrized(function):
+    cases = [{}]
+    for names, values in reversed(getattr(function, "_parametrize", [])):
+        names = [part.strip() for part in names.split(",")] if isinstance(names, str) else list(names)
+        expanded = []
+        for value in values:
+            if isinstance(value, _Param):
+                value = value.values
+            elif len(names) == 1:
+                value = (value,)
+            expanded.append(dict(zip(names, value)))
+        cases = [dict(case, **more) for case in cases for more in expanded]
+    for case in cases:
+        try:
+            function(**case)
+        except SkippedTest:
+            pass
+
+
+class _Param:
+    def __init__(self, *values, **_):
+        self.values = values
+
+
+class _ExceptionInfo:
+    value = type = tb = None
+
+    def match(self, pattern):
+        if not re.search(pattern, str(self.value)):
+            raise AssertionError("pattern %r not found in %r" % (pattern, str(self.value)))
+        return True
+
+
+class _Raises:
+    def __init__(self, expected, match):
+        self.expected, self.pattern, self.info = expected, match, _ExceptionInfo()
+
+    def __enter__(self):
+        return self.info
+
+    def __exit__(self, kind, value, tb):
+        if kind is None:
+            raise AssertionError("DID NOT RAISE %r" % (self.expected,))
+        if not issubclass(kind, self.expected):
+            return False
+        self.info.value, self.info.type, self.info.tb = value, kind, tb
+        if self.pattern is not None:
+            self.info.match(self.pattern)
+        return True
+
+
+class _Approx:
+    def __init__(self, expected, rel=None, abs=None):  # noqa: A002 - pytest's own names
+        self.expected = expected
+        self.rel = 1e-6 if rel is None else rel
+        self.abs = 1e-12 if abs is None else abs
+
+    def __eq__(self, actual):
+        return self._close(actual, self.expected)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "approx(%r)" % (self.expected,)
+
+    def _close(self, actual, expected):
+        if isinstance(expected, dict):
+            return (
+                isinstance(actual, dict)
+                and actual.keys() == expected.keys()
+                and all(self._close(actual[k], expected[k]) for k in expected)
+            )
+        if isinstance(expected, (list, tuple)):
+            return (
+                isinstance(actual, (list, tuple))
+                and len(actual) == len(expected)
+                and all(self._close(a, e) for a, e in zip(actual, expected))
+            )
+        numbers = (int, float, complex)
+        if isinstance(expected, numbers) and not isinstance(expected, bool):
+            if not isinstance(actual, numbers) or isinstance(actual, bool):
+                return False
+            if actual == expected:
+                return True
+            return abs(actual - expected) <= max(self.rel * abs(expected), self.abs)
+        return actual == expected
+
+
+def pytest_module():
+    """The small `pytest` a judged test module may import."""
+    module = types.ModuleType("pytest")
+
+    def raises(expected, *args, match=None, **kwargs):
+        context = _Raises(expected, match)
+        if not args:
+            return context
+        with context:
+            args[0](*args[1:], **kwargs)
+        return context.info
+
+    def parametrize(names, values, **_):
+        def mark(function):
+            function._parametrize = [*getattr(function, "_parametrize", []), (names, list(values))]
+            return function
+
+        return mark
+
+    def skip(reason=""):
+        raise SkippedTest(reason)
+
+    def fail(reason=""):
+        raise AssertionError(reason)
+
+    def skipped(function):
+        def run(*_, **__):
+            raise SkippedTest("marked skip")
+
+        return run
+
+    def skip_mark(*args, **_):  # @mark.skip, @mark.skip(reason=...), and xfail alike: not run
+        return skipped(args[0]) if len(args) == 1 and callable(args[0]) else skipped
+
+    def skipif(condition, *_, **__):
+        return skipped if condition else (lambda function: function)
+
+    module.raises, module.approx, module.skip, module.fail = raises, _Approx, skip, fail
+    module.param = _Param
+    module.mark = types.SimpleNamespace(
+        parametrize=parametrize,
+        skip=skip_mark,
+        skipif=skipif,
+        xfail=skip_mark,
+        timeout=lambda *_, **__: lambda f: f,
+    )
+    return module
+
+
+# --- checkers ----------------------------------------------------------------------------------------
+#
+# A checker judges a stdin_stdout test whose task accepts many outputs, testlib-style: it runs as
+# `checker INPUT OUTPUT ANSWER` (the test's input, the program's output, the expected output) and
+# exits 0 to accept. It is built once per task (the runner keeps what it built in its own memory, out
+# of every program's reach) in a submission's zygote before that submission's program is compiled,
+# and it runs after each of the program's tests, once every process of that test is gone, as a
+# process of its own under its own limits. Its three files are memfds made in that process and its
+# binary (or source) reaches it on stdin: nothing of it lies on a file system a program can write.
+
+CHECKER_BINARY_LIMIT = 64 << 20  # bytes of a built checker
+CHECKER_CACHE = 32  # checkers the runner keeps built
+TESTLIB_FAIL_EXIT = 3  # testlib's exit code for a checker that failed (not the program)
+_built_checkers = {}  # (language, source) -> the binary (cpp) or the source (python), as bytes
+
+
+def build_checker(checker, toolchains, compile_limits, zygote, uid, workdir):
+    """(what `run_checker` runs, None) for the task's checker, built once per task; or (None, why not)."""
+    language, source = checker["language"], checker["source"]
+    built = _built_checkers.get((language, source))
+    if built is not None:
+        return built, None
+    if language == "python":
+        try:
+            compile(source, "checker.py", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            return None, "the checker does not compile: %s: %s" % (type(exc).__name__, exc)
+        built = source.encode("utf-8")
+    elif language == "cpp" and toolchains.get("cpp"):
+        limits = dict(compile_limits, output_limit=CHECKER_BINARY_LIMIT)
+        argv = [toolchains["cpp"]["compile"], "-O2", "-std=c++17", "-pipe"]
+        spec = test_spec("checker_build", argv, limits, "compile", uid, workdir)
+        outcome = run_process(zygote, spec, source.encode("utf-8"), limits, with_result_pipe=True)
+        if classify(outcome, limits) != "ok" or not outcome.result:
+            message = bytes(outcome.stderr[-STDERR_TAIL:]).decode("utf-8", "replace").strip()
+            return None, "the checker does not compile: %s" % (message or classify(outcome, limits))
+        built = bytes(outcome.result)
+    else:
+        return None, "a checker in %s cannot run in this sandbox" % (language,)
+    while len(_built_checkers) >= CHECKER_CACHE:
+        _built_checkers.pop(next(iter(_built_checkers)))
+    _built_checkers[(language, source)] = built
+    return built, None
+
+
+def run_checker(checker, test, output, workdir, zygote, uid):
+    """Run the built checker on one test's input, the program's `output` and the expected output;
+    `checker` = (language, built, limits). Its report: status (ok = exit 0), exit_code, message."""
+    language, built, limits = checker
+    expected = test.get("output", "")
+    if not isinstance(expected, str):
+        expected = json.dumps(expected)
+    payload = marshal.dumps((language, built, (_stdin_of(test), bytes(output), expected.encode("utf-8"))))
+    spec = test_spec("checker_run", None, limits, language, uid, workdir)
+    outcome = run_process(zygote, spec, payload, limits)
+    message = bytes(outcome.stderr[-STDERR_TAIL:]) or bytes(outcome.stdout[-STDERR_TAIL:])
+    return {
+        "status": classify(outcome, limits),
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "message": message.decode("utf-8", "replace").strip(),
+        "time_s": round(outcome.cpu_s, 4),
+    }
+
+
+def checker_build_child(argv, _call, workdir):
+    """Child body that compiles a C++ checker (source on stdin) in a directory of its own and
+    writes the binary on fd 3; the directory goes with it."""
+
+    def main():
+        source = read_to_end(0)
+        directory = os.path.join(os.path.dirname(workdir), "checker-build")
+        os.mkdir(directory, 0o700)
+        src, binary = os.path.join(directory, "checker.cpp"), os.path.join(directory, "checker")
+        try:
+            with open(src, "wb") as handle:
+                handle.write(source)
+            os.dup2(2, 1)  # the compiler's chatter goes to stderr
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.execve(argv[0], [*argv, "-o", binary, src], CLEAN_ENV)
+                finally:
+                    os._exit(127)
+            status = os.waitpid(pid, 0)[1]
+            if not os.WIFEXITED(status) or os.WEXITSTATUS(status):
+                return 1
+            with open(binary, "rb") as handle:
+                data = handle.read()
+            while data:
+                data = data[os.write(3, data) :]
+            return 0
+        finally:
+            for path in (src, binary):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            os.rmdir(directory)
+
+    return main
+
+
+def checker_run_child(_body, _call, workdir):
+    """Child body that runs a checker: (language, built, (input, output, answer)) marshalled on
+    stdin; the three become memfds of this process, named to the checker as /proc/self/fd paths."""
+
+    def main():
+        language, built, files = marshal.loads(read_to_end(0))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        paths = [_memfd_path(name, data) for name, data in zip(("input", "output", "answer"), files)]
+        os.chdir(workdir)
+        if language == "cpp":
+            _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+            os.execve(_memfd_path("checker", built), ["checker", *paths], CLEAN_ENV)
+        sys.argv = ["checker.py", *paths]
+        module = sys.modules["__main__"]
+        module.__file__ = "checker.py"
+        try:
+            exec(compile(built.decode("utf-8"), "checker.py", "exec", dont_inherit=True), module.__dict__)
+        except SystemExit as exc:
+            return _exit_like_python(_system_exit_code(exc))
+        except BaseException:  # noqa: BLE001 - the checker failed: testlib's "fail"
+            import traceback
+
+            traceback.print_exc()
+            return _exit_like_python(TESTLIB_FAIL_EXIT)
+        return _exit_like_python(0)
+
+    return main
+
+
+def _memfd_path(name, data):
+    """A memfd holding `data`, left open (and inherited across exec), as a path."""
+    fd = os.memfd_create(name, 0)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return "/proc/self/fd/%d" % fd
+
+
+# The test bodies of the harnesses above, by spec kind (see `test_spec`).
+HARNESSES = {"judged": judged_child, "checker_build": checker_build_child, "checker_run": checker_run_child}
+
+
 def compile_submission(language, source, workdir, toolchains, compile_limits, limits, zygote, uid):
     """Compile once (a compiler runs as a test of the submission would). Returns (argv or compiled
     code, error message or None, seconds)."""
@@ -1302,9 +2103,12 @@ def _js_top_level_names(source):
     return names
 
 
-def run_test(language, program, test, workdir, limits, zygote, uid=None):
-    """Run one test, forked from the submission's `zygote`; returns the reply frame for it."""
+def run_test(language, program, test, workdir, limits, zygote, uid=None, checker=None):
+    """Run one test, forked from the submission's `zygote`; returns the reply frame for it.
+    `checker`: (language, built, limits) of the task's checker, run on the program's output."""
     is_call = test["type"] == "function_call"
+    if test["type"] in JUDGED_TESTS:
+        return run_judged_test(language, program, test, workdir, limits, zygote, uid)
     if language == "python":
         call = (test["fn_name"], test["input"]) if is_call else None
         spec = test_spec("python", program, limits, "python", uid, workdir, call=call)
@@ -1349,6 +2153,42 @@ def run_test(language, program, test, workdir, limits, zygote, uid=None):
         if status == "ok" and not outcome.result:
             reply["status"] = "runtime_error"
             reply["message"] = "the function returned no result"
+    elif checker is not None and status == "ok":
+        reply["checker"] = run_checker(checker, test, outcome.stdout, workdir, zygote, uid)
+    return reply
+
+
+def run_judged_test(language, program, test, workdir, limits, zygote, uid):
+    """Run an assert or pytest test (see "judged tests"): the verdict is the judge's, on fd 3."""
+    if language != "python":
+        return {
+            "event": "test",
+            "status": "runtime_error",
+            "message": "%s tests run only in python" % test["type"],
+        }
+    call = (test["type"], test.get("name"), int(limits["output_limit"]))
+    spec = test_spec("judged", program, limits, "python", uid, workdir, call=call)
+    outcome = run_process(zygote, spec, test["code"].encode("utf-8"), limits, with_result_pipe=True)
+    reply = {
+        "event": "test",
+        "status": classify(outcome, limits),
+        "stdout": bytes(outcome.stdout[-STDERR_TAIL:]).decode("utf-8", "replace"),
+        "stderr": bytes(outcome.stderr[-STDERR_TAIL:]).decode("utf-8", "replace"),
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "time_s": round(outcome.cpu_s, 4),
+        "wall_s": round(outcome.wall_s, 4),
+        "memory_kb": outcome.memory_kb,
+    }
+    if reply["status"] == "ok":
+        try:
+            verdict = json.loads(bytes(outcome.result))
+            status = verdict["status"]
+        except (ValueError, TypeError, KeyError):
+            verdict, status = {"message": "the test's judge reported no verdict"}, "runtime_error"
+        reply["status"] = "ok" if status == "passed" else status
+        if verdict.get("message"):
+            reply["message"] = str(verdict["message"])[:STDERR_TAIL]
     return reply
 
 
@@ -1372,23 +2212,34 @@ def serve_one(job, toolchains, zygote, out_fd, uid):
     workdir = zygote.workdir
     done = {"event": "done"}
     try:
-        program, error, seconds = compile_submission(
-            job["language"],
-            job["source"],
-            workdir,
-            toolchains,
-            job["compile_limits"],
-            job["limits"],
-            zygote,
-            uid,
-        )
-        write_frame(
-            out_fd, {"event": "compiled", "ok": error is None, "message": error, "time_s": round(seconds, 4)}
-        )
-        if error is None:
+        checker, checker_error = None, None
+        if job.get("checker"):  # built before the program is compiled, let alone run
+            built, checker_error = build_checker(
+                job["checker"], toolchains, job["compile_limits"], zygote, uid, workdir
+            )
+            checker = (job["checker"]["language"], built, job["checker"]["limits"])
+        program, error, seconds = None, None, 0.0
+        if checker_error is None:
+            program, error, seconds = compile_submission(
+                job["language"],
+                job["source"],
+                workdir,
+                toolchains,
+                job["compile_limits"],
+                job["limits"],
+                zygote,
+                uid,
+            )
+        compiled = {"event": "compiled", "ok": error is None and checker_error is None, "message": error}
+        if checker_error is not None:
+            compiled["checker_error"] = checker_error
+        write_frame(out_fd, dict(compiled, time_s=round(seconds, 4)))
+        # Time the budget keeps back, per test, for the checker's run after the program's.
+        reserve = float(checker[2]["wall_limit"]) if checker is not None else 0.0
+        if compiled["ok"]:
             for index, test in enumerate(job["tests"]):
                 limits = dict(job["limits"])
-                left = deadline - time.monotonic()
+                left = deadline - time.monotonic() - reserve
                 if left <= 0.05:
                     reply = {
                         "event": "test",
@@ -1397,7 +2248,7 @@ def serve_one(job, toolchains, zygote, out_fd, uid):
                     }
                 else:
                     limits["wall_limit"] = min(float(limits["wall_limit"]), left)
-                    reply = run_test(job["language"], program, test, workdir, limits, zygote, uid)
+                    reply = run_test(job["language"], program, test, workdir, limits, zygote, uid, checker)
                 reply["index"] = index
                 write_frame(out_fd, reply)
     except ZygoteLost:

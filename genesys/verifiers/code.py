@@ -1,10 +1,12 @@
 """The `verifiable_code` verifier: run the completion's program against the task's tests in a sandbox.
 
 `verification_info = {"language": "python"|"cpp"|"rust"|"javascript", "test_cases": [...]}` with
-`stdin_stdout` tests (`input` text in, `output` text expected) and `function_call` tests (`fn_name`,
-`input` a list of arguments, `output` the expected return value). The program is the completion's
-last fenced code block, preferring blocks tagged with the task's language. `score` is the fraction
-of tests passed; `details["tests"]` gives each test's status and timings.
+`stdin_stdout` tests (`input` text in, `output` text expected), `function_call` tests (`fn_name`,
+`input` a list of arguments, `output` the expected return value), and in python `assert` tests
+(`code` run in the program's namespace) and `pytest` tests (`code` a test module); an optional
+`checker` judges stdin_stdout output instead of the comparison (see `code_tests`). The program is
+the completion's last fenced code block, preferring blocks tagged with the task's language. `score`
+is the fraction of tests passed; `details["tests"]` gives each test's status and timings.
 
 Options (`genesys verify -O key=value`, the `[sandbox]` table or its flags) are `CodeOptions`: the
 sandbox, the per-test `Limits` (`time_limit`, `memory_limit`, ...: names, defaults and ranges are
@@ -25,7 +27,7 @@ from genesys.sandbox.base import DEFAULT_REUSE
 from genesys.schema import Rollout, Verdict
 from genesys.verifiers.code_compare import compare_output, values_match
 from genesys.verifiers.code_extract import extract_code
-from genesys.verifiers.code_tests import CodeTest, TaskDataError, parse_tests
+from genesys.verifiers.code_tests import JUDGED_TYPES, CodeTest, TaskDataError, parse_checker, parse_tests
 
 STATUSES = (
     "passed",
@@ -35,11 +37,16 @@ STATUSES = (
     "runtime_error",
     "compile_error",
     "output_limit",
+    "checker_error",
 )
 # Seconds kept between the submission's own budget and the engine's hard deadline.
 BUDGET_MARGIN_S = 10.0
 TEXT_LIMIT = 500  # characters of stderr / compiler output kept in details
 CALL_LANGUAGES = ("python", "javascript")  # languages whose function_call tests the runner can run
+CHECKER_REJECTS = (
+    1,
+    2,
+)  # a checker's exit codes that reject the output (testlib: wrong answer, presentation)
 MISSING = {"status": "runtime_error", "message": "the runner reported no result"}  # a test with no report
 TIMEOUT_S = (
     180.0  # the verifier's deadline: compile plus every test; the sandbox stops the submission before this
@@ -101,12 +108,17 @@ class CodeVerifier(genesys.Verifier):
         from genesys.sandbox.base import SandboxError, Submission
 
         try:
-            language, tests = parse_tests(rollout.verification_info)
+            language, tests = parse_tests(rollout.verification_info, rollout.source)
+            checker = parse_checker(rollout.verification_info)
         except TaskDataError as exc:
             return Verdict.failed(f"invalid_verification_info: {exc}")
         if language not in CALL_LANGUAGES and any(test.type == "function_call" for test in tests):
             return Verdict.failed(
                 f"unsupported_test: function_call tests run in {' and '.join(CALL_LANGUAGES)} only, not {language}"
+            )
+        if language != "python" and any(test.type in JUDGED_TYPES for test in tests):
+            return Verdict.failed(
+                f"unsupported_test: assert and pytest tests run in python only, not {language}"
             )
         code = extract_code(rollout.completion, language)
         if code is None or not code.strip():
@@ -122,16 +134,24 @@ class CodeVerifier(genesys.Verifier):
             limits=self.limits,
             budget_s=max(1.0, self.settings.budget or self.timeout - BUDGET_MARGIN_S),
             on_test=lambda index, report: judge(tests[index], report) if index < len(tests) else {},
+            checker=None if checker is None else {"language": checker.language, "source": checker.source},
         )
         try:
             result = self.sandbox.run(submission)
         except SandboxError as exc:
             return Verdict.failed(f"sandbox_error: {exc}", language=language)
+        if result.checker_error:  # the task's checker, not the program, failed: no score
+            return Verdict.failed(f"checker_error: {result.checker_error}", language=language)
         if result.compiled:  # result.tests holds verdicts: each test was judged as its report came
             judged = result.tests[: len(tests)]
             judged += [judge(test, MISSING) for test in tests[len(judged) :]]
         else:
             judged = [{"status": "compile_error"} for _ in tests]
+        broken = next((item for item in judged if item["status"] == "checker_error"), None)
+        if broken is not None:
+            return Verdict.failed(
+                f"checker_error: {broken.get('message', 'the checker failed')}", language=language
+            )
         passed = sum(item["status"] == "passed" for item in judged)
         details: dict[str, Any] = {
             "language": language,
@@ -155,7 +175,11 @@ def judge(test: CodeTest, report: dict[str, Any]) -> dict[str, Any]:
         "wall_s": report.get("wall_s"),
         "memory_kb": report.get("memory_kb"),
     }
-    if status == "ok":
+    if status == "ok" and test.type in JUDGED_TYPES:  # the sandbox's judge has decided: passed
+        item["status"] = "passed"
+    elif status == "ok" and "checker" in report:
+        item.update(_checker_verdict(report["checker"]))
+    elif status == "ok":
         difference = _difference(test, report)
         item["status"] = "passed" if difference is None else "wrong_answer"
         if difference:
@@ -169,6 +193,21 @@ def judge(test: CodeTest, report: dict[str, Any]) -> dict[str, Any]:
         if report.get("signal"):
             item["signal"] = report["signal"]
     return item
+
+
+def _checker_verdict(checker: dict[str, Any]) -> dict[str, Any]:
+    """A checked test's status from its checker's report: exit 0 accepts, testlib's wrong-answer and
+    presentation-error codes reject, anything else (a crash, a limit, testlib's `fail`) is the
+    checker's own failure."""
+    message = (checker.get("message") or "")[-TEXT_LIMIT:]
+    if checker.get("status") == "ok":
+        return {"status": "passed"}
+    if checker.get("status") == "runtime_error" and checker.get("exit_code") in CHECKER_REJECTS:
+        return {"status": "wrong_answer", "message": message or "the checker rejected the output"}
+    why = (
+        f"exit code {checker['exit_code']}" if checker.get("exit_code") is not None else checker.get("status")
+    )
+    return {"status": "checker_error", "message": f"the checker failed ({why}): {message}".strip()}
 
 
 def _difference(test: CodeTest, report: dict[str, Any]) -> str | None:

@@ -5,7 +5,8 @@ nothing is case-folded or truncated, so a missing or extra line fails. Two token
 numbers are equal when the expected one is an integer and the actual one has exactly its value
 (`123456789.0` and `1.23456789e8` match `123456789`, `123456790.0` does not: a tolerance would let a
 wrong large integer pass), or else within a relative or absolute tolerance of 1e-6; every other
-token must match exactly, and so must the whitespace between tokens.
+token must match exactly, and so must the whitespace between tokens. A token whose integer part has
+a leading zero (`0042`, `00000101`, `-07`) is a digit string, not a number: it must match exactly.
 Values (function_call results): JSON values compared structurally, numbers as above (an integer
 expected value needs a returned number of exactly its value), booleans only with booleans.
 """
@@ -21,11 +22,12 @@ TOLERANCE = 1e-6
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")
 _SPLIT = re.compile(r"(\s+)")
+_LEADING_ZERO = re.compile(r"[+-]?0\d")  # `0042`: a digit string (an id, a binary number), not 42
 
 
 def _as_number(token: str) -> int | Decimal | None:
     """The exact value of a numeric token, or None when it is not one."""
-    if len(token) > 1000:  # compared as text
+    if len(token) > 1000 or _LEADING_ZERO.match(token):  # compared as text
         return None
     if _INTEGER.fullmatch(token):
         return int(token)

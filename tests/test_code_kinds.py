@@ -1,0 +1,288 @@
+"""Assert, pytest and checker-judged code tests, on the real sandboxes (docker and bwrap): right
+programs pass, wrong ones fail, and the reward hacks these kinds invite fail on both."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from test_sandbox_backends import BACKENDS, backend_skip_reason, code_rollout
+
+from genesys.schema import Verdict
+from genesys.verifiers.code import CodeVerifier
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def verifier(request: pytest.FixtureRequest) -> Iterator[CodeVerifier]:
+    reason = backend_skip_reason(request.param)
+    if reason:
+        pytest.skip(reason)
+    instance = CodeVerifier({"sandbox": request.param, "time_limit": 2})
+    instance.setup()
+    yield instance
+    instance.teardown()
+
+
+def verify(verifier: CodeVerifier, source: str, tests: list[dict], **info: object) -> Verdict:
+    rollout = code_rollout("python", source, tests)
+    rollout.verification_info.update(info)
+    return verifier.verify(rollout)
+
+
+def statuses(verdict: Verdict) -> list[str]:
+    return [test["status"] for test in verdict.details["tests"]]
+
+
+# HumanEval's shape: the problem's `test` plus `check(ENTRY_POINT)`.
+HUMANEVAL = [
+    {
+        "type": "assert",
+        "code": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n\ncheck(add)",
+    }
+]
+# KodCode's shape: the program is importable as `solution`.
+PYTEST_MODULE = """
+import pytest
+from solution import add
+
+def test_small():
+    assert add(2, 3) == 5
+
+@pytest.mark.parametrize("a, b, total", [(-1, 1, 0), (10, 5, 15)])
+def test_table(a, b, total):
+    assert add(a, b) == total
+
+class TestAdd:
+    def test_floats(self):
+        assert add(0.1, 0.2) == pytest.approx(0.3)
+
+    def test_type_error(self):
+        with pytest.raises(TypeError):
+            add(1, None)
+"""
+PYTEST = [{"type": "pytest", "code": PYTEST_MODULE}]
+CORRECT = "def add(a, b):\n    return a + b\n"
+WRONG = "def add(a, b):\n    return a - b if b is not None else 0\n"
+
+
+def test_humaneval_and_mbpp_style_assert_tests(verifier: CodeVerifier) -> None:
+    assert verify(verifier, CORRECT, HUMANEVAL).score == 1.0
+    wrong = verify(verifier, WRONG, HUMANEVAL)
+    assert wrong.score == 0.0 and statuses(wrong) == ["wrong_answer"]
+    assert "line 2: assert candidate(2, 3) == 5" in wrong.details["tests"][0]["message"]
+    # MBPP's shape: one case per test_list line, setup code prepended; the program's imports are in scope.
+    mbpp = [
+        {"type": "assert", "code": "import math\n" + line}
+        for line in ("assert math.isclose(area(2), 12.566, rel_tol=1e-3)", "assert area(0) == 0")
+    ]
+    program = "import math\ndef area(r):\n    return math.pi * r * r"
+    assert verify(verifier, program, mbpp).score == 1.0
+    assert verify(verifier, "def area(r):\n    return 3 * r * r", mbpp).score == 0.5
+
+
+def test_program_objects_generators_and_stdlib_values_cross(verifier: CodeVerifier) -> None:
+    program = (
+        "from collections import Counter\n"
+        "class Node:\n    def __init__(self, value):\n        self.value = value\n"
+        "def evens(n):\n    yield from range(0, n, 2)\n"
+        "def count(text):\n    return Counter(text)\n"
+        "def pair(a, b):\n    return (a, b)\n"
+        "if __name__ == '__main__':\n    raise SystemExit('a module is not run as __main__')\n"
+    )
+    code = (
+        "assert list(evens(5)) == [0, 2, 4]\n"
+        "assert Node(3).value == 3\n"
+        "assert count('aab') == {'a': 2, 'b': 1}\n"
+        "assert pair(1, [2]) == (1, [2]) and isinstance(pair(1, 2), tuple)\n"
+        "try:\n    Node()\nexcept TypeError:\n    pass\nelse:\n    raise AssertionError('no TypeError')\n"
+    )
+    verdict = verify(verifier, program, [{"type": "assert", "code": code}])
+    assert verdict.score == 1.0, verdict.details
+
+
+def test_pytest_tests_are_discovered_and_run_one_by_one(verifier: CodeVerifier) -> None:
+    right = verify(verifier, CORRECT, PYTEST)
+    assert right.score == 1.0 and right.details["total"] == 4
+    wrong = verify(verifier, WRONG, PYTEST)
+    assert statuses(wrong) == ["wrong_answer"] * 4
+    assert "DID NOT RAISE" in wrong.details["tests"][3]["message"]
+
+
+# Each hack defines `add` (and the pytest module's needs) without computing sums.
+HACKS = {
+    "__eq__ always true": "class Anything:\n    def __eq__(self, other):\n        return True\n"
+    "    __ne__ = __eq__\n    def __bool__(self):\n        return True\n"
+    "def add(a, b):\n    return Anything()",
+    "int subclass equal to everything": "class Int(int):\n    def __eq__(self, other):\n        return True\n"
+    "def add(a, b):\n    return Int(0)",
+    "patched AssertionError and builtins": "import builtins\n"
+    "class Quiet(Exception):\n    pass\n"
+    "builtins.AssertionError = Quiet\nbuiltins.isinstance = lambda *a: True\nbuiltins.abs = lambda x: 0\n"
+    "def add(a, b):\n    return 0",
+    "patched sys.exit and os._exit": "import os, sys\n"
+    "sys.exit = lambda *a: None\nos._exit = lambda *a: None\n"
+    "def add(a, b):\n    sys.exit(0)\n    os._exit(0)\n    return 0",
+    "exit 0 before the asserts": "import os\ndef add(a, b):\n    return 0\nos._exit(0)",
+    "sys.exit(0) inside the call": "import sys\ndef add(a, b):\n    sys.exit(0)",
+    "excepthook swallows": "import sys\nsys.excepthook = lambda *a: None\n"
+    "def add(a, b):\n    raise AssertionError('swallowed?')",
+    "prints the success marker": "import os, json\n"
+    "def add(a, b):\n"
+    "    marker = json.dumps({'status': 'passed'}).encode()\n"
+    "    print('passed', marker.decode(), flush=True)\n"
+    "    for fd in range(3, 64):\n"
+    "        try:\n            os.write(fd, marker)\n        except OSError:\n            pass\n"
+    "    return 0",
+    "patches the harness": "import gc\n"
+    "def passed(*args, **kwargs):\n    return {'status': 'passed'}\n"
+    "for thing in gc.get_objects():\n"
+    "    if callable(thing) and getattr(thing, '__name__', '') in ('run_judged', 'run_pytest_test', '_failure'):\n"
+    "        try:\n            thing.__code__ = passed.__code__\n        except (AttributeError, TypeError, ValueError):\n            pass\n"
+    "def add(a, b):\n    return 0",
+    "kills the judge": "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return 0",
+}
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS))
+@pytest.mark.parametrize("tests", [HUMANEVAL, PYTEST], ids=["assert", "pytest"])
+def test_reward_hacks_fail(verifier: CodeVerifier, hack: str, tests: list[dict]) -> None:
+    verdict = verify(verifier, HACKS[hack], tests)
+    assert verdict.error is None
+    assert verdict.score == 0.0, verdict.details["tests"]
+
+
+CHECKER_PY = """
+import sys
+given, output, answer = (open(path).read().split() for path in sys.argv[1:4])
+if sorted(output) != sorted(answer):
+    sys.stderr.write("wrong answer: not a permutation of the expected numbers\\n")
+    sys.exit(1)
+"""
+CHECKER_CPP = r"""
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+int main(int argc, char** argv) {
+    std::ifstream output(argv[2]), answer(argv[3]);
+    std::vector<long> got, want;
+    for (long x; output >> x;) got.push_back(x);
+    for (long x; answer >> x;) want.push_back(x);
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    if (got == want) return 0;
+    std::fprintf(stderr, "wrong answer: not a permutation\n");
+    return 1;
+}
+"""
+CHECKED = [
+    {"type": "stdin_stdout", "input": "3\n", "output": "1 2 3\n"},
+    {"type": "stdin_stdout", "input": "1\n", "output": "1\n"},
+]
+
+
+@pytest.mark.parametrize("language, source", [("python", CHECKER_PY), ("cpp", CHECKER_CPP)])
+def test_a_checker_accepts_any_valid_output(verifier: CodeVerifier, language: str, source: str) -> None:
+    checker = {"language": language, "source": source}
+    reverse = "n = int(input())\nprint(*range(n, 0, -1))"
+    assert verify(verifier, reverse, CHECKED, checker=checker).score == 1.0
+    wrong = verify(verifier, "n = int(input())\nprint(*range(n))", CHECKED, checker=checker)
+    assert wrong.score == 0.0 and statuses(wrong) == ["wrong_answer"] * 2
+    assert "wrong answer" in wrong.details["tests"][0]["message"]
+
+
+def test_a_checker_cannot_be_reached_by_the_program(verifier: CodeVerifier) -> None:
+    """The expected output is never where the program runs, and the checker's binary never on a
+    file system it can write: a program that hunts for either, and leaves a process behind to
+    tamper with the checker's run, still fails."""
+    secret = "7391 5821 9917"
+    program = f"""
+import os, sys, time
+found = []
+for root in ("/tmp", "/proc", "/dev/shm"):
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:
+                with open(os.path.join(directory, name), "rb") as handle:
+                    if b"5821" in handle.read(1 << 20):
+                        found.append(os.path.join(directory, name))
+            except OSError:
+                pass
+for directory, _, files in os.walk("/tmp"):
+    for name in files:
+        try:
+            with open(os.path.join(directory, name), "wb") as handle:
+                handle.write(b"#!/bin/sh\\nexit 0\\n")
+        except OSError:
+            pass
+if os.fork() == 0:
+    for _ in range(200):
+        for pid in os.listdir("/proc"):
+            for fd in ("3", "4", "5"):
+                try:
+                    with open(f"/proc/{{pid}}/fd/{{fd}}", "w") as handle:
+                        handle.write("{secret}")
+                except OSError:
+                    pass
+        time.sleep(0.01)
+    os._exit(0)
+print(" ".join(found) or "nothing")
+"""
+    tests = [{"type": "stdin_stdout", "input": "", "output": secret + "\n"}] * 2
+    for language, source in (("python", CHECKER_PY), ("cpp", CHECKER_CPP)):
+        verdict = verify(verifier, program, tests, checker={"language": language, "source": source})
+        assert verdict.error is None
+        assert verdict.score == 0.0, verdict.details["tests"]
+
+
+def test_a_failing_checker_is_an_error_not_a_zero(verifier: CodeVerifier) -> None:
+    crashing = {"language": "python", "source": "raise RuntimeError('the checker itself is broken')"}
+    verdict = verify(verifier, "print(1)", CHECKED, checker=crashing)
+    assert verdict.score is None and verdict.error.startswith("checker_error:")
+    broken = verify(verifier, "print(1)", CHECKED, checker={"language": "cpp", "source": "int main( {"})
+    assert broken.score is None and "does not compile" in broken.error
+
+
+def test_taco_rows_read_one_element_output_lists(verifier: CodeVerifier) -> None:
+    tests = [{"type": "function_call", "fn_name": "add", "input": [2, 3], "output": [5]}]
+    rollout = code_rollout("python", CORRECT, tests)
+    assert verifier.verify(rollout).score == 0.0  # plain: [5] is a list
+    rollout.source = "taco"
+    assert verifier.verify(rollout).score == 1.0
+
+
+def load_agreement_script() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "code_kinds_agreement.py"
+    spec = importlib.util.spec_from_file_location("code_kinds_agreement", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_converted_records_agree_with_the_reference_harness(verifier: CodeVerifier) -> None:
+    script = load_agreement_script()
+    for kind, name in (("humaneval", "humaneval_style.jsonl"), ("mbpp", "mbpp_style.jsonl")):
+        records = script.read_records(script.DATA / name)
+        agreed, total, disagreements = script.agreement(kind, records, verifier.settings.sandbox)
+        assert total >= 3 * len(records) and agreed == total, disagreements
+
+
+def test_the_conversion_recipe() -> None:
+    script = load_agreement_script()
+    record = {"test": "def check(candidate):\n    assert candidate(1) == 1\n", "entry_point": "f"}
+    assert script.humaneval_tests(record) == [{"type": "assert", "code": record["test"] + "\ncheck(f)\n"}]
+    mbpp = {"test_setup_code": "x = 1", "test_list": ["assert f(x) == 1", "assert f(2) == 2"]}
+    assert [test["code"] for test in script.mbpp_tests(mbpp)] == [
+        "x = 1\nassert f(x) == 1\n",
+        "x = 1\nassert f(2) == 2\n",
+    ]
+    assert script.stub("import math\ndef f(x):\n    return x") == "import math\n\ndef f(x):\n    return None"
+
+
+def test_assert_tests_outside_python_are_refused() -> None:
+    verdict = CodeVerifier().verify(code_rollout("cpp", "int main() {}", HUMANEVAL))
+    assert verdict.score is None and verdict.error.startswith("unsupported_test")
