@@ -40,7 +40,7 @@ def main() -> None:
 
     from genesys.config import PromptStyle, SamplingConfig
     from genesys.generate.backend import GenerationRequest, iterate
-    from genesys.generate.prompts import build_messages
+    from genesys.tasks.prompts import build_messages
     from genesys.generate.tiny_model import build_tiny_model
     from genesys.generate.vllm import VLLMBackend
 

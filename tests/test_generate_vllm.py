@@ -198,7 +198,7 @@ def fake_vllm(monkeypatch):
 
 def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
     from genesys.generate.backend import PromptStyle, SamplingConfig
-    from genesys.generate.prompts import build_messages
+    from genesys.tasks.prompts import build_messages
     from genesys.generate.vllm import VLLMBackend
 
     calls, tokenizer = fake_vllm
@@ -353,7 +353,7 @@ def test_a_colocated_engine_takes_new_weights_and_drops_the_prefix_cache(fake_vl
     import torch
 
     from genesys.generate.backend import PromptStyle
-    from genesys.generate.prompts import build_messages
+    from genesys.tasks.prompts import build_messages
     from genesys.generate.vllm import VLLMBackend
 
     calls, _ = fake_vllm

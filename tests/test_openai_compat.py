@@ -18,7 +18,7 @@ import genesys
 from genesys.config import VerifyConfig
 from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
 from genesys.generate.openai import OpenAIBackend
-from genesys.generate.prompts import build_messages
+from genesys.tasks.prompts import build_messages
 from genesys.openai_client import APIError, OpenAIClient
 from genesys.verifiers.llm_judge import LLMJudge, final_answer, parse_rating
 

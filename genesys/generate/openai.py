@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights
-from genesys.generate.prompts import raw_text
+from genesys.tasks.prompts import raw_text
 from genesys.openai_client import APIError, OpenAIClient, resolve_base_url
 
 # --- mapping replies to completions ---------------------------------------------------------------

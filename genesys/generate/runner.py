@@ -25,7 +25,7 @@ from genesys.data.io import RolloutWriter, iter_rows
 from genesys.data.runs import FileRun, FileRunSummary
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, create_backend, iterate, resolve_backend_name
-from genesys.generate.prompts import pick_target_length, target_instruction
+from genesys.tasks.prompts import pick_target_length, target_instruction
 from genesys.generate.rows import (
     PlannedTask,
     RowBuilder,

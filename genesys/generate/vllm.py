@@ -38,7 +38,7 @@ from genesys.generate.backend import (
     Weights,
     next_weights_version,
 )
-from genesys.generate.prompts import render_ids
+from genesys.tasks.prompts import render_ids
 from genesys.proofs.vllm_capture import (
     EXTENSION,
     V2_RUNNER_ENV,

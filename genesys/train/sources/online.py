@@ -18,7 +18,7 @@ from typing import Any
 from genesys.data.identity import task_key
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, iterate
-from genesys.generate.prompts import build_messages
+from genesys.tasks.prompts import build_messages
 from genesys.generate.rows import PlannedTask, RowBuilder, request_seed
 from genesys.rewards import RewardStage
 from genesys.schema import Row
