@@ -189,10 +189,10 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
     from vllm import LLM, SamplingParams
 
     from genesys.config import GenerateConfig, PromptStyle, SamplingConfig
-    from genesys.tasks.prompts import build_messages, render_text
     from genesys.generate.rows import request_seed
     from genesys.generate.runner import plan_tasks, run_generation, select_tasks
     from genesys.generate.vllm import VLLMBackend
+    from genesys.tasks.prompts import build_messages, render_text
 
     tasks_file = workdir / "tasks.jsonl"
     tasks = bundled_tasks(args.prompts)
