@@ -144,7 +144,7 @@ def canonical_value(name: str, value: Any) -> Any:
     if name in _FLOAT_COLUMNS:
         return _float(value)
     if name == "completion_logprobs" and isinstance(value, (list, tuple)):
-        return [_float(item) for item in value]
+        return value if all(type(item) is float for item in value) else [_float(item) for item in value]
     return value
 
 
