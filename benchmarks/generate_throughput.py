@@ -116,7 +116,7 @@ def compare_transformers(args: argparse.Namespace, model_path: str) -> None:
     """The transformers backend against a plain `model.generate` loop (CPU time beside wall time)."""
     from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
     from genesys.generate.hf import TransformersBackend
-    from genesys.generate.prompts import build_messages, render_ids
+    from genesys.tasks.prompts import build_messages, render_ids
 
     sampling = SamplingConfig(n=1, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, seed=0)
     style = PromptStyle()
@@ -189,10 +189,10 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
     from vllm import LLM, SamplingParams
 
     from genesys.config import GenerateConfig, PromptStyle, SamplingConfig
-    from genesys.generate.prompts import build_messages, render_text
     from genesys.generate.rows import request_seed
     from genesys.generate.runner import plan_tasks, run_generation, select_tasks
     from genesys.generate.vllm import VLLMBackend
+    from genesys.tasks.prompts import build_messages, render_text
 
     tasks_file = workdir / "tasks.jsonl"
     tasks = bundled_tasks(args.prompts)

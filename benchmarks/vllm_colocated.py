@@ -40,9 +40,9 @@ def main() -> None:
 
     from genesys.config import PromptStyle, SamplingConfig
     from genesys.generate.backend import GenerationRequest, iterate
-    from genesys.generate.prompts import build_messages
     from genesys.generate.tiny_model import build_tiny_model
     from genesys.generate.vllm import VLLMBackend
+    from genesys.tasks.prompts import build_messages
 
     engine_args = {"dtype": args.dtype, "max_model_len": 1024}
     engine_args.update(

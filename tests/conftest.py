@@ -43,6 +43,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def trust_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trust key of the session's tests (`genesys validate` makes it on first use), never the
+    user's own: `$GENESYS_TRUST_KEY`, seen by the `genesys` subprocesses too."""
+    path = tmp_path_factory.mktemp("trust") / "trust.key"
+    previous = os.environ.get("GENESYS_TRUST_KEY")
+    os.environ["GENESYS_TRUST_KEY"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("GENESYS_TRUST_KEY", None)
+    else:
+        os.environ["GENESYS_TRUST_KEY"] = previous
+
+
 @pytest.fixture
 def plugin_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Environment for `genesys` subprocesses (and this process) that loads the test verifiers."""

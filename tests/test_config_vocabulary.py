@@ -103,8 +103,14 @@ def test_every_setting_shared_by_two_commands_has_the_same_name_type_and_default
     assert shared["backend"]["train"][1] == "auto"
     for key in ("sampling.n", "sampling.max_tokens", "sampling.temperature", "sampling.seed"):
         assert set(shared[key]) == {"generate", "train"}, key
-    for key in ("data.tasks", "data.mix", "data.system_prompt"):
-        assert set(shared[key]) == {"generate", "train"}, key
+    assert set(shared["data.mix"]) == {"generate", "train"}
+    # validate, filter and offline train read their trusted task set from the same key, and validate
+    # renders prompts again as generate wrote them
+    assert set(shared["data.tasks"]) == {"generate", "train", "validate", "filter"}
+    assert set(shared["data.system_prompt"]) == {"generate", "train", "validate"}
+    assert set(shared["data.target_lengths"]) == {"generate", "validate"}
+    assert set(shared["style.chat_template"]) == {"generate", "train", "validate"}
+    assert set(shared["proofs.trust_key"]) == {"validate", "verify", "filter", "train"}
     for key in ("backend_options.device", "backend_options.dtype", "backend_options.batch_size"):
         assert set(shared[key]) == {"generate", "validate", "train"}, key
     for key in ("verify.workers", "sandbox.time_limit", "reward.length_penalty", "cluster.backend"):

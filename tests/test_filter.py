@@ -62,10 +62,10 @@ def filter_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
 
 
 def run_filter(
-    tmp_path: Path, rows: list[dict], output: str = "kept.jsonl", **bounds
+    tmp_path: Path, rows: list[dict], output: str = "kept.jsonl", requirement: object = None, **bounds
 ) -> tuple[list[dict], object]:
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    summary = filter_tasks([str(inputs)], tmp_path / output, PassRateFilter(**bounds))
+    summary = filter_tasks([str(inputs)], tmp_path / output, PassRateFilter(**bounds), requirement)
     return read_jsonl(tmp_path / output) if output.endswith(".jsonl") else pl.read_parquet(
         tmp_path / output
     ).to_dicts(), summary
@@ -316,32 +316,60 @@ def test_jsonl_column_null_in_the_first_rows_still_reads(tmp_path: Path):
     assert [(t["problem_id"], json.loads(t["extra"])) for t in kept] == [("late", {"nested": [1, "b"]})]
 
 
-def test_require_proofs_counts_only_validated_rollouts(tmp_path: Path):
+def attested(rows: list[dict], valid: list[bool | None], key_path: Path) -> list[dict]:
+    """`rows` as genesys validate --tasks and genesys verify write them, with `toploc_valid` as given."""
+    from genesys.data.attestation import TrustKey
+
+    key = TrustKey.load(key_path, create=True)
+    for row, flag in zip(rows, valid):
+        row.update(toploc_valid=flag, trusted_task=True)
+        row["attestation"] = key.sign(row)
+    return rows
+
+
+def test_require_proofs_counts_only_attested_valid_rollouts(tmp_path: Path):
+    from genesys.proofs.requirement import ProofRequirement
+
+    key = tmp_path / "trust.key"
     rows = rollouts({"t0": [1.0, 1.0, 0.0, 0.0], "t1": [1.0, 0.0]})
-    # t0: its two failures carry no valid proof (forged, then never validated), so its rate is 1.0
-    for row, valid in zip(rows, [True, True, False, None, True, True]):
-        row["toploc_valid"] = valid
-    del rows[3]["toploc_valid"]
-    kept, summary = run_filter(tmp_path, rows, max_pass_rate=0.9, require_proofs=True)
+    # t0: its two failures do not count: one attested as invalid, one a flag with no attestation
+    attested(rows, [True, True, False, True, True, True], key)
+    rows[3].pop("attestation")
+    requirement = ProofRequirement.load(str(key), None)
+    kept, summary = run_filter(
+        tmp_path, rows, max_pass_rate=0.9, require_proofs=True, requirement=requirement
+    )
     assert [task["problem_id"] for task in kept] == ["t1"]
     assert summary.unproven == 2 and summary.rollouts == 4 and summary.too_easy == 1
+    assert "genesys validate did not mark it valid" in summary.first_unproven
     unchecked, summary = run_filter(tmp_path, rows, max_pass_rate=0.9)
     assert [task["problem_id"] for task in unchecked] == ["t0", "t1"] and summary.unproven is None
 
 
-def test_require_proofs_on_unvalidated_rollouts_is_an_input_error(tmp_path: Path):
-    with pytest.raises(InputError, match="no 'toploc_valid' column: validate them first"):
-        run_filter(tmp_path, rollouts(), require_proofs=True)
+def test_require_proofs_without_a_trust_key_is_an_input_error(tmp_path: Path):
+    from genesys.proofs.requirement import ProofRequirement
+
+    with pytest.raises(InputError, match="no trust key at"):
+        run_filter(
+            tmp_path,
+            rollouts(),
+            require_proofs=True,
+            requirement=ProofRequirement.load(str(tmp_path / "none.key"), None),
+        )
 
 
-def test_cli_require_proofs_reports_the_dropped_rollouts(tmp_path: Path):
-    rows = rollouts({"t0": [1.0, 0.0, 0.0]})
-    for row, valid in zip(rows, [True, False, True]):
-        row["toploc_valid"] = valid
+def test_cli_require_proofs_refuses_flags_and_reports_the_dropped_rollouts(tmp_path: Path):
+    key = tmp_path / "trust.key"
+    rows = attested(rollouts({"t0": [1.0, 0.0, 0.0, 1.0]}), [True] * 4, key)
+    for row, flag in zip(rows[2:], [True, "true"]):  # a flag with no attestation, as a bool and as text
+        row.pop("attestation")
+        row["toploc_valid"] = flag
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    done = filter_cli(str(inputs), "-o", str(tmp_path / "kept.jsonl"), "--require-proofs")
+    done = filter_cli(
+        str(inputs), "-o", str(tmp_path / "kept.jsonl"), "--require-proofs", "--trust-key", str(key)
+    )
     assert done.returncode == 0, done.stderr
-    assert "1 rollouts without a valid TOPLOC proof dropped" in done.stderr
+    assert "2 rollouts not proven dropped" in done.stderr and "has no attestation" in done.stderr
     assert read_jsonl(tmp_path / "kept.jsonl")[0]["pass_rate"] == 0.5
 
 

@@ -18,8 +18,8 @@ from genesys.generate.backend import (
     iterate,
 )
 from genesys.generate.hf import TokenSampler, TransformersBackend
-from genesys.generate.prompts import build_messages, render_text
 from genesys.generate.tiny_model import build_tiny_model
+from genesys.tasks.prompts import build_messages, render_text
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ from genesys.data.inputs import resolve_inputs
 from genesys.data.io import RolloutWriter, iter_rows
 from genesys.errors import InputError
 from genesys.generate.backend import Completion, GenerationResult, PromptStyle, SamplingConfig
-from genesys.generate.prompts import pick_target_length
 from genesys.generate.runner import GenerateConfig, run_generation
 from genesys.generate.tiny_model import build_tiny_model
 from genesys.rewards import RewardConfig
 from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS
+from genesys.tasks.prompts import pick_target_length
 
 GENESYS = str(Path(sys.executable).with_name("genesys"))
 

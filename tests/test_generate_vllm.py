@@ -198,8 +198,8 @@ def fake_vllm(monkeypatch):
 
 def test_backend_drives_the_offline_engine_as_documented(fake_vllm):
     from genesys.generate.backend import PromptStyle, SamplingConfig
-    from genesys.generate.prompts import build_messages
     from genesys.generate.vllm import VLLMBackend
+    from genesys.tasks.prompts import build_messages
 
     calls, tokenizer = fake_vllm
     backend = VLLMBackend(
@@ -353,8 +353,8 @@ def test_a_colocated_engine_takes_new_weights_and_drops_the_prefix_cache(fake_vl
     import torch
 
     from genesys.generate.backend import PromptStyle
-    from genesys.generate.prompts import build_messages
     from genesys.generate.vllm import VLLMBackend
+    from genesys.tasks.prompts import build_messages
 
     calls, _ = fake_vllm
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")

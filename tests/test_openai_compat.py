@@ -18,8 +18,8 @@ import genesys
 from genesys.config import VerifyConfig
 from genesys.generate.backend import GenerationRequest, PromptStyle, SamplingConfig, iterate
 from genesys.generate.openai import OpenAIBackend
-from genesys.generate.prompts import build_messages
 from genesys.openai_client import APIError, OpenAIClient
+from genesys.tasks.prompts import build_messages
 from genesys.verifiers.llm_judge import LLMJudge, final_answer, parse_rating
 
 GENESYS = str(Path(sys.executable).with_name("genesys"))

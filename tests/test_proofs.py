@@ -609,3 +609,16 @@ def test_cli_generate_proofs_then_validate_with_all_defaults_on_the_tiny_model(
     assert [row["toploc_valid"] for row in read_rows(output)] == [True] * 12, [
         row["toploc_reason"] for row in read_rows(output)
     ]
+    # Bound to the trusted task set, with the one setting generate was given (--max-tokens) repeated.
+    bound = tmp_path / "bound.jsonl"
+    validate_command[validate_command.index(str(output))] = str(bound)
+    validated = subprocess.run(
+        [*validate_command, "--tasks", str(tasks), "--max-tokens", "40"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert validated.returncode == 0, validated.stderr
+    assert [(row["toploc_valid"], row["trusted_task"]) for row in read_rows(bound)] == [(True, True)] * 12, [
+        row["toploc_reason"] for row in read_rows(bound)
+    ]

@@ -334,7 +334,8 @@ def test_report_to_an_unknown_tracker_is_refused(tiny_model, tmp_path):
         config(tiny_model, tmp_path / "run", tmp_path / "tasks.jsonl", report_to=["mlflow"])
 
 
-def recorded(problem_id: str, reward: float, valid: bool | None) -> dict[str, Any]:
+def recorded(problem_id: str, reward: float, valid: bool | None, key: Any = None) -> dict[str, Any]:
+    """A recorded rollout; with `key`, attested as genesys validate --tasks and genesys verify write it."""
     row = {
         "problem_id": problem_id,
         "prompt": f"task {problem_id}",
@@ -343,31 +344,38 @@ def recorded(problem_id: str, reward: float, valid: bool | None) -> dict[str, An
         "completion_logprobs": [-1.0, -1.0],
         "reward": reward,
     }
-    return row if valid is None else row | {"toploc_valid": valid}
+    row = row if valid is None else row | {"toploc_valid": valid}
+    if key is not None:
+        row["trusted_task"] = True
+        row["attestation"] = key.sign(row)
+    return row
 
 
-def test_require_proofs_drops_and_counts_rollouts_without_a_valid_proof(tiny_model, tmp_path):
+def test_require_proofs_drops_and_counts_rollouts_not_attested_valid(tiny_model, tmp_path):
+    from genesys.data.attestation import TrustKey
     from genesys.train.distributed import World
     from genesys.train.sources.recorded import RecordedRollouts
 
+    key = TrustKey.load(tmp_path / "trust.key", create=True)
     rows = [
-        recorded("a", 1.0, True),
-        recorded("a", 0.0, True),
-        recorded("a", 1.0, False),
-        recorded("a", 0.0, None),
-        recorded("b", 1.0, False),
-        recorded("b", 0.0, False),
-        recorded("c", 0.5, True),
-        recorded("c", 0.0, True),
+        recorded("a", 1.0, True, key),
+        recorded("a", 0.0, True, key),
+        recorded("a", 1.0, False, key),
+        recorded("a", 0.0, None, key),
+        recorded("b", 1.0, True),  # a flag only: no attestation
+        recorded("b", 0.0, True) | {"toploc_valid": "true"},
+        recorded("c", 0.5, True, key),
+        recorded("c", 0.0, True, key) | {"reward": 1.0},  # changed after it was attested
     ]
     path = write_jsonl(tmp_path / "rollouts.jsonl", rows)
+    data = {"rollouts": [str(path)], "require_proofs": True}
     source = RecordedRollouts(
-        config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)], "require_proofs": True}), World()
+        config(tiny_model, tmp_path / "run", data=data, proofs={"trust_key": str(key.path)}), World()
     )
-    assert source.rows_unproven == 4
-    served = [row for group in source.next_batch(2).groups for row in group]
-    assert sorted(row["problem_id"] for row in served) == ["a", "a", "c", "c"] and all(
-        row["toploc_valid"] is True for row in served
+    assert source.rows_unproven == 5
+    (group,) = source.groups  # c's one counted rollout is no group
+    assert [row["problem_id"] for row in group] == ["a", "a"] and all(
+        row["toploc_valid"] is True for row in group
     )
     unchecked = RecordedRollouts(
         config(tiny_model, tmp_path / "run", data={"rollouts": [str(path)]}), World()
@@ -376,19 +384,21 @@ def test_require_proofs_drops_and_counts_rollouts_without_a_valid_proof(tiny_mod
 
 
 @pytest.mark.slow
-def test_require_proofs_needs_recorded_rollouts_and_says_when_none_is_valid(tiny_model, tmp_path, plugin_env):
+def test_require_proofs_needs_recorded_rollouts_and_says_when_none_counts(tiny_model, tmp_path, plugin_env):
     with pytest.raises(InputError, match="data.require_proofs applies to recorded rollouts"):
         config(
             tiny_model, tmp_path / "a", digit_tasks(tmp_path / "tasks.jsonl"), data={"require_proofs": True}
         )
-    path = write_jsonl(tmp_path / "rollouts.jsonl", [recorded("a", 1.0, False), recorded("a", 0.0, None)])
+    path = write_jsonl(tmp_path / "rollouts.jsonl", [recorded("a", 1.0, True), recorded("a", 0.0, None)])
     toml = tmp_path / "run.toml"
     toml.write_text(
         f'model = "{tiny_model}"\noutput_dir = "{tmp_path / "run"}"\n[data]\nrollouts = ["{path}"]\n'
     )
-    refused = _run_cli(str(toml), "--require-proofs", env=plugin_env)
+    from genesys.data.attestation import TrustKey
+
+    key = TrustKey.load(tmp_path / "trust.key", create=True)
+    refused = _run_cli(str(toml), "--require-proofs", "--trust-key", str(key.path), env=plugin_env)
     assert refused.returncode == 2, refused.stderr
-    assert (
-        "no rollouts with a valid TOPLOC proof (2 without: check them with genesys validate)"
-        in refused.stderr
+    assert "no rollouts that data.require_proofs counts (2 dropped; the first:" in " ".join(
+        refused.stderr.split()
     )

@@ -30,10 +30,10 @@ from genesys.config import PromptStyle, SamplingConfig  # noqa: E402
 from genesys.data.inputs import resolve_inputs  # noqa: E402
 from genesys.data.io import RolloutWriter, iter_rows  # noqa: E402
 from genesys.generate.backend import GenerationRequest, iterate  # noqa: E402
-from genesys.generate.prompts import build_messages  # noqa: E402
 from genesys.generate.runner import GenerateConfig, run_generation  # noqa: E402
 from genesys.generate.tiny_model import build_tiny_model  # noqa: E402
 from genesys.generate.vllm import VLLMBackend  # noqa: E402
+from genesys.tasks.prompts import build_messages  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 TOLERANCE = 1e-4

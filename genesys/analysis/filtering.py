@@ -5,8 +5,9 @@ task row each. A task is its `problem_id`, or its prompt when `problem_id` is mi
 (`genesys.data.identity.group_key`). Rollouts whose verification failed (score null) are left out of the
 pass rate and counted in `n_errors`; a task with no scored rollout has no pass rate and is dropped as
 unscored. A score that is not a number in 0..1 is refused, naming its `file:line`. With
-`require_proofs`, only rollouts `genesys validate` marked valid count; the others are dropped first and
-counted in `unproven`.
+`require_proofs`, only rollouts a `genesys.proofs.requirement.ProofRequirement` counts (attested
+under the trust key, marked valid, of a trusted task) are kept; the others are dropped first and
+counted in `unproven`, the first with its reason.
 
 The online group filter of the trainer (`fill_batch`, `split_groups`) lives in `genesys.train.groups`.
 """
@@ -34,6 +35,8 @@ from genesys.schema import JSON_COLUMNS, RESPONSE_COLUMNS, VERDICT_COLUMNS
 if TYPE_CHECKING:
     import polars as pl
 
+    from genesys.proofs.requirement import ProofRequirement
+
 # Bounds are inclusive; the tolerance keeps a rate like 3/10 inside a bound written as 0.3.
 _BOUND_TOLERANCE = 1e-9
 _ADDED_COLUMNS = ("pass_rate", "n_samples", "n_errors")
@@ -58,6 +61,7 @@ class FilterSummary:
     rollouts: int | None = None
     errors: int | None = None
     unproven: int | None = None
+    first_unproven: str | None = None  # where the first dropped rollout is, and why
     repeats: int = 0  # rollouts read more than once (the same response_id), counted once
     histogram: tuple[int, ...] = ()  # tasks per pass-rate tenth: [0, 0.1), ..., [0.9, 1.0]
 
@@ -133,9 +137,15 @@ def refuse_out_of_range(count: int, files: Sequence[InputFile]) -> None:
 
 
 def filter_tasks(
-    inputs: Sequence[str], output: str | Path, config: PassRateFilter | None = None
+    inputs: Sequence[str],
+    output: str | Path,
+    config: PassRateFilter | None = None,
+    requirement: ProofRequirement | None = None,
 ) -> FilterSummary:
-    """Keep the tasks of `inputs` whose pass rate is within the bounds; write them to `output` (.jsonl or .parquet)."""
+    """Keep the tasks of `inputs` whose pass rate is within the bounds; write them to `output` (.jsonl or .parquet).
+
+    With `config.require_proofs`, `requirement` says which rollouts count (by default, those attested
+    under the trust key `genesys validate` made)."""
     config = config or PassRateFilter()
     import polars as pl
 
@@ -146,9 +156,13 @@ def filter_tasks(
         raise InputError(f"output {str(output)!r}: expected a .jsonl or .parquet file")
     files = resolve_inputs(inputs)
     frame, repeats = distinct_rollouts(scan_rollouts(files), files)
-    unproven = None
+    unproven = first_unproven = None
     if config.require_proofs:
-        frame, unproven = _proven(frame, files)
+        if requirement is None:
+            from genesys.proofs.requirement import ProofRequirement
+
+            requirement = ProofRequirement.load(None, None)
+        frame, unproven, first_unproven = _proven(frame, files, requirement)
     rate_column = config.pass_rate_column
     if rate_column is None:
         tasks = collect(_task_rows(frame, config.metric), files, score_problem)
@@ -174,27 +188,43 @@ def filter_tasks(
         rollouts=int(tasks["n_samples"].sum() + tasks["n_errors"].sum()) if has_counts else None,
         errors=int(tasks["n_errors"].sum()) if has_counts else None,
         unproven=unproven,
+        first_unproven=first_unproven,
         repeats=repeats,
         histogram=pass_rate_histogram(tasks[rate_column]) if kept.height == 0 else (),
         **counts,
     )
 
 
-def _proven(frame: pl.LazyFrame, files: Sequence[InputFile]) -> tuple[pl.LazyFrame, int]:
-    """The rollouts `genesys validate` marked valid, and how many others (invalid or unvalidated) there were."""
+def _proven(
+    frame: pl.LazyFrame, files: Sequence[InputFile], requirement: ProofRequirement
+) -> tuple[pl.LazyFrame, int, str | None]:
+    """The rollouts `requirement` counts, how many others there were, and where the first is and why.
+    A `response_id` counts only when every row carrying it does."""
     import polars as pl
 
     from genesys.data.frames import collect
+    from genesys.data.io import iter_rows
 
-    if "toploc_valid" not in frame.collect_schema():
-        raise InputError(
-            "--require-proofs: the rollouts have no 'toploc_valid' column: validate them first (genesys validate)"
-        )
-    valid = (pl.col("toploc_valid").cast(pl.String) == "true").fill_null(
-        False
-    )  # a column read as text says "true" too
+    counted: set[str] = set()
+    refused: set[str] = set()
+    first = None
+    for record in iter_rows(files):
+        if record.row is None:
+            continue  # unreadable: the pass-rate scan names it
+        problem = requirement.problem(record.row)
+        rid = record.row.get("response_id")
+        if problem is None and rid is not None:
+            counted.add(str(rid))
+        else:
+            refused.add(str(rid))
+            first = first or f"{record.location}: {problem or 'it has no response_id'}"
+    kept = counted - refused
+    if "response_id" in frame.collect_schema():
+        valid = pl.col("response_id").cast(pl.String).is_in(list(kept)).fill_null(False)
+    else:
+        valid = pl.lit(False)
     dropped = int(collect(frame.select((~valid).sum()), files).item())
-    return frame.filter(valid), dropped
+    return frame.filter(valid), dropped, first
 
 
 def _checked_rate_column(frame: pl.LazyFrame, column: str) -> pl.LazyFrame:

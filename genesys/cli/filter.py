@@ -13,17 +13,22 @@ from genesys.config import FilterCommand
     help="Compute each task's pass rate over its verified rollouts and write one row per task whose rate is within "
     "[--min-pass-rate, --max-pass-rate] (inclusive): the task columns plus pass_rate, n_samples (scored rollouts) "
     "and n_errors (rollouts whose verification failed; they do not count in the rate). A task is its problem_id, "
-    "or its prompt when problem_id is missing.",
+    "or its prompt when problem_id is missing. With --require-proofs, only rollouts genesys validate --tasks marked "
+    "valid and attested under the trust key (--trust-key) count.",
 )
 def command(config: FilterCommand) -> int:
     from rich.console import Console
 
     from genesys.analysis.filtering import filter_tasks
+    from genesys.proofs.requirement import ProofRequirement
 
     console = Console(stderr=True)
     bounds = config.filter
+    requirement = (
+        ProofRequirement.load(config.proofs.trust_key, config.data.tasks) if bounds.require_proofs else None
+    )
     with console.status("computing pass rates"):
-        summary = filter_tasks(config.inputs, config.output, bounds)
+        summary = filter_tasks(config.inputs, config.output, bounds, requirement)
     if summary.repeats:
         console.print(
             f"[yellow]warning: {summary.repeats} rollouts appear more than once in the inputs (the same "
@@ -31,7 +36,11 @@ def command(config: FilterCommand) -> int:
         )
     read = f"{summary.tasks} tasks"
     if summary.unproven is not None:
-        read = f"{summary.unproven} rollouts without a valid TOPLOC proof dropped; " + read
+        read = f"{summary.unproven} rollouts not proven dropped; " + read
+        if summary.first_unproven:
+            console.print(
+                f"--require-proofs: the first rollout dropped: {summary.first_unproven}", markup=False
+            )
     if summary.rollouts is not None:
         read += f" from {summary.rollouts} rollouts ({summary.errors} with verification errors, not counted)"
     console.print(

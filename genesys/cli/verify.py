@@ -11,10 +11,17 @@ from genesys.config import VerifyCommand
     VerifyCommand,
     short_help="score rollout files with the installed verifiers",
     help="Score rollouts (jsonl, parquet, or directories of parquet shards) and write them with score, "
-    "verification_result_info, reward and error. Rerunning the same command resumes.",
+    "verification_result_info, reward and error. Rows genesys validate attested are checked and attested again "
+    "with the trust key (--trust-key). Rerunning the same command resumes.",
 )
 def command(config: VerifyCommand) -> int:
     from genesys.verification.api import verify_files
 
-    verify_files(config.inputs, config.output, config=config.build(), rejects=config.rejects)
+    verify_files(
+        config.inputs,
+        config.output,
+        config=config.build(),
+        rejects=config.rejects,
+        trust_key=config.proofs.trust_key,
+    )
     return 0

@@ -30,6 +30,7 @@ from genesys.config.sections import (
     ClusterConfig,
     ExpectedSampling,
     FilterConfig,
+    FilterData,
     GenerateData,
     GenerateProofSettings,
     GenerateVerifySettings,
@@ -44,6 +45,8 @@ from genesys.config.sections import (
     SamplingConfig,
     SandboxConfig,
     TrainData,
+    TrustSettings,
+    ValidateData,
     VerifyConfig,
     VerifySettings,
     setting,
@@ -129,6 +132,7 @@ class VerifyCommand:
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    proofs: TrustSettings = Field(default_factory=TrustSettings)
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
@@ -198,6 +202,12 @@ class FilterCommand:
     )
     output: str = setting(help="output tasks: .jsonl or .parquet", flags=("-o", "--output"))
     filter: FilterConfig = Field(default_factory=FilterConfig)
+    data: FilterData = Field(default_factory=FilterData)
+    proofs: TrustSettings = Field(default_factory=TrustSettings)
+
+    def __post_init__(self) -> None:
+        if self.data.tasks and not self.filter.require_proofs:
+            raise ValueError("data.tasks (--tasks) is the trusted task set of --require-proofs; give both")
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -225,6 +235,8 @@ class ValidateCommand(RenamedKeys):
         choices=VALIDATE_BACKENDS,
     )
     progress: bool = _progress()
+    data: ValidateData = Field(default_factory=ValidateData)
+    style: PromptStyle = Field(default_factory=PromptStyle)
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     proofs: ProofPolicy = Field(default_factory=ProofPolicy)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
@@ -297,6 +309,7 @@ class TrainConfig(RenamedKeys):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")  # `async` is a Python keyword
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    proofs: TrustSettings = Field(default_factory=TrustSettings)
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.report_to if name not in TRACKERS]

@@ -82,39 +82,38 @@ def setting(
 
 # --- tasks ---------------------------------------------------------------------------------------
 
-REQUIRE_PROOFS_HELP = "use only rollouts `genesys validate` marked valid (toploc_valid true); the others are dropped and counted"
+REQUIRE_PROOFS_HELP = (
+    "use only rollouts `genesys validate --tasks` marked valid and attested under the trust key; "
+    "the others are dropped and counted"
+)
 
 
-@dataclass(frozen=True, config=SECTION)
-class DataConfig:
-    """Where the tasks come from and how they are put to the model ([data])."""
-
-    tasks: list[str] | None = setting(
-        None,
-        "task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)",
-        flags=("--tasks",),
-        metavar="SRC",
-    )
-    mix: list[float] | None = setting(
-        None, "ratios of the task sources, one per data.tasks source", flags=("--mix",), metavar="R1,R2,..."
-    )
-    system_prompt: str | None = setting(
-        None, "system message put before every task", flags=("--system-prompt",)
-    )
+TASKS_HELP = "task sources: files/dirs (.jsonl, .parquet, saved datasets), hf:NAME[:split=S,...], or task sets (math-samples, code-samples, countdown:count=N)"
+TRUSTED_TASKS_HELP = (
+    "the trusted task set the rollouts were made from (task sources, as for generate): each rollout's prompt, "
+    "gold, task type, metadata and sampling settings come from its task here, never from its row"
+)
 
 
-@dataclass(frozen=True, config=SECTION)
-class GenerateData(DataConfig):
-    """[data] of `genesys generate`: the tasks, how many, and the thinking lengths asked for."""
+def _tasks(help: str) -> Any:
+    return setting(None, help, flags=("--tasks",), metavar="SRC")
 
-    max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
-    target_lengths: list[int] | None = setting(
+
+def _system_prompt() -> Any:
+    return setting(None, "system message put before every task", flags=("--system-prompt",))
+
+
+def _target_lengths() -> Any:
+    return setting(
         None,
         "give each task one of these thinking lengths, asked for in the system message and stored as target_length",
         flags=("--target-lengths",),
         metavar="N1,N2,...",
     )
-    target_length_prompt: str = setting(
+
+
+def _target_length_prompt() -> Any:
+    return setting(
         DEFAULT_TARGET_LENGTH_PROMPT,
         "the target-length instruction, with {target_length}",
         flags=("--target-length-prompt",),
@@ -123,8 +122,47 @@ class GenerateData(DataConfig):
 
 
 @dataclass(frozen=True, config=SECTION)
+class DataConfig:
+    """Where the tasks come from and how they are put to the model ([data])."""
+
+    tasks: list[str] | None = _tasks(TASKS_HELP)
+    mix: list[float] | None = setting(
+        None, "ratios of the task sources, one per data.tasks source", flags=("--mix",), metavar="R1,R2,..."
+    )
+    system_prompt: str | None = _system_prompt()
+
+
+@dataclass(frozen=True, config=SECTION)
+class GenerateData(DataConfig):
+    """[data] of `genesys generate`: the tasks, how many, and the thinking lengths asked for."""
+
+    max_tasks: int | None = setting(None, "use at most this many tasks", flags=("--max-tasks",), ge=1)
+    target_lengths: list[int] | None = _target_lengths()
+    target_length_prompt: str = _target_length_prompt()
+
+
+@dataclass(frozen=True, config=SECTION)
+class ValidateData:
+    """[data] of `genesys validate`: the trusted task set, and how `genesys generate` put its prompts
+    to the model (system prompt, target lengths), so each row's prompt tokens can be rendered again."""
+
+    tasks: list[str] | None = _tasks(TRUSTED_TASKS_HELP)
+    system_prompt: str | None = _system_prompt()
+    target_lengths: list[int] | None = _target_lengths()
+    target_length_prompt: str = _target_length_prompt()
+
+
+@dataclass(frozen=True, config=SECTION)
+class FilterData:
+    """[data] of `genesys filter`: with --require-proofs, the trusted task set rollouts must belong to."""
+
+    tasks: list[str] | None = _tasks(TRUSTED_TASKS_HELP + " (with --require-proofs)")
+
+
+@dataclass(frozen=True, config=SECTION)
 class TrainData(DataConfig):
-    """[data] of `genesys train`: task sources (online), or rollout files (offline)."""
+    """[data] of `genesys train`: task sources (online), or rollout files (offline); offline with
+    `require_proofs`, `tasks` is the trusted task set the rollouts must belong to."""
 
     rollouts: list[str] | None = setting(
         None, "rollout files from `genesys generate --verify` (offline mode)", metavar="FILE"
@@ -136,16 +174,19 @@ class TrainData(DataConfig):
     )
 
     def __post_init__(self) -> None:
-        if bool(self.tasks) == bool(self.rollouts):
+        if not self.tasks and not self.rollouts:
+            raise ValueError("give data.tasks (online training) or data.rollouts (offline training)")
+        if self.tasks and self.rollouts and not self.require_proofs:
             raise ValueError(
-                "give exactly one of data.tasks (online training) and data.rollouts (offline training)"
+                "give one of data.tasks (online training) and data.rollouts (offline training); both only "
+                "with data.require_proofs, where data.tasks is the trusted task set of the rollouts"
             )
         if self.require_proofs and not self.rollouts:
             raise ValueError(
                 "data.require_proofs applies to recorded rollouts (data.rollouts checked by genesys validate)"
             )
-        if self.mix is not None and (not self.tasks or len(self.mix) != len(self.tasks)):
-            raise ValueError("data.mix needs one ratio per data.tasks source")
+        if self.mix is not None and (self.rollouts or not self.tasks or len(self.mix) != len(self.tasks)):
+            raise ValueError("data.mix needs one ratio per data.tasks source (online training)")
 
 
 # --- generation ------------------------------------------------------------------------------------
@@ -352,10 +393,24 @@ class GenerateProofSettings(ProofConfig):
         return ProofConfig(self.topk, self.decode_batching_size)
 
 
+TRUST_KEY_HELP = (
+    "the secret key file genesys validate signs rows with and --require-proofs checks them with "
+    "(default: $GENESYS_TRUST_KEY, else ~/.config/genesys/trust.key; validate creates it when missing)"
+)
+
+
 @dataclass(frozen=True, config=SECTION)
-class ProofPolicy:
-    """Which proof settings `genesys validate` accepts ([proofs]). Each row is checked with the topk and
-    chunk size its `toploc_config` recorded, when they are allowed: a topk of at least `min_topk`
+class TrustSettings:
+    """[proofs] of the commands that read validated rows (verify, filter, train): the trust key."""
+
+    trust_key: str | None = setting(None, TRUST_KEY_HELP, flags=("--trust-key",), metavar="FILE")
+
+
+@dataclass(frozen=True, config=SECTION)
+class ProofPolicy(TrustSettings):
+    """Which proof settings `genesys validate` accepts, and the key it signs rows with ([proofs]).
+
+    Each row is checked with the topk and chunk size its `toploc_config` recorded, when allowed: a topk of at least `min_topk`
     (or the model's hidden size, when smaller) and at most the hidden size, chunks of at most
     `max_decode_batching_size` tokens. `topk` or `decode_batching_size`, when set, must be matched exactly."""
 

@@ -35,8 +35,8 @@ from genesys.generate.backend import (
     Weights,
     next_weights_version,
 )
-from genesys.generate.prompts import render_ids
 from genesys.models import load_causal_lm, sampling_warpers, stop_token_ids
+from genesys.tasks.prompts import render_ids
 
 T = TypeVar("T")
 

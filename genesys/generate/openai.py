@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights
-from genesys.generate.prompts import raw_text
 from genesys.openai_client import APIError, OpenAIClient, resolve_base_url
+from genesys.tasks.prompts import raw_text
 
 # --- mapping replies to completions ---------------------------------------------------------------
 

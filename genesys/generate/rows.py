@@ -19,8 +19,8 @@ from typing import Any
 from genesys.config import GenerateConfig
 from genesys.data.identity import response_id
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult
-from genesys.generate.prompts import build_messages, target_instruction
 from genesys.schema import VERDICT_COLUMNS
+from genesys.tasks.prompts import build_messages, target_instruction
 
 
 @dataclass

@@ -25,7 +25,6 @@ from genesys.data.io import RolloutWriter, iter_rows
 from genesys.data.runs import FileRun, FileRunSummary
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, create_backend, iterate, resolve_backend_name
-from genesys.generate.prompts import pick_target_length, target_instruction
 from genesys.generate.rows import (
     PlannedTask,
     RowBuilder,
@@ -37,6 +36,7 @@ from genesys.rewards import RewardConfig, RewardStage, reward_problem
 from genesys.schema import parse_json_field
 from genesys.tasks.prepare import check_verifiable, prepare_tasks
 from genesys.tasks.prepare import select_tasks as select_task_sources
+from genesys.tasks.prompts import pick_target_length, target_instruction
 from genesys.tasks.sources import HUB_PREFIX, Reject
 from genesys.ui.progress import RunProgress, console
 from genesys.verification.stats import TypeStats, print_type_stats

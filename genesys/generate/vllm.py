@@ -38,7 +38,6 @@ from genesys.generate.backend import (
     Weights,
     next_weights_version,
 )
-from genesys.generate.prompts import render_ids
 from genesys.proofs.vllm_capture import (
     EXTENSION,
     V2_RUNNER_ENV,
@@ -46,6 +45,7 @@ from genesys.proofs.vllm_capture import (
     proof_extra_args,
     sample_name,
 )
+from genesys.tasks.prompts import render_ids
 
 
 def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:

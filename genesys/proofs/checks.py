@@ -37,6 +37,9 @@ class Expected:
     hidden_size: int
 
 
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")  # the settings a row's logprobs and stopping depend on
+
+
 @dataclass(frozen=True)
 class RowSampling:
     """The sampling settings a row names in its `generation_config`."""
@@ -112,7 +115,7 @@ def _positive_int(value: Any) -> bool:
 def sampling_problems(sampling: RowSampling, expected: ExpectedSampling) -> list[Problem]:
     """Each sampling setting the row names that differs from an expected one."""
     problems = []
-    for name in ("temperature", "top_p", "max_tokens"):
+    for name in SAMPLING_KEYS:
         wanted = getattr(expected, name)
         if wanted is not None and getattr(sampling, name) != wanted:
             problems.append(Problem("sampling", f"{name} {getattr(sampling, name)}, expected {wanted}"))

@@ -23,16 +23,19 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genesys.config import ProofThresholds, ValidateCommand
+from genesys.config import ExpectedSampling, ProofThresholds, SamplingConfig, ValidateCommand
+from genesys.data.attestation import ATTESTATION_COLUMN, TrustKey
 from genesys.data.identity import with_unique_response_ids
 from genesys.data.runs import FileRun, FileRunSummary
 from genesys.proofs.checks import (
+    SAMPLING_KEYS,
     Expected,
     Problem,
+    RowSampling,
     claimed_logprobs_problem,
     decode_problem,
     logprob_problem,
@@ -45,6 +48,7 @@ from genesys.proofs.checks import (
 )
 from genesys.proofs.recompute import Pending, Recomputed, recomputer
 from genesys.proofs.toploc import ChunkErrors, ProofError, decode_proofs, require_toploc
+from genesys.proofs.trusted_tasks import TrustedTasks
 from genesys.schema import SchemaError, parse_json_field
 from genesys.ui.progress import RunProgress
 
@@ -59,7 +63,9 @@ class ValidateSummary(FileRunSummary):
     valid: int = 0
     invalid: int = 0
     unproved: int = 0
+    task_bound: int = 0  # rows rebuilt from their trusted task
     tokens: int = 0
+    trust_key: TrustKey | None = None
     problems: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -70,59 +76,61 @@ class ValidateSummary(FileRunSummary):
 class Validator:
     """The model a run validates against (`genesys.proofs.recompute`), and the checks of one batch of rows."""
 
-    def __init__(self, config: ValidateCommand) -> None:
+    def __init__(self, config: ValidateCommand, trusted: TrustedTasks | None = None) -> None:
         require_toploc()
         self.config = config
+        self.trusted = trusted
         self.model = recomputer(config)
         self.expected = Expected(
             config.model_name or config.model,
             self.model.weights_sha256,
             config.proofs,
-            config.expect,
+            config.expect if trusted is None else trusted_sampling(config.expect),
             self.model.hidden_size,
         )
+        self._prompt_ids: dict[tuple[str, int | None], list[int]] = {}
 
     def prepare(self, row: dict[str, Any]) -> Pending | dict[str, Any]:
-        """A row needing the model, or the row finished already (no proofs, or unusable ids)."""
+        """A row needing the model, or the row finished already (no proofs, or unusable ids). With a
+        trusted task set, the row is first rebuilt from its trusted task (`TrustedTasks.bind`)."""
+        key, problems = None, []
+        if self.trusted is not None:
+            row, key, found = self.trusted.bind(row)
+            problems += [Problem("task", message) for message in found]
+        row["trusted_task"] = key is not None
         if row.get("toploc_proofs") is None:
-            return _finish(row, None, [Problem("unproved", NO_PROOFS)], {})
+            return _finish(row, None, [*problems, Problem("unproved", NO_PROOFS)], {})
         prompt_ids, completion_ids = row.get("prompt_ids"), row.get("completion_ids")
         try:
             toploc_config = parse_json_field(row.get("toploc_config"), "toploc_config")
-            sampling = row_sampling(parse_json_field(row.get("generation_config"), "generation_config"))
+            generation_config = parse_json_field(row.get("generation_config"), "generation_config")
         except SchemaError as exc:
-            return _finish(row, False, [Problem("format", str(exc))], {})
+            return _finish(row, False, [*problems, Problem("format", str(exc))], {})
+        sampling = row_sampling(generation_config)
         vocab_size, tokenizer = self.model.vocab_size, self.model.tokenizer
         if not _token_list(prompt_ids, vocab_size) or not _token_list(
             completion_ids, vocab_size, allow_empty=True
         ):
-            return _finish(
-                row,
-                False,
-                [
-                    Problem(
-                        "format",
-                        f"prompt_ids and completion_ids must be lists of token ids below {vocab_size}",
-                    )
-                ],
-                {},
-            )
+            message = f"prompt_ids and completion_ids must be lists of token ids below {vocab_size}"
+            return _finish(row, False, [*problems, Problem("format", message)], {})
         if isinstance(sampling, Problem):
-            return _finish(row, False, [sampling], {})
-        problems = model_problems(row, toploc_config, self.expected) + sampling_problems(
+            return _finish(row, False, [*problems, sampling], {})
+        problems += model_problems(row, toploc_config, self.expected) + sampling_problems(
             sampling, self.expected.sampling
         )
+        if key is not None:  # the trusted settings from here on, and in the row written
+            sampling = RowSampling(**{name: getattr(self.expected.sampling, name) for name in SAMPLING_KEYS})
+            row["generation_config"] = generation_config | asdict(sampling)
+            problems += self._task_prompt_problems(row, key, prompt_ids, generation_config)
+        else:
+            problems += [p for p in [prompt_problem(tokenizer, prompt_ids, row.get("prompt"))] if p]
         settings = proof_settings(toploc_config, self.expected)  # the row's own, if allowed
         if isinstance(settings, Problem):
             problems.append(settings)
         problems += stop_problems(
             completion_ids, row.get("finish_reason"), sampling.max_tokens, self.model.stop_ids
         )
-        text_problems = [
-            prompt_problem(tokenizer, prompt_ids, row.get("prompt")),
-            decode_problem(tokenizer, completion_ids, row.get("llm_response")),
-        ]
-        problems += [p for p in text_problems if p]
+        problems += [p for p in [decode_problem(tokenizer, completion_ids, row.get("llm_response"))] if p]
         proofs = None
         if not isinstance(settings, Problem):
             try:
@@ -138,6 +146,49 @@ class Validator:
             problems,
             None if isinstance(settings, Problem) else settings,
         )
+
+    def _task_prompt_problems(
+        self, row: dict[str, Any], key: str, prompt_ids: Sequence[int], generation_config: dict[str, Any]
+    ) -> list[Problem]:
+        """Whether `prompt_ids` are the trusted task's prompt as `genesys generate` renders it (system
+        prompt, target-length instruction, chat template, continuation prefix); the row's
+        `target_length` is set to the one the trusted settings give it."""
+        from genesys.tasks.prompts import pick_target_length
+
+        data, problems = self.config.data, []
+        claimed = row.pop("target_length", None)
+        target = None
+        if data.target_lengths:
+            seed = generation_config.get("seed")
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                return [Problem("task", "generation_config has no integer seed to pick the target length by")]
+            target = row["target_length"] = pick_target_length(data.target_lengths, key, seed)
+        if claimed != target:
+            given = f"{target} for its task and seed" if target is not None else "none (no --target-lengths)"
+            problems.append(
+                Problem("task", f"target_length {claimed!r}, where the trusted settings give {given}")
+            )
+        if list(prompt_ids) != self._trusted_prompt_ids(key, row["prompt"], target):
+            problems.append(
+                Problem(
+                    "task",
+                    "prompt_ids are not the trusted task's prompt as rendered for the model (chat template, "
+                    "--system-prompt, --continuation-prefix, target length)",
+                )
+            )
+        return problems
+
+    def _trusted_prompt_ids(self, key: str, prompt: str, target: int | None) -> list[int]:
+        from genesys.tasks.prompts import build_messages, render_ids, target_instruction
+
+        if (key, target) not in self._prompt_ids:
+            data = self.config.data
+            instruction = (
+                target_instruction(data.target_length_prompt, target) if target is not None else None
+            )
+            messages = build_messages(prompt, data.system_prompt, instruction)
+            self._prompt_ids[key, target] = render_ids(self.model.tokenizer, messages, self.config.style)
+        return self._prompt_ids[key, target]
 
     def run(self, batch: Sequence[Pending]) -> list[dict[str, Any]]:
         """The batch recomputed at once; each row finished with its proof and logprob checks."""
@@ -164,7 +215,13 @@ class Validator:
                 claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance
             )
             problems += [problem] if problem else []
-        return _finish(item.row, not problems, problems, errors)
+        return _finish(item.row, not problems, problems, errors, self._sampling_proven(item, recomputed))
+
+    def _sampling_proven(self, item: Pending, recomputed: Recomputed) -> bool:
+        """Whether the completion is proven to be the tokens the seeded sampler picks (the per-row
+        sampling check plugs in here, over the recomputation). Rows carry no sampling proofs yet, so
+        none is."""
+        return False
 
 
 def _token_list(value: Any, vocab_size: int, allow_empty: bool = False) -> bool:
@@ -187,15 +244,32 @@ def _chunk_summary(chunks: Sequence[ChunkErrors], thresholds: ProofThresholds) -
 
 
 def _finish(
-    row: dict[str, Any], valid: bool | None, problems: list[Problem], errors: dict[str, Any]
+    row: dict[str, Any],
+    valid: bool | None,
+    problems: list[Problem],
+    errors: dict[str, Any],
+    sampling_proven: bool = False,
 ) -> dict[str, Any]:
     row.update(
         toploc_valid=valid,
         toploc_reason="; ".join(p.message for p in problems) or None,
         toploc_errors=errors or None,
         toploc_problems=sorted({p.category for p in problems}) or None,
+        sampling_proven=None if valid is None else sampling_proven,
     )
     return row
+
+
+def trusted_sampling(expect: ExpectedSampling) -> ExpectedSampling:
+    """The sampling settings rows of a trusted task set must have: those of `[expect]`, and for each
+    one left unset, `genesys generate`'s default (never the worker's choice)."""
+    defaults = SamplingConfig()
+    return ExpectedSampling(
+        **{
+            name: getattr(defaults, name) if getattr(expect, name) is None else getattr(expect, name)
+            for name in SAMPLING_KEYS
+        }
+    )
 
 
 def _windows(items: Iterator[Pending], batch_size: int) -> Iterator[list[Pending]]:
@@ -216,17 +290,22 @@ def _sorted_batches(window: list[Pending], batch_size: int) -> Iterator[list[Pen
 
 
 def validate_files(config: ValidateCommand) -> ValidateSummary:
-    """Validate the rollout files of `config` into its output; prints progress and a summary when asked."""
+    """Validate the rollout files of `config` into its output, each row signed with the trust key;
+    prints progress and a summary when asked."""
     summary = ValidateSummary(output=Path(config.output))
     with FileRun(config.output, summary, inputs=config.inputs) as run:
+        key = TrustKey.load(config.proofs.trust_key, create=True)
+        summary.trust_key = key
+        trusted = TrustedTasks.load(config.data.tasks) if config.data.tasks else None
         total = sum(1 for _ in run.rows())  # the first pass writes the rejects file
         run.open_output()
-        validator = Validator(config)
+        validator = Validator(config, trusted)
         started = time.monotonic()
 
         def record(rows: list[dict[str, Any]], progress: RunProgress) -> None:
             for row in rows:
                 _count(summary, row)
+                row[ATTESTATION_COLUMN] = key.sign(row)
             tokens = sum(
                 len(row.get("completion_ids") or ())
                 for row in rows
@@ -259,6 +338,7 @@ def validate_files(config: ValidateCommand) -> ValidateSummary:
 
 
 def _count(summary: ValidateSummary, row: dict[str, Any]) -> None:
+    summary.task_bound += row["trusted_task"]
     valid = row["toploc_valid"]
     if valid is None:
         summary.unproved += 1
@@ -286,9 +366,20 @@ def print_validate_summary(summary: ValidateSummary) -> None:
     for category, count in sorted(summary.problems.items()):
         table.add_row(f"  with a {category} problem", f"{count:,}")
     table.add_row("no proofs (toploc_valid null)", f"{summary.unproved:,}")
+    table.add_row("of a trusted task (--tasks)", f"{summary.task_bound:,}")
     if summary.resumed:
         table.add_row("already in the output", f"{summary.resumed:,}")
     if summary.rejected:
         table.add_row("unreadable (to the rejects file)", f"{summary.rejected:,}")
     console.print(table)
+    key = summary.trust_key
+    if key is not None:
+        made = "made now; keep it secret" if key.created else "signed with"
+        console.print(
+            f"trust key {key.path} ({made}): --require-proofs in filter and train checks rows with it"
+        )
+        if not summary.task_bound:
+            console.print(
+                "[yellow]no row is of a trusted task set (give --tasks): --require-proofs counts none[/yellow]"
+            )
     summary.print_files()

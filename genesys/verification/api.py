@@ -7,6 +7,10 @@ work; the second pass feeds the engine, and the reward stage shapes each verifie
 skips rows whose `response_id` the output already holds, so a crashed run continues and no row is
 written twice. With `completion_field`, each row's completion is read from that column and written
 as `llm_response`; a row without a completion (missing or null) is an `invalid_row` error.
+
+Rows `genesys validate` attested (`genesys.data.attestation`) are checked under the trust key before
+they are scored, and the scored row is attested again, so `--require-proofs` can tell the score is
+this run's; a row whose attestation does not check out is written without one (and counted).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from genesys.config import VerifyConfig
+from genesys.data.attestation import ATTESTATION_COLUMN, TrustKey
 from genesys.data.identity import with_unique_response_ids
 from genesys.data.runs import FileRun, FileRunSummary
 from genesys.errors import InputError
@@ -80,6 +85,8 @@ class RunSummary(FileRunSummary):
 
     stats: dict[str, TypeStats] = field(default_factory=dict)
     verified: int = 0
+    attested: int = 0  # rows attested again after scoring
+    unattested: int = 0  # rows whose attestation did not check out: written without one
 
     @property
     def rows_per_second(self) -> float:
@@ -93,6 +100,13 @@ def print_summary(summary: RunSummary, rejects: Path | None = None) -> None:
     print_type_stats(summary.stats, summary.verified, summary.seconds)
     if summary.resumed:
         console.print(f"resumed: {summary.resumed:,} rows were already in {summary.output}")
+    if summary.attested or summary.unattested:
+        console.print(f"attested again under the trust key: {summary.attested:,} rows")
+    if summary.unattested:
+        console.print(
+            f"[yellow]{summary.unattested:,} rows carried an attestation that does not check out "
+            "(changed since genesys validate, or another key): written without one[/yellow]"
+        )
     if rejects is not None and summary.rejects is None:
         summary.rejects = rejects
     summary.print_files()
@@ -102,6 +116,7 @@ def print_summary(summary: RunSummary, rejects: Path | None = None) -> None:
 class _Scan:
     task_types: TaskTypeCensus = field(default_factory=TaskTypeCensus)
     valid_rows: int = 0
+    attested: int = 0  # rows carrying an attestation
     reward_problems: int = 0  # rows lacking what the reward terms need
     first_reward_problem: str = ""
 
@@ -122,6 +137,7 @@ def _scan(run: FileRun[RunSummary], config: VerifyConfig, known: set[str]) -> _S
         task_type = row["task_type"]
         scan.task_types.add(task_type, location)
         scan.valid_rows += 1
+        scan.attested += bool(row.get(ATTESTATION_COLUMN))
         problem = reward_problem(row, config.reward) if task_type in known else None
         if problem:
             scan.reward_problems += 1
@@ -149,11 +165,14 @@ def verify_files(
     config: VerifyConfig | None = None,
     rejects: str | Path | None = None,
     verifiers: Mapping[str, type[Verifier]] | None = None,
+    trust_key: str | Path | None = None,
 ) -> RunSummary:
     """Verify rollout files into `output` (.jsonl, .parquet, or a directory of parquet shards).
 
-    Raises InputError (before any verification) for missing inputs, an output overlapping an input,
-    an output another run is writing, and unknown task types.
+    Rows carrying an attestation are checked and attested again with the key in `trust_key`
+    (default: the one `genesys validate` made). Raises InputError (before any verification) for
+    missing inputs, an output overlapping an input, an output another run is writing, unknown task
+    types, and attested rows without a trust key.
     """
     config = config or VerifyConfig()
     summary = RunSummary(output=Path(output))
@@ -169,12 +188,19 @@ def verify_files(
             raise InputError(
                 f"{config.reward.describe()}: {scan.reward_problems} row(s) lack what it needs; the first: {scan.first_reward_problem}"
             )
+        key = TrustKey.load(trust_key, flag="--trust-key") if scan.attested else None
         rewards = RewardStage(config.reward)
         run.open_output()
         started = time.monotonic()
 
         def collect(verified: list[tuple[Any, dict[str, Any]]]) -> None:
-            run.write([rewards.apply(row) for _, row in verified])
+            rows = [rewards.apply(row) for _, row in verified]
+            if key is not None:
+                for row in rows:
+                    if row.get(ATTESTATION_COLUMN):
+                        row[ATTESTATION_COLUMN] = key.sign(row)
+                        summary.attested += 1
+            run.write(rows)
             progress.advance(len(verified))
             summary.verified += len(verified)
 
@@ -184,6 +210,9 @@ def verify_files(
                 usable = (map_completion(row, config.completion_field) for row in run.rows(_unusable))
                 rows = with_unique_response_ids(usable)
                 for row in run.pending(rows):
+                    if key is not None and row.get(ATTESTATION_COLUMN) and key.problem(row):
+                        row[ATTESTATION_COLUMN] = None
+                        summary.unattested += 1
                     engine.submit(row["response_id"], row)
                     if engine.outstanding >= 256:
                         collect(engine.poll())

@@ -3,7 +3,9 @@
 `RecordedRollouts` reads the files once, checks each rollout for what training needs (an
 InputError names the first file:line that lacks it), keeps the groups of one task with at least two
 rewarded samples (with signal, when the online filter is on) and serves them in a seeded order. With
-`data.require_proofs` it drops, and counts, every rollout `genesys validate` did not mark valid.
+`data.require_proofs` it drops, and counts, every rollout a `genesys.proofs.requirement.ProofRequirement`
+does not count (attested under the trust key, marked valid by `genesys validate --tasks`, of a task of
+`data.tasks` when given).
 Nothing generates, so `start`, `publish` and `close` have nothing to do.
 """
 
@@ -18,6 +20,7 @@ from genesys.data.identity import response_id, task_key
 from genesys.data.inputs import resolve_inputs
 from genesys.data.io import iter_rows
 from genesys.errors import InputError
+from genesys.proofs.requirement import ProofRequirement
 from genesys.schema import Row, SchemaError, parse_json_field
 from genesys.train.config import TrainConfig
 from genesys.train.distributed import World
@@ -33,15 +36,14 @@ class RecordedRollouts:
 
     def __init__(self, config: TrainConfig, world: World) -> None:
         self.config = config
-        rows, self.rows_unproven = load_recorded_rows(
-            config.data.rollouts or [], config.sampling.temperature, config.data.require_proofs
+        requirement = (
+            ProofRequirement.load(config.proofs.trust_key, config.data.tasks)
+            if config.data.require_proofs
+            else None
         )
-        if self.rows_unproven:
-            log.warning(
-                "data.require_proofs: %d rollouts without a valid TOPLOC proof dropped, %d kept",
-                self.rows_unproven,
-                len(rows),
-            )
+        rows, self.rows_unproven = load_recorded_rows(
+            config.data.rollouts or [], config.sampling.temperature, requirement
+        )
         groups = [group for group in group_by_task(rows) if len(usable(group)) >= 2]
         self.groups_dropped_on_load = 0
         if config.rollout.filter_groups:
@@ -84,19 +86,22 @@ REQUIRED_RECORDED = ("prompt_ids", "completion_ids", "completion_logprobs", "rew
 
 
 def load_recorded_rows(
-    patterns: Sequence[str], temperature: float, require_proofs: bool = False
+    patterns: Sequence[str], temperature: float, requirement: ProofRequirement | None = None
 ) -> tuple[list[Row], int]:
     """Every rollout of the files, checked for what offline training needs (an InputError names
-    the first file:line that lacks it), and how many were dropped first for want of a valid TOPLOC
-    proof (`toploc_valid` not true) when `require_proofs`."""
+    the first file:line that lacks it), and how many `requirement` (when given) did not count and
+    were dropped first; the first of them is logged with its reason."""
     rows = []
     unproven = 0
+    first_unproven = ""
     for record in iter_rows(resolve_inputs(patterns)):
         if record.row is None:
             raise InputError(f"{record.location}: {record.error}")
         row = record.row
-        if require_proofs and row.get("toploc_valid") is not True:
+        problem = requirement.problem(row) if requirement is not None else None
+        if problem:
             unproven += 1
+            first_unproven = first_unproven or f"{record.location}: {problem}"
             continue
         missing = [name for name in REQUIRED_RECORDED if name not in row]
         if missing:
@@ -118,11 +123,18 @@ def load_recorded_rows(
         rows.append(row)
     if not rows:
         proofs = (
-            f" with a valid TOPLOC proof ({unproven} without: check them with genesys validate)"
+            f" that data.require_proofs counts ({unproven} dropped; the first: {first_unproven})"
             if unproven
             else ""
         )
         raise InputError(f"data.rollouts: no rollouts{proofs} in {', '.join(patterns)}")
+    if unproven:
+        log.warning(
+            "data.require_proofs: %d rollouts not proven dropped, %d kept; the first: %s",
+            unproven,
+            len(rows),
+            first_unproven,
+        )
     return rows, unproven
 
 
