@@ -133,16 +133,12 @@ def _click_params(setting: Setting) -> list[click.Parameter]:
     kind: Any = click.Choice(setting.choices) if setting.choices else None
     if setting.switch:
         flag, constant, switch_help = setting.switch
-        return [
-            click.Option(
-                [f"sw__{setting.dest}", flag],
-                is_flag=True,
-                flag_value=constant,
-                default=None,
-                help=switch_help,
-            ),
-            click.Option([setting.dest, f"--{setting.dotted}"], metavar="BOOL", hidden=True),
-        ]
+        switch = click.Option(
+            [f"sw__{setting.dest}", flag], is_flag=True, flag_value=constant, default=None, help=switch_help
+        )
+        if flag == f"--{setting.dotted}":  # `--overwrite` is the key's own flag already
+            return [switch]
+        return [switch, click.Option([setting.dest, f"--{setting.dotted}"], metavar="BOOL", hidden=True)]
     return [
         click.Option(
             [setting.dest, *setting.names()],

@@ -10,11 +10,19 @@ from genesys.config import VerifyCommand
     "verify",
     VerifyCommand,
     short_help="score rollout files with the installed verifiers",
-    help="Score rollouts (jsonl, parquet, or directories of parquet shards) and write them with score, "
-    "verification_result_info, reward and error. Rerunning the same command resumes.",
+    help="Score rollouts (jsonl, parquet, or directories of parquet shards; - reads JSON lines from stdin) and "
+    "write them, in input order, with score, verification_result_info, reward and error. Rerunning the same command "
+    "resumes; --retry-errors verifies again the rows whose error is set; --overwrite starts over.",
 )
 def command(config: VerifyCommand) -> int:
     from genesys.verification.api import verify_files
 
-    verify_files(config.inputs, config.output, config=config.build(), rejects=config.rejects)
+    verify_files(
+        config.inputs,
+        config.output,
+        config=config.build(),
+        rejects=config.rejects,
+        retry_errors=config.retry_errors,
+        overwrite=config.overwrite,
+    )
     return 0

@@ -15,7 +15,8 @@ of `genesys.proofs.checks` need no model. Each row is written with:
 
 The run is a `genesys.data.runs.FileRun`: an output overlapping an input is refused, the output is
 locked, unreadable rows go to the rejects file, output is appended in atomic units and a rerun skips
-rows whose `response_id` the output already holds.
+rows whose `response_id` the output already holds; with `retry_errors`, rows the output holds that
+were not found valid (`toploc_reason` set) are taken out and validated again.
 """
 
 from __future__ import annotations
@@ -218,7 +219,10 @@ def _sorted_batches(window: list[Pending], batch_size: int) -> Iterator[list[Pen
 def validate_files(config: ValidateCommand) -> ValidateSummary:
     """Validate the rollout files of `config` into its output; prints progress and a summary when asked."""
     summary = ValidateSummary(output=Path(config.output))
-    with FileRun(config.output, summary, inputs=config.inputs) as run:
+    retry_column = "toploc_reason" if config.retry_errors else None
+    with FileRun(
+        config.output, summary, inputs=config.inputs, retry_column=retry_column, overwrite=config.overwrite
+    ) as run:
         total = sum(1 for _ in run.rows())  # the first pass writes the rejects file
         run.open_output()
         validator = Validator(config)
@@ -288,6 +292,8 @@ def print_validate_summary(summary: ValidateSummary) -> None:
     table.add_row("no proofs (toploc_valid null)", f"{summary.unproved:,}")
     if summary.resumed:
         table.add_row("already in the output", f"{summary.resumed:,}")
+    if summary.retried:
+        table.add_row("taken out of the output to validate again", f"{summary.retried:,}")
     if summary.rejected:
         table.add_row("unreadable (to the rejects file)", f"{summary.rejected:,}")
     console.print(table)
