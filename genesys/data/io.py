@@ -40,15 +40,15 @@ def iter_rows(files: Sequence[InputFile]) -> Iterator[RowRecord]:
     """Every row of every input file (from `genesys.data.inputs.resolve_inputs`), in order, with its location."""
     readers = {"jsonl": _iter_jsonl, "parquet": _iter_parquet, "hf_dataset": _iter_hf_dataset}
     for file in files:
-        yield from readers[file.format](file.path)
+        yield from readers[file.format](file.path, file.label)
 
 
-def _iter_jsonl(path: Path) -> Iterator[RowRecord]:
+def _iter_jsonl(path: Path, label: str) -> Iterator[RowRecord]:
     with open(path, "rb") as handle:
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            location = f"{path}:{line_no}"
+            location = f"{label}:{line_no}"
             try:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
@@ -67,7 +67,7 @@ def _iter_jsonl(path: Path) -> Iterator[RowRecord]:
             yield RowRecord(location, row)
 
 
-def _iter_parquet(path: Path) -> Iterator[RowRecord]:
+def _iter_parquet(path: Path, label: str) -> Iterator[RowRecord]:
     import pyarrow.parquet as pq
 
     try:
@@ -77,11 +77,11 @@ def _iter_parquet(path: Path) -> Iterator[RowRecord]:
     index = 0
     for batch in parquet.iter_batches(batch_size=_READ_BATCH_ROWS):
         for row in batch.to_pylist():
-            yield RowRecord(f"{path}#{index}", row)
+            yield RowRecord(f"{label}#{index}", row)
             index += 1
 
 
-def _iter_hf_dataset(path: Path) -> Iterator[RowRecord]:
+def _iter_hf_dataset(path: Path, label: str) -> Iterator[RowRecord]:
     from datasets import load_from_disk
 
     dataset = load_from_disk(str(path))
@@ -89,7 +89,7 @@ def _iter_hf_dataset(path: Path) -> Iterator[RowRecord]:
         batch = dataset[start : start + _READ_BATCH_ROWS]
         columns = list(batch)
         for offset in range(len(batch[columns[0]]) if columns else 0):
-            yield RowRecord(f"{path}#{start + offset}", {c: batch[c][offset] for c in columns})
+            yield RowRecord(f"{label}#{start + offset}", {c: batch[c][offset] for c in columns})
 
 
 # --- writing --------------------------------------------------------------------------------------

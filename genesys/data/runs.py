@@ -63,7 +63,7 @@ from typing import IO, Any, Generic, TypeVar
 
 import orjson
 
-from genesys.data.inputs import PARQUET_SUFFIX, InputFile, resolve_inputs
+from genesys.data.inputs import PARQUET_SUFFIX, STDIN, InputFile, resolve_inputs
 from genesys.data.io import BufferedWriter, RolloutWriter, check_output_path, iter_rows, remove_output
 from genesys.errors import InputError
 from genesys.ui.progress import RunProgress, console
@@ -306,6 +306,8 @@ def refuse_overlap(
     targets.append(("rejects file", rejects))
     sources: list[tuple[str, Path]] = []
     for spec in inputs:
+        if spec == STDIN:
+            continue  # read from a copy of its own
         if glob.has_magic(spec):
             for what, target in targets:
                 if _glob_reads(spec, target):
