@@ -84,7 +84,9 @@ def test_generate_retry_errors_verifies_again_keeping_the_completions(tmp_path: 
         "generate", "--tasks", str(tasks), "--model", "m", "--backend", "scripted", "-n", "2", "--verify",
         "-o", str(output), "--no-progress",
     )  # fmt: skip
-    assert genesys(*command, env={**plugin_env, "GENESYS_TEST_BROKEN": "1"}).returncode == 0
+    broken = genesys(*command, env={**plugin_env, "GENESYS_TEST_BROKEN": "1"})
+    assert broken.returncode == 0, broken.stderr
+    assert "4 of 8 rows could not be verified" in broken.stderr  # said without a progress bar too
     before = {row["response_id"]: row for row in read_jsonl(output)}
     assert sum(row["error"] is not None for row in before.values()) == 4
     fixed = genesys(*command, "--retry-errors", env=plugin_env)

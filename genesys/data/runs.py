@@ -290,6 +290,12 @@ class InOrder:
             self._next += 1
         return ready
 
+    def rest(self) -> list[dict[str, Any]]:
+        """The rows still held (waiting for a lower number that will not come: the run stopped), in order."""
+        held = [self._waiting[number] for number in sorted(self._waiting)]
+        self._waiting.clear()
+        return held
+
 
 # --- overlap -----------------------------------------------------------------------------------------
 

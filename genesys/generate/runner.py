@@ -231,6 +231,10 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
                     backend.close()
     if config.progress:
         print_generate_summary(summary)
+    else:
+        from genesys.verification.api import print_problems
+
+        print_problems("generate --verify", summary.verify_stats, summary)
     return summary
 
 
@@ -267,7 +271,7 @@ def _generate(
             from genesys.verification.api import verification_pool
 
             engine = stack.enter_context(verification_pool(config.verify))
-        written = _Verified(run, rewards, summary)  # type: ignore[arg-type]
+        written = stack.enter_context(_Verified(run, rewards, summary))  # type: ignore[arg-type]
         numbers = itertools.count()
         for result in iterate(backend.generate(requests(todo, config))):
             rows = builder.rows(plans[result.request.key], result)
@@ -298,8 +302,7 @@ def _verify_again(
     """Verify again rows an earlier run wrote with an error (`--retry-errors`), keeping their completions."""
     from genesys.verification.api import verification_pool
 
-    written = _Verified(run, rewards, summary)
-    with verification_pool(config.verify) as engine:  # type: ignore[arg-type]
+    with _Verified(run, rewards, summary) as written, verification_pool(config.verify) as engine:  # type: ignore[arg-type]
         for number, row in enumerate(rows):
             engine.submit(number, row)
             written.add(engine.poll())
@@ -308,11 +311,18 @@ def _verify_again(
 
 
 class _Verified:
-    """Writes verified rows, rewarded, in the order they were submitted (numbered from 0)."""
+    """Writes verified rows, rewarded, in the order they were submitted (numbered from 0); as a context
+    manager, the rows still held when it ends are written too."""
 
     def __init__(self, run: FileRun[GenerateSummary], rewards: RewardStage, summary: GenerateSummary) -> None:
         self.run, self.rewards, self.summary = run, rewards, summary
         self.in_order = InOrder()
+
+    def __enter__(self) -> _Verified:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.run.write(self.in_order.rest())  # interrupted: what was verified is kept, out of order
 
     def add(self, verified: Iterable[tuple[Any, dict[str, Any]]]) -> None:
         for number, row in verified:

@@ -103,22 +103,23 @@ def print_summary(summary: RunSummary, rejects: Path | None = None) -> None:
     summary.print_files()
 
 
-def print_problems(summary: RunSummary) -> None:
-    """What went wrong in a run without a progress bar (and without the closing table): rows that
+def print_problems(command: str, stats: Mapping[str, TypeStats], summary: FileRunSummary) -> None:
+    """What went wrong in a run without a progress bar (and so without the closing table): rows that
     could not be verified and rows that could not be read, in one line on stderr; nothing otherwise."""
     from genesys.ui.progress import console
 
-    failed = sum(stats.errors + stats.timeouts for stats in summary.stats.values())
+    failed = sum(s.errors + s.timeouts for s in stats.values())
     said = []
     if failed:
+        verified = sum(s.count for s in stats.values())
         said.append(
-            f"{failed:,} of {summary.verified:,} rows could not be verified (their error is set; "
-            "genesys verify --retry-errors verifies them again)"
+            f"{failed:,} of {verified:,} rows could not be verified (their error is set; "
+            f"genesys {command} --retry-errors verifies them again)"
         )
     if summary.rejected:
         said.append(f"{summary.rejected:,} unreadable rows written to {summary.rejects}")
     if said:
-        console.print(f"genesys verify: {'; '.join(said)}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"genesys {command}: {'; '.join(said)}", markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -225,18 +226,21 @@ def verify_files(
             run.progress(scan.valid_rows, "verifying", "rows", enabled=config.progress) as progress,
         ):
             usable = (map_completion(row, config.completion_field) for row in run.rows(_unusable))
-            for number, row in enumerate(run.pending(with_unique_response_ids(usable))):
-                engine.submit(number, row)
-                if engine.outstanding >= 256:
-                    collect(engine.poll())
-                while len(in_order) > config.max_pending_rows:  # rows held behind a slow one
+            try:
+                for number, row in enumerate(run.pending(with_unique_response_ids(usable))):
+                    engine.submit(number, row)
+                    if engine.outstanding >= 256:
+                        collect(engine.poll())
+                    while len(in_order) > config.max_pending_rows:  # rows held behind a slow one
+                        collect(engine.poll(timeout=0.05))
+                while engine.outstanding:
                     collect(engine.poll(timeout=0.05))
-            while engine.outstanding:
-                collect(engine.poll(timeout=0.05))
+            finally:
+                run.write(in_order.rest())  # interrupted: what was verified is kept, out of order
             summary.stats = engine.stats
     summary.seconds = time.monotonic() - started
     if config.progress:
         print_summary(summary)
     else:
-        print_problems(summary)
+        print_problems("verify", summary.stats, summary)
     return summary
