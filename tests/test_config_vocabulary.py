@@ -184,7 +184,7 @@ def test_old_keys_in_a_file_and_old_dotted_flags_work_and_new_flags_win(tmp_path
     )
     command = ConfigCommand("train", TrainConfig, lambda config: config)
     with pytest.warns(ConfigDeprecationWarning) as caught:
-        config = command.main(["--config", str(toml), "--sampling.max_tokens", "16"], standalone_mode=False)
+        config = command.main(["--config", str(toml), "--sampling.max-tokens", "16"], standalone_mode=False)
     assert {str(w.message) for w in caught} == {
         "'seed' is deprecated; use 'sampling.seed'",
         "'rollout.samples_per_prompt' is deprecated; use 'sampling.n'",

@@ -63,6 +63,22 @@ def _progress() -> Any:
     return setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
 
 
+OVERWRITE_HELP = "remove an existing output and start over (without it, an existing output is resumed)"
+
+
+def _overwrite(help: str = OVERWRITE_HELP) -> Any:
+    return setting(False, help, switch=("--overwrite", True, help))
+
+
+def _retry_errors(help: str) -> Any:
+    return setting(False, help, switch=("--retry-errors", True, help))
+
+
+RETRY_ERRORS_HELP = (
+    "verify again the rows of the output whose error is set (after fixing a verifier), replacing them"
+)
+
+
 def _backend(help: str, choices: tuple[str, ...] | None = None) -> Any:
     return setting(DEFAULT_BACKEND, help, flags=("--backend",), choices=choices)
 
@@ -108,6 +124,8 @@ class GenerateConfig:
     proofs: ProofConfig | None = None  # None: no TOPLOC proofs
     progress: bool = True
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    overwrite: bool = False  # remove an existing output first
+    retry_errors: bool = False  # generate nothing again, verify again the rows whose error is set
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -128,11 +146,16 @@ class VerifyCommand:
         metavar="NAME",
     )
     progress: bool = _progress()
+    overwrite: bool = _overwrite()
+    retry_errors: bool = _retry_errors(RETRY_ERRORS_HELP)
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     proofs: TrustSettings = Field(default_factory=TrustSettings)
+
+    def __post_init__(self) -> None:
+        _one_of_overwrite_and_retry(self)
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
@@ -156,6 +179,8 @@ class GenerateCommand(RenamedKeys):
     output: str = setting(help=OUTPUT_HELP, flags=("-o", "--output"))
     backend: str = _backend("generation backend (auto: vllm when installed with a GPU, else transformers)")
     progress: bool = _progress()
+    overwrite: bool = _overwrite()
+    retry_errors: bool = _retry_errors(RETRY_ERRORS_HELP + " (with --verify); their completions are kept")
     data: GenerateData = Field(default_factory=GenerateData)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
@@ -169,6 +194,11 @@ class GenerateCommand(RenamedKeys):
     def __post_init__(self) -> None:
         if not self.data.tasks:
             raise ValueError("'data.tasks' (--tasks) is required")
+        if self.retry_errors and not self.verify.enabled:
+            raise ValueError(
+                "retry_errors (--retry-errors) verifies rows again: it needs verify.enabled (--verify)"
+            )
+        _one_of_overwrite_and_retry(self)
 
     def build(self, backend: str) -> GenerateConfig:
         """The generation run's settings, for the resolved `backend`."""
@@ -190,6 +220,16 @@ class GenerateCommand(RenamedKeys):
             proofs=self.proofs.for_backend(backend),
             progress=self.progress,
             cluster=self.cluster,
+            overwrite=self.overwrite,
+            retry_errors=self.retry_errors,
+        )
+
+
+def _one_of_overwrite_and_retry(command: Any) -> None:
+    if command.overwrite and command.retry_errors:
+        raise ValueError(
+            "give one of overwrite (--overwrite: start over) and retry_errors (--retry-errors: keep the output, "
+            "redo its errors)"
         )
 
 
@@ -200,7 +240,10 @@ class FilterCommand:
     inputs: list[str] = setting(
         help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1
     )
-    output: str = setting(help="output tasks: .jsonl or .parquet", flags=("-o", "--output"))
+    output: str = setting(
+        help="output tasks: .jsonl, .parquet, or - for JSON lines on stdout", flags=("-o", "--output")
+    )
+    overwrite: bool = _overwrite("replace an existing output (without it, an existing output is refused)")
     filter: FilterConfig = Field(default_factory=FilterConfig)
     data: FilterData = Field(default_factory=FilterData)
     proofs: TrustSettings = Field(default_factory=TrustSettings)
@@ -237,12 +280,17 @@ class ValidateCommand(RenamedKeys):
     progress: bool = _progress()
     data: ValidateData = Field(default_factory=ValidateData)
     style: PromptStyle = Field(default_factory=PromptStyle)
+    overwrite: bool = _overwrite()
+    retry_errors: bool = _retry_errors(
+        "validate again the rows of the output that were not found valid (toploc_reason set), replacing them"
+    )
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     proofs: ProofPolicy = Field(default_factory=ProofPolicy)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
     expect: ExpectedSampling = Field(default_factory=ExpectedSampling)
 
     def __post_init__(self) -> None:
+        _one_of_overwrite_and_retry(self)
         if self.backend not in VALIDATE_BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(VALIDATE_BACKENDS)}, got {self.backend!r}")
         if self.backend != DEFAULT_BACKEND:

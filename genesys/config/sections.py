@@ -36,6 +36,8 @@ DEFAULT_LENGTH_COEF = 0.0003
 DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
 SANDBOXES = ("auto", "docker", "bwrap", "subprocess")
 METRICS = ("score", "correct")
+# What `genesys filter` writes: one row per kept task, or every rollout of the kept tasks.
+FILTER_EMITS = ("tasks", "rollouts")
 TRACKERS = ("tensorboard", "wandb", "trackio")
 SIGNALS = ("reward", "score", "correct")
 # Reward terms (computed in genesys.rewards): name -> (needs the completion length, needs a target length).
@@ -172,8 +174,16 @@ class TrainData(DataConfig):
         REQUIRE_PROOFS_HELP + " (offline mode)",
         switch=("--require-proofs", True, REQUIRE_PROOFS_HELP + " (offline mode)"),
     )
+    keep_tasks: str | None = setting(
+        None,
+        "a task file (e.g. genesys filter's output): train only on the rollouts of its tasks, matched by "
+        "problem_id, or prompt without one (offline mode)",
+        metavar="FILE",
+    )
 
     def __post_init__(self) -> None:
+        if self.keep_tasks is not None and not self.rollouts:
+            raise ValueError("data.keep_tasks picks among recorded rollouts: give data.rollouts too")
         if not self.tasks and not self.rollouts:
             raise ValueError("give data.tasks (online training) or data.rollouts (offline training)")
         if self.tasks and self.rollouts and not self.require_proofs:
@@ -783,6 +793,7 @@ class FilterConfig:
     `metric` is "score" (the mean score) or "correct" (the fraction with score == 1).
     With `pass_rate_column`, the input is a task set already holding a solve rate in that column.
     `require_proofs` counts only rollouts `genesys validate` marked valid (`toploc_valid` true).
+    `emit` = "rollouts" writes the (distinct, proven) rollouts of the kept tasks instead of task rows.
     """
 
     min_pass_rate: float = setting(0.0, "lowest pass rate kept", flags=("--min-pass-rate",))
@@ -802,8 +813,18 @@ class FilterConfig:
     require_proofs: bool = setting(
         False, REQUIRE_PROOFS_HELP, switch=("--require-proofs", True, REQUIRE_PROOFS_HELP)
     )
+    emit: str = setting(
+        "tasks",
+        "what to write: one row per kept task, or the rollouts of the kept tasks (to train on offline)",
+        flags=("--emit",),
+        choices=FILTER_EMITS,
+    )
 
     def __post_init__(self) -> None:
+        if self.emit not in FILTER_EMITS:
+            raise ValueError(f"emit must be one of {', '.join(FILTER_EMITS)}, got {self.emit!r}")
+        if self.emit == "rollouts" and self.pass_rate_column is not None:
+            raise ValueError("emit = 'rollouts' needs rollouts, not a task set with a pass_rate_column")
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
         if self.require_proofs and self.pass_rate_column is not None:
