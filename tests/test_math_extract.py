@@ -53,7 +53,7 @@ def test_answer_lines_and_phrases(completion: str) -> None:
 
 
 def test_answer_word_inside_a_sentence_is_not_an_answer_line() -> None:
-    found = extract_answer("Let me check my answer: it seems right. So $x = 5$")
+    found = extract_answer("Let me check my answer: it seems right. So $x = 5$", "lenient")
     assert (found.answer, found.method) == ("x = 5", "math_span")
 
 
@@ -63,7 +63,7 @@ def test_answer_phrase_with_several_math_spans_keeps_connectors() -> None:
 
 
 def test_last_math_span_is_the_fallback() -> None:
-    found = extract_answer(r"We get $2x = 5$, hence $x = \frac{5}{2}$")
+    found = extract_answer(r"We get $2x = 5$, hence $x = \frac{5}{2}$", "lenient")
     assert (found.answer, found.method) == (r"x = \frac{5}{2}", "math_span")
 
 

@@ -97,9 +97,9 @@ def test_equations_are_not_collapsed_to_zero_equals_zero() -> None:
 def test_equation_chains_state_their_last_member() -> None:
     assert score("x = 5", r"\boxed{x = 7 - 2 = 5}") == 1.0
     assert score("11", r"\boxed{x = 5 + 5 + 1 = 11}") == 1.0
-    assert (
-        score("x = 11", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 1.0
-    )  # math-verify's suite: the last member counts
+    # math-verify's suite accepts this as 11; a chain states its last member only when every link holds.
+    assert score("x = 11", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 0.0
+    assert score("11", r"\boxed{x = 5 + 5 = 11}") == 0.0
     assert score("5", r"\boxed{x = 5 + 5 + 1 = 11}") == 0.0
     assert score("7", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 0.0
     assert score("5", r"\boxed{5 + 5 + 1 = 11}") == 0.0

@@ -1,13 +1,21 @@
-"""Finding the final answer in a model completion.
+"""Finding the final answer in a model completion, under a named extraction policy (`answer_format`).
 
 Reasoning inside `<think>...</think>` never counts, nor does a chat turn that follows the answer
-(`<|im_start|>user ...`). Outside it the answer is, in order of preference:
+(`<|im_start|>user ...`). Outside it, the answer is, in order of preference:
 1. the last `\\boxed{}` / `\\fbox{}` or the Minerva sentence "The final answer is X. I hope it is
    correct.", whichever comes last;
-2. an "Answer: X" line, "the answer is X", X under a "**Final Answer**" heading, or GSM8K's `#### X`;
+2. an explicit answer statement: an "Answer: X" line, "the answer is X", X under a "**Final Answer**"
+   heading, or GSM8K's `#### X`;
 3. a bare final line that is all math (`-5`, `\\frac{3}{4}`, `1,000.99`), else the last math span or
    number of the final statement (`... so the probability is 2/3.`).
-All but the boxes are looked for near the end of the completion.
+
+The policy says how far down that list a completion may go:
+- `boxed` (the default): 1, or 2 only on the last non-empty line: the line is `#### X`, starts with
+  "Answer:" / "Final answer:" (markdown emphasis allowed), ends with the sentence "the (final) answer
+  is X", or is X right under a "Final Answer" heading. Nothing else counts, so noise that happens to
+  hold a number ("blah is 5 blah", "Numbers: 3, 9, 5") has no answer.
+- `lenient`: 1, 2 anywhere near the end, then 3.
+All but the boxes are looked for near the end of the completion (the last `TAIL_CHARS` characters).
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ from dataclasses import dataclass, field
 # are matched in one pass, so degenerate completions (megabytes of repeated "the answer is", "$$"
 # or "\\boxed{") cost linear time.
 TAIL_CHARS = 4000
+BOXED, LENIENT = "boxed", "lenient"
+ANSWER_FORMATS = (BOXED, LENIENT)
+DEFAULT_ANSWER_FORMAT = BOXED  # a random-weight model must earn nothing: training uses the strict policy
 _THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*")
 _BOX_TOKEN = re.compile(r"[^\s$]+")
@@ -154,8 +165,10 @@ def _closing_braces(text: str) -> dict[int, int]:
     return closes
 
 
-def extract_answer(completion: str) -> Extraction:
-    """Find the final answer of `completion` (see the module docstring for the forms tried)."""
+def extract_answer(completion: str, answer_format: str = DEFAULT_ANSWER_FORMAT) -> Extraction:
+    """Find the final answer of `completion` under `answer_format` (see the module docstring)."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {', '.join(ANSWER_FORMATS)}, not {answer_format!r}")
     text = _CHAT_TURN.split(strip_reasoning(completion), maxsplit=1)[0]
     boxes = boxed_spans(text)
     boxed = tuple(box.content for box in boxes)
@@ -166,6 +179,9 @@ def extract_answer(completion: str) -> Extraction:
         return Extraction(clean_answer_text(minerva.group(1)), "final_answer")  # earlier boxes were drafts
     if boxes:
         return Extraction(boxed[-1], "boxed", boxed)
+    if answer_format == BOXED:
+        stated = _final_answer_line(tail)
+        return Extraction(clean_answer_text(stated), "answer_line") if stated else Extraction(None, "none")
     phrase = _last_answer_phrase(tail)
     if phrase is not None:
         return Extraction(clean_answer_text(phrase), "answer_line")
@@ -173,6 +189,21 @@ def extract_answer(completion: str) -> Extraction:
     if line is not None:
         return Extraction(line, "bare_line")
     return _final_statement(tail)
+
+
+def _final_answer_line(text: str) -> str | None:
+    """The answer stated by the last non-empty line of `text` (`#### X`, "Answer: X", "... the
+    answer is X.", or X under a "Final Answer" heading on the line before), else None."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    for pattern in (_GSM8K_MARKER, _ANSWER_LINE, _ANSWER_PHRASE):
+        match = _last_match(pattern, last)
+        if match is not None and not last[match.end() :].strip(" \t.*_!"):
+            return match.group(1)
+    heading = _ANSWER_HEADING.search("\n".join(lines[-2:])) if len(lines) > 1 else None
+    return heading.group(1) if heading is not None else None
 
 
 def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
