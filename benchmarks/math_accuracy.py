@@ -5,23 +5,28 @@
 - `math-verify suite`: benchmarks/data/math_verify_suite.json, every (gold, prediction, verdict)
   that Math-Verify's own test suite asserts (Apache-2.0, see the file's notice). A pair the suite
   asserts both ways under different options (same gold and prediction, opposite verdicts) has no
-  single label, and one verdict is marked `disputed` (it asserts 1 - 1/e = 1 + 1/e): those rows
-  are listed but left out of the labeled count; the last column counts every asserted verdict;
+  single label, and verdicts that are mathematically false are marked `disputed` (1 - 1/e = 1 + 1/e,
+  and five false chains such as `x = 5+5+1 = 7 = 11` accepted as 11): those rows are listed but left
+  out of the labeled count; the last column counts every asserted verdict. Its predictions are mostly
+  bare answers, not completions, so it measures the lenient policy's comparison;
 - `realistic`: benchmarks/data/math_realistic.jsonl, golds in the formats of public datasets
   (GSM8K solutions with `#### 72`, MATH answers and boxed solutions, AIME's `042`, NuminaMath's
   labelled and multi-part answers, Omni-MATH's text answers) against model answers in the usual
   output styles (boxes, R1 think blocks, Minerva, "The answer is:", bare answers), right ones and
   near misses.
 
-Both graders see the same rows in the same run:
-- genesys: `genesys.verifiers.math_grade.grade` (score 1.0 counts as accepted);
+The graders see the same rows in the same run:
+- genesys under each extraction policy: `genesys.verifiers.math_grade.grade` with `answer_format`
+  `boxed` (the default: only boxes, Minerva sentences and an explicit answer on the last line) and
+  `lenient` (also bare answers and the last number of a concluding sentence); score 1.0 is accepted;
 - math-verify: `verify(parse(gold), parse(completion))` with the library's defaults, and, for the
   `written` set, also with a gold lacking math delimiters wrapped in `$...$` first (as
   math-verify's documentation writes golds).
 
 Prints accuracy, false positives (wrong answers accepted) and false negatives (right answers
 rejected) per set and grader, then every row where a grader is wrong (`--all` lists every row);
-`--plot FILE.png` draws accuracy per set. Exit code 1 when genesys has a false positive.
+`--plot FILE.png` draws accuracy per set. Exit code 1 when genesys has a false positive under
+either policy.
 
     .venv/bin/python benchmarks/math_accuracy.py [--set realistic] [--plot math_accuracy.png]
 """
@@ -108,10 +113,13 @@ def load_suite(path: Path) -> list[Row]:
     return rows
 
 
-def grade_genesys(gold: str, completion: str) -> bool:
-    from genesys.verifiers.math_grade import grade
+def grade_genesys(answer_format: str) -> Callable[[str, str], bool]:
+    def accepted(gold: str, completion: str) -> bool:
+        from genesys.verifiers.math_grade import grade
 
-    return grade(gold, completion).score == 1.0
+        return grade(gold, completion, answer_format).score == 1.0
+
+    return accepted
 
 
 def grade_math_verify(gold: str, completion: str) -> bool:
@@ -127,13 +135,15 @@ def grade_math_verify_wrapped(gold: str, completion: str) -> bool:
 
 
 Grader = tuple[str, Callable[[str, str], bool]]
-GENESYS: Grader = ("genesys", grade_genesys)
+GENESYS_BOXED: Grader = ("genesys, boxed", grade_genesys("boxed"))
+GENESYS_LENIENT: Grader = ("genesys, lenient", grade_genesys("lenient"))
+GENESYS = (GENESYS_BOXED, GENESYS_LENIENT)
 MATH_VERIFY: Grader = ("math-verify", grade_math_verify)
 MATH_VERIFY_WRAPPED: Grader = ("math-verify, gold in $...$", grade_math_verify_wrapped)
 SETS: dict[str, tuple[Callable[[], list[Row]], tuple[Grader, ...]]] = {
-    "written": (lambda: load_jsonl(WRITTEN), (GENESYS, MATH_VERIFY, MATH_VERIFY_WRAPPED)),
-    "math-verify suite": (lambda: load_suite(SUITE), (GENESYS, MATH_VERIFY)),
-    "realistic": (lambda: load_jsonl(REALISTIC), (GENESYS, MATH_VERIFY)),
+    "written": (lambda: load_jsonl(WRITTEN), (*GENESYS, MATH_VERIFY, MATH_VERIFY_WRAPPED)),
+    "math-verify suite": (lambda: load_suite(SUITE), (*GENESYS, MATH_VERIFY)),
+    "realistic": (lambda: load_jsonl(REALISTIC), (*GENESYS, MATH_VERIFY)),
 }
 
 
@@ -253,7 +263,7 @@ def main() -> int:
         plot_by_set(results, args.plot)
         console.print(f"plot: {args.plot}")
     false_positives = sum(
-        counts["fp"] for graded in results.values() for name, counts in graded if name == "genesys"
+        counts["fp"] for graded in results.values() for name, counts in graded if name.startswith("genesys")
     )
     return 1 if false_positives else 0
 

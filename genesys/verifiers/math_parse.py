@@ -82,10 +82,12 @@ _CURRENCY = re.compile(r"^([-+]?)\s*(?:\\\$|\$|€|£|¥)\s*(?=[\d.])|(?<=\d)\s*
 # A decimal comma (`1000,99`, `2,74`, `0,111`): one comma, not a thousands group of three digits
 # (except after a lone 0) and at least two decimals, so `1,5` stays the list 1, 5.
 _DECIMAL_COMMA = re.compile(r"^(-?)(\d+),(\d{2,})$")
+# A fraction or binomial of two digits written with spaces, as TeX allows: `\frac 1 2`.
+_SPACED_DIGIT_ARGUMENTS = re.compile(r"\\([dt]?frac|binom)\s*(\d)\s*(\d)")
 _MIXED_LATEX = re.compile(r"(?<![\d.}^_])(\d+)\s*\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _MIXED_PLAIN = re.compile(r"(?<![\d./^_])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d/])")
 # Numbers still set apart by a space once thousands are joined (`5 6`, `5 (6)`): two values, never one.
-_DIGITS_APART = re.compile(r"\d\s+\(?\s*-?\d")
+_DIGITS_APART = re.compile(r"(?<![\d.^_])\d+(?:\.\d+)?\s+\(?\s*-?\d")  # not `\log_2 8`
 _EDGE_SPACING = re.compile(r"^(?:\s*(?:\\quad|\\,))+|(?:(?:\\quad|\\,)\s*)+$")
 _TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)\b")
 _DEGREE_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b)")
@@ -206,8 +208,8 @@ def normalize(text: str) -> str:
 def _written_numbers(text: str) -> str:
     """Numbers as written by people and datasets, made plain: doubled backslashes, Unicode signs,
     thousands separators (`12,\\!345`, `1{,}000`, a lone `1 000` or `$1,234.50`), a decimal comma
-    (`2,74`) and mixed numbers (`1 1/2`, `1\\frac{1}{2}` are 3/2)."""
-    text = _DOUBLED_COMMAND.sub(r"\\", text)
+    (`2,74`), mixed numbers (`1 1/2`, `1\\frac{1}{2}` are 3/2) and `\\frac 1 2` with its braces."""
+    text = _SPACED_DIGIT_ARGUMENTS.sub(r"\\\1{\2}{\3}", _DOUBLED_COMMAND.sub(r"\\", text))
     for symbol, latex in _SYMBOLS.items():
         text = text.replace(symbol, latex)
     text = _THOUSANDS_LATEX.sub(lambda m: re.sub(r"\D", "", m.group(0)), text.strip())

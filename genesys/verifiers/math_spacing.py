@@ -37,10 +37,11 @@ WIDE, THIN = r"\quad", r"\,"
 # What may stand between groups of three digits of one number.
 THOUSANDS_SEPARATOR = r"(?:\{,\}|,\s*\\!\s*|\\[,! ]|\\thinspace(?![a-zA-Z])\s*|[\u2009\u202f])"
 # Two values set apart by spacing alone: numbers by any space, other values by a wide one.
+# (A digit right after `_` or `^` is a subscript or exponent: `\log_2 8` is one value.)
 JUXTAPOSED = re.compile(
-    r"(?<=\d)\s*(?:(?:\\quad|\\,)\s*)+(?=\(?\s*-?\d)"
+    r"(?<=\d)(?<![_^]\d)\s*(?:(?:\\quad|\\,)\s*)+(?=\(?\s*-?\d)"
     r"|(?<=[\d})\]])\s*(?:\\quad\s*)+(?=[(\[]|-?\s*(?:\d|\\[dt]?frac|\\sqrt))"
-    r"|(?<=\d)\s+(?=\(?\s*-?\d)"
+    r"|(?<=\d)(?<![_^]\d)\s+(?=\(?\s*-?\d)"
 )
 _CANONICAL = re.compile(r"\s*(?:\\quad|\\,)(?:\s*(?:\\quad|\\,))*\s*")
 
