@@ -427,3 +427,19 @@ def test_a_gold_too_costly_to_parse_is_an_error() -> None:
     verdict = grade(GCD_TERMS.replace("99999", "99998"), r"\boxed{29}", cpu_budget=0.3)
     assert verdict.score is None
     assert verdict.error.startswith("invalid_ground_truth") and "too costly to parse" in verdict.error
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "blah is 5 blah",
+        "Numbers: 3, 9, 5",
+        "x 18 answer 40 : 70 15 value blah + of + total of 5",
+        "so we get\n#### of therefore 96 value total 42 y #### get 5",
+        "Answer: blah 5 blah",
+        "**Answer:** we of total 5 y",
+        "the total is 5 . therefore the value",
+    ],
+)
+def test_noise_earns_nothing_under_the_default_policy(completion: str) -> None:
+    assert score("5", completion) == 0.0

@@ -12,8 +12,10 @@ Reasoning inside `<think>...</think>` never counts, nor does a chat turn that fo
 The policy says how far down that list a completion may go:
 - `boxed` (the default): 1, or 2 only on the last non-empty line: the line is `#### X`, starts with
   "Answer:" / "Final answer:" (markdown emphasis allowed), ends with the sentence "the (final) answer
-  is X", or is X right under a "Final Answer" heading. Nothing else counts, so noise that happens to
-  hold a number ("blah is 5 blah", "Numbers: 3, 9, 5") has no answer.
+  is X", or is X right under a "Final Answer" heading; X is read as stated (math, or what follows
+  its last "is"), never as the last number of a sentence. Nothing else counts, so noise that
+  happens to hold a number ("blah is 5 blah", "Numbers: 3, 9, 5", "#### of 54 value y") has no
+  answer.
 - `lenient`: 1, 2 anywhere near the end, then 3.
 All but the boxes are looked for near the end of the completion (the last `TAIL_CHARS` characters).
 """
@@ -180,8 +182,12 @@ def extract_answer(completion: str, answer_format: str = DEFAULT_ANSWER_FORMAT) 
     if boxes:
         return Extraction(boxed[-1], "boxed", boxed)
     if answer_format == BOXED:
-        stated = _final_answer_line(tail)
-        return Extraction(clean_answer_text(stated), "answer_line") if stated else Extraction(None, "none")
+        stated = _final_answer_line(tail)  # read as stated: no number picked out of prose
+        return (
+            Extraction(clean_answer_text(stated, False), "answer_line")
+            if stated
+            else Extraction(None, "none")
+        )
     phrase = _last_answer_phrase(tail)
     if phrase is not None:
         return Extraction(clean_answer_text(phrase), "answer_line")
@@ -272,11 +278,12 @@ def _final_statement(text: str) -> Extraction:
     return Extraction(last_number.group(0).strip(), "last_number")
 
 
-def clean_answer_text(text: str) -> str:
+def clean_answer_text(text: str, number_in_prose: bool = True) -> str:
     """An answer phrase as bare LaTeX: markdown emphasis, trailing punctuation, "I hope it is
     correct" and math delimiters removed. When the phrase mixes prose and math, the math is kept:
     what follows the last "is" when that holds math (`the largest $n$ is 34` gives `34`), else the
-    math spans, else the last number (`Jane started 3 hours ago` gives `3`)."""
+    math spans, else, when `number_in_prose`, the last number (`Jane started 3 hours ago` gives
+    `3`); without it, the phrase as it is (prose, which parses as no answer)."""
     text = _HOPE.split(text, maxsplit=1)[0].replace('\\"', '"')
     text = text.strip().strip("*_\"'").strip()
     text = re.sub(r"[.;,!]+$", "", text).strip()
@@ -288,10 +295,10 @@ def clean_answer_text(text: str) -> str:
     if copula is not None:
         stated = text[copula.end() :].strip()
         if _MATH_SPAN.search(stated) or _NUMBER_TOKEN.search(stated):
-            return clean_answer_text(stated)
+            return clean_answer_text(stated, number_in_prose)
     if _MATH_SPAN.search(text):
         return _math_of(text)
-    numbers = list(_NUMBER_TOKEN.finditer(text))
+    numbers = list(_NUMBER_TOKEN.finditer(text)) if number_in_prose else []
     return numbers[-1].group(0).strip() if numbers else text
 
 
