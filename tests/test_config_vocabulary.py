@@ -78,7 +78,7 @@ def leaves(model: type) -> dict[str, tuple[str, Any, tuple[str, ...]]]:
 
 
 def test_every_command_with_settings_is_walked():
-    assert set(command_models()) == {"generate", "verify", "validate", "filter", "train"}
+    assert set(command_models()) == {"generate", "verify", "validate", "filter", "train", "sft"}
 
 
 # validate's [proofs] is a policy (`ProofPolicy`): a key left unset accepts what each row recorded
@@ -104,12 +104,17 @@ def test_every_setting_shared_by_two_commands_has_the_same_name_type_and_default
     for key in ("sampling.n", "sampling.max_tokens", "sampling.temperature", "sampling.seed"):
         assert set(shared[key]) == {"generate", "train"}, key
     for key in ("data.tasks", "data.mix", "data.system_prompt"):
-        assert set(shared[key]) == {"generate", "train"}, key
+        assert set(shared[key]) == {"generate", "train", "sft"}, key
+    assert set(shared["data.rollouts"]) == {"train", "sft"}
+    for key in ("model", "output_dir", "report_to", "precision", "optim.lr", "checkpoint.every"):
+        assert set(shared[key]) >= {"train", "sft"}, key
+    for key in ("style.chat_template", "style.continuation_prefix"):
+        assert set(shared[key]) == {"generate", "train", "sft"}, key
     for key in ("backend_options.device", "backend_options.dtype", "backend_options.batch_size"):
-        assert set(shared[key]) == {"generate", "validate", "train"}, key
+        assert set(shared[key]) == {"generate", "validate", "train", "sft"}, key
     for key in ("verify.workers", "sandbox.time_limit", "reward.length_penalty", "cluster.backend"):
         assert set(shared[key]) == {"verify", "generate", "train"}, key
-    assert set(shared["progress"]) == {"generate", "verify", "validate", "train"}
+    assert set(shared["progress"]) == {"generate", "verify", "validate", "train", "sft"}
 
 
 def test_no_command_keeps_a_key_it_renamed_and_every_new_key_exists():

@@ -25,7 +25,8 @@ def test_gold_answers_are_the_exact_results():
     rows = arithmetic_tasks(digits=3, ops="+-*", count=300, seed=4)
     for row in rows:
         a, op, b = _problem(row)
-        assert row["prompt"].startswith(f"Compute {a} {op} {b}.")
+        assert row["prompt"].endswith(f"Compute {a} {op} {b}.")
+        assert len(str(a)) == len(str(b)) == 3
         assert row["verification_info"]["ground_truth"] == str({"+": a + b, "-": a - b, "*": a * b}[op])
         assert row["task_type"] == "verifiable_math"
     assert {_problem(row)[1] for row in rows} == set("+-*")
@@ -33,12 +34,10 @@ def test_gold_answers_are_the_exact_results():
 
 
 def test_worked_solutions_derive_the_answer_digit_by_digit():
-    assert worked_solution(47, "+", 38) == (
-        "7 + 8 + 0 = 15, digit 5, carry 1\n4 + 3 + 1 = 8, digit 8, carry 0\n47 + 38 = 85\n\\boxed{85}"
-    )
-    assert worked_solution(23, "-", 58).splitlines()[0] == "58 > 23, so 23 - 58 = -(58 - 23)"
-    assert worked_solution(23, "-", 58).endswith("23 - 58 = -35\n\\boxed{-35}")
-    assert worked_solution(12, "*", 34).splitlines()[:3] == ["12 * 4 = 48", "12 * 30 = 360", "48 + 360 = 408"]
+    assert worked_solution(47, "+", 38) == "7+8+0=15\n4+3+1=8\n47+38=85\n\\boxed{85}"
+    assert worked_solution(23, "-", 58) == "23-58=-(58-23)\n8-3-0=5\n5-2-0=3\n23-58=-35\n\\boxed{-35}"
+    assert worked_solution(86, "-", 58) == "16-8-0=8\n8-5-1=2\n86-58=28\n\\boxed{28}"
+    assert worked_solution(12, "*", 34).splitlines()[:3] == ["12*4=48", "12*30=360", "48+360=408"]
 
 
 def test_the_math_verifier_scores_every_worked_solution_right_and_a_wrong_answer_wrong():

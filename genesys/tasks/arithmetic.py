@@ -1,7 +1,7 @@
 """Generated arithmetic tasks with exact answers and worked solutions: the task set `arithmetic`.
 
 `--tasks arithmetic:digits=2,ops=+-,count=2000,seed=0,split=train` makes 2000 distinct problems
-`a op b` with operands of at most `digits` digits and operators drawn from `ops` (`+`, `-`, `*`).
+`a op b` with operands of exactly `digits` digits (0-9 for one digit) and operators drawn from `ops` (`+`, `-`, `*`).
 Each is a `verifiable_math` row whose `ground_truth` is the exact result and whose
 `gold_standard_solution` is a short column-by-column derivation ending in `\\boxed{}`, the text
 `genesys sft` learns from.
@@ -22,7 +22,8 @@ OPERATORS = "+-*"
 SPLITS = ("train", "heldout")
 HELDOUT_EVERY = 10  # one problem in ten is held out
 MAX_DIGITS = 6
-PROMPT = "Compute {a} {op} {b}. Work digit by digit, then give the answer in \\boxed{{}}."
+# The operands come last, next to where the answer starts.
+PROMPT = "Work digit by digit and give the answer in \\boxed{{}}. Compute {a} {op} {b}."
 SOURCE = "genesys-arithmetic"
 
 
@@ -49,21 +50,22 @@ def _digits(value: int, width: int) -> list[int]:
 
 
 def _add_steps(a: int, b: int, width: int) -> list[str]:
+    """Column addition, lowest digit first: `x+y+carry=sum`; the sum's tens are the next carry."""
     steps, carry = [], 0
     for x, y in zip(_digits(a, width), _digits(b, width)):
         total = x + y + carry
-        steps.append(f"{x} + {y} + {carry} = {total}, digit {total % 10}, carry {total // 10}")
+        steps.append(f"{x}+{y}+{carry}={total}")
         carry = total // 10
     return steps
 
 
 def _subtract_steps(a: int, b: int, width: int) -> list[str]:
-    """Column subtraction of `b` from `a >= b`, with borrows."""
+    """Column subtraction of `b` from `a >= b`, lowest digit first: `x-y-borrow=digit`, where a
+    column that borrows writes its digit plus 10 (`13-5-0=8`) and the next column subtracts the 1."""
     steps, borrow = [], 0
     for x, y in zip(_digits(a, width), _digits(b, width)):
-        value = x - y - borrow
-        new_borrow = int(value < 0)
-        steps.append(f"{x} - {y} - {borrow} = {value}, digit {value % 10}, borrow {new_borrow}")
+        new_borrow = int(x - y - borrow < 0)
+        steps.append(f"{x + 10 * new_borrow}-{y}-{borrow}={x + 10 * new_borrow - y - borrow}")
         borrow = new_borrow
     return steps
 
@@ -74,10 +76,10 @@ def _multiply_steps(a: int, b: int) -> list[str]:
     steps = []
     for place, digit in enumerate(_digits(b, len(str(b)))):
         partial = a * digit * 10**place
-        steps.append(f"{a} * {digit * 10**place} = {partial}")
+        steps.append(f"{a}*{digit * 10**place}={partial}")
         partials.append(partial)
     if len(partials) > 1:
-        steps.append(" + ".join(map(str, partials)) + f" = {sum(partials)}")
+        steps.append("+".join(map(str, partials)) + f"={sum(partials)}")
     return steps
 
 
@@ -90,10 +92,15 @@ def worked_solution(a: int, op: str, b: int) -> str:
     elif op == "-" and a >= b:
         steps = _subtract_steps(a, b, width)
     elif op == "-":
-        steps = [f"{b} > {a}, so {a} - {b} = -({b} - {a})", *_subtract_steps(b, a, width)]
+        steps = [f"{a}-{b}=-({b}-{a})", *_subtract_steps(b, a, width)]
     else:
         steps = _multiply_steps(a, b)
-    return "\n".join([*steps, f"{a} {op} {b} = {result}", f"\\boxed{{{result}}}"])
+    return "\n".join([*steps, f"{a}{op}{b}={result}", f"\\boxed{{{result}}}"])
+
+
+def _operands(digits: int) -> range:
+    """The numbers of exactly `digits` digits (0 to 9 for one)."""
+    return range(0 if digits == 1 else 10 ** (digits - 1), 10**digits)
 
 
 def _check(digits: int, ops: str, count: int, split: str) -> None:
@@ -105,7 +112,7 @@ def _check(digits: int, ops: str, count: int, split: str) -> None:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
-    operands = 10**digits
+    operands = len(_operands(digits))
     available = len(set(ops)) * operands * operands
     expected = available // HELDOUT_EVERY if split == "heldout" else available - available // HELDOUT_EVERY
     if count > expected // 2:
@@ -124,9 +131,10 @@ def arithmetic_tasks(
     rng = random.Random(f"{seed}/{digits}/{ops}/{split}")
     operators = sorted(set(ops), key=OPERATORS.index)
     seen: set[tuple[int, str, int]] = set()
+    operands = _operands(digits)
     rows = []
     while len(rows) < count:
-        a, op, b = rng.randrange(10**digits), rng.choice(operators), rng.randrange(10**digits)
+        a, op, b = rng.choice(operands), rng.choice(operators), rng.choice(operands)
         if (a, op, b) in seen or split_of(a, op, b) != split:
             continue
         seen.add((a, op, b))
