@@ -44,18 +44,20 @@ class Settings:
 
     heldout_tasks: int = 200
     samples: int = 4  # completions per held-out task
-    max_tokens: int = 128
+    max_tokens: int = 64
     temperature: float = 1.0
     sft_tasks: int = 4000
-    sft_steps: int = 300
+    sft_steps: int = 400
     sft_examples_per_step: int = 32
-    sft_lr: float = 3e-3
+    sft_lr: float = 5e-3
     pool_tasks: int = 400  # training tasks whose pass rate decides which ones RL trains on
     pool_samples: int = 4
+    min_pass_rate: float = 0.01  # RL trains on the pool's tasks solved sometimes but not always
+    max_pass_rate: float = 0.99
     rl_steps: int = 40
     rl_prompts_per_step: int = 16
     rl_group_size: int = 8
-    rl_lr: float = 5e-4
+    rl_lr: float = 1e-3
     micro_batch_size: int = 32
     batch_size: int = 128  # sequences per generation batch (transformers)
     backend: str = "transformers"
@@ -63,7 +65,9 @@ class Settings:
 
 TINY = Settings()
 # A pretrained model: a short SFT and gentle RL at the usual learning rates, vLLM when it is there.
-PRETRAINED = Settings(sft_steps=50, sft_lr=1e-5, rl_lr=1e-6, rl_steps=40, backend="auto", micro_batch_size=8)
+PRETRAINED = Settings(
+    max_tokens=256, sft_steps=50, sft_lr=1e-5, rl_lr=1e-6, rl_steps=40, backend="auto", micro_batch_size=8
+)
 
 
 @dataclass
@@ -97,6 +101,7 @@ class Demo:
     # --- stages ------------------------------------------------------------------------------------
 
     def base_model(self) -> str:
+        """The model the loop starts from: `model`, or the tiny one, built here."""
         if self.model is not None:
             return self.model
         path = self.out / "base-model"
@@ -156,9 +161,9 @@ class Demo:
             "optim": {
                 "steps": s.sft_steps,
                 "lr": s.sft_lr,
-                "warmup_steps": max(1, s.sft_steps // 15),
+                "warmup_steps": max(1, s.sft_steps // 20),
                 "schedule": "cosine",
-                "min_lr_ratio": 0.1,
+                "min_lr_ratio": 0.3,
                 "max_grad_norm": 1.0,
                 "micro_batch_size": s.micro_batch_size,
             },
@@ -188,7 +193,14 @@ class Demo:
                 "--no-progress",
             ),
             self.genesys(
-                "filter", str(pool), "-o", str(tasks), "--min-pass-rate", "0.01", "--max-pass-rate", "0.99"
+                "filter",
+                str(pool),
+                "-o",
+                str(tasks),
+                "--min-pass-rate",
+                str(s.min_pass_rate),
+                "--max-pass-rate",
+                str(s.max_pass_rate),
             ),
         )
         return tasks
