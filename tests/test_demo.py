@@ -58,6 +58,6 @@ def test_a_small_demo_runs_every_stage_and_writes_its_summary(tmp_path, monkeypa
     ]
     assert all(stage["seconds"] > 0 for stage in summary["stages"])
     report = tmp_path / "demo" / "report"
-    assert (report / "heldout_accuracy.png").is_file() and (report / "reward.png").is_file()
+    assert (report / "heldout_accuracy.png").is_file() and (report / "optimization.png").is_file()
     held_out = [json.loads(line) for line in (tmp_path / "demo" / "eval-base.jsonl").open()]
     assert {row["metadata"]["split"] for row in held_out} == {"heldout"}
