@@ -25,6 +25,7 @@ BUILTIN_COMMANDS = {
     "validate": "genesys.cli.validate:command",
     "filter": "genesys.cli.filter:command",
     "train": "genesys.cli.train:command",
+    "sft": "genesys.cli.sft:command",
     "report": "genesys.cli.report:command",
     "tasks": "genesys.cli.listings:tasks",
     "plugins": "genesys.cli.listings:plugins",
@@ -76,7 +77,7 @@ def _configure_logging(verbose: int) -> None:
 )
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:
-    """Verifiable-reward data: generate, verify, validate, filter, train, report."""
+    """Verifiable-reward data: generate, verify, validate, filter, sft, train, report."""
     _configure_logging(verbose)
 
 

@@ -44,6 +44,8 @@ from genesys.config.sections import (
     RolloutConfig,
     SamplingConfig,
     SandboxConfig,
+    SftData,
+    SftSettings,
     TrainData,
     TrustSettings,
     ValidateData,
@@ -77,6 +79,34 @@ def _retry_errors(help: str) -> Any:
 RETRY_ERRORS_HELP = (
     "verify again the rows of the output whose error is set (after fixing a verifier), replacing them"
 )
+
+
+def _model_to_train() -> Any:
+    return setting(help="model path or hub name to start from", flags=("--model",))
+
+
+def _run_dir() -> Any:
+    return setting(help="run directory: metrics, checkpoints, the final model", flags=("-o", "--output-dir"))
+
+
+def _report_to() -> Any:
+    return setting(
+        help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list
+    )
+
+
+def _precision() -> Any:
+    return setting("fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16"))
+
+
+def _gradient_checkpointing() -> Any:
+    return setting(False, "recompute activations in the backward pass (less memory, more compute)")
+
+
+def _check_trackers(report_to: list[str]) -> None:
+    unknown = [name for name in report_to if name not in TRACKERS]
+    if unknown:
+        raise ValueError(f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}")
 
 
 def _backend(help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -326,23 +356,15 @@ class TrainConfig(RenamedKeys):
         "rollout.top_p": "sampling.top_p",
     }
 
-    model: str = setting(help="model path or hub name to start from", flags=("--model",))
-    output_dir: str = setting(
-        help="run directory: metrics, checkpoints, the final model", flags=("-o", "--output-dir")
-    )
+    model: str = _model_to_train()
+    output_dir: str = _run_dir()
     backend: str = _backend(
         "generation backend; it must take new weights in place (transformers, vllm). "
         "auto: vllm when installed with a GPU, else transformers"
     )
-    report_to: list[str] = setting(
-        help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list
-    )
-    precision: Literal["fp32", "bf16"] = setting(
-        "fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16")
-    )
-    gradient_checkpointing: bool = setting(
-        False, "recompute activations in the backward pass (less memory, more compute)"
-    )
+    report_to: list[str] = _report_to()
+    precision: Literal["fp32", "bf16"] = _precision()
+    gradient_checkpointing: bool = _gradient_checkpointing()
     progress: bool = _progress()
     data: TrainData = Field(default_factory=lambda: TrainData(tasks=None, rollouts=None))
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
@@ -360,11 +382,7 @@ class TrainConfig(RenamedKeys):
     proofs: TrustSettings = Field(default_factory=TrustSettings)
 
     def __post_init__(self) -> None:
-        unknown = [name for name in self.report_to if name not in TRACKERS]
-        if unknown:
-            raise ValueError(
-                f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}"
-            )
+        _check_trackers(self.report_to)
         if not self.offline and self.sampling.n < 2:
             raise ValueError(
                 f"sampling.n (-n) is the group size and must be at least 2 to train online, got {self.sampling.n}: "
@@ -405,8 +423,46 @@ class TrainConfig(RenamedKeys):
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
         """The config of a TOML file with `overrides` (nested tables) laid over it, validated."""
-        data = upgrade(load_toml(path), cls.renamed) if path is not None else {}
-        return validate(cls, merge(data, upgrade(overrides or {}, cls.renamed)))
+        return _load(cls, path, overrides)
+
+
+@dataclass(frozen=True, config=SECTION)
+class SftConfig(RenamedKeys):
+    """`genesys sft`: supervised fine-tuning on worked solutions or verified rollouts; the shape of its
+    TOML file. The model, run directory, trackers, precision, [optim] and [checkpoint] are `genesys
+    train`'s; [data] and [style] say what is learnt and how prompts are rendered, as in generation."""
+
+    renamed: ClassVar[dict[str, str]] = {}
+
+    model: str = _model_to_train()
+    output_dir: str = _run_dir()
+    report_to: list[str] = _report_to()
+    precision: Literal["fp32", "bf16"] = _precision()
+    gradient_checkpointing: bool = _gradient_checkpointing()
+    progress: bool = _progress()
+    data: SftData = Field(default_factory=lambda: SftData(tasks=None, rollouts=None))
+    sft: SftSettings = Field(default_factory=SftSettings)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    style: PromptStyle = Field(default_factory=PromptStyle)
+    backend_options: BackendOptions = Field(default_factory=BackendOptions)
+
+    def __post_init__(self) -> None:
+        _check_trackers(self.report_to)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data, keyed as in TOML (None values left out)."""
+        return _drop_none(asdict(self))
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> SftConfig:
+        """The config of a TOML file with `overrides` (nested tables) laid over it, validated."""
+        return _load(cls, path, overrides)
+
+
+def _load(cls: Any, path: str | Path | None, overrides: dict[str, Any] | None) -> Any:
+    data = upgrade(load_toml(path), cls.renamed) if path is not None else {}
+    return validate(cls, merge(data, upgrade(overrides or {}, cls.renamed)))
 
 
 def _drop_none(value: Any) -> Any:

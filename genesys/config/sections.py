@@ -5,8 +5,8 @@ name: `[data]` (`DataConfig`: where tasks come from), `[sampling]` (`SamplingCon
 (`PromptStyle`), `[backend_options]` (`BackendOptions`), `[verify]` (`VerifySettings`), `[sandbox]`
 (`SandboxConfig`, its limits made from `Limits`), `[reward]` (`RewardConfig`), `[proofs]` (`ProofConfig`)
 and `[cluster]` (`ClusterConfig`); then the sections one command owns (`FilterConfig`, `ProofThresholds`,
-`ExpectedSampling`, and train's `RolloutConfig`, `OptimConfig`, `LossConfig`, `CheckpointConfig`,
-`AsyncConfig`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
+`ExpectedSampling`, train's `RolloutConfig`, `OptimConfig`, `LossConfig`, `CheckpointConfig`,
+`AsyncConfig`, and sft's `SftSettings`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
 positions) and check their types and ranges when built. A field's command-line spelling is declared
 here with `setting(..., flags=...)`; the commands that compose the sections are in
 `genesys.config.commands`.
@@ -197,6 +197,28 @@ class TrainData(DataConfig):
             )
         if self.mix is not None and (self.rollouts or not self.tasks or len(self.mix) != len(self.tasks)):
             raise ValueError("data.mix needs one ratio per data.tasks source (online training)")
+
+
+@dataclass(frozen=True, config=SECTION)
+class SftData(DataConfig):
+    """[data] of `genesys sft`: tasks with worked solutions, and/or verified rollouts to imitate."""
+
+    rollouts: list[str] | None = setting(
+        None,
+        "rollout files from `genesys generate --verify`: those scoring at least data.min_score are learnt",
+        metavar="FILE",
+    )
+    min_score: float = setting(
+        1.0, "rollouts whose score reaches this are kept (rejection sampling)", ge=0, le=1
+    )
+
+    def __post_init__(self) -> None:
+        if not self.tasks and not self.rollouts:
+            raise ValueError(
+                "give data.tasks (tasks with a gold_standard_solution) or data.rollouts (verified rollouts), or both"
+            )
+        if self.mix is not None and (not self.tasks or len(self.mix) != len(self.tasks)):
+            raise ValueError("data.mix needs one ratio per data.tasks source")
 
 
 # --- generation ------------------------------------------------------------------------------------
@@ -908,6 +930,14 @@ class CheckpointConfig:
 
     every: int = setting(10, "save every this many steps (0: only the final model)", ge=0)
     keep: int = setting(2, "checkpoints kept (the newest)", ge=1)
+
+
+@dataclass(frozen=True, config=SECTION)
+class SftSettings:
+    """Supervised fine-tuning ([sft]): examples per optimizer step and their order."""
+
+    examples_per_step: int = setting(32, "examples (prompt and completion) per optimizer batch", ge=1)
+    seed: int = setting(0, "the run's seed: initialisation and the order of the examples", flags=("--seed",))
 
 
 @dataclass(frozen=True, config=SECTION)

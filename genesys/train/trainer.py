@@ -11,6 +11,11 @@ A step whose loss or gradient norm is not finite (on any rank) takes no optimize
 gradients are dropped, the step is counted (`step_skipped`, `skipped_steps` in the metrics) and the
 run goes on; after `optim.max_nonfinite_steps` such steps in a row it stops with a TrainingError.
 A model with a non-finite weight is never written (`genesys.train.checkpoint.check_finite`).
+
+The loop (model, optimizer, micro-batches, checkpoints, metrics) knows nothing of GRPO beyond the
+few methods under "the objective" below: what the run reads, where batches come from, the loss of a
+micro-batch and the metrics of a step. `genesys.train.sft.SFTTrainer` overrides exactly those to
+run supervised fine-tuning through the same loop.
 """
 
 from __future__ import annotations
@@ -85,21 +90,22 @@ class StepBatch:
     extra: dict[str, Any] = field(default_factory=dict)  # metrics logged as they are (asynchronous mode)
 
 
-def train(config: TrainConfig) -> TrainResult:
-    """Run (or resume) the training run `config` describes; see `genesys.train`. A run whose
-    output_dir already holds its final model and all its steps is returned as it is."""
+def train(config: Any, trainer: type[Trainer] | None = None) -> TrainResult:
+    """Run (or resume) the training run `config` describes with `trainer` (default: GRPO's
+    `Trainer`); see `genesys.train`. A run whose output_dir already holds its final model and all
+    its steps is returned as it is."""
     finished = finished_run(config)
     if finished is not None:
         return finished
     world = init_world()
     try:
-        with Trainer(config, world) as trainer:
-            return trainer.run()
+        with (trainer or Trainer)(config, world) as running:
+            return running.run()
     finally:
         close_world(world)
 
 
-def finished_run(config: TrainConfig) -> TrainResult | None:
+def finished_run(config: Any) -> TrainResult | None:
     """The result of a run that already completed `optim.steps` in `output_dir`, else None."""
     output_dir = Path(config.output_dir)
     final = output_dir / "final"
@@ -112,17 +118,10 @@ def finished_run(config: TrainConfig) -> TrainResult | None:
 class Trainer:
     """Owns the model, optimizer, rollout source and run directory of one rank."""
 
-    def __init__(self, config: TrainConfig, world: World) -> None:
-        if config.cluster.ray and world.distributed:
-            raise InputError(
-                "cluster.backend = 'ray' trains in one process (its rollout workers are Ray actors); run it without torchrun"
-            )
-        if config.rollout.prompts_per_step % world.size:
-            raise InputError(
-                f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be divisible by the number of processes ({world.size})"
-            )
+    def __init__(self, config: Any, world: World) -> None:
         self.config = config
         self.world = world
+        self._check_setup()
         self.output_dir = Path(config.output_dir)
         self.checkpoints = self.output_dir / "checkpoints"
         self.device = world.device(config.backend_options.device)
@@ -137,12 +136,8 @@ class Trainer:
         self.step = self.state["step"] if self.state else 0
         self.skipped_steps = self.state.get("skipped_steps", 0) if self.state else 0
         self.nonfinite_in_a_row = self.state.get("nonfinite_in_a_row", 0) if self.state else 0
-        torch.manual_seed(config.sampling.seed)
-        self.tasks = None
-        if not config.offline:
-            from genesys.train.sources.base import load_tasks
-
-            self.tasks = load_tasks(config)  # checked before any model is loaded
+        torch.manual_seed(self._seed())
+        self._load_inputs()  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
         self.tokenizer, self.model = load_trainable_lm(
             self.source_model,
@@ -155,7 +150,7 @@ class Trainer:
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id
         )
-        self.reference = _frozen_reference(config, self.device) if config.loss.kl_beta > 0 else None
+        self.reference = self._reference_model()
         self.trained = self._wrap(self.model)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -168,7 +163,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda update: lr_factor(update, config.optim)
         )
-        self.rollouts = open_source(config, world, self.tasks, self.source_model, self.device)
+        self.rollouts = self._open_source()
         self._stack.callback(self.rollouts.close)
         self.batch: StepBatch | None = None
         try:
@@ -191,7 +186,7 @@ class Trainer:
         path = self.output_dir / CONFIG_FILE
         existing = read_config(path)
         if existing is not None:  # a run written before keys were renamed compares by the new names
-            existing = upgrade(existing, TrainConfig.renamed, warn=False)
+            existing = upgrade(existing, type(self.config).renamed, warn=False)
         if existing is not None and resuming:
             changed = [
                 key
@@ -255,11 +250,7 @@ class Trainer:
             while self.step < config.optim.steps:
                 metrics = self.train_step()
                 progress.advance(1, tokens=int(metrics["tokens"]))
-                progress.describe(
-                    f"training  reward {metrics['reward_mean']:.3f}"
-                    if metrics["reward_mean"] is not None
-                    else "training"
-                )
+                progress.describe(self._describe(metrics))
                 if (
                     config.checkpoint.every
                     and self.step % config.checkpoint.every == 0
@@ -316,6 +307,49 @@ class Trainer:
             limit,
         )
 
+    # --- the objective: GRPO (genesys.train.sft.SFTTrainer overrides these) --------------------------
+
+    def _check_setup(self) -> None:
+        """Refuse settings this objective cannot run with, before anything is loaded."""
+        config, world = self.config, self.world
+        if config.cluster.ray and world.distributed:
+            raise InputError(
+                "cluster.backend = 'ray' trains in one process (its rollout workers are Ray actors); run it without torchrun"
+            )
+        if config.rollout.prompts_per_step % world.size:
+            raise InputError(
+                f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be divisible by the number of processes ({world.size})"
+            )
+
+    def _seed(self) -> int:
+        """The run's seed (initialisation, data order)."""
+        return self.config.sampling.seed
+
+    def _load_inputs(self) -> None:
+        """Read and check what the run learns from, before any model is loaded: the tasks (online)."""
+        self.tasks = None
+        if not self.config.offline:
+            from genesys.train.sources.base import load_tasks
+
+            self.tasks = load_tasks(self.config)
+
+    def _open_source(self) -> Any:
+        """Where batches come from, once the model is loaded (a `RolloutSource`)."""
+        return open_source(self.config, self.world, self.tasks, self.source_model, self.device)
+
+    def _reference_model(self) -> torch.nn.Module | None:
+        """The frozen model of the KL term, or None without one."""
+        return _frozen_reference(self.config, self.device) if self.config.loss.kl_beta > 0 else None
+
+    def _loss_denominator(self, batch: StepBatch) -> float:
+        """What the summed token losses of a batch are divided by (over all ranks)."""
+        return batch.tokens if self.config.loss.normalize == "token" else batch.sequences_total
+
+    def _describe(self, metrics: dict[str, Any]) -> str:
+        """The progress bar's text after a step."""
+        reward = metrics["reward_mean"]
+        return f"training  reward {reward:.3f}" if reward is not None else "training"
+
     def _next_batch(self) -> StepBatch:
         per_rank = self.config.rollout.prompts_per_step // self.world.size
         step = self.rollouts.next_batch(per_rank)
@@ -367,11 +401,9 @@ class Trainer:
 
     def _accumulate_gradients(self, batch: StepBatch, record_mismatch: bool) -> dict[str, float]:
         """Forward and backward over the batch's micro-batches; returns this rank's loss statistics."""
-        config = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        normalize = config.loss.normalize
-        denominator = max(batch.tokens if normalize == "token" else batch.sequences_total, 1.0)
+        denominator = max(self._loss_denominator(batch), 1.0)
         totals = dict.fromkeys(
             ("loss", "tokens", "clip_low", "clip_high", "delta", "ratio_sum", "entropy_sum", "kl_sum"), 0.0
         )
