@@ -11,7 +11,9 @@ of `genesys.proofs.checks` need no model. Each row is written with:
 - `toploc_errors`: the measured errors: the worst chunk's exponent mismatches and mantissa error
   mean and median, how many chunks failed, and the largest logprob difference;
 - `toploc_problems`: the categories of the problems found (model, proof, proof_format, logprobs,
-  text, stop, sampling, format; unproved for a row without proofs).
+  text, stop, sampling, sampling_proof, format; unproved for a row without proofs);
+- `sampling_proven`: true when the row's tokens are the ones the seeded sampler picks from its seed
+  (`genesys.proofs.sampling`), false when they are not, null when it has no sampling proof.
 
 The run is a `genesys.data.runs.FileRun`: an output overlapping an input is refused, the output is
 locked, unreadable rows go to the rejects file, output is appended in atomic units and a rerun skips
@@ -44,6 +46,7 @@ from genesys.proofs.checks import (
     stop_problems,
 )
 from genesys.proofs.recompute import Pending, Recomputed, recomputer
+from genesys.proofs.sampling import margin_problem, sampling_key, sampling_proven
 from genesys.proofs.toploc import ChunkErrors, ProofError, decode_proofs, require_toploc
 from genesys.schema import SchemaError, parse_json_field
 from genesys.ui.progress import RunProgress
@@ -129,6 +132,9 @@ class Validator:
                 proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), settings)
             except ProofError as exc:
                 problems.append(Problem("proof_format", str(exc)))
+        key = sampling_key(row, self.config.expect, self.config.proofs.require_sampling)
+        if isinstance(key, Problem):
+            problems.append(key)
         return Pending(
             row,
             list(prompt_ids),
@@ -137,6 +143,7 @@ class Validator:
             proofs,
             problems,
             None if isinstance(settings, Problem) else settings,
+            None if isinstance(key, Problem) else key,
         )
 
     def run(self, batch: Sequence[Pending]) -> list[dict[str, Any]]:
@@ -162,6 +169,11 @@ class Validator:
         else:
             errors["max_logprob_diff"], problem = logprob_problem(
                 claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance
+            )
+            problems += [problem] if problem else []
+        if recomputed.margins is not None:
+            errors["max_sampling_margin"], problem = margin_problem(
+                recomputed.margins, self.config.thresholds.sampling_margin
             )
             problems += [problem] if problem else []
         return _finish(item.row, not problems, problems, errors)
@@ -194,6 +206,7 @@ def _finish(
         toploc_reason="; ".join(p.message for p in problems) or None,
         toploc_errors=errors or None,
         toploc_problems=sorted({p.category for p in problems}) or None,
+        sampling_proven=sampling_proven(row, problems, errors),
     )
     return row
 

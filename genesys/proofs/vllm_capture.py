@@ -56,14 +56,17 @@ class Recomputation:
     temperature: float
     top_p: float
     settings: Any = None  # a ProofConfig
+    sampling_key: Any = None  # a genesys.proofs.sampling.SamplingKey: the sampling proof to measure
 
     def request(self) -> dict[str, Any]:
         """What the worker's `Capture.check` takes of it."""
+        key = self.sampling_key
         request = {
             "ids": self.completion_ids,
             "proofs": self.proofs,
             "temperature": self.temperature,
             "top_p": self.top_p,
+            "sampling": None if key is None else [key.seed, key.sample],
         }
         if self.settings is not None:
             request["topk"] = self.settings.topk
@@ -174,12 +177,14 @@ class Capture:
         self, requests: dict[str, dict[str, Any]], settings: Any, model: Any
     ) -> dict[str, dict[str, Any] | None]:
         """For each recomputed row named in `requests` ({"ids": its completion ids, "proofs": their
-        bytes or None, "temperature", "top_p", and optionally its own "topk" and
-        "decode_batching_size" in place of `settings`}): each chunk's errors against the proofs (None
-        without proofs) and the completion tokens' logprobs; None for a row whose rows were not all
+        bytes or None, "temperature", "top_p", "sampling": its sampling proof's [seed, sample] or
+        None, and optionally its own "topk" and "decode_batching_size" in place of `settings`}): each
+        chunk's errors against the proofs (None without proofs), the completion tokens' logprobs and
+        sampling margins (None without a sampling proof); None for a row whose rows were not all
         captured."""
         from genesys.config import ProofConfig
         from genesys.models import sampled_logprobs
+        from genesys.proofs.sampling import SamplingKey, margins
         from genesys.proofs.toploc import as_proof_dtype, verify_proofs
 
         lengths = {name: len(request["ids"]) for name, request in requests.items()}
@@ -207,6 +212,15 @@ class Capture:
                 else [[c.exp_mismatches, c.mant_err_mean, c.mant_err_median] for c in chunks],
                 "logprobs": sampled_logprobs(
                     logits, request["ids"], request["temperature"], request["top_p"]
+                ),
+                "margins": None
+                if request.get("sampling") is None
+                else margins(
+                    logits,
+                    request["ids"],
+                    SamplingKey(*request["sampling"]),
+                    request["temperature"],
+                    request["top_p"],
                 ),
             }
         return checks

@@ -1,0 +1,211 @@
+"""Sampling proofs: a sampler whose randomness anyone holding the seed can recompute, and its check.
+
+The sampler is the Gumbel-max trick with keyed noise: at completion position t of sample s of a
+request seeded `seed`, the token is
+
+    argmax_j  scores_t[j] + g(seed, s, t, j)
+
+where `scores_t` are the model's logits after temperature and top-p (`genesys.models.sampling_warpers`:
+tokens outside the nucleus are -inf) and g is standard Gumbel noise made from a 32-bit integer hash of
+(seed, s, t, j): `-log(-log(u))` with `u` uniform in (0, 1). That draws token j with probability
+softmax(scores_t)[j], exactly as plain sampling does. The noise is integer arithmetic (exact on every
+device) followed by two logarithms in float64, so the transformers backend, vLLM's engine and a
+validator on another machine make the same noise. Greedy decoding (temperature 0) adds none.
+
+A validator recomputes the logits with one prefill and measures, at each position, the **margin**: how
+far the row's token's perturbed score lies below the largest (0 when the token is the sampler's pick;
+infinite when it is outside the nucleus). Honest rows have margins at the level of the numerical
+difference between the two machines' logits; a completion the model did not sample from that seed
+(a teacher-forced one, a stronger model's, a chosen one) has margins of the order of the noise itself
+at nearly every token. A row is sampling-valid when its largest margin is within the tolerance
+(`--max-sampling-margin`).
+
+The seed is the request's: `genesys.data.identity.request_seed(run seed, task key)`, and the sample
+index is the one in the row's `response_id`. A validator told the run seed (`--seed`) and the samples
+per task (`-n`) derives both itself, so a worker cannot try seeds or sample indices until one gives an
+answer it likes; without them, it checks the row against the seed the row names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from genesys.config import ExpectedSampling
+from genesys.data.identity import request_seed
+from genesys.proofs.checks import Problem
+
+if TYPE_CHECKING:
+    import torch
+
+SAMPLER = "gumbel-v1"  # the name rows carry in `sampling_proof`; a new noise function gets a new name
+_MASK32 = 0xFFFFFFFF
+NO_SAMPLING_PROOF = (
+    "the row has no sampling_proof: its tokens may be any the worker chose (generate --proofs writes one; "
+    "validate --allow-unsampled accepts rows without)"
+)
+
+
+@dataclass(frozen=True)
+class SamplingKey:
+    """What a row's noise is made from: its request's seed and its sample index."""
+
+    seed: int
+    sample: int
+
+
+# --- the noise ---------------------------------------------------------------------------------------
+
+
+def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+    """x * constant mod 2**32 for x in [0, 2**32) held in int64, without overflowing int64 (in 16-bit halves)."""
+    low = x * (constant & 0xFFFF)
+    high = ((x * (constant >> 16)) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash with good avalanche (the "lowbias32" constants), exact on any device."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+@lru_cache(maxsize=8)
+def _token_hashes(vocab_size: int, device: str) -> torch.Tensor:
+    import torch
+
+    return _mix32(torch.arange(vocab_size, dtype=torch.int64, device=device))
+
+
+def step_keys(
+    seeds: Sequence[int], samples: Sequence[int], positions: Sequence[int], device: Any
+) -> torch.Tensor:
+    """One 32-bit key per (seed, sample, position) triple, as an int64 tensor on `device`."""
+    import torch
+
+    seed = torch.tensor([s & _MASK32 for s in seeds], dtype=torch.int64, device=device)
+    sample = torch.tensor([s & _MASK32 for s in samples], dtype=torch.int64, device=device)
+    position = torch.tensor([p & _MASK32 for p in positions], dtype=torch.int64, device=device)
+    return _mix32(_mix32(_mix32(seed) ^ sample) ^ position)
+
+
+def gumbel_noise(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Standard Gumbel noise, (len(keys), vocab_size) float32: entry (i, j) from key i and token j."""
+    import torch
+
+    tokens = _token_hashes(vocab_size, str(keys.device))
+    hashed = _mix32(_mix32(keys.unsqueeze(1) ^ tokens.unsqueeze(0)) ^ keys.unsqueeze(1))
+    uniform = (hashed.to(torch.float64) + 0.5) * 2.0**-32  # in (0, 1): never 0 or 1
+    return (-torch.log(-torch.log(uniform))).to(torch.float32)
+
+
+# --- sampling and measuring ------------------------------------------------------------------------
+
+
+def perturbed(scores: torch.Tensor, keys: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`scores` (after temperature and top-p, one row per key) plus the keys' noise; greedy: unchanged."""
+    if temperature <= 0:
+        return scores.float()
+    return scores.float() + gumbel_noise(keys, scores.shape[-1])
+
+
+def choose(scores: torch.Tensor, keys: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The sampler's tokens, (rows, 1): the largest perturbed score of each row."""
+    return perturbed(scores, keys, temperature).argmax(dim=-1, keepdim=True)
+
+
+def margins(
+    logits: torch.Tensor, ids: Sequence[int], key: SamplingKey, temperature: float, top_p: float
+) -> list[float]:
+    """For a completion (`logits`: the model's, one row per token of `ids`), how far each token's
+    perturbed score (after temperature and top-p) is below the row's largest: 0 for the sampler's
+    pick, infinite for a token outside the nucleus."""
+    import torch
+
+    from genesys.config import SamplingConfig
+    from genesys.models import sampling_warpers
+
+    scores = logits.float()
+    for warper in sampling_warpers(SamplingConfig(temperature=temperature, top_p=top_p)):
+        scores = warper(None, scores)
+    keys = step_keys([key.seed] * len(ids), [key.sample] * len(ids), range(len(ids)), scores.device)
+    z = perturbed(scores, keys, temperature)
+    chosen = z.gather(1, torch.tensor(list(ids), device=z.device).unsqueeze(1)).squeeze(1)
+    return (z.max(dim=-1).values - chosen).tolist()  # a -inf token: inf
+
+
+# --- how the validator judges a row --------------------------------------------------------------
+
+
+def sampling_key(
+    row: dict[str, Any], expect: ExpectedSampling, required: bool
+) -> SamplingKey | Problem | None:
+    """The key of the row's `sampling_proof`, the problem with it, or None when the row has none
+    (a problem when one is `required`).
+
+    With the trusted run seed (`expect.seed`), the seed must be the one derived from it and the task
+    key in the row's `response_id`, and the sample index the one `response_id` names; with
+    `expect.n`, the index must be below it. Otherwise the worker could have tried seeds or sample
+    indices until one gave an answer it liked."""
+    proof = row.get("sampling_proof")
+    if proof is None:
+        return Problem("unsampled", NO_SAMPLING_PROOF) if required else None
+    if (
+        not isinstance(proof, dict)
+        or proof.get("sampler") != SAMPLER
+        or not all(_nonnegative_int(proof.get(name)) for name in ("seed", "sample"))
+    ):
+        return Problem(
+            "sampling_proof", f"sampling_proof {proof!r} is not a {SAMPLER} proof with a seed and a sample"
+        )
+    key = SamplingKey(proof["seed"], proof["sample"])
+    if expect.seed is not None:
+        task, _, index = str(row.get("response_id") or "").rpartition("-")
+        if not task or str(key.sample) != index:
+            return Problem(
+                "sampling_proof",
+                f"sampling_proof names sample {key.sample}, response_id {row.get('response_id')!r} another",
+            )
+        expected = request_seed(expect.seed, task)
+        if key.seed != expected:
+            return Problem(
+                "sampling_proof",
+                f"sampled with seed {key.seed}, not {expected}, this task's seed in run seed {expect.seed} (--seed)",
+            )
+    if expect.n is not None and key.sample >= expect.n:
+        return Problem(
+            "sampling_proof", f"sample index {key.sample} is beyond the {expect.n} samples per task (-n)"
+        )
+    return key
+
+
+def _nonnegative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def margin_problem(row_margins: Sequence[float], tolerance: float) -> tuple[float, Problem | None]:
+    """The row's largest sampling margin, and the problem when it is beyond `tolerance`."""
+    worst = max(row_margins, default=0.0)
+    if math.isnan(worst) or worst > tolerance:
+        position = max(range(len(row_margins)), key=lambda i: row_margins[i])
+        return worst, Problem(
+            "sampling_proof",
+            f"completion token {position} is not the seeded sampler's pick (margin {worst:.4g}, tolerance {tolerance:g})",
+        )
+    return worst, None
+
+
+def sampling_proven(row: dict[str, Any], problems: Sequence[Problem], errors: dict[str, Any]) -> bool | None:
+    """The row's `sampling_proven` after validation: null without a sampling proof (or when its
+    tokens were not recomputed), false when the proof failed, true when every token checked out."""
+    if row.get("sampling_proof") is None:
+        return None
+    if any(problem.category == "sampling_proof" for problem in problems):
+        return False
+    return True if "max_sampling_margin" in errors else None
