@@ -174,7 +174,9 @@ class VLLMRecomputer:
             config.model,
             PromptStyle(),
             **{**options, "batch_size": config.batch_size},
-            proofs=ProofConfig(policy.topk, policy.decode_batching_size or policy.max_decode_batching_size),
+            proofs=ProofConfig(
+                policy.topk, policy.decode_batching_size or policy.max_decode_batching_size, sampling=False
+            ),
         )
         self.tokenizer = self.engine.tokenizer
         model_config = AutoConfig.from_pretrained(config.model)

@@ -30,6 +30,9 @@ from typing import Any
 PROOF_KEY = "genesys_proof"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 EXTENSION = f"{__name__}.ProofCapture"
+# The seeded sampler's logits processor (genesys.proofs.vllm_sampling, which imports vLLM) and its mark.
+SAMPLING_PROCESSOR = "genesys.proofs.vllm_sampling:SeededSampling"
+SAMPLING_KEY = "genesys_sampling"
 
 
 def proof_extra_args(key: str, n: int, first: int) -> dict[str, Any]:
@@ -37,6 +40,12 @@ def proof_extra_args(key: str, n: int, first: int) -> dict[str, Any]:
     runs the samples of n > 1 as child requests named `{index}_{parent id}`) and the first position
     to keep (the last prompt position: its state produced the first completion token)."""
     return {PROOF_KEY: {"key": key, "n": n, "first": first}}
+
+
+def sampling_extra_args(key: str, seed: int, samples: list[int]) -> dict[str, Any]:
+    """The `extra_args` that mark a request (`SamplingParams(seed=seed)`) for the seeded sampler: its
+    key (as the capture names samples) and its samples' indices."""
+    return {SAMPLING_KEY: {"key": key, "seed": seed, "samples": samples}}
 
 
 def sample_name(key: str, index: int) -> str:
@@ -272,6 +281,13 @@ class ProofCapture:
         from genesys.config import ProofConfig
 
         return self.model_runner.genesys_capture.take(lengths, ProofConfig(topk, decode_batching_size))
+
+    def genesys_take_sampled(self, lengths: dict[str, int]) -> dict[str, Any]:
+        """The tokens and logprobs the seeded sampler recorded for the samples named in `lengths`
+        (`genesys.proofs.vllm_sampling.take`)."""
+        from genesys.proofs.vllm_sampling import take
+
+        return take(lengths)
 
     def genesys_take_checks(
         self, requests: dict[str, dict[str, Any]], topk: int, decode_batching_size: int
