@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from genesys.config import ExpectedSampling
 from genesys.data.identity import request_seed
 from genesys.proofs.checks import Problem
+from genesys.schema import SchemaError, parse_json_field
 
 if TYPE_CHECKING:
     import torch
@@ -153,12 +154,14 @@ def sampling_key(
     key in the row's `response_id`, and the sample index the one `response_id` names; with
     `expect.n`, the index must be below it. Otherwise the worker could have tried seeds or sample
     indices until one gave an answer it liked."""
-    proof = row.get("sampling_proof")
-    if proof is None:
+    if row.get("sampling_proof") in (None, ""):
         return Problem("unsampled", NO_SAMPLING_PROOF) if required else None
+    try:
+        proof = parse_json_field(row["sampling_proof"], "sampling_proof")  # a JSON string from parquet
+    except SchemaError as exc:
+        return Problem("sampling_proof", str(exc))
     if (
-        not isinstance(proof, dict)
-        or proof.get("sampler") != SAMPLER
+        proof.get("sampler") != SAMPLER
         or not all(_nonnegative_int(proof.get(name)) for name in ("seed", "sample"))
     ):
         return Problem(
@@ -204,7 +207,7 @@ def margin_problem(row_margins: Sequence[float], tolerance: float) -> tuple[floa
 def sampling_proven(row: dict[str, Any], problems: Sequence[Problem], errors: dict[str, Any]) -> bool | None:
     """The row's `sampling_proven` after validation: null without a sampling proof (or when its
     tokens were not recomputed), false when the proof failed, true when every token checked out."""
-    if row.get("sampling_proof") is None:
+    if row.get("sampling_proof") in (None, ""):
         return None
     if any(problem.category == "sampling_proof" for problem in problems):
         return False

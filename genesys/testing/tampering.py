@@ -59,9 +59,12 @@ def generate(
     max_tokens: int = 24,
     dtype: str | None = None,
     backend: Any = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Rollouts of `tasks` by `model` (proofs on when given); returns the rows. The transformers backend
-    generates them, or `backend`, a running backend that is left open."""
+    """Rollouts of `tasks` by `model` (proofs on when given) with run seed `seed`; returns the rows.
+    The transformers backend generates them, or `backend`, a running backend that is left open."""
     from genesys.generate.runner import run_generation
 
     options = {"batch_size": 8} | ({"dtype": dtype} if dtype else {})
@@ -70,7 +73,7 @@ def generate(
         model=model,
         output=output,
         backend=backend.name if backend else "transformers",
-        sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0),
+        sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed),
         backend_options={} if backend else options,
         proofs=proofs,
         progress=False,
