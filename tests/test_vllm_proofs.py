@@ -287,13 +287,19 @@ def test_the_engine_s_seeded_sampler_follows_requests_through_batch_changes() ->
     marked = SamplingParams(temperature=1.0, seed=100, extra_args=sampling_extra_args("r", 100, [4, 6]))
     child = SamplingParams(temperature=1.0, seed=101, extra_args=marked.extra_args)  # vLLM's sample 1
     outputs: list[list[int]] = [[], [7, 7], []]
-    added = [(0, marked, None, outputs[0]), (1, child, None, outputs[1]), (2, SamplingParams(), None, outputs[2])]
+    added = [
+        (0, marked, None, outputs[0]),
+        (1, child, None, outputs[1]),
+        (2, SamplingParams(), None, outputs[2]),
+    ]
     processor.update_state(BatchUpdate(batch_size=3, removed=[], added=added, moved=[]))
     logits = torch.randn(3, 40, generator=torch.Generator().manual_seed(1))
     forced = processor.apply(logits.clone())
     expected = choose(logits[:2], step_keys([100, 100], [4, 6], [0, 2], "cpu"), 1.0).squeeze(1).tolist()
     assert forced[:2].argmax(dim=-1).tolist() == expected
-    assert (forced[:2].isinf().sum(dim=-1) == 39).all() and torch.equal(forced[2], logits[2])  # unmarked: as is
+    assert (forced[:2].isinf().sum(dim=-1) == 39).all() and torch.equal(
+        forced[2], logits[2]
+    )  # unmarked: as is
     # The first request leaves, the child moves into its place: its position and key follow it.
     outputs[1].append(expected[1])
     processor.update_state(

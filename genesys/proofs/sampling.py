@@ -160,9 +160,8 @@ def sampling_key(
         proof = parse_json_field(row["sampling_proof"], "sampling_proof")  # a JSON string from parquet
     except SchemaError as exc:
         return Problem("sampling_proof", str(exc))
-    if (
-        proof.get("sampler") != SAMPLER
-        or not all(_nonnegative_int(proof.get(name)) for name in ("seed", "sample"))
+    if proof.get("sampler") != SAMPLER or not all(
+        _nonnegative_int(proof.get(name)) for name in ("seed", "sample")
     ):
         return Problem(
             "sampling_proof", f"sampling_proof {proof!r} is not a {SAMPLER} proof with a seed and a sample"
