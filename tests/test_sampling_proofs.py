@@ -18,7 +18,17 @@ import orjson  # noqa: E402
 
 from genesys.config import ExpectedSampling, ProofConfig, ProofPolicy, ValidateCommand  # noqa: E402
 from genesys.data.identity import request_seed  # noqa: E402
-from genesys.proofs.sampling import SamplingKey, choose, gumbel_noise, margins, step_keys  # noqa: E402
+from genesys.proofs.sampling import (  # noqa: E402
+    NOISE_HIGH,
+    NOISE_LOW,
+    SamplingKey,
+    choose,
+    gumbel,
+    gumbel_noise,
+    margin_problem,
+    margins,
+    step_keys,
+)
 from genesys.proofs.validate import validate_files  # noqa: E402
 from genesys.testing.tampering import (  # noqa: E402
     TINY_PROOF_POLICY,
@@ -105,6 +115,14 @@ def test_the_noise_depends_on_seed_sample_position_and_token_only() -> None:
     assert noise.isfinite().all() and abs(noise.mean().item() - 0.5772) < 0.1
 
 
+def test_the_noise_is_finite_and_bounded_for_every_hash() -> None:
+    extremes = torch.tensor([-1, 0, 0x7FFFFFFF, -(2**31), 511, -512], dtype=torch.int32)
+    values = gumbel(extremes)
+    assert values.isfinite().all()
+    assert values.max().item() == pytest.approx(NOISE_HIGH, rel=1e-5)
+    assert values.min().item() == pytest.approx(NOISE_LOW, rel=1e-5)
+
+
 @pytest.mark.parametrize("spread", [1.0, 8.0, 40.0])
 def test_noise_only_where_a_token_could_win_picks_what_noise_everywhere_would(spread: float) -> None:
     scores = torch.randn(64, 3000, generator=torch.Generator().manual_seed(2)) * spread
@@ -126,6 +144,15 @@ def test_margins_are_zero_for_the_sampler_s_picks_and_infinite_outside_the_nucle
     assert margins(logits, least, key, 0.7, 0.5) == [float("inf")] * 6
     # Greedy: the margin is the logit gap to the most likely token.
     assert margins(logits, logits.argmax(dim=-1).tolist(), key, 0.0, 1.0) == [0.0] * 6
+
+
+def test_a_token_outside_the_nucleus_or_beyond_the_tolerance_is_a_problem_and_json_safe() -> None:
+    assert margin_problem([0.0, 0.01], 0.05) == ({"max_sampling_margin": 0.01}, None)
+    measured, problem = margin_problem([0.0, 3.0], 0.05)
+    assert measured == {"max_sampling_margin": 3.0} and "completion token 1 is not" in problem.message
+    measured, problem = margin_problem([0.0, float("inf"), float("nan")], 0.05)
+    assert measured == {"max_sampling_margin": 0.0, "sampling_outside_nucleus": 2}  # no inf or NaN in JSON
+    assert "completion token 1 cannot be the seeded sampler's pick" in problem.message
 
 
 # --- honest rows and forgeries (transformers backend) ------------------------------------------------

@@ -106,10 +106,14 @@ def token_hashes(vocab_size: int, device: str) -> torch.Tensor:
 
 
 def noise(keys: torch.Tensor, hashes: torch.Tensor) -> torch.Tensor:
-    """Standard Gumbel noise, float32, for each (key, token hash) pair (broadcast): from the top 24
-    bits of the keyed hash, a uniform number exact in float32 and never 0 or 1."""
-    hashed = _mix32(keys ^ hashes)
-    uniform = ((hashed >> 8) & 0xFFFFFF).float().add_(0.5).mul_(2.0**-24)
+    """Standard Gumbel noise, float32, for each (key, token hash) pair (broadcast)."""
+    return gumbel(_mix32(keys ^ hashes))
+
+
+def gumbel(hashed: torch.Tensor) -> torch.Tensor:
+    """-log(-log(u)) for u made from the top 23 bits of 32-bit hashes: (k + 1/2) / 2**23, exact in
+    float32 and strictly between 0 and 1 (with 24 bits, k + 1/2 would round up to 2**24 and u to 1)."""
+    uniform = ((hashed >> 9) & 0x7FFFFF).float().add_(0.5).mul_(2.0**-23)
     return uniform.log_().neg_().log_().neg_()
 
 
@@ -118,11 +122,11 @@ def gumbel_noise(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return noise(keys.unsqueeze(1), token_hashes(vocab_size, str(keys.device)).unsqueeze(0))
 
 
-# The noise lies within [NOISE_LOW, NOISE_HIGH] (24-bit uniforms), so a token whose score is further
+# The noise lies within [NOISE_LOW, NOISE_HIGH] (23-bit uniforms), so a token whose score is further
 # than their difference below its row's best cannot be picked: only the rest get noise (a small part
 # of a trained model's vocabulary; the result is the same as adding noise to every token).
-NOISE_HIGH = -math.log(-math.log(1 - 2.0**-25))
-NOISE_LOW = -math.log(-math.log(2.0**-25))
+NOISE_HIGH = -math.log(-math.log(1 - 2.0**-24))
+NOISE_LOW = -math.log(-math.log(2.0**-24))
 _REACH = NOISE_HIGH - NOISE_LOW + 1.0  # and some room for rounding
 
 
@@ -226,16 +230,27 @@ def _nonnegative_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def margin_problem(row_margins: Sequence[float], tolerance: float) -> tuple[float, Problem | None]:
-    """The row's largest sampling margin, and the problem when it is beyond `tolerance`."""
-    worst = max(row_margins, default=0.0)
-    if math.isnan(worst) or worst > tolerance:
+def margin_problem(row_margins: Sequence[float], tolerance: float) -> tuple[dict[str, Any], Problem | None]:
+    """The row's measured margins (`max_sampling_margin`, the largest finite one, and
+    `sampling_outside_nucleus`, how many tokens the sampler could not have picked at all), and the
+    problem when a token is outside the nucleus or beyond `tolerance`."""
+    outside = [i for i, margin in enumerate(row_margins) if not math.isfinite(margin)]  # inf, or NaN logits
+    worst = max((margin for margin in row_margins if math.isfinite(margin)), default=0.0)
+    measured: dict[str, Any] = {"max_sampling_margin": worst}
+    if outside:
+        measured["sampling_outside_nucleus"] = len(outside)
+        return measured, Problem(
+            "sampling_proof",
+            f"completion token {outside[0]} cannot be the seeded sampler's pick: it is outside the nucleus of the row's top-p"
+            + (f" ({len(outside)} such tokens)" if len(outside) > 1 else ""),
+        )
+    if worst > tolerance:
         position = max(range(len(row_margins)), key=lambda i: row_margins[i])
-        return worst, Problem(
+        return measured, Problem(
             "sampling_proof",
             f"completion token {position} is not the seeded sampler's pick (margin {worst:.4g}, tolerance {tolerance:g})",
         )
-    return worst, None
+    return measured, None
 
 
 def sampling_proven(row: dict[str, Any], problems: Sequence[Problem], errors: dict[str, Any]) -> bool | None:

@@ -172,9 +172,8 @@ class Validator:
             )
             problems += [problem] if problem else []
         if recomputed.margins is not None:
-            errors["max_sampling_margin"], problem = margin_problem(
-                recomputed.margins, self.config.thresholds.sampling_margin
-            )
+            measured, problem = margin_problem(recomputed.margins, self.config.thresholds.sampling_margin)
+            errors.update(measured)
             problems += [problem] if problem else []
         return _finish(item.row, not problems, problems, errors)
 
