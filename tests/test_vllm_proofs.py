@@ -281,7 +281,7 @@ def test_the_engine_s_seeded_sampler_follows_requests_through_batch_changes() ->
 
     from genesys.proofs import vllm_sampling
     from genesys.proofs.sampling import choose, step_keys
-    from genesys.proofs.vllm_capture import sample_name, sampling_extra_args
+    from genesys.proofs.vllm_capture import sample_name, sampling_extra_args, take_sampled
 
     processor = vllm_sampling.SeededSampling(None, torch.device("cpu"), False)
     marked = SamplingParams(temperature=1.0, seed=100, extra_args=sampling_extra_args("r", 100, [4, 6]))
@@ -307,7 +307,7 @@ def test_the_engine_s_seeded_sampler_follows_requests_through_batch_changes() ->
     )
     again = processor.apply(logits.clone())
     assert again[0].argmax().item() == choose(logits[:1], step_keys([100], [6], [3], "cpu"), 1.0).item()
-    taken = vllm_sampling.take({sample_name("r", 0): 1, sample_name("r", 1): 4})
+    taken = take_sampled({sample_name("r", 0): 1, sample_name("r", 1): 4})
     assert taken[sample_name("r", 0)][0] == [expected[0]]
     assert taken[sample_name("r", 1)] is None  # positions 0 and 1 were never drawn here
-    assert vllm_sampling.take({sample_name("r", 0): 1}) == {sample_name("r", 0): None}  # forgotten
+    assert take_sampled({sample_name("r", 0): 1}) == {sample_name("r", 0): None}  # forgotten

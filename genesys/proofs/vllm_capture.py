@@ -33,6 +33,8 @@ EXTENSION = f"{__name__}.ProofCapture"
 # The seeded sampler's logits processor (genesys.proofs.vllm_sampling, which imports vLLM) and its mark.
 SAMPLING_PROCESSOR = "genesys.proofs.vllm_sampling:SeededSampling"
 SAMPLING_KEY = "genesys_sampling"
+# What the worker's seeded sampler recorded: by sample name, position -> (token, logprob).
+SAMPLED: dict[str, dict[int, tuple[int, float]]] = {}
 
 
 def proof_extra_args(key: str, n: int, first: int) -> dict[str, Any]:
@@ -250,6 +252,22 @@ class Capture:
         return rows
 
 
+def take_sampled(lengths: dict[str, int]) -> dict[str, tuple[list[int], list[float]] | None]:
+    """The tokens and logprobs the seeded sampler recorded (`SAMPLED`) for each sample named in
+    `lengths` (its completion's token count); None for one with a position missing. Everything
+    recorded is forgotten."""
+    taken: dict[str, tuple[list[int], list[float]] | None] = {}
+    for name, count in lengths.items():
+        steps = SAMPLED.get(name, {})
+        if not all(position in steps for position in range(count)):
+            taken[name] = None
+            continue
+        picked = [steps[position] for position in range(count)]
+        taken[name] = ([token for token, _ in picked], [logprob for _, logprob in picked])
+    SAMPLED.clear()
+    return taken
+
+
 class ProofCapture:
     """Worker methods (a vLLM worker extension) that capture hidden states and build their proofs."""
 
@@ -284,10 +302,8 @@ class ProofCapture:
 
     def genesys_take_sampled(self, lengths: dict[str, int]) -> dict[str, Any]:
         """The tokens and logprobs the seeded sampler recorded for the samples named in `lengths`
-        (`genesys.proofs.vllm_sampling.take`)."""
-        from genesys.proofs.vllm_sampling import take
-
-        return take(lengths)
+        (`take_sampled`)."""
+        return take_sampled(lengths)
 
     def genesys_take_checks(
         self, requests: dict[str, dict[str, Any]], topk: int, decode_batching_size: int

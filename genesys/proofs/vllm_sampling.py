@@ -12,8 +12,9 @@ runs it before greedy decoding too.
 
 vLLM reports the logprob of the distribution it sampled from, one-hot here, so the recorded logprobs
 replace it: the worker keeps them by sample (`sample_name(key, index)`, by position, so a request
-computed again after a preemption overwrites them) until `take` hands them over, with the recorded
-tokens, which the backend checks against the completion's.
+computed again after a preemption overwrites them, in `genesys.proofs.vllm_capture.SAMPLED`) until
+the worker extension's `genesys_take_sampled` hands them over, with the recorded tokens, which the
+backend checks against the completion's.
 
 vLLM samples the n completions of a request as child requests seeded `seed + index`: the index
 names the sample, whose noise comes from the request's sample index at that place.
@@ -27,10 +28,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from genesys.proofs.vllm_capture import SAMPLING_KEY, sample_name
-
-# What the worker's processors recorded: by sample name, position -> (token, logprob).
-_RECORDS: dict[str, dict[int, tuple[int, float]]] = {}
+from genesys.proofs.vllm_capture import SAMPLED, SAMPLING_KEY, sample_name
 
 
 class _Row:
@@ -93,19 +91,4 @@ class SeededSampling(LogitsProcessor):
         for row, position, token, logprob in zip(
             rows, positions, tokens.squeeze(1).tolist(), logprobs.squeeze(1).tolist()
         ):
-            _RECORDS.setdefault(row.name, {})[position] = (token, logprob)
-
-
-def take(lengths: dict[str, int]) -> dict[str, tuple[list[int], list[float]] | None]:
-    """The recorded tokens and logprobs of each sample named in `lengths` (its completion's token
-    count); None for one with a position missing. Everything recorded is forgotten."""
-    taken: dict[str, tuple[list[int], list[float]] | None] = {}
-    for name, count in lengths.items():
-        steps = _RECORDS.get(name, {})
-        if not all(position in steps for position in range(count)):
-            taken[name] = None
-            continue
-        picked = [steps[position] for position in range(count)]
-        taken[name] = ([token for token, _ in picked], [logprob for _, logprob in picked])
-    _RECORDS.clear()
-    return taken
+            SAMPLED.setdefault(row.name, {})[position] = (token, logprob)
