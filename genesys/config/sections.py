@@ -389,6 +389,10 @@ PROOF_BACKENDS = ("transformers", "vllm")
 PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
 DEFAULT_PROOF_TOPK = 128  # the TOPLOC paper's; a model with a smaller hidden size gets its hidden size
 DEFAULT_PROOF_CHUNK = 32
+DEFAULT_SAMPLING_MARGIN = 0.05  # see ProofThresholds
+SAMPLING_PROOFS_HELP = (
+    "with proofs, draw tokens with the seeded sampler a validator can check (genesys.proofs.sampling)"
+)
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -406,6 +410,11 @@ class ProofConfig:
     decode_batching_size: int = setting(
         DEFAULT_PROOF_CHUNK, "completion tokens per proof", flags=("--proof-chunk",), ge=1
     )
+    sampling: bool = setting(
+        True,
+        SAMPLING_PROOFS_HELP,
+        switch=("--no-sampling-proofs", False, "write TOPLOC proofs only: tokens drawn by the usual sampler"),
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -422,7 +431,7 @@ class GenerateProofSettings(ProofConfig):
             raise InputError(
                 f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_BACKENDS)}), not {backend}"
             )
-        return ProofConfig(self.topk, self.decode_batching_size)
+        return ProofConfig(self.topk, self.decode_batching_size, self.sampling)
 
 
 TRUST_KEY_HELP = (
@@ -470,6 +479,15 @@ class ProofPolicy(TrustSettings):
         flags=("--max-proof-chunk",),
         ge=1,
     )
+    require_sampling: bool = setting(
+        True,
+        "rows must carry a sampling proof (rows without one are invalid)",
+        switch=(
+            "--allow-unsampled",
+            False,
+            "accept rows without a sampling proof: their tokens may be any the worker chose",
+        ),
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -480,7 +498,10 @@ class ProofThresholds:
     median of the mantissa differences where exponents match, are all at most these. The defaults are
     the TOPLOC paper's for bf16 with topk 128 (they tolerate GPU nondeterminism); calibrate them per
     model, dtype and hardware (`benchmarks/validate_cost.py` prints honest and tampered errors).
-    `logprob_tolerance` bounds |claimed - recomputed| of every completion token's logprob.
+    `logprob_tolerance` bounds |claimed - recomputed| of every completion token's logprob, and
+    `sampling_margin` how far below the seeded sampler's pick a token's perturbed score may lie (the
+    numerical difference between the generating and the validating machine's logits, divided by the
+    temperature; `genesys.proofs.sampling`).
     """
 
     max_exp_mismatches: int = setting(
@@ -498,6 +519,12 @@ class ProofThresholds:
         flags=("--logprob-tolerance",),
         ge=0,
     )
+    sampling_margin: float = setting(
+        DEFAULT_SAMPLING_MARGIN,
+        "largest amount a completion token's perturbed score may lie below the seeded sampler's pick",
+        flags=("--max-sampling-margin",),
+        ge=0,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -509,6 +536,17 @@ class ExpectedSampling:
     )
     top_p: float | None = setting(None, "the top-p rows must name", flags=("--top-p",), gt=0, le=1)
     max_tokens: int | None = setting(None, "the token limit rows must name", flags=("--max-tokens",), ge=1)
+    seed: int | None = setting(
+        None,
+        "the run seed (generate --seed): each row's sampling seed is derived from it (unset: the row's own)",
+        flags=("--seed",),
+    )
+    n: int | None = setting(
+        None,
+        "samples per task: sampling proofs of a higher sample index are invalid",
+        flags=("-n", "--samples"),
+        ge=1,
+    )
 
 
 # --- scale-out ------------------------------------------------------------------------------------
