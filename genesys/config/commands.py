@@ -21,6 +21,7 @@ from pydantic.dataclasses import dataclass
 from genesys.config.loading import RenamedKeys, load_toml, merge, upgrade, validate
 from genesys.config.sections import (
     DEFAULT_TARGET_LENGTH_PROMPT,
+    PRECISIONS,
     PROOF_BACKENDS,
     SECTION,
     TRACKERS,
@@ -33,8 +34,10 @@ from genesys.config.sections import (
     GenerateData,
     GenerateProofSettings,
     GenerateVerifySettings,
+    LoraConfig,
     LossConfig,
     OptimConfig,
+    ParallelConfig,
     PromptStyle,
     ProofConfig,
     ProofPolicy,
@@ -278,7 +281,10 @@ class TrainConfig(RenamedKeys):
         help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list
     )
     precision: Literal["fp32", "bf16"] = setting(
-        "fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16")
+        "fp32",
+        "fp32, or bf16: bf16 weights and activations in forward and backward, "
+        "fp32 master weights, optimizer state and gradient reduction",
+        choices=PRECISIONS,
     )
     gradient_checkpointing: bool = setting(
         False, "recompute activations in the backward pass (less memory, more compute)"
@@ -290,6 +296,8 @@ class TrainConfig(RenamedKeys):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     verify: VerifySettings = Field(default_factory=VerifySettings)
