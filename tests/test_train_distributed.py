@@ -139,7 +139,7 @@ def _offline(model: str, rollouts: Path, out: Path, steps: int, *extra: str) -> 
         "--optim.steps",
         str(steps),
         "--optim.lr",
-        "1e-2",
+        "3e-3",
         "--optim.max_grad_norm",
         "1.0",
         "--optim.micro_batch_size",

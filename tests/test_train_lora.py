@@ -68,30 +68,50 @@ def offline(model: str, out: Path, rollouts: Path, steps: int, **lora: Any) -> T
     )
 
 
+# Every projection and the output layer. The stand-in model's output layer is its (tied, frozen under
+# LoRA) embedding, whose tiny random rows bound the logits too tightly to put most of the probability
+# on digits; an output layer of its own with an adapter can.
+LEARNING_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+
+
+@pytest.fixture(scope="module")
+def untied_model(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The stand-in model with an output layer of its own (a copy of the embedding)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
+    target = tmp_path_factory.mktemp("untied") / "model"
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(target)
+    return str(target)
+
+
 @pytest.mark.slow
 def test_lora_learns_the_toy_task_and_its_merged_final_model_loads_in_transformers(
-    tiny_model, tmp_path, plugin_env
+    untied_model, tmp_path, plugin_env
 ):
     from transformers import AutoModelForCausalLM
 
+    tasks = digit_tasks(tmp_path / "tasks.jsonl")
     result = train(
         config(
-            tiny_model,
+            untied_model,
             tmp_path / "run",
-            data={"tasks": [str(digit_tasks(tmp_path / "t.jsonl"))]},
+            data={"tasks": [str(tasks)]},
             optim={"steps": 60},
+            lora={**LORA, "target_modules": LEARNING_TARGETS},
         )
     )
     rewards = [m["reward_mean"] for m in result.metrics]
     start, end = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert start < 0.2 and end >= 0.8, rewards
     final = AutoModelForCausalLM.from_pretrained(result.final_dir)
-    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    base = AutoModelForCausalLM.from_pretrained(untied_model)
     assert not any("lora" in name for name, _ in final.named_parameters())  # a plain model
     assert final.config.architectures == base.config.architectures
-    assert not torch.equal(
-        final.model.layers[0].self_attn.q_proj.weight, base.model.layers[0].self_attn.q_proj.weight
-    )
+    assert not torch.equal(final.lm_head.weight, base.lm_head.weight)
     assert torch.equal(final.model.embed_tokens.weight, base.model.embed_tokens.weight)  # not adapted
 
 
@@ -166,5 +186,7 @@ def test_a_resumed_lora_run_ends_with_the_weights_of_an_uninterrupted_one(tiny_m
 def test_unknown_target_modules_are_refused_by_name(tiny_model, tmp_path, rollouts):
     with pytest.raises(InputError, match="lora.target_modules"):
         train(offline(tiny_model, tmp_path / "run", rollouts, 1, target_modules=["no_such_proj"]))
+    with pytest.raises(InputError, match=r"lm_head shares its weight with model\.embed_tokens\.weight"):
+        train(offline(tiny_model, tmp_path / "tied", rollouts, 1, target_modules=["lm_head"]))
     with pytest.raises(InputError, match="all-linear stands alone"):
         offline(tiny_model, tmp_path / "run", rollouts, 1, target_modules=["all-linear", "q_proj"])

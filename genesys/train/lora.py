@@ -41,9 +41,26 @@ def add_adapters(model: torch.nn.Module, config: LoraConfig) -> Any:
         task_type="CAUSAL_LM",
     )
     try:
-        return get_peft_model(model, peft_config, adapter_name=ADAPTER)
+        wrapped = get_peft_model(model, peft_config, adapter_name=ADAPTER)
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
         raise InputError(f"lora.target_modules: {exc}") from None
+    _refuse_shared_weights(model)
+    return wrapped
+
+
+def _refuse_shared_weights(model: torch.nn.Module) -> None:
+    """An InputError for an adapted layer whose weight another layer shares (an output layer tied
+    to the embeddings): its merged weight could not stay shared, so the model could not be saved."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    for module_name, layer in adapter_layers(model).items():
+        shared = names.get(id(layer.base_layer.weight), [])
+        if len(shared) > 1:
+            raise InputError(
+                f"lora.target_modules: {module_name} shares its weight with {', '.join(n for n in shared if BASE_LAYER not in n)} "
+                "(tied embeddings); its merged weight could not stay tied: leave it out of the target modules"
+            )
 
 
 def is_adapter_weight(name: str) -> bool:

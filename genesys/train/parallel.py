@@ -48,8 +48,9 @@ def block_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def shard_model(model: torch.nn.Module, mesh: DeviceMesh, precision: str) -> FSDPModule:
     """`model`, its blocks and then itself wrapped by `fully_shard` on `mesh`, in place; its parameters
-    become DTensors (this rank's shard). Frozen parameters (a LoRA base, a reference model) are
-    sharded the same way and get no gradients."""
+    become DTensors (this rank's shard), moved to the mesh's device (a model loaded on the CPU
+    reaches the GPU one block at a time, never whole). Frozen parameters (a LoRA base, a reference
+    model) are sharded the same way and get no gradients."""
     policy = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPES[precision], reduce_dtype=torch.float32)
     for block in block_modules(model):
         fully_shard(block, mesh=mesh, mp_policy=policy)

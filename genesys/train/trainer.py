@@ -2,10 +2,12 @@
 
 One step: take a batch of groups (generated, verified and rewarded now, or read from recorded
 rollouts), compute group advantages, then run micro-batches of forward/backward passes whose
-losses add up to the batch's mean loss, clip the gradient norm and step AdamW. With
+losses add up to the batch's mean loss, clip the gradient norm and step AdamW. The model is sharded
+over the processes by FSDP2 (`genesys.train.parallel`, also for one process), optionally with LoRA
+adapters (`genesys.train.lora`); weights leave it through `genesys.train.export`. With
 `optim.updates_per_batch = U`, one batch serves U consecutive optimizer steps, the ratio always
 taken against the logprobs recorded at sampling. After the optimizer steps of a batch the rollout
-source (`genesys.train.sources`) receives the new weights.
+source (`genesys.train.sources`) receives the new weights (gathered from the shards, LoRA merged).
 
 A step whose loss or gradient norm is not finite (on any rank) takes no optimizer update: its
 gradients are dropped, the step is counted (`step_skipped`, `skipped_steps` in the metrics) and the
@@ -221,9 +223,9 @@ class Trainer:
             self.model_dtype = export.declared_dtype(AutoConfig.from_pretrained(path))
         except (OSError, ValueError) as exc:
             raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
-        tokenizer, model = load_trainable_lm(
+        tokenizer, model = load_trainable_lm(  # on the CPU: sharding moves each rank's shards to its device
             path,
-            self.device,
+            torch.device("cpu"),
             config.gradient_checkpointing,
             use_safetensors=True if path != config.model else None,  # a checkpoint's weights: never a pickle
         )
@@ -242,7 +244,7 @@ class Trainer:
     def _frozen_reference(self) -> torch.nn.Module:
         """The initial model, frozen and sharded like the trained one, for the KL term (always
         `config.model`, also when resuming)."""
-        _, reference = load_trainable_lm(self.config.model, self.device)
+        _, reference = load_trainable_lm(self.config.model, torch.device("cpu"))
         reference.eval().requires_grad_(False)
         mesh = device_mesh(self.world, self.config.parallel.strategy, self.device)
         return shard_model(reference, mesh, self.config.precision)
