@@ -100,11 +100,12 @@ def test_lora_learns_the_toy_task_and_its_merged_final_model_loads_in_transforme
             untied_model,
             tmp_path / "run",
             data={"tasks": [str(tasks)]},
-            optim={"steps": 60},
+            optim={"steps": 60, "lr": 5e-3},
             lora={**LORA, "target_modules": LEARNING_TARGETS},
         )
     )
-    rewards = [m["reward_mean"] for m in result.metrics]
+    # A step whose groups all lack signal (every sample perfect, late in the run) has no reward.
+    rewards = [m["reward_mean"] for m in result.metrics if m["reward_mean"] is not None]
     start, end = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert start < 0.2 and end >= 0.8, rewards
     final = AutoModelForCausalLM.from_pretrained(result.final_dir)

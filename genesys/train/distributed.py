@@ -26,7 +26,7 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
-    joined: bool = False  # this process made or joined the process group (close_world leaves it)
+    joined: bool = False  # this process joined torchrun's process group (close_world leaves it)
 
     @property
     def is_main(self) -> bool:
@@ -86,8 +86,9 @@ def _backend() -> str:
 
 
 def init_world() -> World:
-    """Join the process group torchrun set up, or make a group of this process alone. A process
-    that already belongs to a group keeps it (and close_world leaves it)."""
+    """Join the process group torchrun set up, or make a group of this process alone (which stays
+    until the process ends, and which later runs in the process reuse). A process that already
+    belongs to a group keeps it."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0")) if size > 1 else 0
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if size > 1 else 0
@@ -96,14 +97,14 @@ def init_world() -> World:
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     timeout = datetime.timedelta(minutes=30)
-    if size == 1:
+    if size == 1:  # kept for the life of the process: an in-process engine (vLLM) may build on it
         dist.init_process_group(_backend(), store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
-    else:
-        dist.init_process_group(_backend(), timeout=timeout)
+        return World()
+    dist.init_process_group(_backend(), timeout=timeout)
     return World(rank=rank, size=size, local_rank=local_rank, joined=True)
 
 
 def close_world(world: World) -> None:
-    """Leave the process group this process made or joined in `init_world`."""
+    """Leave torchrun's process group, if `init_world` joined it."""
     if world.joined and dist.is_initialized():
         dist.destroy_process_group()

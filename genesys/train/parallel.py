@@ -16,6 +16,7 @@ process computes exactly what an unwrapped model computes, bit for bit.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
@@ -31,12 +32,18 @@ COMPUTE_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # None: the parameters'
 
 
 def device_mesh(world: World, strategy: str, device: torch.device) -> DeviceMesh:
-    """The mesh of all processes: sharded over them (`fsdp2`) or replicated across them (`ddp`)."""
+    """The mesh of all processes: sharded over them (`fsdp2`) or replicated across them (`ddp`).
+    One mesh per strategy and device type for the process group's life (its subgroups are made once)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"parallel.strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    return _mesh(world.size, strategy, device.type)
+
+
+@functools.cache
+def _mesh(size: int, strategy: str, device_type: str) -> DeviceMesh:
     if strategy == "ddp":
-        return init_device_mesh(device.type, (world.size, 1), mesh_dim_names=("replicate", "shard"))
-    return init_device_mesh(device.type, (world.size,), mesh_dim_names=("shard",))
+        return init_device_mesh(device_type, (size, 1), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device_type, (size,), mesh_dim_names=("shard",))
 
 
 def block_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
