@@ -6,7 +6,7 @@ name: `[data]` (`DataConfig`: where tasks come from), `[sampling]` (`SamplingCon
 (`SandboxConfig`, its limits made from `Limits`), `[reward]` (`RewardConfig`), `[proofs]` (`ProofConfig`)
 and `[cluster]` (`ClusterConfig`); then the sections one command owns (`FilterConfig`, `ProofThresholds`,
 `ExpectedSampling`, train's `RolloutConfig`, `OptimConfig`, `LossConfig`, `CheckpointConfig`,
-`AsyncConfig`, and sft's `SftSettings`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
+`ParallelConfig`, `LoraConfig`, `AsyncConfig`, and sft's `SftSettings`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
 positions) and check their types and ranges when built. A field's command-line spelling is declared
 here with `setting(..., flags=...)`; the commands that compose the sections are in
 `genesys.config.commands`.
@@ -40,6 +40,9 @@ METRICS = ("score", "correct")
 FILTER_EMITS = ("tasks", "rollouts")
 TRACKERS = ("tensorboard", "wandb", "trackio")
 SIGNALS = ("reward", "score", "correct")
+PARALLEL_STRATEGIES = ("fsdp2", "ddp")
+LORA_SAVES = ("merged", "adapter")
+PRECISIONS = ("fp32", "bf16")
 # Reward terms (computed in genesys.rewards): name -> (needs the completion length, needs a target length).
 REWARD_TERMS = {
     "score": (False, False),
@@ -976,6 +979,56 @@ class SftSettings:
 
     examples_per_step: int = setting(32, "examples (prompt and completion) per optimizer batch", ge=1)
     seed: int = setting(0, "the run's seed: initialisation and the order of the examples", flags=("--seed",))
+
+
+@dataclass(frozen=True, config=SECTION)
+class ParallelConfig:
+    """How the trained model is spread over the processes ([parallel]); see `genesys.train.parallel`.
+
+    Both strategies run torch's FSDP2 (`fully_shard`): `fsdp2` shards parameters, gradients and
+    optimizer state over the processes; `ddp` keeps a full replica on each and all-reduces gradients
+    (FSDP2 on a mesh whose shard dimension is 1). With one process they are the same.
+    """
+
+    strategy: Literal["fsdp2", "ddp"] = setting(
+        "fsdp2",
+        "fsdp2: parameters, gradients and optimizer state sharded over the processes; ddp: a full replica on each",
+        choices=PARALLEL_STRATEGIES,
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class LoraConfig:
+    """Low-rank adapters ([lora]), built with peft; `rank = 0` trains every weight (full fine-tuning).
+
+    `target_modules` names the adapted layers (module names such as `q_proj`, or `all-linear`: every
+    linear layer but the output layer). Generation backends receive the merged weights; `save` says
+    whether `final/` holds the merged model or the adapter alone.
+    """
+
+    rank: int = setting(0, "adapter rank (0: full fine-tuning, no adapter)", ge=0)
+    alpha: float = setting(16.0, "adapter scaling numerator: updates are scaled by alpha / rank", gt=0)
+    dropout: float = setting(0.0, "dropout on the adapter's input", ge=0, lt=1)
+    target_modules: list[str] = setting(
+        help="the layers adapted: module names (q_proj, v_proj, ...) or all-linear",
+        metavar="NAME",
+        default_factory=lambda: ["all-linear"],
+    )
+    save: Literal["merged", "adapter"] = setting(
+        "merged", "final/: the model with the adapter merged in, or the adapter alone", choices=LORA_SAVES
+    )
+
+    def __post_init__(self) -> None:
+        if not self.target_modules:
+            raise ValueError("lora.target_modules must name at least one module (or all-linear)")
+        if "all-linear" in self.target_modules and len(self.target_modules) > 1:
+            raise ValueError(
+                "lora.target_modules: all-linear stands alone; it already names every linear layer"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
 
 
 @dataclass(frozen=True, config=SECTION)
