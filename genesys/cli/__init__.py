@@ -24,6 +24,7 @@ BUILTIN_COMMANDS = {
     "filter": "genesys.cli.filter:command",
     "train": "genesys.cli.train:command",
     "report": "genesys.cli.report:command",
+    "plan-inference": "genesys.cli.plan_inference:command",
     "tasks": "genesys.cli.listings:tasks",
     "plugins": "genesys.cli.listings:plugins",
     "sandbox": "genesys.cli.sandbox:group",
