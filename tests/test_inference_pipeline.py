@@ -192,12 +192,12 @@ def test_generate_command_writes_rows_resumes_and_verifies(four_layers, tmp_path
         GENESYS, "generate", "--tasks", str(tasks), "--model", four_layers, "-o", str(output), "-n", "2",
         "--max-tokens", "12", "--backend", "pipeline", "--backend_options.stages", "2",
         "--backend_options.latency_ms", "5", "--backend_options.micro_batches", "2", "--batch-size", "2",
-        "--verify", "--no-progress", "--limit", "2",
+        "--verify", "--no-progress", "--max-tasks", "2",
     ]  # fmt: skip
     first = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     assert len(read_jsonl(output)) == 4
-    command[command.index("--limit") + 1] = "4"
+    command[command.index("--max-tasks") + 1] = "4"
     second = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr
     rows = read_jsonl(output)
@@ -207,3 +207,49 @@ def test_generate_command_writes_rows_resumes_and_verifies(four_layers, tmp_path
         assert row["finish_reason"] in ("stop", "length")
         assert row["score"] in (0.0, 1.0)
         assert row["machine_info"]["backend"] == "pipeline"
+
+
+@pytest.mark.distributed
+def test_proofs_of_the_last_stage_validate_like_any_rows_and_a_swapped_token_does_not(
+    four_layers: str, tmp_path: Path
+):
+    pytest.importorskip("toploc")
+    from genesys.config import ValidateCommand
+    from genesys.proofs.validate import validate_files
+    from genesys.testing.tampering import (
+        TINY_PROOF_POLICY,
+        TINY_PROOFS,
+        TINY_THRESHOLDS,
+        generate,
+        read_rows,
+        swap_token,
+        write_tasks,
+    )
+
+    backend = PipelineBackend(
+        four_layers, PromptStyle(), stages=3, batch_size=4, micro_batches=2, latency_ms=2, proofs=TINY_PROOFS
+    )
+    try:
+        rows = generate(four_layers, write_tasks(tmp_path / "tasks.jsonl"), tmp_path / "rows.jsonl", TINY_PROOFS, backend=backend)
+    finally:
+        backend.close()
+    assert rows and all(row["toploc_proofs"] for row in rows)
+    from conftest import write_jsonl
+
+    tampered = swap_token(rows[0], backend.tokenizer)
+    inputs = write_jsonl(tmp_path / "to-validate.jsonl", [*rows, {**tampered, "response_id": "tampered"}])
+    config = ValidateCommand(
+        inputs=[str(inputs)],
+        model=four_layers,
+        output=str(tmp_path / "validated.jsonl"),
+        backend="transformers",
+        progress=False,
+        proofs=TINY_PROOF_POLICY,
+        thresholds=TINY_THRESHOLDS,
+    )
+    validate_files(config)
+    verdicts = {row["response_id"]: row for row in read_rows(tmp_path / "validated.jsonl")}
+    assert verdicts.pop("tampered")["toploc_valid"] is False
+    assert all(row["toploc_valid"] is True for row in verdicts.values()), [
+        row["toploc_reason"] for row in verdicts.values()
+    ]
