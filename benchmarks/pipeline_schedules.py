@@ -50,7 +50,9 @@ def requests(count: int, max_tokens: int, offset: int) -> list[GenerationRequest
     ]
 
 
-def tokens_per_second(backend: PipelineBackend, micro_batches: int, count: int, max_tokens: int, offset: int) -> float:
+def tokens_per_second(
+    backend: PipelineBackend, micro_batches: int, count: int, max_tokens: int, offset: int
+) -> float:
     backend.micro_batches = micro_batches
     started = time.perf_counter()
     tokens = sum(
@@ -68,7 +70,14 @@ def measure(model: str, args: argparse.Namespace, latency_ms: float) -> dict[str
     backend.stop_ids = set()  # every sequence decodes max_tokens tokens
     try:
         tokens_per_second(backend, 1, args.batch, 4, 0)  # warm up every stage
-        sync, interleaved, saturating, planned_sync, planned_interleaved, planned_in_run = [], [], 0, [], [], []
+        sync, interleaved, saturating, planned_sync, planned_interleaved, planned_in_run = (
+            [],
+            [],
+            0,
+            [],
+            [],
+            [],
+        )
         for round_index in range(args.rounds):
             offset = 1000 * (round_index + 1)
             backend.step_times.clear()  # the planner gets the steps of this round's synchronous run
@@ -109,13 +118,31 @@ def plot(results: list[dict[str, float]], path: str, title: str) -> None:
     latencies = [r["latency_ms"] for r in results]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.plot(latencies, [r["sync"] for r in results], "o-", color="tab:blue", label="synchronous, measured")
-    ax.plot(latencies, [r["planned_sync"] for r in results], "--", color="tab:blue", label="synchronous, planned")
-    ax.plot(latencies, [r["interleaved"] for r in results], "s-", color="tab:orange", label="interleaved at M*, measured")
     ax.plot(
-        latencies, [r["planned_interleaved"] for r in results], "--", color="tab:orange", label="interleaved at M*, planned"
+        latencies, [r["planned_sync"] for r in results], "--", color="tab:blue", label="synchronous, planned"
+    )
+    ax.plot(
+        latencies,
+        [r["interleaved"] for r in results],
+        "s-",
+        color="tab:orange",
+        label="interleaved at M*, measured",
+    )
+    ax.plot(
+        latencies,
+        [r["planned_interleaved"] for r in results],
+        "--",
+        color="tab:orange",
+        label="interleaved at M*, planned",
     )
     for r in results:
-        ax.annotate(f"M*={r['micro_batches']}", (r["latency_ms"], r["interleaved"]), textcoords="offset points", xytext=(4, 6), fontsize=8)
+        ax.annotate(
+            f"M*={r['micro_batches']}",
+            (r["latency_ms"], r["interleaved"]),
+            textcoords="offset points",
+            xytext=(4, 6),
+            fontsize=8,
+        )
     ax.set_xlabel("one-way latency per hop (ms)")
     ax.set_ylabel("tokens / s")
     ax.set_yscale("log")
@@ -130,7 +157,9 @@ def plot(results: list[dict[str, float]], path: str, title: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", type=int, default=2)
-    parser.add_argument("--latencies", default="0,10,20,50,100", help="one-way latencies in ms, comma-separated")
+    parser.add_argument(
+        "--latencies", default="0,10,20,50,100", help="one-way latencies in ms, comma-separated"
+    )
     parser.add_argument("--batch", type=int, default=4, help="sequences per (micro-)batch")
     parser.add_argument("--batches", type=int, default=3, help="batches per synchronous round")
     parser.add_argument("--max-tokens", type=int, default=32)
@@ -142,7 +171,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(
-            build_tiny_model(Path(tmp) / "model", hidden_size=args.hidden, layers=args.layers, heads=8, intermediate_size=4 * args.hidden)
+            build_tiny_model(
+                Path(tmp) / "model",
+                hidden_size=args.hidden,
+                layers=args.layers,
+                heads=8,
+                intermediate_size=4 * args.hidden,
+            )
         )
         print(
             f"{args.stages} stages, batch {args.batch}, {args.max_tokens} tokens, {args.rounds} alternating rounds; "

@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,9 @@ def four_layers(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny4") / "model", layers=4))
 
 
-def _requests(temperature: float, count: int = 5, n: int = 2, max_tokens: int = 16) -> list[GenerationRequest]:
+def _requests(
+    temperature: float, count: int = 5, n: int = 2, max_tokens: int = 16
+) -> list[GenerationRequest]:
     return [
         GenerationRequest(
             f"task{i}",
@@ -46,7 +47,9 @@ def _requests(temperature: float, count: int = 5, n: int = 2, max_tokens: int = 
 def _outputs(backend: Any, requests: list[GenerationRequest]) -> dict[str, list[tuple]]:
     try:
         return {
-            result.request.key: [(c.completion_ids, c.logprobs, c.finish_reason, c.text) for c in result.completions]
+            result.request.key: [
+                (c.completion_ids, c.logprobs, c.finish_reason, c.text) for c in result.completions
+            ]
             for result in iterate(backend.generate(requests))
         }
     finally:
@@ -58,7 +61,9 @@ def assert_same(got: dict[str, list[tuple]], expected: dict[str, list[tuple]]) -
     own number of CPU threads, so its sums may be split otherwise)."""
     assert sorted(got) == sorted(expected)
     for key, completions in expected.items():
-        for (ids, logprobs, finish, text), (got_ids, got_logprobs, got_finish, got_text) in zip(completions, got[key]):
+        for (ids, logprobs, finish, text), (got_ids, got_logprobs, got_finish, got_text) in zip(
+            completions, got[key]
+        ):
             assert (got_ids, got_finish, got_text) == (ids, finish, text), key
             assert got_logprobs == pytest.approx(logprobs, abs=1e-4), key
 
@@ -67,7 +72,8 @@ def assert_same(got: dict[str, list[tuple]], expected: dict[str, list[tuple]]) -
 def unsplit(four_layers: str) -> dict[float, dict[str, list[tuple]]]:
     """The transformers backend's outputs, batches of 4, greedy and sampled."""
     return {
-        t: _outputs(TransformersBackend(four_layers, PromptStyle(), batch_size=4), _requests(t)) for t in (0.0, 1.0)
+        t: _outputs(TransformersBackend(four_layers, PromptStyle(), batch_size=4), _requests(t))
+        for t in (0.0, 1.0)
     }
 
 
@@ -76,7 +82,12 @@ def unsplit(four_layers: str) -> dict[float, dict[str, list[tuple]]]:
 
 def test_messages_keep_header_and_tensors_of_every_dtype():
     a, b = socket.socketpair()
-    tensors = [torch.randn(2, 3).to(torch.bfloat16), torch.arange(4), torch.ones(2, 0), torch.tensor([True, False])]
+    tensors = [
+        torch.randn(2, 3).to(torch.bfloat16),
+        torch.arange(4),
+        torch.ones(2, 0),
+        torch.tensor([True, False]),
+    ]
     a.sendall(encode(Message({"type": "step", "mb": 3}, tensors)))
     got = read_message(b)
     assert got.header == {"type": "step", "mb": 3}
@@ -101,7 +112,11 @@ def test_a_link_delivers_no_sooner_than_its_latency_and_in_order():
         link.send(Message({"type": "step", "mb": k}))
     first = inbox.get(timeout=30)
     assert time.monotonic() - sent >= 0.2
-    assert [first.header["mb"], inbox.get(timeout=30).header["mb"], inbox.get(timeout=30).header["mb"]] == [0, 1, 2]
+    assert [first.header["mb"], inbox.get(timeout=30).header["mb"], inbox.get(timeout=30).header["mb"]] == [
+        0,
+        1,
+        2,
+    ]
     link.close()
     assert isinstance(inbox.get(timeout=30), Closed)
 
@@ -134,7 +149,16 @@ def test_split_rings_give_the_unsplit_models_greedy_and_seeded_tokens(
 def test_stages_started_by_address_form_the_ring(four_layers, unsplit):
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "genesys.cli", "pipeline-stage", "--listen", "127.0.0.1:0", "--threads", "1"],
+            [
+                sys.executable,
+                "-m",
+                "genesys.cli",
+                "pipeline-stage",
+                "--listen",
+                "127.0.0.1:0",
+                "--threads",
+                "1",
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -230,7 +254,13 @@ def test_proofs_of_the_last_stage_validate_like_any_rows_and_a_swapped_token_doe
         four_layers, PromptStyle(), stages=3, batch_size=4, micro_batches=2, latency_ms=2, proofs=TINY_PROOFS
     )
     try:
-        rows = generate(four_layers, write_tasks(tmp_path / "tasks.jsonl"), tmp_path / "rows.jsonl", TINY_PROOFS, backend=backend)
+        rows = generate(
+            four_layers,
+            write_tasks(tmp_path / "tasks.jsonl"),
+            tmp_path / "rows.jsonl",
+            TINY_PROOFS,
+            backend=backend,
+        )
     finally:
         backend.close()
     assert rows and all(row["toploc_proofs"] for row in rows)

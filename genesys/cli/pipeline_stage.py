@@ -14,7 +14,9 @@ import click
     "--backend_options.peers HOST:PORT,...` naming them in ring order. The connection is plain TCP: run it "
     "inside a network you trust, or over a tunnel.",
 )
-@click.option("--listen", default="127.0.0.1:0", show_default=True, help="HOST:PORT to listen at (port 0: any)")
+@click.option(
+    "--listen", default="127.0.0.1:0", show_default=True, help="HOST:PORT to listen at (port 0: any)"
+)
 @click.option("--device", help="torch device (default: the run's --device, else cuda when available)")
 @click.option("--threads", type=click.IntRange(min=1), help="torch CPU threads")
 def command(listen: str, device: str | None, threads: int | None) -> int:

@@ -262,7 +262,8 @@ class TransformersBackend:
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = sampler.logprobs().cpu().tolist()
         completions = [
-            completion(self.tokenizer, self.stop_ids, tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
+            completion(self.tokenizer, self.stop_ids, tokens, lps)
+            for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
         ]
         if self.proofs is not None:
             self._attach_proofs(completions, capture.per_step())
@@ -305,4 +306,6 @@ def completion(tokenizer: Any, stop_ids: set[int], tokens: list[int], logprobs: 
     finish = "length" if end is None else "stop"
     tokens = tokens if end is None else tokens[:end]
     text = tokenizer.decode(tokens, skip_special_tokens=True)
-    return Completion(text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish)
+    return Completion(
+        text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish
+    )
