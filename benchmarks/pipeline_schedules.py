@@ -13,7 +13,9 @@ the injected latency (the links' transfer time on one machine is taken as 0). Pr
 measured and planned tokens/s of each schedule (medians over rounds), measured / planned, M*, the
 step times and the load average. The planner assumes a device per stage; local stages share this
 machine's cores, so while M* micro-batches keep every stage busy each step takes longer: "in-run"
-is the plan fed with the steps measured during the interleaved run itself. Goals: synchronous within 15% of planned at 20 and 50 ms,
+is the plan fed with the steps measured during the interleaved run itself. "overhead" is how much
+longer a measured synchronous round took than the planned one (message handling, wake-ups; on a
+loaded machine mostly waiting for a core). Goals: synchronous within 15% of planned at 20 and 50 ms,
 interleaved at M* at least 80% of planned. `--plot FILE` draws throughput against latency.
 
     python benchmarks/pipeline_schedules.py                                  # 2 stages, 0..100 ms
@@ -86,6 +88,8 @@ def measure(model: str, args: argparse.Namespace, latency_ms: float) -> dict[str
             ring = Ring.uniform(steps, latency_ms / 1e3)
             saturating = ring.saturating_micro_batches()
             planned_sync.append(ring.throughput(args.batch, 1))
+            # What a measured round took beyond the planned one: messages, wake-ups, scheduling.
+            overhead.append(args.batch / sync[-1] - ring.round_s)
             planned_interleaved.append(ring.throughput(args.batch, saturating))
             backend.step_times.clear()
             interleaved.append(
@@ -102,6 +106,7 @@ def measure(model: str, args: argparse.Namespace, latency_ms: float) -> dict[str
             "planned_interleaved": statistics.median(planned_interleaved),
             "planned_in_run": statistics.median(planned_in_run),
             "micro_batches": saturating,
+            "overhead_ms": statistics.median(overhead) * 1e3,
             "steps_ms": [round(t * 1e3, 2) for t in backend.stage_step_seconds()],
             "load": os.getloadavg()[0],
         }
@@ -183,7 +188,7 @@ def main() -> None:
             f"{args.stages} stages, batch {args.batch}, {args.max_tokens} tokens, {args.rounds} alternating rounds; "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
         )
-        header = f"{'latency':>8} {'sync':>8} {'planned':>8} {'ratio':>6} | {'M*':>3} {'interl.':>8} {'planned':>8} {'ratio':>6} {'in-run':>8} {'ratio':>6} | steps (ms)        load"
+        header = f"{'latency':>8} {'sync':>8} {'planned':>8} {'ratio':>6} | {'M*':>3} {'interl.':>8} {'planned':>8} {'ratio':>6} {'in-run':>8} {'ratio':>6} | overhead  steps (ms)        load"
         print(header)
         results = []
         for latency in (float(x) for x in args.latencies.split(",")):
@@ -193,7 +198,8 @@ def main() -> None:
                 f"{latency:>6.0f}ms {r['sync']:>8.1f} {r['planned_sync']:>8.1f} {r['sync'] / r['planned_sync']:>6.2f} | "
                 f"{r['micro_batches']:>3} {r['interleaved']:>8.1f} {r['planned_interleaved']:>8.1f} "
                 f"{r['interleaved'] / r['planned_interleaved']:>6.2f} {r['planned_in_run']:>8.1f} "
-                f"{r['interleaved'] / r['planned_in_run']:>6.2f} | {r['steps_ms']!s:<17} {r['load']:.1f}",
+                f"{r['interleaved'] / r['planned_in_run']:>6.2f} | {r['overhead_ms']:>6.1f}ms {r['steps_ms']!s:<17} "
+                f"{r['load']:.1f}",
                 flush=True,
             )
     if args.plot:

@@ -25,6 +25,7 @@ import platform
 import queue
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -241,8 +242,9 @@ class PipelineBackend:
         elif message.type == "step":
             self._loopback.append(self.stage.handle_last(message))
 
-    def _receive(self) -> Message:
-        """The next message from the last stage; a StageError when a stage failed or died."""
+    def _receive(self, stop: threading.Event | None = None) -> Message | None:
+        """The next message from the last stage (None once `stop` is set); a StageError when a stage
+        failed or died."""
         if self._loopback:
             return self._loopback.popleft()
         assert self._inbox is not None
@@ -251,6 +253,8 @@ class PipelineBackend:
                 message = self._inbox.get(timeout=1.0)
             except queue.Empty:
                 self._check_processes()
+                if stop is not None and stop.is_set():
+                    return None
                 continue
             if isinstance(message, Closed):
                 self._check_processes()
@@ -278,27 +282,36 @@ class PipelineBackend:
         def finished(_: Any) -> None:
             loop.call_soon_threadsafe(done.put_nowait, None)
 
-        run = loop.run_in_executor(self._worker, self._drive, requests, prompts, emit)
+        stop = threading.Event()
+        run = loop.run_in_executor(self._worker, self._drive, requests, prompts, emit, stop)
         run.add_done_callback(finished)
         partial: dict[int, dict[int, Completion]] = {}
-        while (item := await done.get()) is not None:
-            for (i, j), result in zip(*item):
-                partial.setdefault(i, {})[j] = result
-                if len(partial[i]) == requests[i].n:
-                    got = partial.pop(i)
-                    yield GenerationResult(requests[i], prompts[i], [got[k] for k in range(requests[i].n)], 0)
-        await run  # raises the ring's error, after every finished row was handed on
+        try:
+            while (item := await done.get()) is not None:
+                for (i, j), result in zip(*item):
+                    partial.setdefault(i, {})[j] = result
+                    if len(partial[i]) == requests[i].n:
+                        got = partial.pop(i)
+                        yield GenerationResult(
+                            requests[i], prompts[i], [got[k] for k in range(requests[i].n)], 0
+                        )
+            await run  # raises the ring's error, after every finished row was handed on
+        finally:
+            stop.set()  # a caller that stops early (Ctrl-C, an error downstream) stops the driver too
 
     def _drive(
         self,
         requests: list[GenerationRequest],
         prompts: list[list[int]],
         emit: Callable[[list[tuple[int, int]], list[Completion]], None],
+        stop: threading.Event,
     ) -> None:
-        """Keep up to `micro_batches` micro-batches in the ring until every batch is done."""
+        """Keep up to `micro_batches` micro-batches in the ring until every batch is done. Stopped
+        early, it releases the caches of the micro-batches in flight; their last tokens, still in the
+        ring, are ignored when they come back."""
         pending = deque(batches(requests, prompts, self.batch_size))
         in_flight: dict[int, _InFlight] = {}
-        while pending or in_flight:
+        while (pending or in_flight) and not stop.is_set():
             while pending and len(in_flight) < self.micro_batches:
                 items = pending.popleft()
                 first, sample = items[0]
@@ -306,11 +319,15 @@ class PipelineBackend:
                     [prompts[i] for i, _ in items], requests[first].seed + sample, requests[first].sampling
                 )
                 in_flight[mb] = _InFlight(items)
-            message = self._receive()
+            message = self._receive(stop)
+            if message is None:
+                break
             if message.type != "token":
                 raise StageError(f"stage {self.stages - 1} sent {message.type!r} where tokens were expected")
             mb = message.header["mb"]
-            batch = in_flight[mb]
+            batch = in_flight.get(mb)
+            if batch is None:  # the token of a micro-batch an earlier, stopped run left in the ring
+                continue
             tokens = message.tensors[0]
             batch.tokens.append(tokens)
             times = message.header.get("times", [])
@@ -325,6 +342,10 @@ class PipelineBackend:
                 emit(batch.items, self._completions(batch, message))
             else:
                 self._decode(mb, tokens)
+        for mb in in_flight:  # stopped early: no stage keeps these caches
+            self.stage.release(mb)
+            if self._link is not None:
+                self._send(Message({"type": "release", "mb": mb}))
 
     def _prefill(self, prompts: list[list[int]], seed: int, sampling: SamplingConfig) -> int:
         mb, self._next_mb = self._next_mb, self._next_mb + 1

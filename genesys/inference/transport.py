@@ -7,15 +7,16 @@ raw bytes. A receiver checks every size and dtype against fixed limits and lists
 
 `Link` sends: `send` queues the message with its due time and returns at once; a thread writes it when
 due, so a stage computes its next step while the previous one is on the wire, and messages keep their
-order. `Inbox` receives: a thread reads messages into a queue; when the connection closes or breaks,
-the queue gets a `Closed` marker naming the peer, so a stage that dies fails the run with that name
-instead of hanging it.
+order (without latency it writes at once). `Inbox` receives in the caller's thread; when the
+connection closes or breaks it returns a `Closed` marker naming the peer, so a stage that dies fails
+the run with that name instead of hanging it.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import select
 import socket
 import struct
 import threading
@@ -121,6 +122,13 @@ class Link:
     def send(self, message: Message) -> None:
         if self._error is not None:
             raise StageError(f"cannot send to {self.peer}: {self._error}")
+        if self.latency_s == 0:  # nothing to wait for: write it from this thread
+            try:
+                self.sock.sendall(encode(message))
+            except OSError as exc:
+                self._error = f"{type(exc).__name__}: {exc}"
+                raise StageError(f"cannot send to {self.peer}: {self._error}") from None
+            return
         self._queue.put((time.monotonic() + self.latency_s, encode(message)))
 
     def _deliver(self) -> None:
@@ -149,30 +157,28 @@ class Link:
 
 
 class Inbox:
-    """The receiving end of one hop: messages (or a final `Closed`) in a queue, read by a thread."""
+    """The receiving end of one hop, read in the caller's thread (no hand-off between threads: on a
+    busy machine every wake-up of another thread costs a scheduling delay per hop)."""
 
     def __init__(self, sock: socket.socket, peer: str) -> None:
         self.sock = sock
         self.peer = peer
-        self.messages: queue.Queue[Message | Closed] = queue.Queue()
-        self._thread = threading.Thread(target=self._receive, name=f"inbox-from-{peer}", daemon=True)
-        self._thread.start()
-
-    def _receive(self) -> None:
-        while True:
-            try:
-                message = read_message(self.sock)
-            except (ConnectionError, OSError) as exc:
-                self.messages.put(Closed(self.peer, str(exc) or type(exc).__name__))
-                return
-            except (ValueError, json.JSONDecodeError) as exc:
-                self.messages.put(Closed(self.peer, f"malformed message: {exc}"))
-                return
-            self.messages.put(message)
+        self._closed: Closed | None = None
 
     def get(self, timeout: float | None = None) -> Message | Closed:
-        """The next message; queue.Empty after `timeout` seconds without one."""
-        return self.messages.get(timeout=timeout)
+        """The next message, or `Closed` once the connection closed or broke (then always); queue.Empty
+        when nothing began to arrive within `timeout` seconds."""
+        if self._closed is not None:
+            return self._closed
+        if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
+            raise queue.Empty
+        try:
+            return read_message(self.sock)
+        except (ConnectionError, OSError) as exc:
+            self._closed = Closed(self.peer, str(exc) or type(exc).__name__)
+        except (ValueError, json.JSONDecodeError) as exc:
+            self._closed = Closed(self.peer, f"malformed message: {exc}")
+        return self._closed
 
     def close(self) -> None:
         try:
