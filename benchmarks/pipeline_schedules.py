@@ -72,14 +72,13 @@ def measure(model: str, args: argparse.Namespace, latency_ms: float) -> dict[str
     backend.stop_ids = set()  # every sequence decodes max_tokens tokens
     try:
         tokens_per_second(backend, 1, args.batch, 4, 0)  # warm up every stage
-        sync, interleaved, saturating, planned_sync, planned_interleaved, planned_in_run = (
-            [],
-            [],
-            0,
-            [],
-            [],
-            [],
-        )
+        sync: list[float] = []
+        interleaved: list[float] = []
+        planned_sync: list[float] = []
+        planned_interleaved: list[float] = []
+        planned_in_run: list[float] = []
+        overhead: list[float] = []
+        saturating = 0
         for round_index in range(args.rounds):
             offset = 1000 * (round_index + 1)
             backend.step_times.clear()  # the planner gets the steps of this round's synchronous run
