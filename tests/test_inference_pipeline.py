@@ -124,6 +124,7 @@ def test_a_link_delivers_no_sooner_than_its_latency_and_in_order():
 # --- one stage, in this process ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_one_stage_is_the_transformers_backend_token_for_token(four_layers, unsplit, temperature):
     backend = PipelineBackend(four_layers, PromptStyle(), stages=1, batch_size=4, micro_batches=2)

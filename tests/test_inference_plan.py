@@ -138,3 +138,12 @@ def test_the_command_prints_tables_and_json(tmp_path: Path):
     data = json.loads(printed.output)
     assert len(data["stages"]) == 4 and data["batch"] == 4
     assert {s["name"] for s in data["schedules"]} == {"synchronous", "interleaved"}
+
+
+def test_default_micro_batches_are_the_saturating_number_as_far_as_memory_holds():
+    # batch 10: ring 30.08 + 31.84 + 2 + 0.16 + 0.04 s, so 3 micro-batches saturate; 20 sequences fit
+    result = plan(SHAPE, 2, TOY_DEVICE, SLOW_LINK, batch=10, context=10)
+    assert result.saturating_micro_batches == 3
+    assert result.micro_batches == 2
+    assert any("3 micro-batches would saturate" in note for note in result.notes)
+    assert plan(SHAPE, 2, TOY_DEVICE, SLOW_LINK, batch=5, context=10).micro_batches == 3

@@ -220,7 +220,7 @@ class Stage:
     first: bool
     last: bool
 
-    def stored_params(self, shape: ModelShape, stages: int) -> int:
+    def stored_params(self, shape: ModelShape) -> int:
         params = self.layers * shape.layer_params
         if self.first:
             params += shape.embedding_params
@@ -420,7 +420,7 @@ def plan(
     budget = gpu.memory_bytes * usable_memory
     per_stage = []
     for stage, step, bound in zip(parts, ring.step_s, bounds):
-        weights = stage.stored_params(shape, stages) * shape.bytes_per_param
+        weights = stage.stored_params(shape) * shape.bytes_per_param
         kv = stage.kv_bytes_per_token(shape)
         per_stage.append(
             StagePlan(
@@ -441,6 +441,10 @@ def plan(
     notes = []
     if micro_batches is None:
         micro_batches = max(1, min(saturating, max_batch // batch)) if max_batch >= batch else 1
+        if micro_batches < saturating:
+            notes.append(
+                f"{saturating} micro-batches would saturate the ring; memory holds {micro_batches} of {batch}"
+            )
     if max_batch < batch * micro_batches:
         notes.append(
             f"{batch * micro_batches} sequences of {context} tokens do not fit: at most {max_batch} per stage"

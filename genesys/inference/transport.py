@@ -214,9 +214,7 @@ def connect(address: str, timeout: float = 60.0) -> socket.socket:
 
 def listen(address: str) -> socket.socket:
     """A listening socket on `address` (port 0: any free port)."""
-    host, port = parse_address(address)
-    server = socket.create_server((host, port), reuse_port=False)
-    return server
+    return socket.create_server(parse_address(address))
 
 
 def accept(server: socket.socket) -> socket.socket:
