@@ -262,7 +262,7 @@ class TransformersBackend:
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = sampler.logprobs().cpu().tolist()
         completions = [
-            completion(self.tokenizer, self.stop_ids, tokens, lps)
+            make_completion(self.tokenizer, self.stop_ids, tokens, lps)
             for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
         ]
         if self.proofs is not None:
@@ -300,7 +300,9 @@ def batches(
             yield items[start : start + batch_size]
 
 
-def completion(tokenizer: Any, stop_ids: set[int], tokens: list[int], logprobs: list[float]) -> Completion:
+def make_completion(
+    tokenizer: Any, stop_ids: set[int], tokens: list[int], logprobs: list[float]
+) -> Completion:
     """A completion of sampled `tokens`, cut after its first stop token ("stop"), else "length"."""
     end = next((k + 1 for k, t in enumerate(tokens) if t in stop_ids), None)
     finish = "length" if end is None else "stop"

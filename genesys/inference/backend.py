@@ -47,7 +47,7 @@ from genesys.generate.backend import (
     SamplingConfig,
     Weights,
 )
-from genesys.generate.hf import batches, completion
+from genesys.generate.hf import batches, make_completion
 from genesys.generate.prompts import render_ids
 from genesys.inference.plan import split_layers
 from genesys.inference.stage import StageModel
@@ -374,7 +374,9 @@ class PipelineBackend:
         tokens = torch.stack(batch.tokens, dim=1).tolist()
         logprobs = message.tensors[1].tolist()
         proofs = message.header.get("proofs")
-        completions = [completion(self.tokenizer, self.stop_ids, t, lp) for t, lp in zip(tokens, logprobs)]
+        completions = [
+            make_completion(self.tokenizer, self.stop_ids, t, lp) for t, lp in zip(tokens, logprobs)
+        ]
         if proofs is not None:
             for row, row_proofs in zip(completions, proofs):
                 row.proofs = row_proofs
