@@ -290,7 +290,8 @@ class BackendOptions:
 
     batch_size: int | None = setting(
         None,
-        "transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024); "
+        "transformers: sequences per batch (default 32); pipeline: sequences per micro-batch (default 8); "
+        "vllm: tasks per engine call (default 1024); "
         "genesys validate: rows per prefill or engine call (default 8)",
         flags=("--batch-size",),
         ge=1,
@@ -299,11 +300,13 @@ class BackendOptions:
         None, "vllm: GPUs per model replica", flags=("--tensor-parallel-size",), ge=1
     )
     device: str | None = setting(
-        None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",)
+        None,
+        "transformers, pipeline: torch device (default: cuda when available, else cpu)",
+        flags=("--device",),
     )
     dtype: str | None = setting(
         None,
-        "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)",
+        "transformers, pipeline: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)",
         flags=("--dtype",),
     )
     base_url: str | None = setting(
@@ -339,6 +342,25 @@ class BackendOptions:
             "openai: one request per sample, for servers that do not support n > 1",
         ),
     )
+    stages: int | None = setting(
+        None,
+        "pipeline: processes the model's layers are split across, this one the first (default 2)",
+        ge=1,
+    )
+    latency_ms: float | None = setting(
+        None, "pipeline: one-way latency injected on every hop between stages, in ms (default 0)", ge=0
+    )
+    micro_batches: int | None = setting(
+        None,
+        "pipeline: micro-batches in the ring at once; 1 is the synchronous schedule, more the interleaved one (default 1)",
+        ge=1,
+    )
+    peers: list[str] | None = setting(
+        None,
+        "pipeline: HOST:PORT of stages 1..N-1 in ring order, each started with `genesys pipeline-stage --listen "
+        "HOST:PORT` (default: start them as local processes)",
+        metavar="HOST:PORT,...",
+    )
     args: dict[str, Any] = setting(
         help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, openai request fields, or a plugin backend's settings",
         flags=("-B", "--backend-arg"),
@@ -372,10 +394,14 @@ def _flag(name: str) -> str:
 
 # Which built-in backends take each BackendOptions field, and the keyword their `args` go to.
 BACKEND_OPTION_OWNERS = {
-    "batch_size": ("vllm", "transformers"),
+    "batch_size": ("vllm", "transformers", "pipeline"),
     "tensor_parallel_size": ("vllm",),
-    "device": ("transformers",),
-    "dtype": ("transformers",),
+    "device": ("transformers", "pipeline"),
+    "dtype": ("transformers", "pipeline"),
+    "stages": ("pipeline",),
+    "latency_ms": ("pipeline",),
+    "micro_batches": ("pipeline",),
+    "peers": ("pipeline",),
     "base_url": ("openai",),
     "api_key": ("openai",),
     "concurrency": ("openai",),
@@ -388,8 +414,9 @@ BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "
 
 # --- TOPLOC proofs ---------------------------------------------------------------------------------
 
-PROOF_BACKENDS = ("transformers", "vllm")
-PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
+PROOF_BACKENDS = ("transformers", "vllm")  # those that also recompute rows for `genesys validate`
+PROOF_WRITING_BACKENDS = (*PROOF_BACKENDS, "pipeline")
+PROOFS_HELP = "write TOPLOC proofs into every row (transformers, vllm and pipeline backends)"
 DEFAULT_PROOF_TOPK = 128  # the TOPLOC paper's; a model with a smaller hidden size gets its hidden size
 DEFAULT_PROOF_CHUNK = 32
 DEFAULT_SAMPLING_MARGIN = 0.05  # see ProofThresholds
@@ -427,12 +454,12 @@ class GenerateProofSettings(ProofConfig):
     enabled: bool = setting(False, PROOFS_HELP, switch=("--proofs", True, PROOFS_HELP))
 
     def for_backend(self, backend: str) -> ProofConfig | None:
-        """The proof settings `backend` is given, or None when proofs are off; transformers and vLLM capture them."""
+        """The proof settings `backend` is given, or None when proofs are off; transformers, vLLM and the pipeline capture them."""
         if not self.enabled:
             return None
-        if backend not in PROOF_BACKENDS:
+        if backend not in PROOF_WRITING_BACKENDS:
             raise InputError(
-                f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_BACKENDS)}), not {backend}"
+                f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_WRITING_BACKENDS)}), not {backend}"
             )
         return ProofConfig(self.topk, self.decode_batching_size, self.sampling)
 

@@ -229,7 +229,7 @@ class TransformersBackend:
         prompts = [render_ids(self.tokenizer, r.messages, self.style) for r in requests]
         partial: dict[int, dict[int, Completion]] = {}
         versions: dict[int, int] = {}
-        for batch in self._batches(requests, prompts):
+        for batch in batches(requests, prompts, self.batch_size):
             first, sample = batch[0]
             completions, version = await self._call(
                 self._run_batch,
@@ -246,21 +246,6 @@ class TransformersBackend:
                     yield GenerationResult(
                         requests[i], prompts[i], [done[k] for k in range(requests[i].n)], versions.pop(i)
                     )
-
-    def _batches(
-        self, requests: list[GenerationRequest], prompts: list[list[int]]
-    ) -> Iterator[list[tuple[int, int]]]:
-        """(request, sample) items in batches of one sampling setting each, longest prompts first."""
-        groups: dict[tuple[int, float, float], list[tuple[int, int]]] = {}
-        for i, request in enumerate(requests):
-            s = request.sampling
-            groups.setdefault((s.max_tokens, s.temperature, s.top_p), []).extend(
-                (i, j) for j in range(request.n)
-            )
-        for items in groups.values():
-            items.sort(key=lambda ij: -len(prompts[ij[0]]))
-            for start in range(0, len(items), self.batch_size):
-                yield items[start : start + self.batch_size]
 
     def _run_batch(
         self, prompts: list[list[int]], seed: int, sampling: SamplingConfig, keys: list[tuple[int, int]]
@@ -303,7 +288,8 @@ class TransformersBackend:
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = sampler.logprobs().cpu().tolist()
         completions = [
-            self._completion(tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
+            make_completion(self.tokenizer, self.stop_ids, tokens, lps)
+            for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
         ]
         if self.proofs is not None:
             self._attach_proofs(completions, capture.per_step())
@@ -342,11 +328,29 @@ class TransformersBackend:
             completion.proofs = build_proofs(states[: len(completion.completion_ids)], self.proofs)
             completion.proof_settings = self._proof_settings
 
-    def _completion(self, tokens: list[int], logprobs: list[float]) -> Completion:
-        end = next((k + 1 for k, t in enumerate(tokens) if t in self.stop_ids), None)
-        finish = "length" if end is None else "stop"
-        tokens = tokens if end is None else tokens[:end]
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        return Completion(
-            text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish
-        )
+
+def batches(
+    requests: list[GenerationRequest], prompts: list[list[int]], batch_size: int
+) -> Iterator[list[tuple[int, int]]]:
+    """(request, sample) items in batches of one sampling setting each, longest prompts first."""
+    groups: dict[tuple[int, float, float], list[tuple[int, int]]] = {}
+    for i, request in enumerate(requests):
+        s = request.sampling
+        groups.setdefault((s.max_tokens, s.temperature, s.top_p), []).extend((i, j) for j in range(request.n))
+    for items in groups.values():
+        items.sort(key=lambda ij: -len(prompts[ij[0]]))
+        for start in range(0, len(items), batch_size):
+            yield items[start : start + batch_size]
+
+
+def make_completion(
+    tokenizer: Any, stop_ids: set[int], tokens: list[int], logprobs: list[float]
+) -> Completion:
+    """A completion of sampled `tokens`, cut after its first stop token ("stop"), else "length"."""
+    end = next((k + 1 for k, t in enumerate(tokens) if t in stop_ids), None)
+    finish = "length" if end is None else "stop"
+    tokens = tokens if end is None else tokens[:end]
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    return Completion(
+        text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish
+    )
