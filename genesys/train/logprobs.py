@@ -44,9 +44,10 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     return log_z.squeeze(-1) - (probs * logits).sum(dim=-1)
 
 
-def chunk_tokens(vocab_size: int, chunk_bytes: int = LOGITS_CHUNK_BYTES) -> int:
-    """Positions per chunk so that one chunk's fp32 logits take at most `chunk_bytes`."""
-    return max(1, chunk_bytes // (4 * vocab_size))
+def chunk_tokens(vocab_size: int, chunk_bytes: int | None = None) -> int:
+    """Positions per chunk so that one chunk's fp32 logits take at most `chunk_bytes` (by default
+    `LOGITS_CHUNK_BYTES`)."""
+    return max(1, (chunk_bytes or LOGITS_CHUNK_BYTES) // (4 * vocab_size))
 
 
 def _project(

@@ -134,6 +134,7 @@ class Trainer:
         self.output_dir = Path(config.output_dir)
         self.checkpoints = self.output_dir / "checkpoints"
         self.device = world.device(config.backend_options.device)
+        _check_memory(config, world, self.device)
         self._stack = contextlib.ExitStack()
         resume = ckpt.latest_checkpoint(self.checkpoints)
         self._check_output_dir(resume is not None)
@@ -544,6 +545,19 @@ class Trainer:
         self.rollouts.load_state(mine["data"])
         self.batch = _batch_from_state(mine["batch"])
         ckpt.restore_rng_states(mine["rng"])
+
+
+def _check_memory(config: TrainConfig, world: World, device: torch.device) -> None:
+    """Refuse a run whose estimated memory (`genesys.train.memory_plan`) exceeds its device's; a model
+    the estimate cannot read is left to fail, or not, as it loads."""
+    from genesys.train.memory_plan import check_fits, plan_memory
+
+    try:
+        plan = plan_memory(config, world.size, device)
+    except Exception as exc:  # an estimate that cannot be made is no reason to refuse the run
+        log.warning("no memory estimate for this run: %s: %s", type(exc).__name__, exc)
+        return
+    check_fits(plan)
 
 
 def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Module:
