@@ -327,7 +327,11 @@ def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(t
 def test_weights_whose_digest_differs_are_refused_naming_the_tensor():
     from genesys.cluster.weights import host_weights, tensor_digest, verified_weights
 
-    parameters = [("a", torch.ones(3)), ("b", torch.zeros(2, 2, dtype=torch.bfloat16)), ("c", torch.tensor(1.5))]
+    parameters = [
+        ("a", torch.ones(3)),
+        ("b", torch.zeros(2, 2, dtype=torch.bfloat16)),
+        ("c", torch.tensor(1.5)),
+    ]
     weights, digests = host_weights(parameters)
     assert verified_weights(weights, digests, 1) is weights
     damaged = {**weights, "b": weights["b"].clone()}

@@ -154,7 +154,7 @@ def _meta_model(model: str, dtype: torch.dtype) -> torch.nn.Module:
 
     try:
         model_config = AutoConfig.from_pretrained(model)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise InputError(f"model {model!r}: its config cannot be read ({exc})") from None
     model_config.use_cache = False
     with torch.device("meta"):
