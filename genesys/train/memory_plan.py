@@ -14,7 +14,8 @@
   `ASSUMED_PROMPT_TOKENS + sampling.max_tokens`); with gradient checkpointing, each layer's input plus
   one layer recomputed. Attention's saved mask is added by rule (`attention_mask_bytes`), as the meta
   device runs another attention kernel than the device would; plus the backward's transient: one
-  layer's activation gradients and four chunks of vocabulary logits (`genesys.train.logprobs`);
+  layer's activation gradients, four chunks of vocabulary logits (`genesys.train.logprobs`) and two
+  vocabulary-sized weight gradients (a chunk's and the embedding's, before they are accumulated);
 - engine: the generation backend that shares the rank's device (none offline or with Ray workers).
 
 The total is compared with the memory of the device the rank sees (a GPU's, or this machine's RAM
@@ -281,6 +282,8 @@ def estimate(layout: Layout, facts: ModelFacts, engine: int = 0) -> dict[str, in
         saved = facts.layers * layer
     saved += facts.other_bytes_per_token * tokens + attention_mask_bytes(layout, facts)
     logits = 4 * min(tokens, chunk_tokens(facts.vocab)) * facts.vocab * FP32
+    # The vocabulary projection's gradient of one chunk and the embedding's, beside the accumulated ones.
+    logits += 2 * facts.vocab * facts.hidden * FP32
     return {
         "weights": weights,
         "gradients": gradients,
