@@ -43,9 +43,18 @@ from genesys.errors import InputError, TrainingError
 from genesys.models import load_trainable_lm
 from genesys.train import checkpoint as ckpt
 from genesys.train import export
-from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
+from genesys.train.batch import (
+    MicroBatch,
+    SequenceTooLong,
+    TrainingSequence,
+    collate,
+    pack,
+    split,
+    split_by_tokens,
+)
+from genesys.train.config import TrainConfig
 from genesys.train.distributed import World, close_world, init_world
-from genesys.train.logprobs import completion_logits, token_entropy, token_logprobs
+from genesys.train.logprobs import completion_logprobs
 from genesys.train.lora import is_adapter_weight
 from genesys.train.loss import clipped_token_loss, group_advantages, kl_estimate, reduce_loss
 from genesys.train.metrics import MetricsLog, read_metrics
@@ -135,6 +144,7 @@ class Trainer:
         self.output_dir = Path(config.output_dir)
         self.checkpoints = self.output_dir / "checkpoints"
         self.device = world.device(config.backend_options.device)
+        _check_memory(config, world, self.device)
         self._stack = contextlib.ExitStack()
         resume = ckpt.latest_checkpoint(self.checkpoints)
         self._check_output_dir(resume is not None)
@@ -428,15 +438,24 @@ class Trainer:
 
     def _micro_batches(self, batch: StepBatch) -> Iterator[MicroBatch]:
         """This rank's micro-batches, padded with empty ones to the count of the rank with the most
-        (every rank must take part in every gradient all-reduce)."""
-        size = self.config.optim.micro_batch_size
-        chunks = split(batch.sequences, size)
+        (every rank must take part in every gradient all-reduce): packed within
+        `optim.micro_batch_tokens` tokens each when set, else `optim.micro_batch_size` padded sequences."""
+        budget = self.config.optim.micro_batch_tokens
+        if budget:
+            try:
+                chunks = split_by_tokens(batch.sequences, budget)
+            except SequenceTooLong as exc:
+                raise InputError(f"step {self.step + 1}: {exc}") from None
+        else:
+            chunks = split(batch.sequences, self.config.optim.micro_batch_size)
         count = int(self.world.max([float(len(chunks))])[0])
         for index in range(count):
-            if index < len(chunks):
-                yield collate(chunks[index], self.pad_id, self.device)
-            else:
+            if index >= len(chunks):
                 yield _empty_micro_batch(self.pad_id, self.device)
+            elif budget:
+                yield pack(chunks[index], self.device)
+            else:
+                yield collate(chunks[index], self.pad_id, self.device)
 
     def _accumulate_gradients(self, batch: StepBatch, record_mismatch: bool) -> dict[str, float]:
         """Forward and backward over the batch's micro-batches; returns this rank's loss statistics."""
@@ -460,11 +479,9 @@ class Trainer:
         self, micro: MicroBatch, denominator: float, totals: dict[str, float], record_mismatch: bool
     ) -> torch.Tensor:
         config = self.config
-        logits = completion_logits(self.model, micro)
-        logprobs = token_logprobs(logits, micro.completion_ids, config.sampling.temperature)
-        entropy = token_entropy(
-            logits if config.loss.entropy_coef > 0 else logits.detach(), config.sampling.temperature
-        )
+        logprobs, entropy = completion_logprobs(self.model, micro, config.sampling.temperature)
+        if config.loss.entropy_coef == 0:
+            entropy = entropy.detach()
         clipped = clipped_token_loss(
             logprobs,
             micro.behaviour_logprobs,
@@ -477,11 +494,7 @@ class Trainer:
         mask = micro.completion_mask
         if self.reference is not None:
             with torch.no_grad():
-                reference = token_logprobs(
-                    completion_logits(self.reference, micro),
-                    micro.completion_ids,
-                    config.sampling.temperature,
-                )
+                reference, _ = completion_logprobs(self.reference, micro, config.sampling.temperature)
             kl = kl_estimate(logprobs, reference)
             token_loss = token_loss + config.loss.kl_beta * kl
             totals["kl_sum"] += float(kl.detach()[mask].sum())
@@ -666,6 +679,19 @@ def _named_optimizer_state(state: dict[str, Any], model: torch.nn.Module) -> dic
             for group in state["param_groups"]
         ],
     }
+
+
+def _check_memory(config: TrainConfig, world: World, device: torch.device) -> None:
+    """Refuse a run whose estimated memory (`genesys.train.memory_plan`) exceeds its device's; a model
+    the estimate cannot read is left to fail, or not, as it loads."""
+    from genesys.train.memory_plan import check_fits, plan_memory
+
+    try:
+        plan = plan_memory(config, world.size, device)
+    except Exception as exc:  # an estimate that cannot be made is no reason to refuse the run
+        log.warning("no memory estimate for this run: %s: %s", type(exc).__name__, exc)
+        return
+    check_fits(plan)
 
 
 def _check_advantages(groups: list[list[Any]], advantages: list[float]) -> None:
