@@ -58,6 +58,7 @@ class Completion:
     finish_reason: str | None
     proofs: list[str] | None = None
     proof_settings: dict[str, Any] | None = None
+    trajectory: dict[str, Any] | None = None
 
 
 @dataclass
@@ -79,6 +80,8 @@ class Backend(Protocol):
 
     `generate` yields results as they finish, in any order. `update_weights` loads new weights into
     the running model and stamps the results sampled after it with a new `weights_version`.
+    A backend that can play multi-turn environments also has `play(requests, episodes)` (see the
+    openai backend): `generate`'s results, each completion carrying its trajectory.
     """
 
     name: str

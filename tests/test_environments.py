@@ -1,0 +1,426 @@
+"""Multi-turn environments: the contract and its registration, tools and their calls, the rollout loop
+under deadlines, and `genesys generate`/`verify` playing environments through an OpenAI-compatible
+server whose answers are scripted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import GENESYS, REPO, SUPPORT, read_jsonl, write_jsonl
+from scripted_chat import ScriptedChatServer
+
+import genesys
+from genesys.environments import parse_tool_calls, play, tool
+from genesys.environments.python_tool import python_tool
+from genesys.errors import PluginError
+from genesys.plugins import environments, new_plugin_manager, plugin_infos
+from genesys.plugins.registry import verifier_entries
+from genesys.plugins.specs import environment_verifier
+from genesys.schema import Rollout
+
+PLUGIN_DIR = REPO / "plugins" / "genesys-guess-number"
+
+
+@pytest.fixture
+def guess_number():
+    """The example plugin's module (not installed in the test environment: imported from its folder)."""
+    import sys
+
+    sys.path.insert(0, str(PLUGIN_DIR))
+    try:
+        import genesys_guess_number
+
+        yield genesys_guess_number
+    finally:
+        sys.path.remove(str(PLUGIN_DIR))
+
+
+@pytest.fixture
+def toolenv():
+    import genesys_toolenv
+
+    return genesys_toolenv
+
+
+def scripted(*replies: str | dict[str, Any]):
+    """A chat function answering with `replies` in order; it records the messages it was shown."""
+    seen: list[list[dict[str, Any]]] = []
+    queue = list(replies)
+
+    async def chat(messages, tools):
+        seen.append([dict(m) for m in messages])
+        reply = queue.pop(0)
+        return {"role": "assistant", **({"content": reply} if isinstance(reply, str) else reply)}
+
+    chat.seen = seen  # type: ignore[attr-defined]
+    return chat
+
+
+def task(task_type: str, **info: Any) -> genesys.Task:
+    return genesys.Task(task_type=task_type, prompt="play", verification_info=info)
+
+
+# --- registration -------------------------------------------------------------------------------
+
+
+def test_environments_register_through_their_hook_and_are_scored_as_verifiers(guess_number):
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=[guess_number])
+    assert environments(pm) == {"guess_number": guess_number.GuessNumber}
+    scorer = verifier_entries(pm)["guess_number"].cls
+    assert issubclass(scorer, genesys.Verifier) and scorer.task_type == "guess_number"
+    assert pickle.loads(pickle.dumps(scorer)) is scorer  # workers get it by its environment
+    infos = {info.name: info for info in plugin_infos(pm)}
+    assert any(i.task_types == ["guess_number (environment)"] for i in infos.values())
+
+
+def test_a_task_type_claimed_by_a_verifier_and_an_environment_is_refused(toolenv):
+    class Clash(genesys.Verifier):
+        task_type = "calculator"
+
+        def verify(self, rollout):
+            return genesys.Verdict(score=1.0)
+
+    class Other:
+        @genesys.hookimpl
+        def genesys_verifiers(self):
+            return [Clash]
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=[toolenv, Other()])
+    with pytest.raises(PluginError, match="'calculator' is claimed by two plugins.*environment"):
+        verifier_entries(pm)
+
+
+def test_an_environment_without_task_type_is_refused():
+    class Nameless(genesys.Environment):
+        pass
+
+    class Plugin:
+        @genesys.hookimpl
+        def genesys_environments(self):
+            return [Nameless]
+
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()])
+    with pytest.raises(PluginError, match="environment .*Nameless.* has no task_type"):
+        environments(pm)
+
+
+def test_the_scorer_keeps_a_trajectory_error_and_reads_messages_as_json(guess_number):
+    scorer = environment_verifier(guess_number.GuessNumber)()
+    row = {
+        "task_type": "guess_number",
+        "prompt": "p",
+        "verification_info": {"secret": 7},
+        "llm_response": "<guess>7</guess>",
+    }
+    messages = [{"role": "user", "content": "p"}, {"role": "assistant", "content": "<guess>7</guess>"}]
+    assert scorer.verify(Rollout.from_row({**row, "messages": json.dumps(messages)})).score == 1.0
+    failed = scorer.verify(
+        Rollout.from_row({**row, "messages": messages, "trajectory_error": "turn 2: boom"})
+    )
+    assert failed.score is None and failed.error == "turn 2: boom"
+    assert scorer.verify(Rollout.from_row(row)).error.startswith("the row has no 'messages'")
+
+
+# --- tools --------------------------------------------------------------------------------------
+
+
+def test_a_tool_schema_comes_from_type_hints_and_docstring(toolenv):
+    schema = tool(toolenv.add).schema
+    assert schema == {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "a": {"type": "integer", "description": "the first number"},
+                    "b": {"type": "integer", "description": "the second number"},
+                },
+                "required": ["a", "b"],
+            },
+        },
+    }
+
+
+def test_tool_calls_are_read_from_hermes_blocks_and_structured_calls():
+    text = 'let me add <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call> and <tool_call>{oops'
+    calls = parse_tool_calls({"content": text})
+    assert [(c.name, c.arguments, c.problem) for c in calls[:1]] == [("add", {"a": 1, "b": 2}, None)]
+    assert "not valid JSON" in calls[1].problem  # the unclosed, cut-off call is reported, not dropped
+    structured = {
+        "content": "",
+        "tool_calls": [
+            {"id": "c7", "type": "function", "function": {"name": "add", "arguments": '{"a": 4}'}}
+        ],
+    }
+    assert (
+        parse_tool_calls(structured)[0].arguments == {"a": 4} and parse_tool_calls(structured)[0].id == "c7"
+    )
+    assert parse_tool_calls({"content": "<tool_call>[1, 2]</tool_call>"})[0].problem.startswith(
+        "a tool call must"
+    )
+    assert parse_tool_calls({"content": '<tool_call>{"arguments": {}}</tool_call>'})[0].problem == (
+        'the tool call has no "name"'
+    )
+    assert parse_tool_calls({"content": "no calls here"}) == []
+
+
+# --- the rollout loop ---------------------------------------------------------------------------
+
+
+def test_guess_number_is_played_to_the_end_and_scored(guess_number):
+    chat = scripted("<guess>50</guess>", "<guess>25</guess>", "hmm", "<guess>30</guess>")
+    trajectory = asyncio.run(play(guess_number.GuessNumber, task("guess_number", secret=30), chat))
+    assert trajectory.finish_reason == "done" and trajectory.turns == 4 and trajectory.error is None
+    replies = [m["content"] for m in trajectory.messages if m["role"] == "user"][1:]
+    assert replies == ["lower", "higher", "Give your guess inside <guess></guess>.", "correct"]
+    verdict = guess_number.GuessNumber().score(task("guess_number", secret=30), trajectory.messages)
+    assert verdict.score == pytest.approx(0.8)  # found on the third guess
+
+
+def test_an_episode_stops_after_max_turns(guess_number):
+    chat = scripted(*["<guess>1</guess>"] * 20)
+    trajectory = asyncio.run(play(guess_number.GuessNumber, task("guess_number", secret=30), chat))
+    assert trajectory.finish_reason == "max_turns" and trajectory.turns == guess_number.GuessNumber.max_turns
+
+
+def test_tool_results_bad_calls_and_unknown_tools_become_messages(toolenv):
+    chat = scripted(
+        '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+        '<tool_call>{"name": "add", "arguments": {"a": 2,</tool_call>',
+        '<tool_call>{"name": "add", "arguments": {"a": "two", "b": 3}}</tool_call>'
+        '<tool_call>{"name": "multiply", "arguments": {}}</tool_call>',
+        "The answer is 5",
+    )
+    trajectory = asyncio.run(play(toolenv.Calculator, task("calculator", a=2, b=3), chat))
+    assert trajectory.error is None and trajectory.finish_reason == "done" and trajectory.turns == 4
+    tools = [m for m in trajectory.messages if m["role"] == "tool"]
+    assert tools[0] == {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "5"}
+    assert tools[1]["content"].startswith("error: the tool call is not valid JSON")
+    assert tools[2]["content"].startswith("error: ValidationError") and "a" in tools[2]["content"]
+    assert tools[3]["content"].startswith("error: there is no tool 'multiply'; the tools are add, hang")
+    assert chat.seen[1][-1] == tools[0]  # the model saw the tool's result before its next turn
+
+
+def test_a_hanging_tool_ends_the_rollout_with_an_error_naming_its_turn(toolenv):
+    chat = scripted(
+        '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>',
+        '<tool_call>{"name": "hang", "arguments": {"seconds": 600}}</tool_call>',
+    )
+    trajectory = asyncio.run(play(toolenv.Calculator, task("calculator", a=1, b=1), chat))
+    assert trajectory.finish_reason == "error" and trajectory.turns == 2
+    assert trajectory.error == "turn 2: tool 'hang' passed its 1 s deadline"
+
+
+def test_a_failing_step_and_a_hanging_async_step_are_errors_naming_their_turn(toolenv):
+    broken = asyncio.run(play(toolenv.Broken, task("broken_env"), scripted("hi")))
+    assert broken.error == "turn 1: step raised RuntimeError: the environment broke"
+
+    class Slow(genesys.Environment):
+        task_type = "slow"
+        step_timeout = 0.2
+
+        async def step(self, task, messages):
+            if len(messages) > 2:
+                await asyncio.sleep(600)
+            return genesys.Step([{"role": "user", "content": "again"}])
+
+    slow = asyncio.run(play(Slow, task("slow"), scripted("one", "two")))
+    assert slow.error == "turn 2: step passed its 0.2 s deadline" and slow.turns == 2
+
+
+def test_each_rollout_has_its_own_environment_state():
+    class Counter(genesys.Environment):
+        task_type = "counter"
+        max_turns = 5
+
+        async def reset(self, task):
+            self.seen = 0
+            return [{"role": "user", "content": "count"}]
+
+        def step(self, task, messages):
+            self.seen += 1
+            return genesys.Step([{"role": "user", "content": str(self.seen)}], done=self.seen == 3)
+
+    async def both():
+        return await asyncio.gather(
+            *(play(Counter, task("counter"), scripted("a", "b", "c")) for _ in range(2))
+        )
+
+    for trajectory in asyncio.run(both()):
+        assert [m["content"] for m in trajectory.messages if m["role"] == "user"] == ["count", "1", "2", "3"]
+
+
+def test_the_python_tool_runs_code_in_the_sandbox():
+    class PythonMath(genesys.Environment):
+        task_type = "python_math"
+        tools = (python_tool("subprocess"),)
+        tool_timeout = 60.0
+
+    chat = scripted(
+        '<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>',
+        '<tool_call>{"name": "python", "arguments": {"code": "raise SystemExit(3)"}}</tool_call>',
+        "42",
+    )
+    trajectory = asyncio.run(play(PythonMath, task("python_math"), chat))
+    tools = [m["content"] for m in trajectory.messages if m["role"] == "tool"]
+    assert tools[0].strip() == "42"
+    assert tools[1].startswith("[runtime_error]")
+
+
+# --- through genesys generate and verify --------------------------------------------------------
+
+SECRETS = (37, 1, 100)
+CALCULATOR_MODES = ("ok", "malformed", "hang")
+
+
+def policy(body: dict[str, Any]) -> dict[str, Any]:
+    """A scripted model: binary search for guess-the-number; for the calculator, what the task's mode says."""
+    messages = body["messages"]
+    prompt = messages[0]["content"]
+    if prompt.startswith("I am thinking"):
+        low, high = 1, 100
+        for said, answer in zip(messages[1::2], messages[2::2]):
+            guess = int(re.search(r"<guess>(\d+)</guess>", said["content"]).group(1))
+            low, high = (guess + 1, high) if answer["content"] == "higher" else (low, guess - 1)
+        return {"content": f"<guess>{(low + high) // 2}</guess>"}
+    if not prompt.startswith("What is"):
+        return {"content": "hello"}  # broken_env: its step raises whatever the model says
+    mode = prompt.split()[-1]
+    assert [t["function"]["name"] for t in body["tools"]] == ["add", "hang"]
+    last = messages[-1]
+    if last["role"] == "tool" and not last["content"].startswith("error"):
+        return {"content": f"The answer is {last['content']}"}
+    if mode == "malformed" and last["role"] == "user":
+        return {"content": '<tool_call>{"name": "add", "arguments": {"a": 2,</tool_call>'}
+    if mode == "hang":
+        return {"content": '<tool_call>{"name": "hang", "arguments": {"seconds": 600}}</tool_call>'}
+    return {"content": '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'}
+
+
+def environment_tasks(path: Path, guess_number) -> Path:
+    rows = [row for row in guess_number.guess_number_tasks(count=3)]
+    for row, secret in zip(rows, SECRETS):
+        row["verification_info"] = {"secret": secret, "low": 1, "high": 100}
+        row["problem_id"] = f"guess-{secret}"
+    for mode in CALCULATOR_MODES:
+        rows.append(
+            {
+                "problem_id": f"calc-{mode}",
+                "task_type": "calculator",
+                "prompt": f"What is 2 + 3? {mode}",
+                "verification_info": {"a": 2, "b": 3},
+            }
+        )
+    rows.append({"problem_id": "broken", "task_type": "broken_env", "prompt": "x", "verification_info": {}})
+    return write_jsonl(path, rows)
+
+
+@pytest.fixture
+def environment_env(monkeypatch):
+    """Environment for `genesys` subprocesses that loads the example plugin and the tool environment."""
+    monkeypatch.setenv("GENESYS_PLUGINS", "genesys_guess_number,genesys_toolenv")
+    path = [str(SUPPORT), str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    return dict(os.environ)
+
+
+def genesys_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GENESYS, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_generate_plays_environments_through_an_openai_server_and_verify_rescores(
+    tmp_path, guess_number, environment_env
+):
+    tasks = environment_tasks(tmp_path / "tasks.jsonl", guess_number)
+    output = tmp_path / "out.jsonl"
+    with ScriptedChatServer(policy) as server:
+        command = [
+            "generate",
+            "--tasks",
+            str(tasks),
+            "--model",
+            "scripted",
+            "-o",
+            str(output),
+            "--backend",
+            "openai",
+            "--base-url",
+            server.base_url,
+            "-n",
+            "2",
+            "--verify",
+            "--no-progress",
+        ]
+        result = genesys_cli(*command, env=environment_env)
+        assert result.returncode == 0, result.stderr
+        rows = {row["response_id"]: row for row in read_jsonl(output)}
+        assert len(rows) == 14
+        by_problem: dict[str, list[dict[str, Any]]] = {}
+        for row in rows.values():
+            by_problem.setdefault(row["problem_id"], []).append(row)
+        expected_guesses = {37: 3, 1: 6, 100: 7}  # binary search over 1..100
+        for secret, guesses in expected_guesses.items():
+            for row in by_problem[f"guess-{secret}"]:
+                assert row["turns"] == guesses and row["error"] is None
+                assert row["score"] == pytest.approx(1.0 - 0.1 * (guesses - 1))
+                assert row["messages"][-1] == {"role": "user", "content": "correct"}
+                assert row["llm_response"] == f"<guess>{secret}</guess>"
+        for row in by_problem["calc-ok"]:
+            assert row["score"] == 1.0 and row["llm_response"] == "The answer is 5"
+            assert {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "5"} in row[
+                "messages"
+            ]
+        for row in by_problem["calc-malformed"]:
+            assert row["score"] == 1.0 and row["turns"] == 3
+            assert row["messages"][2]["content"].startswith("error: the tool call is not valid JSON")
+        for row in by_problem["calc-hang"]:
+            assert row["score"] is None and row["error"] == "turn 1: tool 'hang' passed its 1 s deadline"
+        for row in by_problem["broken"]:
+            assert (
+                row["score"] is None
+                and row["error"] == "turn 1: step raised RuntimeError: the environment broke"
+            )
+
+        # The same command again: nothing is missing, nothing is played twice.
+        asked = len(server.requests)
+        again = genesys_cli(*command, env=environment_env)
+        assert again.returncode == 0, again.stderr
+        assert len(server.requests) == asked and len(read_jsonl(output)) == 14
+
+    rescored = tmp_path / "rescored.jsonl"
+    result = genesys_cli("verify", str(output), "-o", str(rescored), "--no-progress", env=environment_env)
+    assert result.returncode == 0, result.stderr
+    again = {row["response_id"]: row for row in read_jsonl(rescored)}
+    assert {k: (r["score"], r["error"]) for k, r in again.items()} == {
+        k: (r["score"], r["error"]) for k, r in rows.items()
+    }
+
+
+def test_a_backend_without_play_refuses_environment_tasks(tmp_path, guess_number, environment_env):
+    tasks = environment_tasks(tmp_path / "tasks.jsonl", guess_number)
+    environment_env["GENESYS_PLUGINS"] += ",genesys_testplugins"
+    result = genesys_cli(
+        "generate",
+        "--tasks",
+        str(tasks),
+        "--model",
+        "m",
+        "-o",
+        str(tmp_path / "o.jsonl"),
+        "--backend",
+        "scripted",
+        "--no-progress",
+        env=environment_env,
+    )
+    assert result.returncode == 2
+    assert "cannot play multi-turn environments yet" in result.stderr and "guess_number" in result.stderr
