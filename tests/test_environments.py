@@ -424,3 +424,29 @@ def test_a_backend_without_play_refuses_environment_tasks(tmp_path, guess_number
     )
     assert result.returncode == 2
     assert "cannot play multi-turn environments yet" in result.stderr and "guess_number" in result.stderr
+
+
+def test_the_built_in_python_math_environment_grades_the_final_answer_with_the_math_verifier():
+    from genesys.verifiers import math_python
+    from genesys.verifiers.math_python import PythonMath
+
+    # A built-in plugin (entry point math_python); registered here by hand, so the test does not
+    # depend on the installed entry points being current.
+    pm = new_plugin_manager(load_entry_points=False, extra_plugins=[math_python])
+    assert environments(pm) == {"math_python": PythonMath}
+
+    class Unsandboxed(PythonMath):
+        tools = (python_tool("subprocess"),)
+
+    chat = scripted(
+        '<tool_call>{"name": "python", "arguments": {"code": "print(sum(range(101)))"}}</tool_call>',
+        "The sum is \\boxed{5050}.",
+    )
+    math_task = genesys.Task(
+        task_type="math_python", prompt="Sum 0..100.", verification_info={"ground_truth": "5050"}
+    )
+    trajectory = asyncio.run(play(Unsandboxed, math_task, chat))
+    assert trajectory.messages[0]["role"] == "system" and trajectory.messages[3]["content"].strip() == "5050"
+    assert PythonMath().score(math_task, trajectory.messages).score == 1.0
+    wrong = [*trajectory.messages[:-1], {"role": "assistant", "content": "\\boxed{5051}"}]
+    assert PythonMath().score(math_task, wrong).score == 0.0
