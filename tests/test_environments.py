@@ -450,3 +450,52 @@ def test_the_built_in_python_math_environment_grades_the_final_answer_with_the_m
     assert PythonMath().score(math_task, trajectory.messages).score == 1.0
     wrong = [*trajectory.messages[:-1], {"role": "assistant", "content": "\\boxed{5051}"}]
     assert PythonMath().score(math_task, wrong).score == 0.0
+
+
+@pytest.mark.parametrize("output_name", ["out.jsonl", "shards"])
+def test_playing_resumes_after_sigkill_without_playing_a_rollout_twice(
+    tmp_path, guess_number, environment_env, output_name
+):
+    import signal
+    import time
+
+    from genesys.data.inputs import resolve_inputs
+    from genesys.data.io import iter_rows
+
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", guess_number.guess_number_tasks(count=24, seed=5))
+    output = tmp_path / output_name
+
+    def slow_policy(body):
+        time.sleep(0.02)
+        return policy(body)
+
+    def written_rows():
+        return [item.row for item in iter_rows(resolve_inputs([str(output)]))] if output.exists() else []
+
+    with ScriptedChatServer(slow_policy) as server:
+        command = [GENESYS, "generate", "--tasks", str(tasks), "--model", "scripted", "-o", str(output),
+                   "--backend", "openai", "--base-url", server.base_url, "-n", "2", "--concurrency", "2",
+                   "--no-progress"]  # fmt: skip
+        first = subprocess.Popen(
+            command, env=environment_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.05)
+            if output_name == "out.jsonl" and output.exists() and output.stat().st_size > 0:
+                break
+            if output_name == "shards" and list(output.glob("*.parquet")):
+                break
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        before = len(written_rows())
+        assert 0 < before < 48, "the first run should be killed midway"
+        finished = subprocess.run(command, env=environment_env, capture_output=True, text=True, timeout=600)
+        assert finished.returncode == 0, finished.stderr
+    rows = written_rows()
+    ids = [row["response_id"] for row in rows]
+    assert len(ids) == 48 and len(set(ids)) == 48
+    for row in rows:
+        messages = row["messages"] if isinstance(row["messages"], list) else json.loads(row["messages"])
+        assert messages[-1] == {"role": "user", "content": "correct"}
+        assert row["turns"] == sum(m["role"] == "assistant" for m in messages)
