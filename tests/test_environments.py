@@ -499,3 +499,58 @@ def test_playing_resumes_after_sigkill_without_playing_a_rollout_twice(
         messages = row["messages"] if isinstance(row["messages"], list) else json.loads(row["messages"])
         assert messages[-1] == {"role": "user", "content": "correct"}
         assert row["turns"] == sum(m["role"] == "assistant" for m in messages)
+
+
+def test_an_environment_returning_no_messages_or_failing_to_start_is_an_error_not_a_crash():
+    class Mute(genesys.Environment):
+        task_type = "mute"
+
+        def reset(self, task):
+            return "hello"
+
+    class Talkative(genesys.Environment):
+        task_type = "talkative"
+
+        def step(self, task, messages):
+            return genesys.Step(["not a message"])
+
+    class Unstartable(genesys.Environment):
+        task_type = "unstartable"
+
+        def __init__(self):
+            raise OSError("no database")
+
+    assert asyncio.run(play(Mute, task("mute"), scripted())).error == (
+        "turn 0: reset returned 'hello', not a list of chat messages with a role"
+    )
+    assert asyncio.run(play(Talkative, task("talkative"), scripted("hi"))).error.startswith(
+        "turn 1: step returned"
+    )
+    assert asyncio.run(play(Unstartable, task("unstartable"), scripted())).error == (
+        "turn 0: Unstartable() raised OSError: no database"
+    )
+
+
+def test_an_async_tool_is_awaited_and_cancelled_at_its_deadline():
+    async def lookup(key: str) -> str:
+        """Look a key up.
+
+        Args:
+            key: what to look up
+        """
+        if key == "slow":
+            await asyncio.sleep(600)
+        return key.upper()
+
+    class Lookup(genesys.Environment):
+        task_type = "lookup"
+        tools = (lookup,)
+        tool_timeout = 0.3
+
+    chat = scripted(
+        '<tool_call>{"name": "lookup", "arguments": {"key": "fast"}}</tool_call>',
+        '<tool_call>{"name": "lookup", "arguments": {"key": "slow"}}</tool_call>',
+    )
+    trajectory = asyncio.run(play(Lookup, task("lookup"), chat))
+    assert trajectory.messages[2]["content"] == "FAST"
+    assert trajectory.error == "turn 2: tool 'lookup' passed its 0.3 s deadline"

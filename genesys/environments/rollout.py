@@ -54,14 +54,17 @@ class _Ended(Exception):
 
 async def play(environment: type[Environment], task: Task, chat: ChatFunction) -> Trajectory:
     """Play `task` in a fresh instance of `environment` with the model behind `chat`."""
-    env = environment()
     tools = tools_of(environment.tools)
     schemas = [item.schema for item in tools.values()]
     messages: list[dict[str, Any]] = []
     turn = 0
     try:
+        try:
+            env = environment()
+        except Exception as exc:  # the environment's bug, recorded like one in reset
+            raise _Ended(f"turn 0: {environment.__name__}() raised {_one_line(exc)}") from exc
         opening = await _environment_call(env.reset, (task,), environment.step_timeout, "reset", turn)
-        messages = [dict(message) for message in opening]
+        messages = _messages(opening, "reset", turn)
         while turn < environment.max_turns:
             turn += 1
             try:
@@ -77,12 +80,21 @@ async def play(environment: type[Environment], task: Task, chat: ChatFunction) -
             step = await _environment_call(env.step, (task, messages), environment.step_timeout, "step", turn)
             if not isinstance(step, Step):
                 raise _Ended(f"turn {turn}: step returned {type(step).__name__}, not a genesys.Step")
-            messages.extend(dict(message) for message in step.messages)
+            messages.extend(_messages(step.messages, "step", turn))
             if step.done:
                 return Trajectory(messages, turn, "done")
     except _Ended as ended:
         return Trajectory(messages, turn, "error", str(ended))
     return Trajectory(messages, turn, "max_turns")
+
+
+def _messages(value: Any, what: str, turn: int) -> list[dict[str, Any]]:
+    """Chat messages an environment returned, copied; anything else ends the episode."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value
+    ):
+        raise _Ended(f"turn {turn}: {what} returned {value!r:.200}, not a list of chat messages with a role")
+    return [dict(message) for message in value]
 
 
 async def _run_tool(tools: dict[str, Tool], call: ToolCall, timeout: float, turn: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ becomes an error message to the model; only a call past its deadline ends the ro
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -29,12 +30,20 @@ class Tool:
     schema: dict[str, Any]
     validated: Callable[..., Any]  # `function` checking (and converting) its arguments by their hints
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
 
 def tool(function: Callable[..., Any]) -> Tool:
     """The `Tool` for a typed function (usable as a decorator); its schema is made from the type
     hints and the docstring."""
     if isinstance(function, Tool):
         return function
+    return _tool(function)
+
+
+@functools.cache
+def _tool(function: Callable[..., Any]) -> Tool:
     from pydantic import TypeAdapter, validate_call
 
     summary, arguments = _docstring(inspect.getdoc(function) or "")
