@@ -406,24 +406,68 @@ def test_generate_plays_environments_through_an_openai_server_and_verify_rescore
     }
 
 
-def test_a_backend_without_play_refuses_environment_tasks(tmp_path, guess_number, environment_env):
+def test_a_backend_without_play_of_its_own_plays_with_batched_turns(tmp_path, guess_number, environment_env):
+    """The test plugins' scripted backend answers with the prompt's last words, never a guess nor a tool call."""
     tasks = environment_tasks(tmp_path / "tasks.jsonl", guess_number)
     environment_env["GENESYS_PLUGINS"] += ",genesys_testplugins"
+    output = tmp_path / "o.jsonl"
     result = genesys_cli(
-        "generate",
-        "--tasks",
-        str(tasks),
-        "--model",
-        "m",
-        "-o",
-        str(tmp_path / "o.jsonl"),
-        "--backend",
-        "scripted",
-        "--no-progress",
-        env=environment_env,
-    )
-    assert result.returncode == 2
-    assert "cannot play multi-turn environments yet" in result.stderr and "guess_number" in result.stderr
+        "generate", "--tasks", str(tasks), "--model", "m", "-o", str(output), "--backend", "scripted",
+        "--verify", "--no-progress", env=environment_env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {row["problem_id"]: row for row in read_jsonl(output)}
+    for secret in SECRETS:
+        row = rows[f"guess-{secret}"]
+        assert row["turns"] == guess_number.GuessNumber.max_turns and row["finish_reason"] == "max_turns"
+        assert row["score"] == 0.0 and row["error"] is None
+        assert [m["role"] for m in row["messages"]] == ["user"] + ["assistant", "user"] * 8
+        assert row["messages"][1]["content"] == " or correct. #0"  # what the scripted backend says
+    assert rows["calc-ok"]["turns"] == 1 and rows["calc-ok"]["score"] == 0.0
+
+
+def test_the_turn_batcher_samples_the_turns_of_many_rollouts_together(guess_number):
+    from genesys.generate.backend import Completion, GenerationRequest, GenerationResult
+    from genesys.generate.episodes import play_batched
+
+    class Recorder:
+        name = "recorder"
+        batches: list[int] = []
+
+        async def generate(self, requests):
+            requests = list(requests)
+            self.batches.append(len(requests))
+            for request in requests:
+                yield GenerationResult(request, None, [Completion("<guess>50</guess>", None, None, "stop")])
+
+    rows = guess_number.guess_number_tasks(count=5)
+    episodes = {str(i): (guess_number.GuessNumber, genesys.Task.from_row(row)) for i, row in enumerate(rows)}
+    requests = [GenerationRequest(key, [], [0, 1, 2], seed=1) for key in episodes]
+
+    async def collect():
+        return [result async for result in play_batched(Recorder(), requests, episodes)]
+
+    results = asyncio.run(collect())
+    assert sorted(r.request.key for r in results) == sorted(episodes)
+    assert all(len(r.completions) == 3 for r in results)
+    assert Recorder.batches[0] == 15  # every rollout's first turn in one batch
+    assert sum(Recorder.batches) == sum(c.trajectory["turns"] for r in results for c in r.completions)
+
+
+def test_the_transformers_backend_plays_an_environment(tmp_path, tiny_model, guess_number, environment_env):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", guess_number.guess_number_tasks(count=2))
+    output = tmp_path / "o.jsonl"
+    result = genesys_cli(
+        "generate", "--tasks", str(tasks), "--model", tiny_model, "-o", str(output), "--backend", "transformers",
+        "-n", "2", "--max-tokens", "6", "--verify", "--no-progress", env=environment_env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(output)
+    assert len(rows) == 4
+    for row in rows:
+        assert row["error"] is None and row["score"] is not None
+        assert 1 <= row["turns"] <= guess_number.GuessNumber.max_turns
+        assert sum(m["role"] == "assistant" for m in row["messages"]) == row["turns"]
 
 
 def test_the_built_in_python_math_environment_grades_the_final_answer_with_the_math_verifier():

@@ -32,14 +32,16 @@ class GenerationRequest:
     """The missing samples of one task: `sample_indices` says which samples they are.
 
     `seed` is this request's sampling seed (backends derive its samples' randomness from it);
-    `sampling` gives the temperature, top-p and token limit of this request.
+    `sampling` gives the temperature, top-p and token limit of this request. `tools`: the OpenAI-format
+    schemas of the tools the model may call (a turn of an environment), handed to the chat template.
     """
 
     key: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     sample_indices: list[int]
     seed: int
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    tools: list[dict[str, Any]] | None = None
 
     @property
     def n(self) -> int:

@@ -190,6 +190,7 @@ class OpenAIBackend:
         """Play each request's samples in its environment (`episodes[request.key]`: the environment
         and the task), all concurrently; each completion carries its trajectory. Results as they finish."""
         from genesys.environments import play
+        from genesys.generate.episodes import completion_of
 
         async def one(request: GenerationRequest) -> GenerationResult:
             environment, task = episodes[request.key]
@@ -199,11 +200,7 @@ class OpenAIBackend:
                     for sample in request.sample_indices
                 )
             )
-            completions = [
-                Completion(t.final_answer, None, None, t.finish_reason, trajectory=t.columns())
-                for t in trajectories
-            ]
-            return GenerationResult(request, None, completions)
+            return GenerationResult(request, None, [completion_of(t) for t in trajectories])
 
         async with OpenAIClient(**self.client_options) as client:
             async for result in _as_finished(requests, one, self.concurrency):

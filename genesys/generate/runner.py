@@ -9,8 +9,9 @@ written once verified and given their reward, in the order they were generated (
 generation only waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
 Rows are written in the order generation finishes them (a backend may finish a short answer before
 a long one asked earlier; holding finished rollouts back for task order would cost memory without
-bound). Tasks whose task_type is an environment's are played in it (`Backend.play`, the backends that
-have it) and their rows are trajectories. With `retry_errors`, rows of the output whose `error` is set are taken out and verified
+bound). Tasks whose task_type is an environment's are played in it (by the backend's own `play`, else
+with their model turns batched through `generate`, `genesys.generate.episodes`); their rows are
+trajectories. With `retry_errors`, rows of the output whose `error` is set are taken out and verified
 again, keeping their completions. Every reward input is checked before generating; rows done when a
 run fails are written before it ends.
 """
@@ -38,6 +39,7 @@ from genesys.generate.backend import (
     iterate,
     resolve_backend_name,
 )
+from genesys.generate.episodes import play_batched
 from genesys.generate.rows import (
     PlannedTask,
     RowBuilder,
@@ -227,7 +229,6 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             built = backend is None
             backend = backend or _build_backend(config, backend_name)
             try:
-                _check_playable(todo, backend)
                 builder = RowBuilder(config.model, settings, machine_info(backend))
                 with run.progress(
                     len(plans), "generating", "tasks", rated=("samples", "tokens"), enabled=config.progress
@@ -309,16 +310,6 @@ def _environments(todo: Sequence[PlannedTask]) -> dict[str, type[Environment]]:
     return {p.row["task_type"]: found[p.row["task_type"]] for p in todo if p.row["task_type"] in found}
 
 
-def _check_playable(todo: Sequence[PlannedTask], backend: Backend) -> None:
-    """Refuse, before generating, environment tasks a backend cannot play."""
-    played = _environments(todo)
-    if played and not hasattr(backend, "play"):
-        raise InputError(
-            f"--backend {backend.name} cannot play multi-turn environments yet (task types "
-            f"{', '.join(sorted(played))}); use --backend openai"
-        )
-
-
 async def _results(
     todo: Sequence[PlannedTask], config: GenerateConfig, backend: Backend
 ) -> AsyncIterator[GenerationResult]:
@@ -331,7 +322,13 @@ async def _results(
             yield result
     if episodes:
         tasks = {p.key: (played[p.row["task_type"]], Task.from_row(p.row)) for p in episodes}
-        async for result in backend.play(requests(episodes, config), tasks):  # type: ignore[attr-defined]
+        play = getattr(backend, "play", None)
+        results = (
+            play(requests(episodes, config), tasks)
+            if play is not None
+            else play_batched(backend, requests(episodes, config), tasks)
+        )
+        async for result in results:
             yield result
 
 

@@ -364,7 +364,9 @@ class VLLMBackend:
     ) -> tuple[list[Any], int, list[list[list[str] | None]] | None]:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
         and, with proofs, the proofs of each output's completions in sample order."""
-        prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
+        prompts = [
+            {"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style, r.tools)} for r in chunk
+        ]
         if self.proofs is None:
             return (
                 self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False),
