@@ -373,7 +373,9 @@ class VLLMBackend:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
         and, with proofs, for each output's completions in sample order their proofs and (with
         sampling proofs) the tokens and logprobs the seeded sampler recorded."""
-        prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
+        prompts = [
+            {"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style, r.tools)} for r in chunk
+        ]
         if self.proofs is None:
             return (
                 self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False),
