@@ -61,6 +61,28 @@ class RolloutSource(Protocol):
     def close(self) -> None: ...
 
 
+class FileSource:
+    """A source read from files once, with nothing to generate: `start`, `publish` and `close` have
+    nothing to do, and its state is how far its seeded `order` (`genesys.train.order.ItemOrder`) got."""
+
+    order: Any
+
+    def start(self, named_parameters: NamedParameters, step: int) -> None:
+        pass
+
+    def publish(self, named_parameters: NamedParameters, version: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def state(self) -> dict[str, Any]:
+        return {"taken": self.order.taken}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.order.taken = state["taken"]
+
+
 def usable(group: Sequence[Row]) -> list[Row]:
     """The rollouts of a group that have a reward."""
     return [row for row in group if row.get("reward") is not None]

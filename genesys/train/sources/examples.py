@@ -28,7 +28,7 @@ from genesys.errors import InputError
 from genesys.train.batch import TrainingSequence
 from genesys.train.distributed import World
 from genesys.train.order import ItemOrder
-from genesys.train.sources.base import NamedParameters
+from genesys.train.sources.base import FileSource
 
 log = logging.getLogger(__name__)
 
@@ -142,28 +142,13 @@ def tokenize_example(example: Example, tokenizer: Any, config: SftConfig) -> Tra
     return TrainingSequence(prompt_ids, completion_ids, [0.0] * len(completion_ids), 0.0)
 
 
-class SftExamples:
+class SftExamples(FileSource):
     """The run's tokenized examples in a seeded, endless order; its state is the count taken.
     It has the methods of a `RolloutSource`; its batches are training sequences, not groups."""
 
     def __init__(self, examples: Sequence[Example], tokenizer: Any, config: SftConfig, world: World) -> None:
         self.sequences = [tokenize_example(example, tokenizer, config) for example in examples]
         self.order = ItemOrder(len(self.sequences), config.sft.seed, world.rank, world.size)
-
-    def start(self, named_parameters: NamedParameters, step: int) -> None:
-        pass
-
-    def publish(self, named_parameters: NamedParameters, version: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def state(self) -> dict[str, Any]:
-        return {"taken": self.order.taken}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.order.taken = state["taken"]
 
     def next_batch(self, size: int) -> list[TrainingSequence]:
         """This rank's next `size` examples, shortest first (less padding)."""

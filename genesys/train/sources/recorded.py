@@ -8,7 +8,7 @@ does not count (attested under the trust key, marked valid by `genesys validate 
 `data.tasks` when given); with `data.keep_tasks` (a task file, as `genesys filter` writes) it keeps
 only the rollouts of those tasks, matched as `genesys filter` groups them (`group_key`: problem_id, or
 prompt without one).
-Nothing generates, so `start`, `publish` and `close` have nothing to do.
+Nothing generates (a `FileSource`): `start`, `publish` and `close` have nothing to do.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from genesys.train.config import TrainConfig
 from genesys.train.distributed import World
 from genesys.train.groups import group_by_task, has_signal
 from genesys.train.order import ItemOrder
-from genesys.train.sources.base import NamedParameters, StepRollouts, usable
+from genesys.train.sources.base import FileSource, StepRollouts, usable
 
 log = logging.getLogger(__name__)
 
 
-class RecordedRollouts:
+class RecordedRollouts(FileSource):
     """Serve the groups of recorded rollout files (the offline mode), in a seeded order."""
 
     def __init__(self, config: TrainConfig, world: World) -> None:
@@ -60,21 +60,6 @@ class RecordedRollouts:
             )
         self.groups = groups
         self.order = ItemOrder(len(groups), config.sampling.seed, world.rank, world.size)
-
-    def start(self, named_parameters: NamedParameters, step: int) -> None:
-        pass
-
-    def publish(self, named_parameters: NamedParameters, version: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def state(self) -> dict[str, Any]:
-        return {"taken": self.order.taken}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.order.taken = state["taken"]
 
     def next_batch(self, size: int) -> StepRollouts:
         groups = [self.groups[index] for _, index in self.order.take(size)]
