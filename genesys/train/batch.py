@@ -16,17 +16,25 @@ import torch
 
 @dataclass(frozen=True)
 class TrainingSequence:
-    """One completion to learn from: token ids, the behaviour policy's logprobs, its advantage."""
+    """One completion to learn from: token ids, the behaviour (sampler's) logprobs, its advantage;
+    the old policy's logprobs when the trainer recomputed them, and how many optimizer steps older
+    than the trainer's the policy that sampled it was."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
     behaviour_logprobs: list[float]
     advantage: float
+    old_logprobs: list[float] | None = None
+    staleness: int = 0
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.behaviour_logprobs):
             raise ValueError(
                 f"{len(self.completion_ids)} completion ids but {len(self.behaviour_logprobs)} logprobs"
+            )
+        if self.old_logprobs is not None and len(self.old_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.completion_ids)} completion ids but {len(self.old_logprobs)} old logprobs"
             )
         if not self.prompt_ids:
             raise ValueError("a training sequence needs at least one prompt token")
@@ -43,6 +51,8 @@ class MicroBatch:
     completion_mask: torch.Tensor
     behaviour_logprobs: torch.Tensor
     advantages: torch.Tensor  # (batch,)
+    old_logprobs: torch.Tensor  # the trainer's recomputed ones, else the behaviour logprobs
+    staleness: torch.Tensor  # (batch,)
 
     @property
     def completion_len(self) -> int:
@@ -68,6 +78,7 @@ def collate(
     completion_ids = torch.full((size, completion_len), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((size, completion_len), dtype=torch.bool)
     behaviour = torch.zeros((size, completion_len), dtype=torch.float32)
+    old = torch.zeros((size, completion_len), dtype=torch.float32)
     for i, s in enumerate(sequences):
         p, c = len(s.prompt_ids), len(s.completion_ids)
         input_ids[i, prompt_len - p : prompt_len] = torch.tensor(s.prompt_ids)
@@ -77,8 +88,12 @@ def collate(
             completion_ids[i, :c] = torch.tensor(s.completion_ids)
             completion_mask[i, :c] = True
             behaviour[i, :c] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
+            old[i, :c] = torch.tensor(
+                s.behaviour_logprobs if s.old_logprobs is None else s.old_logprobs, dtype=torch.float32
+            )
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)
+    staleness = torch.tensor([s.staleness for s in sequences], dtype=torch.long)
     tensors = (
         input_ids,
         attention_mask,
@@ -87,6 +102,8 @@ def collate(
         completion_mask,
         behaviour,
         advantages,
+        old,
+        staleness,
     )
     return MicroBatch(*(t.to(device) for t in tensors))
 

@@ -15,8 +15,15 @@ import torch
 from genesys.train.batch import MicroBatch
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """logprob of `tokens` (batch, T) under `logits` (batch, T, vocab) divided by `temperature`, in fp32."""
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0
+) -> torch.Tensor:
+    """logprob of `tokens` (batch, T) under `logits` (batch, T, vocab) divided by `temperature`, in
+    fp32; below `top_p = 1`, within the sampler's nucleus renormalised (`genesys.train.nucleus`)."""
+    if top_p < 1.0:
+        from genesys.train.nucleus import nucleus_token_logprobs
+
+        return nucleus_token_logprobs(logits, tokens, temperature, top_p)
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
