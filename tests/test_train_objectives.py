@@ -4,6 +4,7 @@ top-p nucleus in the trainer's logprobs and dropout switched off, against number
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +194,20 @@ def test_disable_dropout_zeroes_dropout_modules_and_attention_rates_but_not_the_
     assert model.extra[0].p == 0.0
     assert model.config.attention_dropout == 0.1
     assert disable_dropout(model) == 0
+
+
+def test_the_intellect2_config_loads_with_the_reports_hyperparameters():
+    from genesys.train import TrainConfig
+
+    config = TrainConfig.load(
+        Path(__file__).parents[1] / "configs" / "intellect2.toml",
+        {"data": {"tasks": ["tasks.jsonl"]}, "output_dir": "out"},
+    )
+    assert (config.loss.type, config.loss.eps_low, config.loss.eps_high, config.loss.delta) == (
+        "grpo",
+        0.2,
+        0.2,
+        4.0,
+    )
+    assert (config.loss.kl_beta, config.sampling.n, config.optim.lr) == (0.001, 16, 3e-7)
+    assert (config.async_.max_staleness, config.cluster.backend) == (2, "ray")

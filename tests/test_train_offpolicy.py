@@ -202,3 +202,23 @@ def test_a_resumed_run_logs_into_the_same_wandb_run(tmp_path, monkeypatch):
     assert (inits[1]["id"], inits[1]["resume"]) == ("run-1", "allow")
     open_trackers(["wandb"], tmp_path, {}, "run", resume=False).close()  # a new run starts afresh
     assert "id" not in inits[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type", ["dr_grpo", "gspo", "cispo"])
+def test_each_loss_type_learns_the_toy_task(tiny_model, tmp_path, plugin_env, loss_type):
+    """The digit task as `test_a_tiny_model_learns_the_toy_task...` (grpo) learns it, in 60 steps."""
+    result = train(
+        config(
+            tiny_model,
+            tmp_path / "run",
+            digit_tasks(tmp_path / "tasks.jsonl"),
+            sampling={"max_tokens": 32},
+            optim={"steps": 60},
+            loss={"type": loss_type},
+        )
+    )
+    rewards = [m["reward_mean"] for m in result.metrics]
+    start, end = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert start < 0.2
+    assert end >= 0.8, rewards
