@@ -55,6 +55,7 @@ from genesys.train.metrics import MetricsLog, read_metrics
 from genesys.train.schedule import lr_factor
 from genesys.train.sources import open_source
 from genesys.train.sources.base import POLICY_STEP_COLUMN, RewardTally, StepRollouts, usable
+from genesys.train.threads import ThreadTuner
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.toml"
@@ -196,6 +197,8 @@ class Trainer:
         )
         if config.disable_dropout:
             disable_dropout(self.model)
+        self.threads = ThreadTuner.for_device(self.device, self._thread_probe)
+        self.steps_run = 0  # steps of this process (the thread count is measured from its first)
         self.reference = _frozen_reference(config, self.device) if config.loss.kl_beta > 0 else None
         self.trained = self._wrap(self.model)
         self.optimizer = torch.optim.AdamW(
@@ -276,6 +279,18 @@ class Trainer:
             resume=self.state is not None,
         )
 
+    def _thread_probe(self) -> None:
+        """A small forward pass of the model, for `ThreadTuner` to time (no RNG drawn, mode kept)."""
+        training = self.model.training
+        self.model.eval()
+        tokens = torch.randint(
+            0, len(self.tokenizer), (4, 64), generator=torch.Generator().manual_seed(0)
+        ).to(self.device)
+        try:
+            self.model(input_ids=tokens, use_cache=False)
+        finally:
+            self.model.train(training)
+
     def _open_evaluator(self) -> Any:
         if not self.config.eval.tasks:
             return None
@@ -334,6 +349,9 @@ class Trainer:
 
     def train_step(self) -> dict[str, Any]:
         """One optimizer step (generating a new batch first when the last one is used up)."""
+        if self.threads is not None:
+            self.threads.maybe_tune(self.steps_run)
+        self.steps_run += 1
         started = time.perf_counter()
         first_update = self.batch is None
         if self.batch is None:
