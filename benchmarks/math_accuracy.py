@@ -5,23 +5,33 @@
 - `math-verify suite`: benchmarks/data/math_verify_suite.json, every (gold, prediction, verdict)
   that Math-Verify's own test suite asserts (Apache-2.0, see the file's notice). A pair the suite
   asserts both ways under different options (same gold and prediction, opposite verdicts) has no
-  single label, and one verdict is marked `disputed` (it asserts 1 - 1/e = 1 + 1/e): those rows
-  are listed but left out of the labeled count; the last column counts every asserted verdict;
+  single label, and verdicts that are mathematically false are marked `disputed` (1 - 1/e = 1 + 1/e,
+  and five false chains such as `x = 5+5+1 = 7 = 11` accepted as 11): those rows are listed but left
+  out of the labeled count; the last column counts every asserted verdict. Its predictions are mostly
+  bare answers, not completions, so it measures the lenient policy's comparison;
 - `realistic`: benchmarks/data/math_realistic.jsonl, golds in the formats of public datasets
   (GSM8K solutions with `#### 72`, MATH answers and boxed solutions, AIME's `042`, NuminaMath's
   labelled and multi-part answers, Omni-MATH's text answers) against model answers in the usual
   output styles (boxes, R1 think blocks, Minerva, "The answer is:", bare answers), right ones and
   near misses.
 
-Both graders see the same rows in the same run:
-- genesys: `genesys.verifiers.math_grade.grade` (score 1.0 counts as accepted);
+The graders see the same rows in the same run:
+- genesys under each extraction policy: `genesys.verifiers.math_grade.grade` with `answer_format`
+  `boxed` (the default: only boxes, Minerva sentences and an explicit answer on the last line) and
+  `lenient` (also bare answers and the last number of a concluding sentence); score 1.0 is accepted;
 - math-verify: `verify(parse(gold), parse(completion))` with the library's defaults, and, for the
   `written` set, also with a gold lacking math delimiters wrapped in `$...$` first (as
   math-verify's documentation writes golds).
 
 Prints accuracy, false positives (wrong answers accepted) and false negatives (right answers
 rejected) per set and grader, then every row where a grader is wrong (`--all` lists every row);
-`--plot FILE.png` draws accuracy per set. Exit code 1 when genesys has a false positive.
+`--plot FILE.png` draws accuracy per set.
+
+A last table measures what a random-weight model would earn: `--noise N` completions (400 by
+default, seeded) drawn from words, punctuation, answer phrases and numbers, each graded against
+the last number it holds (the one a last-number fallback reads); it counts how many each grader
+pays. The words include pieces of answer phrases (`Answer`, `:`, `####`) but no `\\boxed`. Exit code 1 when genesys has a false positive under either policy, or pays noise under the
+default policy.
 
     .venv/bin/python benchmarks/math_accuracy.py [--set realistic] [--plot math_accuracy.png]
 """
@@ -31,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import random
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -108,10 +119,40 @@ def load_suite(path: Path) -> list[Row]:
     return rows
 
 
-def grade_genesys(gold: str, completion: str) -> bool:
-    from genesys.verifiers.math_grade import grade
+def grade_genesys(answer_format: str) -> Callable[[str, str], bool]:
+    def accepted(gold: str, completion: str) -> bool:
+        from genesys.verifiers.math_grade import grade
 
-    return grade(gold, completion).score == 1.0
+        return grade(gold, completion, answer_format).score == 1.0
+
+    return accepted
+
+
+# No `\boxed`: a box around the right number is an answer under every policy.
+NOISE_WORDS = (
+    "the is are so we get blah x y of total and Numbers Answer answer : , . = + - $ ( ) #### "
+    "therefore value final"
+).split()
+
+
+def noise_rows(count: int, seed: int = 0) -> list[Row]:
+    """Completions a random-weight model might write: 3 to 40 tokens of words, punctuation, pieces of
+    answer phrases (`Answer`, `:`, `####`) and numbers, on one to three lines; each gold is the last
+    number of its completion."""
+    rnd = random.Random(seed)
+    rows = []
+    while len(rows) < count:
+        tokens = [
+            str(rnd.randint(0, 99)) if rnd.random() < 0.3 else rnd.choice(NOISE_WORDS)
+            for _ in range(rnd.randint(3, 40))
+        ]
+        for _ in range(rnd.randint(0, 2)):
+            tokens.insert(rnd.randrange(len(tokens)), "\n")
+        numbers = [token for token in tokens if token.isdigit()]
+        if numbers:
+            completion = " ".join(tokens).replace(" \n ", "\n")
+            rows.append(Row(f"noise{len(rows):03d}", "noise", numbers[-1], completion, False, False))
+    return rows
 
 
 def grade_math_verify(gold: str, completion: str) -> bool:
@@ -127,13 +168,15 @@ def grade_math_verify_wrapped(gold: str, completion: str) -> bool:
 
 
 Grader = tuple[str, Callable[[str, str], bool]]
-GENESYS: Grader = ("genesys", grade_genesys)
+GENESYS_BOXED: Grader = ("genesys, boxed", grade_genesys("boxed"))
+GENESYS_LENIENT: Grader = ("genesys, lenient", grade_genesys("lenient"))
+GENESYS = (GENESYS_BOXED, GENESYS_LENIENT)
 MATH_VERIFY: Grader = ("math-verify", grade_math_verify)
 MATH_VERIFY_WRAPPED: Grader = ("math-verify, gold in $...$", grade_math_verify_wrapped)
 SETS: dict[str, tuple[Callable[[], list[Row]], tuple[Grader, ...]]] = {
-    "written": (lambda: load_jsonl(WRITTEN), (GENESYS, MATH_VERIFY, MATH_VERIFY_WRAPPED)),
-    "math-verify suite": (lambda: load_suite(SUITE), (GENESYS, MATH_VERIFY)),
-    "realistic": (lambda: load_jsonl(REALISTIC), (GENESYS, MATH_VERIFY)),
+    "written": (lambda: load_jsonl(WRITTEN), (*GENESYS, MATH_VERIFY, MATH_VERIFY_WRAPPED)),
+    "math-verify suite": (lambda: load_suite(SUITE), (*GENESYS, MATH_VERIFY)),
+    "realistic": (lambda: load_jsonl(REALISTIC), (*GENESYS, MATH_VERIFY)),
 }
 
 
@@ -208,6 +251,7 @@ def main() -> int:
     parser.add_argument("--set", choices=list(SETS), action="append", help="only these sets (default: all)")
     parser.add_argument("--all", action="store_true", help="list every row, not only the interesting ones")
     parser.add_argument("--plot", type=Path, help="write a bar chart of accuracy per set to this PNG")
+    parser.add_argument("--noise", type=int, default=400, help="random completions to grade (0: none)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # math-verify logs every timeout and parse failure
 
@@ -252,10 +296,25 @@ def main() -> int:
     if args.plot:
         plot_by_set(results, args.plot)
         console.print(f"plot: {args.plot}")
+    paid_noise = print_noise(console, args.noise) if args.noise else {}
     false_positives = sum(
-        counts["fp"] for graded in results.values() for name, counts in graded if name == "genesys"
+        counts["fp"] for graded in results.values() for name, counts in graded if name.startswith("genesys")
     )
-    return 1 if false_positives else 0
+    return 1 if false_positives or paid_noise.get(GENESYS_BOXED[0]) else 0
+
+
+def print_noise(console: Console, count: int) -> dict[str, int]:
+    """Grade `count` noise completions with every grader; print and return how many each pays."""
+    rows = noise_rows(count)
+    table = Table(title=f"random completions paid ({count}, seeded; gold: the last number in each)")
+    for column in ("grader", "paid", "share"):
+        table.add_column(column, justify="left" if column == "grader" else "right")
+    paid = {}
+    for name, grade in (*GENESYS, MATH_VERIFY):
+        paid[name] = sum(grade(row.gold, row.completion) for row in rows)
+        table.add_row(name, str(paid[name]), f"{paid[name] / len(rows):.1%}")
+    console.print(table)
+    return paid
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ The labeled pairs of benchmarks/data/math_labeled.jsonl become `verifiable_math`
 task sampled `--samples` times as a generation run would (the completions differ in their text, not
 in their final answer). Both
 sides are timed end to end as separate processes, interpreter start and imports included:
-- genesys: `genesys verify in.jsonl -o out.jsonl` (worker processes, hard deadlines, gold parsed
-  once per task per worker);
+- genesys: `genesys verify in.jsonl -o out.jsonl -O answer_format=lenient` (worker processes, hard
+  deadlines, gold parsed once per task per worker; the lenient policy, so that both sides read every
+  completion for an answer);
 - math-verify: one process calling `verify(parse(gold), parse(completion))` in a loop with the
   library's defaults (gold wrapped in `$...$`).
 Rows are timed at 1, 4 and 16 samples per task (16 is a usual GRPO group size) without the few
@@ -14,7 +15,7 @@ them: math-verify spends its 5 s alarm on each of those.
 
 A second table gives the time per pair in one process, each grader in a fresh interpreter warmed up
 by one call, over the three labeled sets of math_accuracy.py (each pair graded once, nothing cached
-yet): `grade(gold, completion)` against `verify(parse(gold), parse(completion))`, the median of
+yet): `grade(gold, completion, "lenient")` against `verify(parse(gold), parse(completion))`, the median of
 `--repeats` alternating runs.
 
     .venv/bin/python benchmarks/math_speed.py [--samples 1 4 16] [--workers N]
@@ -55,7 +56,7 @@ else:
     pairs = [(r["gold"], r["completion"]) for r in map(json.loads, open(path))]
 if grader == "genesys":
     from genesys.verifiers.math_grade import grade
-    check = grade
+    check = lambda gold, completion: grade(gold, completion, "lenient")
 else:
     from math_verify import parse, verify
     check = lambda gold, completion: verify(parse(gold), parse(completion))
@@ -106,7 +107,16 @@ def rollouts(samples: int, skip: set[str]) -> list[dict]:
 
 def time_genesys(path: Path, workers: int | None) -> tuple[float, int]:
     out = path.with_name(path.stem + ".verified.jsonl")
-    command = [str(GENESYS), "verify", str(path), "-o", str(out), "--no-progress"]
+    command = [
+        str(GENESYS),
+        "verify",
+        str(path),
+        "-o",
+        str(out),
+        "--no-progress",
+        "-O",
+        "answer_format=lenient",
+    ]
     if workers:
         command += ["--workers", str(workers)]
     start = time.perf_counter()

@@ -78,7 +78,7 @@ def leaves(model: type) -> dict[str, tuple[str, Any, tuple[str, ...]]]:
 
 
 def test_every_command_with_settings_is_walked():
-    assert set(command_models()) == {"generate", "verify", "validate", "filter", "train"}
+    assert set(command_models()) == {"generate", "verify", "validate", "filter", "train", "sft"}
 
 
 # validate's [proofs] is a policy (`ProofPolicy`): a key left unset accepts what each row recorded
@@ -103,19 +103,23 @@ def test_every_setting_shared_by_two_commands_has_the_same_name_type_and_default
     assert shared["backend"]["train"][1] == "auto"
     for key in ("sampling.n", "sampling.max_tokens", "sampling.temperature", "sampling.seed"):
         assert set(shared[key]) == {"generate", "train"}, key
-    assert set(shared["data.mix"]) == {"generate", "train"}
+    assert set(shared["data.mix"]) == {"generate", "train", "sft"}
     # validate, filter and offline train read their trusted task set from the same key, and validate
     # renders prompts again as generate wrote them
-    assert set(shared["data.tasks"]) == {"generate", "train", "validate", "filter"}
-    assert set(shared["data.system_prompt"]) == {"generate", "train", "validate"}
+    assert set(shared["data.tasks"]) == {"generate", "train", "sft", "validate", "filter"}
+    assert set(shared["data.system_prompt"]) == {"generate", "train", "sft", "validate"}
     assert set(shared["data.target_lengths"]) == {"generate", "validate"}
-    assert set(shared["style.chat_template"]) == {"generate", "train", "validate"}
+    assert set(shared["style.chat_template"]) == {"generate", "train", "sft", "validate"}
+    assert set(shared["style.continuation_prefix"]) == {"generate", "train", "sft", "validate"}
     assert set(shared["proofs.trust_key"]) == {"validate", "verify", "filter", "train"}
+    assert set(shared["data.rollouts"]) == {"train", "sft"}
+    for key in ("model", "output_dir", "report_to", "precision", "optim.lr", "checkpoint.every"):
+        assert set(shared[key]) >= {"train", "sft"}, key
     for key in ("backend_options.device", "backend_options.dtype", "backend_options.batch_size"):
-        assert set(shared[key]) == {"generate", "validate", "train"}, key
+        assert set(shared[key]) == {"generate", "validate", "train", "sft"}, key
     for key in ("verify.workers", "sandbox.time_limit", "reward.length_penalty", "cluster.backend"):
         assert set(shared[key]) == {"verify", "generate", "train"}, key
-    assert set(shared["progress"]) == {"generate", "verify", "validate", "train"}
+    assert set(shared["progress"]) == {"generate", "verify", "validate", "train", "sft"}
 
 
 def test_no_command_keeps_a_key_it_renamed_and_every_new_key_exists():
@@ -184,7 +188,7 @@ def test_old_keys_in_a_file_and_old_dotted_flags_work_and_new_flags_win(tmp_path
     )
     command = ConfigCommand("train", TrainConfig, lambda config: config)
     with pytest.warns(ConfigDeprecationWarning) as caught:
-        config = command.main(["--config", str(toml), "--sampling.max_tokens", "16"], standalone_mode=False)
+        config = command.main(["--config", str(toml), "--sampling.max-tokens", "16"], standalone_mode=False)
     assert {str(w.message) for w in caught} == {
         "'seed' is deprecated; use 'sampling.seed'",
         "'rollout.samples_per_prompt' is deprecated; use 'sampling.n'",

@@ -286,3 +286,12 @@ def test_a_row_that_cannot_be_sent_to_a_worker_is_named():
     ]
     with pytest.raises(TypeError, match="row 1 cannot be sent to a verification worker"):
         run(rows, workers=1)
+
+
+def test_a_timeout_says_how_much_cpu_the_rollout_got():
+    # A sleeping verifier gets no CPU before its deadline: the error tells a starved or waiting
+    # worker from one that computed the whole time.
+    out = run([rollout("slow", "x", sleep=3.0)], workers=1, timeout=0.5)
+    error = out[0]["error"]
+    assert error.startswith("timeout: verification exceeded 0.5s (it got ")
+    assert float(error.split("(it got ")[1].split(" s of CPU")[0]) < 0.3

@@ -235,3 +235,13 @@ def test_the_rejects_file_is_rewritten_by_each_run_and_removed_when_clean(tmp_pa
     inputs.write_text(f"{good[0]}\n{good[1]}\n")
     assert genesys("verify", str(inputs), "-o", str(output), "--no-progress", env=plugin_env).returncode == 0
     assert not rejects.exists() and len(read_jsonl(output)) == 2
+
+
+def test_in_order_hands_rows_on_in_number_order_and_gives_back_what_it_still_holds():
+    from genesys.data.runs import InOrder
+
+    order = InOrder()
+    assert order.add(1, {"n": 1}) == [] and order.add(3, {"n": 3}) == [] and len(order) == 2
+    assert order.add(0, {"n": 0}) == [{"n": 0}, {"n": 1}] and len(order) == 1
+    assert order.add(4, {"n": 4}) == []
+    assert order.rest() == [{"n": 3}, {"n": 4}] and len(order) == 0

@@ -65,7 +65,9 @@ def run_filter(
     tmp_path: Path, rows: list[dict], output: str = "kept.jsonl", requirement: object = None, **bounds
 ) -> tuple[list[dict], object]:
     inputs = write_jsonl(tmp_path / "rollouts.jsonl", rows)
-    summary = filter_tasks([str(inputs)], tmp_path / output, PassRateFilter(**bounds), requirement)
+    summary = filter_tasks(
+        [str(inputs)], tmp_path / output, PassRateFilter(**bounds), requirement, overwrite=True
+    )
     return read_jsonl(tmp_path / output) if output.endswith(".jsonl") else pl.read_parquet(
         tmp_path / output
     ).to_dicts(), summary
@@ -269,7 +271,7 @@ def test_cli_filters_and_reports_counts(tmp_path: Path):
     [
         (["--min-pass-rate", "0.9", "--max-pass-rate", "0.1"], "0 <= min <= max <= 1"),
         (["--max-pass-rate", "1.5"], "0 <= min <= max <= 1"),
-        (["-o", "kept.csv"], "expected a .jsonl or .parquet file"),
+        (["-o", "kept.csv"], "unknown extension '.csv'; genesys filter writes a .jsonl or .parquet file"),
     ],
 )
 def test_cli_usage_errors_exit_2_with_one_line(tmp_path: Path, args, message):

@@ -6,7 +6,13 @@ import time
 
 import pytest
 
-from genesys.verifiers.math_extract import clean_answer_text, extract_answer, find_boxed, strip_reasoning
+from genesys.verifiers.math_extract import (
+    Extraction,
+    clean_answer_text,
+    extract_answer,
+    find_boxed,
+    strip_reasoning,
+)
 
 
 def test_last_boxed_wins_and_nested_braces_are_kept() -> None:
@@ -53,7 +59,7 @@ def test_answer_lines_and_phrases(completion: str) -> None:
 
 
 def test_answer_word_inside_a_sentence_is_not_an_answer_line() -> None:
-    found = extract_answer("Let me check my answer: it seems right. So $x = 5$")
+    found = extract_answer("Let me check my answer: it seems right. So $x = 5$", "lenient")
     assert (found.answer, found.method) == ("x = 5", "math_span")
 
 
@@ -63,7 +69,7 @@ def test_answer_phrase_with_several_math_spans_keeps_connectors() -> None:
 
 
 def test_last_math_span_is_the_fallback() -> None:
-    found = extract_answer(r"We get $2x = 5$, hence $x = \frac{5}{2}$")
+    found = extract_answer(r"We get $2x = 5$, hence $x = \frac{5}{2}$", "lenient")
     assert (found.answer, found.method) == (r"x = \frac{5}{2}", "math_span")
 
 
@@ -99,8 +105,60 @@ def test_degenerate_completions_are_scanned_in_linear_time() -> None:
         for _ in range(3):
             started = time.perf_counter()
             for piece in pieces:
-                extract_answer(piece * repeats)
+                for policy in ("boxed", "lenient"):
+                    extract_answer(piece * repeats, policy)
             best = min(best, time.perf_counter() - started)
         return best
 
     assert seconds(80_000) / seconds(20_000) < 8.0
+
+
+# --- the answer_format policy ------------------------------------------------------------------------
+
+NOISE = [
+    "blah is 5 blah",
+    "Numbers: 3, 9, 5",
+    "ruk 5 ffo the 17 answer zz\n\n42",
+    "so the probability is 2/3.",
+    "$x = 5$",
+    "-5",
+    "The answer is 5.\nLet me double check that.",
+    "Answer: 5\nBut maybe it is 6 instead, I am not sure about this.",
+]
+
+
+@pytest.mark.parametrize("completion", NOISE)
+def test_the_boxed_policy_finds_no_answer_in_text_without_an_explicit_one(completion: str) -> None:
+    assert extract_answer(completion, "boxed") == extract_answer(completion) == Extraction(None, "none")
+    assert extract_answer(completion, "lenient").answer is not None  # the lenient policy reads a number
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "Reasoning.\n\nAnswer: 15",
+        "Reasoning.\n\n**Answer:** $15$.",
+        "Reasoning.\nFinal answer: 15",
+        "We add them up. Thus the answer is 15.",
+        "We add them up.\nThe final answer is $15$.",
+        "Natalia sold 48 + 24 clips.\n#### 15",
+        "Reasoning.\n\n**Final Answer**\n\n$15$",
+        "Reasoning. The answer is: 15",
+    ],
+)
+def test_the_boxed_policy_reads_an_explicit_answer_on_the_last_line(completion: str) -> None:
+    found = extract_answer(completion, "boxed")
+    assert (found.answer, found.method) == ("15", "answer_line")
+    assert extract_answer(completion, "lenient").answer == "15"
+
+
+def test_boxes_and_the_minerva_sentence_count_under_both_policies() -> None:
+    for policy in ("boxed", "lenient"):
+        assert extract_answer("so \\boxed{7}. Then some words 12 and 13", policy).answer == "7"
+        minerva = "Final Answer: The final answer is $7$. I hope it is correct."
+        assert extract_answer(minerva, policy).answer == "7"
+
+
+def test_an_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="answer_format must be one of boxed, lenient"):
+        extract_answer("\\boxed{5}", "strict")

@@ -97,9 +97,9 @@ def test_equations_are_not_collapsed_to_zero_equals_zero() -> None:
 def test_equation_chains_state_their_last_member() -> None:
     assert score("x = 5", r"\boxed{x = 7 - 2 = 5}") == 1.0
     assert score("11", r"\boxed{x = 5 + 5 + 1 = 11}") == 1.0
-    assert (
-        score("x = 11", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 1.0
-    )  # math-verify's suite: the last member counts
+    # math-verify's suite accepts this as 11; a chain states its last member only when every link holds.
+    assert score("x = 11", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 0.0
+    assert score("11", r"\boxed{x = 5 + 5 = 11}") == 0.0
     assert score("5", r"\boxed{x = 5 + 5 + 1 = 11}") == 0.0
     assert score("7", r"\boxed{x = 5 + 5 + 1 = 7 = 11}") == 0.0
     assert score("5", r"\boxed{5 + 5 + 1 = 11}") == 0.0
@@ -264,3 +264,182 @@ def test_grading_uses_no_alarm_signals_and_works_off_the_main_thread() -> None:
     worker.join()
     assert results == [1.0]
     assert signal.getsignal(signal.SIGALRM) is before
+
+
+# --- numbers set apart by spacing, false chains, several choices -------------------------------------
+
+SPACES = [
+    r"\,", r"\:", r"\;", r"\!", r"\>", r"\ ", "~", r"\quad", r"\qquad", r"\enspace", r"\enskip",
+    r"\thinspace", r"\medspace", r"\thickspace", r"\negthinspace", r"\negmedspace", r"\space",
+    r"\hspace{1em}", r"\hspace*{2pt}", r"\hskip 1em", r"\mkern3mu", r"\kern 1pt", r"\phantom{0}",
+    r"\text{ }", r"\text{}", r"\text{~}", r"\mbox{ }", r"\textrm{ }", r"\mathrm{ }", "\u00a0", "\u2009",
+    "\u202f", "\u2003",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("space", SPACES)
+@pytest.mark.parametrize("gold", ["56", "11", "30", "5", "6", "-1"])
+def test_numbers_set_apart_by_any_space_are_never_one_number(space: str, gold: str) -> None:
+    for completion in (rf"\boxed{{5{space}6}}", rf"\boxed{{5 {space} 6}}", rf"\boxed{{5{space}-6}}"):
+        verdict = grade(gold, completion)
+        assert (verdict.score, verdict.details["reason"]) == (0.0, "hedging"), (completion, verdict.details)
+
+
+@pytest.mark.parametrize("space", SPACES)
+def test_numbers_set_apart_by_space_are_a_list_where_the_gold_is_one(space: str) -> None:
+    assert score("5, 6", rf"\boxed{{5{space}6}}") == 1.0
+    assert score("5, 6", rf"\boxed{{5{space}7}}") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        (r"\frac{1}{6}", r"\frac{1}{2} \quad \frac{1}{3}"),
+        (r"\sqrt{6}", r"\sqrt{2} \qquad \sqrt{3}"),
+        ("12", r"(3) \quad (4)"),
+        ("2", r"1 \text{ } (2)"),
+    ],
+)
+def test_values_set_apart_by_a_wide_space_are_not_multiplied(gold: str, answer: str) -> None:
+    assert reason(gold, rf"\boxed{{{answer}}}") == "hedging"
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("5000", "5,000"),
+        ("1000", r"1\,000"),  # a thin space between groups of three digits separates thousands
+        ("12345", r"12\thinspace 345"),
+        ("12345", "12\u202f345"),
+        ("1000", r"1\ 000"),
+        (r"3\sqrt{2}", r"3\,\sqrt{2}"),  # a thin space between a number and a symbol is typography
+        (r"2\pi", r"2\,\pi"),
+        ("5", r"5~\text{cm}"),
+        ("12", r"12 \quad \text{cm}"),
+        (r"\frac{1}{2}", r"\frac{1}{2}"),
+        (r"\frac{1}{2}", r"\frac 1 2"),  # TeX's own spacing of digit arguments
+        ("3", r"\log_2 8"),  # a subscript is not a number of its own
+        ("5", "x = 5"),
+    ],
+)
+def test_honest_spacing_still_reads_as_written(gold: str, answer: str) -> None:
+    assert score(gold, rf"\boxed{{{answer}}}") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("1000", r"1\quad 000"),  # wider spaces never separate thousands
+        ("1000", r"1~000"),
+        ("1000", r"1\text{ }000"),
+        ("5600", r"5\,600\,0"),
+    ],
+)
+def test_wide_spaces_are_not_thousands_separators(gold: str, answer: str) -> None:
+    assert score(gold, rf"\boxed{{{answer}}}") == 0.0
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        "6 = 7 = 5",
+        "x = 6 = 7 = 5",
+        "x = 5 + 5 = 5",
+        "5 = 6 - 1 = 4",
+        "x = 2 + 2 = 6 - 1 = 5",
+        "AB = 3 + 3 = 5",
+        "5 = 5 = 6 = 5",
+    ],
+)
+def test_a_false_chain_states_nothing(chain: str) -> None:
+    assert score("5", rf"\boxed{{{chain}}}") == 0.0
+
+
+@pytest.mark.parametrize(
+    "chain", ["7 - 2 = 6 - 1 = 5", "x = 2 + 3 = 5", "a = b = 5", "AB = CD = 5", "x = \\frac{10}{2} = 5"]
+)
+def test_a_true_chain_states_its_last_member(chain: str) -> None:
+    assert score("5", rf"\boxed{{{chain}}}") == 1.0
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        r"\boxed{(A) (B) (C) (D) (E)}",
+        r"\boxed{(A) or (B)}",
+        "The answer is (A) or (B).",
+        r"\boxed{\text{(A) or (B)}}",
+        r"\boxed{(A) and (C)}",
+        r"\boxed{\textbf{(A)}\ \textbf{(B)}}",
+        r"\boxed{(A)(B)}",
+        r"\boxed{A \text{ or } B}",
+        r"\boxed{A or B}",
+        r"\boxed{(A) 15 \quad (B) 20}",
+    ],
+)
+def test_several_choices_are_no_choice(completion: str) -> None:
+    verdict = grade("A", completion, "lenient")
+    assert (verdict.score, verdict.details["reason"]) == (0.0, "hedging"), verdict.details
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["(A)", "A", r"\text{(A)}", r"\textbf{(A)}", r"\mathrm{(A)}", r"(A)\ 15", r"\textbf{(A) } 15", "(A) (A)"],
+)
+def test_one_choice_however_written_is_that_choice(answer: str) -> None:
+    assert score("A", rf"\boxed{{{answer}}}") == 1.0
+    assert score("B", rf"\boxed{{{answer}}}") == 0.0
+
+
+# --- answers too costly to decide --------------------------------------------------------------------
+
+GCD_TERMS = "+".join([r"\gcd(p^{99999}, q^{99999})"] * 29)
+
+
+def test_a_power_of_a_fraction_near_one_is_too_costly_to_evaluate() -> None:
+    started = time.perf_counter()
+    verdict = grade("e", r"\boxed{(1+10^{-30})^{10^{30}}}")
+    assert (verdict.score, verdict.details["reason"]) == (0.0, "too_complex")
+    assert "power with about 10^30" in verdict.details["why"]
+    assert score("e", r"\boxed{(1+10^{-3})^{10^{3}}}") == 0.0  # small enough to decide: a plain mismatch
+    assert time.perf_counter() - started < 60  # seconds, not the hours exact evaluation would take
+
+
+def test_an_answer_not_decided_within_the_budget_is_wrong_with_the_reason() -> None:
+    verdict = grade("5", rf"\boxed{{{GCD_TERMS}}}", cpu_budget=0.3)
+    assert (verdict.score, verdict.error) == (0.0, None)
+    assert verdict.details["reason"] == "too_complex"
+    assert "not decided within 0.3 CPU seconds" in verdict.details["why"]
+
+
+def test_an_undecided_answer_that_is_the_gold_as_written_is_right() -> None:
+    gold = r"\gcd(p^{99999}, q^{99999}) + \gcd(p^{99998}, q^{99999})"
+    assert (
+        grade(gold, "\\boxed{3}").details["reason"] == "mismatch"
+    )  # the gold (2) is parsed once, unbudgeted
+    same = grade(gold, r"\boxed{\gcd(p^{99999},q^{99999})+\gcd(p^{99998},q^{99999})}", cpu_budget=0.05)
+    assert (same.score, same.details["decided_by"]) == (1.0, "the gold as written")
+    other = grade(gold, r"\boxed{\gcd(p^{99999},q^{99999})+\gcd(p^{99998},p^{99999})}", cpu_budget=0.05)
+    assert (other.score, other.details["reason"]) == (0.0, "too_complex")
+
+
+def test_a_gold_too_costly_to_parse_is_an_error() -> None:
+    verdict = grade(GCD_TERMS.replace("99999", "99998"), r"\boxed{29}", cpu_budget=0.3)
+    assert verdict.score is None
+    assert verdict.error.startswith("invalid_ground_truth") and "too costly to parse" in verdict.error
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "blah is 5 blah",
+        "Numbers: 3, 9, 5",
+        "x 18 answer 40 : 70 15 value blah + of + total of 5",
+        "so we get\n#### of therefore 96 value total 42 y #### get 5",
+        "Answer: blah 5 blah",
+        "**Answer:** we of total 5 y",
+        "the total is 5 . therefore the value",
+    ],
+)
+def test_noise_earns_nothing_under_the_default_policy(completion: str) -> None:
+    assert score("5", completion) == 0.0

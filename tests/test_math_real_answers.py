@@ -10,12 +10,17 @@ from genesys.verifiers.math_grade import grade
 
 
 def score(gold: str, completion: str) -> float | None:
-    return grade(gold, completion).score
+    return grade(gold, completion, answer_format="lenient").score
 
 
 def both_ways(gold: str, right: str, near_miss: str) -> None:
-    assert score(gold, right) == 1.0, grade(gold, right).details
-    assert score(gold, near_miss) == 0.0, grade(gold, near_miss).details
+    """The right answer scores 1 under the lenient policy, the near miss 0 under both; the boxed
+    policy accepts the right answer too, or finds no answer in it, never another one."""
+    assert score(gold, right) == 1.0, grade(gold, right, "lenient").details
+    assert score(gold, near_miss) == 0.0, grade(gold, near_miss, "lenient").details
+    strict = grade(gold, right, "boxed")
+    assert strict.score == 1.0 or strict.details["reason"] == "no_answer", strict.details
+    assert grade(gold, near_miss, "boxed").score == 0.0
 
 
 @pytest.mark.parametrize(
@@ -111,8 +116,10 @@ def test_labelled_and_assigned_answers(gold: str, right: str, near_miss: str) ->
     ("gold", "right", "near_miss"),
     [
         ("11", r"\boxed{x = 5 + 5 + 1 = 11}", r"\boxed{x = 5 + 5 + 1 = 12}"),
-        ("x = 11", r"$x = 5+5+1 = 7 = 11$", r"$x = 5+5+1 = 11 = 7$"),
-        ("z = 1 + 1 = 2", r"$z = 3 + 3 = 2$", r"$z = 1 + 1 = 3$"),
+        ("x = 11", r"$x = 5+5+1 = 11$", r"$x = 5+5+1 = 7 = 11$"),  # every link of a chain must hold
+        ("z = 1 + 1 = 2", r"$z = 4 - 2 = 2$", r"$z = 3 + 3 = 2$"),
+        ("5", r"\boxed{7 - 2 = 6 - 1 = 5}", r"\boxed{6 = 7 = 5}"),
+        ("5", r"\boxed{a = b = 5}", r"\boxed{x = 6 = 7 = 5}"),
         ("[-2, 7]", r"\boxed{-2 \le x \le 7}", r"\boxed{-2 < x \le 7}"),
         ("0 < f(x) < 1", r"\boxed{(0, 1)}", r"\boxed{(0, 1]}"),
         (

@@ -116,11 +116,86 @@ def test_trl_reward_adapter_reports_unusable_golds_and_bad_calls() -> None:
         math_verify_reward(["p", "q"], ["a", "b"], ground_truth=["5"])
 
 
-def test_labeled_set_has_no_false_positives() -> None:
+@pytest.mark.parametrize("answer_format", ["boxed", "lenient"])
+def test_labeled_set_has_no_false_positives(answer_format: str) -> None:
     rows = [json.loads(line) for line in LABELED.read_text().splitlines() if line.strip()]
     assert len(rows) >= 150 and sum(not r["expected"] for r in rows) >= 40
-    accepted = {r["id"]: grade(r["gold"], r["completion"]).score == 1.0 for r in rows}
+    accepted = {r["id"]: grade(r["gold"], r["completion"], answer_format).score == 1.0 for r in rows}
     false_positives = [r["id"] for r in rows if accepted[r["id"]] and not r["expected"]]
     false_negatives = [r["id"] for r in rows if r["expected"] and not accepted[r["id"]]]
     assert false_positives == []
-    assert len(false_negatives) <= 2, false_negatives
+    if answer_format == "lenient":
+        assert len(false_negatives) <= 2, false_negatives
+
+
+def _policy_row(completion: str, response_id: str, **info: str) -> dict:
+    return {
+        **math_row("5", completion, response_id),
+        "verification_info": json.dumps({"ground_truth": "5", **info}),
+    }
+
+
+def test_the_default_policy_pays_nothing_for_noise_and_rows_or_options_choose_lenient() -> None:
+    noise = ["blah is 5 blah", "Numbers: 3, 9, 5"]
+    rows = [_policy_row(text, f"n{i}") for i, text in enumerate(noise)]
+    rows += [_policy_row(text, f"l{i}", answer_format="lenient") for i, text in enumerate(noise)]
+    rows += [_policy_row("\\boxed{5}", "boxed"), _policy_row("Answer: 5", "line")]
+    out = {r["response_id"]: r for r in verify_rollouts(rows, config=VerifyConfig(workers=1, progress=False))}
+    assert [out[f"n{i}"]["score"] for i in range(2)] == [0.0, 0.0]
+    assert out["n0"]["verification_result_info"]["reason"] == "no_answer"
+    assert out["n0"]["verification_result_info"]["answer_format"] == "boxed"
+    assert [out[f"l{i}"]["score"] for i in range(2)] == [1.0, 1.0]
+    assert out["boxed"]["score"] == out["line"]["score"] == 1.0
+    # The run's option is the policy of rows that name none; a row's own policy wins over it.
+    config = VerifyConfig(workers=1, progress=False, options={"answer_format": "lenient"})
+    rows = [_policy_row("blah is 5 blah", "run"), _policy_row("blah is 5 blah", "row", answer_format="boxed")]
+    out = {r["response_id"]: r["score"] for r in verify_rollouts(rows, config=config)}
+    assert out == {"run": 1.0, "row": 0.0}
+
+
+def test_an_unknown_policy_is_an_error_naming_the_field_or_the_option() -> None:
+    from genesys.errors import InputError
+
+    out = verify_rollouts(
+        [_policy_row("\\boxed{5}", "r", answer_format="strict")],
+        config=VerifyConfig(workers=1, progress=False),
+    )
+    assert out[0]["score"] is None and "verification_info.answer_format is 'strict'" in out[0]["error"]
+    with pytest.raises(InputError, match="answer_format"):
+        verify_rollouts(
+            [], config=VerifyConfig(workers=1, progress=False, options={"answer_format": "strict"})
+        )
+
+
+def test_a_costly_wrong_answer_is_scored_zero_by_the_engine_not_recorded_as_an_error() -> None:
+    gcd_terms = "+".join([r"\gcd(p^{99999}, q^{99999})"] * 29)
+    rows = [
+        math_row("5", rf"\boxed{{{gcd_terms}}}", "gcd"),
+        math_row("e", r"\boxed{(1+10^{-30})^{10^{30}}}", "power"),
+        math_row("5", r"\boxed{5}", "right"),
+    ]
+    # A generous deadline and a small budget: the verdict comes from the budget even on a busy machine.
+    config = VerifyConfig(workers=1, timeout=120, progress=False, options={"cpu_budget": 0.5})
+    out = {r["response_id"]: r for r in verify_rollouts(rows, config=config)}
+    for key in ("gcd", "power"):
+        assert (out[key]["score"], out[key]["error"]) == (0.0, None), out[key]
+        assert out[key]["verification_result_info"]["reason"] == "too_complex"
+        assert out[key]["verification_result_info"]["why"]
+    assert out["right"]["score"] == 1.0
+
+
+def test_trl_reward_adapter_takes_a_policy_for_all_or_per_row() -> None:
+    noise = ["blah is 5 blah", "\\boxed{5}"]
+    assert math_verify_reward(["p"] * 2, noise, ground_truth=["5", "5"]) == [0.0, 1.0]
+    assert math_verify_reward(["p"] * 2, noise, ground_truth=["5", "5"], answer_format="lenient") == [
+        1.0,
+        1.0,
+    ]
+    assert math_verify_reward(["p"] * 2, noise, ground_truth=["5"] * 2, answer_format=["lenient", None]) == [
+        1.0,
+        1.0,
+    ]
+    info = [json.dumps({"ground_truth": "5", "answer_format": "lenient"}), {"ground_truth": "5"}]
+    assert math_verify_reward(["p"] * 2, noise, verification_info=info) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="answer_format of completion 0 is 'strict'"):
+        math_verify_reward(["p"], noise[:1], ground_truth=["5"], answer_format="strict")

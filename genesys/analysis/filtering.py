@@ -7,7 +7,12 @@ pass rate and counted in `n_errors`; a task with no scored rollout has no pass r
 unscored. A score that is not a number in 0..1 is refused, naming its `file:line`. With
 `require_proofs`, only rollouts a `genesys.proofs.requirement.ProofRequirement` counts (attested
 under the trust key, marked valid, of a trusted task) are kept; the others are dropped first and
-counted in `unproven`, the first with its reason.
+counted in `unproven`, the first with its reason. With `emit = "rollouts"`, the output holds the
+rollouts of the kept tasks (each once, in input order) instead of task rows: what `genesys train`
+learns from offline.
+
+The output is written whole, atomically (`-` writes JSON lines to stdout). Unlike the row-by-row
+commands, a filter run cannot resume, so an existing output is refused unless `overwrite` is given.
 
 The online group filter of the trainer (`fill_batch`, `split_groups`) lives in `genesys.train.groups`.
 """
@@ -63,6 +68,7 @@ class FilterSummary:
     unproven: int | None = None
     first_unproven: str | None = None  # where the first dropped rollout is, and why
     repeats: int = 0  # rollouts read more than once (the same response_id), counted once
+    emitted: int = 0  # rows written: kept tasks, or their rollouts
     histogram: tuple[int, ...] = ()  # tasks per pass-rate tenth: [0, 0.1), ..., [0.9, 1.0]
 
 
@@ -136,13 +142,35 @@ def refuse_out_of_range(count: int, files: Sequence[InputFile]) -> None:
         raise InputError(f"{count:,} rollout(s) have a score outside 0..1; the first: {where}")
 
 
+STDOUT = "-"
+
+
+def check_filter_output(output: str | Path, overwrite: bool) -> None:
+    """Refuse an output `genesys filter` cannot write, or one that exists without `overwrite`."""
+    if str(output) == STDOUT:
+        return
+    output = Path(output)
+    if output.suffix not in (".jsonl", ".parquet"):
+        raise InputError(
+            f"output {str(output)!r}: unknown extension {output.suffix or '(none)'!r}; genesys filter writes a "
+            ".jsonl or .parquet file, or - for JSON lines on stdout"
+        )
+    if output.exists() and not overwrite:
+        raise InputError(
+            f"output {str(output)!r} exists; genesys filter writes its output whole and cannot resume it: "
+            "give --overwrite to replace it, or write to another path"
+        )
+
+
 def filter_tasks(
     inputs: Sequence[str],
     output: str | Path,
     config: PassRateFilter | None = None,
     requirement: ProofRequirement | None = None,
+    overwrite: bool = False,
 ) -> FilterSummary:
-    """Keep the tasks of `inputs` whose pass rate is within the bounds; write them to `output` (.jsonl or .parquet).
+    """Keep the tasks of `inputs` whose pass rate is within the bounds; write them (or, with
+    `config.emit = "rollouts"`, their rollouts) to `output` (.jsonl, .parquet, or `-` for stdout).
 
     With `config.require_proofs`, `requirement` says which rollouts count (by default, those attested
     under the trust key `genesys validate` made)."""
@@ -151,9 +179,7 @@ def filter_tasks(
 
     from genesys.data.frames import collect, distinct_rollouts, scan_rollouts
 
-    output = Path(output)
-    if output.suffix not in (".jsonl", ".parquet"):
-        raise InputError(f"output {str(output)!r}: expected a .jsonl or .parquet file")
+    check_filter_output(output, overwrite)
     files = resolve_inputs(inputs)
     frame, repeats = distinct_rollouts(scan_rollouts(files), files)
     unproven = first_unproven = None
@@ -180,7 +206,8 @@ def filter_tasks(
         rate.null_count().alias("unscored"),
     ).row(0, named=True)
     kept = tasks.filter(rate.is_not_null() & ~too_hard & ~too_easy)
-    _write_tasks(kept, output)
+    written = kept if config.emit == "tasks" else collect(_rollouts_of(frame, kept), files)
+    _write_rows(written, output)
     has_counts = config.pass_rate_column is None
     return FilterSummary(
         tasks=tasks.height,
@@ -190,6 +217,7 @@ def filter_tasks(
         unproven=unproven,
         first_unproven=first_unproven,
         repeats=repeats,
+        emitted=written.height,
         histogram=pass_rate_histogram(tasks[rate_column]) if kept.height == 0 else (),
         **counts,
     )
@@ -240,18 +268,43 @@ def _checked_rate_column(frame: pl.LazyFrame, column: str) -> pl.LazyFrame:
     return frame.with_columns(pl.col(column).cast(pl.Float64))
 
 
-def _write_tasks(tasks: pl.DataFrame, output: Path) -> None:
-    """Write atomically: parquet keeps dict columns as JSON strings, jsonl as objects."""
+def _rollouts_of(rollouts: pl.LazyFrame, tasks: pl.DataFrame) -> pl.LazyFrame:
+    """The rows of `rollouts` whose task (`group_key`) is one of `tasks`, in their order."""
+    keys = group_key_columns(rollouts.collect_schema().names())
+    names = [key.meta.output_name() for key in keys]
+    wanted = tasks.lazy().select(group_key_columns(tasks.columns)).unique()
+    return (
+        rollouts.with_row_index(_ROW_INDEX)
+        .with_columns(keys)
+        .join(wanted, on=names, how="semi", nulls_equal=True)
+        .sort(_ROW_INDEX)
+        .drop(_ROW_INDEX, *names)
+    )
+
+
+def _write_rows(rows: pl.DataFrame, output: str | Path) -> None:
+    """Write atomically (or to stdout for `-`): parquet keeps dict columns as JSON strings, jsonl as objects."""
+    import sys
+
+    if str(output) == STDOUT:
+        _write_jsonl(rows, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return
+    output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
     if output.suffix == ".parquet":
-        tasks.write_parquet(tmp)
+        rows.write_parquet(tmp)
     else:
-        json_columns = [name for name in tasks.columns if name in JSON_COLUMNS]
         with open(tmp, "wb") as handle:
-            for row in tasks.iter_rows(named=True):
-                for name in json_columns:
-                    if isinstance(row[name], str) and row[name]:
-                        row[name] = orjson.loads(row[name])
-                handle.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+            _write_jsonl(rows, handle)
     os.replace(tmp, output)
+
+
+def _write_jsonl(rows: pl.DataFrame, handle: Any) -> None:
+    json_columns = [name for name in rows.columns if name in JSON_COLUMNS]
+    for row in rows.iter_rows(named=True):
+        for name in json_columns:
+            if isinstance(row[name], str) and row[name]:
+                row[name] = orjson.loads(row[name])
+        handle.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))

@@ -3,7 +3,9 @@
 Subcommand modules are imported only when their command runs (or `genesys --help` lists them), so
 `genesys verify --help` stays fast. Exit codes: 0 when the run completed, 2 for usage or input
 errors (one clear line on stderr), 130 when interrupted. A config key or flag spelled the old way
-works and prints one warning line naming the new spelling.
+works and prints one warning line naming the new spelling. However a command ends (Ctrl-C included),
+it exits after the processes it started: verification workers are joined by their engine, and the
+fork server and resource tracker of `multiprocessing` are stopped and waited for here.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ BUILTIN_COMMANDS = {
     "validate": "genesys.cli.validate:command",
     "filter": "genesys.cli.filter:command",
     "train": "genesys.cli.train:command",
+    "sft": "genesys.cli.sft:command",
     "report": "genesys.cli.report:command",
     "tasks": "genesys.cli.listings:tasks",
     "plugins": "genesys.cli.listings:plugins",
@@ -74,7 +77,7 @@ def _configure_logging(verbose: int) -> None:
 )
 @click.option("-v", "--verbose", count=True, help="log more (-v: progress details, -vv: debug)")
 def cli(verbose: int) -> None:
-    """Verifiable-reward data: generate, verify, validate, filter, train, report."""
+    """Verifiable-reward data: generate, verify, validate, filter, sft, train, report."""
     _configure_logging(verbose)
 
 
@@ -111,8 +114,32 @@ def _show_plugin_warnings_as_one_line() -> None:
     warnings.showwarning = show_one_line
 
 
+def _stop_helper_processes() -> None:
+    """Stop `multiprocessing`'s fork server and resource tracker, when this process started them, and
+    wait for them: left to notice on their own that the command has gone, they outlive it by seconds."""
+    for module, attribute in (
+        ("multiprocessing.forkserver", "_forkserver"),
+        ("multiprocessing.resource_tracker", "_resource_tracker"),
+    ):
+        helper = getattr(sys.modules.get(module), attribute, None)
+        stop = getattr(helper, "_stop", None)  # what multiprocessing's own tests stop them with
+        if stop is None:
+            continue
+        try:
+            stop()
+        except (OSError, ChildProcessError):
+            pass  # already gone
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `genesys` command; returns the exit code."""
+    try:
+        return _run(argv)
+    finally:
+        _stop_helper_processes()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from genesys.errors import ConfigDeprecationWarning, GenesysError
 
     _show_plugin_warnings_as_one_line()

@@ -14,7 +14,9 @@ from genesys.config import FilterCommand
     "[--min-pass-rate, --max-pass-rate] (inclusive): the task columns plus pass_rate, n_samples (scored rollouts) "
     "and n_errors (rollouts whose verification failed; they do not count in the rate). A task is its problem_id, "
     "or its prompt when problem_id is missing. With --require-proofs, only rollouts genesys validate --tasks marked "
-    "valid and attested under the trust key (--trust-key) count.",
+    "valid and attested under the trust key (--trust-key) count. With --emit rollouts, write the rollouts of the "
+    "kept tasks instead (genesys train learns from them offline). The output is written whole: an existing one is "
+    "replaced only with --overwrite; -o - writes JSON lines to stdout.",
 )
 def command(config: FilterCommand) -> int:
     from rich.console import Console
@@ -28,12 +30,13 @@ def command(config: FilterCommand) -> int:
         ProofRequirement.load(config.proofs.trust_key, config.data.tasks) if bounds.require_proofs else None
     )
     with console.status("computing pass rates"):
-        summary = filter_tasks(config.inputs, config.output, bounds, requirement)
+        summary = filter_tasks(config.inputs, config.output, bounds, requirement, overwrite=config.overwrite)
     if summary.repeats:
         console.print(
             f"[yellow]warning: {summary.repeats} rollouts appear more than once in the inputs (the same "
             "response_id); each is counted once[/yellow]"
         )
+    where = "stdout" if config.output == "-" else config.output
     read = f"{summary.tasks} tasks"
     if summary.unproven is not None:
         read = f"{summary.unproven} rollouts not proven dropped; " + read
@@ -45,12 +48,13 @@ def command(config: FilterCommand) -> int:
         read += f" from {summary.rollouts} rollouts ({summary.errors} with verification errors, not counted)"
     console.print(
         f"{read}; kept {summary.kept}, dropped {summary.too_hard} below {bounds.min_pass_rate}, "
-        f"{summary.too_easy} above {bounds.max_pass_rate}, {summary.unscored} unscored -> {config.output}"
+        f"{summary.too_easy} above {bounds.max_pass_rate}, {summary.unscored} unscored -> {where}"
+        + (f" ({summary.emitted} rollouts of the kept tasks)" if bounds.emit == "rollouts" else "")
     )
     if summary.kept == 0:
         console.print(
             f"[bold yellow]warning: no task has a pass rate in [{bounds.min_pass_rate}, {bounds.max_pass_rate}]: "
-            f"{config.output} holds no task.[/bold yellow] Pass rates of the {summary.tasks - summary.unscored} "
+            f"{where} holds no task.[/bold yellow] Pass rates of the {summary.tasks - summary.unscored} "
             "scored tasks:"
         )
         console.print(histogram_text(summary.histogram), markup=False, highlight=False)

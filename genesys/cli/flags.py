@@ -1,12 +1,16 @@
 """Command-line flags made from the config models, and a command's config from a TOML file plus flags.
 
-Every leaf setting of a command's model becomes one click option named by its dotted key
-(`--sampling.temperature`), with the aliases the model declares (`--temperature`); a `switch`
-becomes a flag of its own that sets a constant (`--no-chat-template`). `--config FILE` reads a TOML
-file of the same shape; flags given on the command line win over it. The model then validates
-the whole: an unknown key or a bad value is one InputError naming the key and its flag. A key the
-model lists as renamed (`renamed`) is still read from the file and as its old dotted flag (hidden
-from the help), with a warning naming the new key.
+Every leaf setting of a command's model becomes one click option named by its dotted key, spelled
+with dashes as every flag is (`--sampling.max-tokens` for the key `sampling.max_tokens`), with the
+aliases the model declares (`--max-tokens`); a `switch` becomes a flag of its own that sets a
+constant (`--no-chat-template`), and a yes/no setting without one is a pair of switches
+(`--gradient-checkpointing` / `--no-gradient-checkpointing`). `--config FILE` reads a TOML file of
+the same shape; flags given on the command line win over it. The model then validates the whole: an
+unknown key or a bad value is one InputError naming the key and its flag. The key's own spelling
+with underscores (`--sampling.max_tokens`, `--gradient_checkpointing BOOL`) still works, hidden from
+the help, with a warning naming the dashed flag. A key the model lists as renamed (`renamed`) is
+still read from the file and as its old dotted flag (hidden from the help), with a warning naming
+the new key.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +27,7 @@ import click
 
 from genesys.config import load_toml, merge, upgrade, validate
 from genesys.config.options import parse_key_values
+from genesys.errors import ConfigDeprecationWarning
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,31 @@ class Setting:
             return "csv" if self.metavar and "," in self.metavar else "list"
         return "value"
 
+    @property
+    def dashed(self) -> str:
+        """The flag of the dotted key, spelled with dashes: `--rollout.prompts-per-step`."""
+        return "--" + ".".join(part.replace("_", "-") for part in self.key)
+
+    @property
+    def underscored(self) -> str | None:
+        """The dotted key's own spelling as a flag, when it differs from `dashed` (a deprecated alias)."""
+        flag = f"--{self.dotted}"
+        return None if flag == self.dashed else flag
+
+    @property
+    def is_yes_no(self) -> bool:
+        """A bool setting without a switch of its own: written as a pair of switches."""
+        return self.switch is None and _without_none(self.annotation) is bool and not self.positional
+
+    @property
+    def negated(self) -> str:
+        """The switch that turns a yes/no setting off: `--no-gradient-checkpointing`, `--loss.no-scale-by-std`."""
+        *sections, last = self.dashed[2:].split(".")
+        return "--" + ".".join([*sections, f"no-{last}"])
+
     def names(self) -> list[str]:
         """Every spelling of this setting on the command line, the most familiar first."""
-        dotted = f"--{self.dotted}"
-        spelled_alike = len(self.key) == 1 and dotted.replace("_", "-") in self.flags
-        return list(self.flags) if spelled_alike else [*self.flags, dotted]
+        return list(self.flags) if self.dashed in self.flags else [*self.flags, self.dashed]
 
     @property
     def type_name(self) -> str:
@@ -119,7 +145,9 @@ def _without_none(annotation: Any) -> Any:
     return annotation
 
 
-def _click_params(setting: Setting) -> list[click.Parameter]:
+def _click_params(setting: Setting, warn_spelling: bool = True) -> list[click.Parameter]:
+    """The click parameters of `setting`; its underscored spelling is a hidden one, read with a
+    warning when `warn_spelling` (a renamed key's flags are warned about as renamed)."""
     if setting.positional:
         return [
             click.Argument(
@@ -128,22 +156,32 @@ def _click_params(setting: Setting) -> list[click.Parameter]:
         ]
     shape = setting.shape
     help_text = setting.help
-    if setting.default not in (None, "", (), []) and shape == "value" and not setting.switch:
+    if setting.is_yes_no:
+        help_text += " (default: on)" if setting.default else ""
+    elif setting.default not in (None, "", (), []) and shape == "value" and not setting.switch:
         help_text += f" (default {setting.default})"
     kind: Any = click.Choice(setting.choices) if setting.choices else None
-    if setting.switch:
-        flag, constant, switch_help = setting.switch
-        return [
-            click.Option(
-                [f"sw__{setting.dest}", flag],
-                is_flag=True,
-                flag_value=constant,
-                default=None,
-                help=switch_help,
-            ),
-            click.Option([setting.dest, f"--{setting.dotted}"], metavar="BOOL", hidden=True),
-        ]
-    return [
+    old_dest = _OLD_SPELLING + setting.dest if warn_spelling else setting.dest
+    old = setting.underscored
+    if setting.switch or setting.is_yes_no:
+        if setting.switch:
+            flag, constant, switch_help = setting.switch
+            params = [_switch(f"sw__{setting.dest}", flag, constant, switch_help)]
+        else:
+            params = [
+                _switch(f"sw__{setting.dest}", setting.dashed, True, help_text),
+                _switch(
+                    f"swoff__{setting.dest}", setting.negated, False, f"the opposite of {setting.dashed}"
+                ),
+            ]
+        taken = {param.opts[0] for param in params}  # type: ignore[attr-defined]
+        value_flags = [name for name in (setting.dashed,) if name not in taken]
+        if value_flags:  # `--style.chat-template false`, as a config file would say it
+            params.append(click.Option([setting.dest, *value_flags], metavar="BOOL", hidden=True))
+        if old is not None and old not in taken:
+            params.append(click.Option([old_dest, old], metavar="BOOL", hidden=True))
+        return params
+    params: list[click.Parameter] = [
         click.Option(
             [setting.dest, *setting.names()],
             type=kind,
@@ -152,14 +190,35 @@ def _click_params(setting: Setting) -> list[click.Parameter]:
             help=help_text,
         )
     ]
+    if old is not None and old not in setting.flags:
+        params.append(
+            click.Option([old_dest, old], type=kind, multiple=shape in ("list", "mapping"), hidden=True)
+        )
+    return params
+
+
+_OLD_SPELLING = "old__"  # the dest prefix of a setting's deprecated underscored flag
+
+
+def _switch(dest: str, flag: str, constant: Any, help_text: str) -> click.Option:
+    return click.Option([dest, flag], is_flag=True, flag_value=constant, default=None, help=help_text)
 
 
 def _given(setting: Setting, values: dict[str, Any]) -> tuple[bool, Any]:
     """Whether the command line set `setting`, and to what (in the shape the model reads)."""
     value = values.get(setting.dest)
-    switched = values.get(f"sw__{setting.dest}")
-    if switched is not None:
-        return True, switched
+    for prefix in ("sw__", "swoff__"):
+        switched = values.get(prefix + setting.dest)
+        if switched is not None:
+            return True, switched
+    old = values.get(_OLD_SPELLING + setting.dest)
+    if (value is None or value == ()) and old is not None and old != ():
+        warnings.warn(
+            f"{setting.underscored} is deprecated; use {_new_spelling(setting)}",
+            ConfigDeprecationWarning,
+            stacklevel=2,
+        )
+        value = old
     if value is None or value == ():
         return False, None
     shape = setting.shape
@@ -171,6 +230,18 @@ def _given(setting: Setting, values: dict[str, Any]) -> tuple[bool, Any]:
     if shape == "list" or setting.positional:
         return True, list(value)
     return True, value
+
+
+def _new_spelling(setting: Setting) -> str:
+    if setting.is_yes_no:
+        return f"{setting.dashed} / {setting.negated}"
+    if setting.switch:
+        return (
+            setting.switch[0]
+            if setting.switch[1] is not False
+            else f"{setting.switch[0]} (or {setting.dashed} BOOL)"
+        )
+    return setting.names()[0] if setting.flags else setting.dashed
 
 
 def _nest(key: Sequence[str], value: Any) -> dict[str, Any]:
@@ -206,13 +277,17 @@ class ConfigCommand(click.Command):
             params.extend(_click_params(setting))
         self.renamed = list(renamed_settings(model, self.settings))
         for setting in self.renamed:
-            for param in _click_params(setting):
+            for param in _click_params(setting, warn_spelling=False):
                 param.hidden = True  # type: ignore[attr-defined]
                 params.append(param)
         super().__init__(name, params=params, callback=self._invoke, **kwargs)
         self._run = callback
         self._greedy = {
-            name for s in self.settings if s.shape == "list" and not s.positional for name in s.names()
+            name
+            for s in self.settings
+            if s.shape == "list" and not s.positional
+            for name in [*s.names(), s.underscored or ""]
+            if name
         }
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:

@@ -14,7 +14,7 @@ from genesys.config import ValidateCommand
     "with toploc_valid (true, false, or null when it has no proofs), toploc_reason and toploc_errors. Besides the "
     "TOPLOC proofs, a row must name the expected model and weights, its ids must decode to its text, its logprobs "
     "must match the model's, and it must stop within max_tokens at its first stop token. Rerunning the same "
-    "command resumes.",
+    "command resumes; --retry-errors validates again the rows not found valid; --overwrite starts over.",
 )
 def command(config: ValidateCommand) -> int:
     from genesys.proofs.validate import validate_files

@@ -2,7 +2,7 @@
 
 - `sections`: the settings shared by every command (data, sampling, prompt style, backend options,
   verify, sandbox and its `Limits`, reward, proofs, cluster) and those one command owns (filter,
-  validate's thresholds, train's rollout groups, optimizer, loss, checkpoints), each one section
+  validate's thresholds, train's rollout groups, optimizer, loss, checkpoints, sft's batches), each one section
   with its defaults, checks and help.
 - `commands`: each command composes sections into one model whose shape is its TOML file:
   top-level keys, then one table per section; a key shared by two commands is the same key, with
@@ -22,6 +22,7 @@ from genesys.config.commands import (
     FilterCommand,
     GenerateCommand,
     GenerateConfig,
+    SftConfig,
     TrainConfig,
     ValidateCommand,
     VerifyCommand,
@@ -61,6 +62,8 @@ from genesys.config.sections import (
     RewardConfig,
     SamplingConfig,
     SandboxConfig,
+    SftData,
+    SftSettings,
     TrainData,
     TrustSettings,
     ValidateData,
@@ -107,6 +110,9 @@ __all__ = [
     "RewardConfig",
     "SamplingConfig",
     "SandboxConfig",
+    "SftConfig",
+    "SftData",
+    "SftSettings",
     "TrainConfig",
     "TrainData",
     "TrustSettings",

@@ -45,6 +45,8 @@ from genesys.config.sections import (
     RolloutConfig,
     SamplingConfig,
     SandboxConfig,
+    SftData,
+    SftSettings,
     TrainData,
     TrustSettings,
     ValidateData,
@@ -62,6 +64,50 @@ OUTPUT_HELP = "output: .jsonl, .parquet, or a directory for parquet shards"
 
 def _progress() -> Any:
     return setting(True, "show a progress bar", switch=("--no-progress", False, "no progress bar"))
+
+
+OVERWRITE_HELP = "remove an existing output and start over (without it, an existing output is resumed)"
+
+
+def _overwrite(help: str = OVERWRITE_HELP) -> Any:
+    return setting(False, help, switch=("--overwrite", True, help))
+
+
+def _retry_errors(help: str) -> Any:
+    return setting(False, help, switch=("--retry-errors", True, help))
+
+
+RETRY_ERRORS_HELP = (
+    "verify again the rows of the output whose error is set (after fixing a verifier), replacing them"
+)
+
+
+def _model_to_train() -> Any:
+    return setting(help="model path or hub name to start from", flags=("--model",))
+
+
+def _run_dir() -> Any:
+    return setting(help="run directory: metrics, checkpoints, the final model", flags=("-o", "--output-dir"))
+
+
+def _report_to() -> Any:
+    return setting(
+        help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list
+    )
+
+
+def _precision() -> Any:
+    return setting("fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16"))
+
+
+def _gradient_checkpointing() -> Any:
+    return setting(False, "recompute activations in the backward pass (less memory, more compute)")
+
+
+def _check_trackers(report_to: list[str]) -> None:
+    unknown = [name for name in report_to if name not in TRACKERS]
+    if unknown:
+        raise ValueError(f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}")
 
 
 def _backend(help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -109,6 +155,8 @@ class GenerateConfig:
     proofs: ProofConfig | None = None  # None: no TOPLOC proofs
     progress: bool = True
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    overwrite: bool = False  # remove an existing output first
+    retry_errors: bool = False  # generate nothing again, verify again the rows whose error is set
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -129,11 +177,16 @@ class VerifyCommand:
         metavar="NAME",
     )
     progress: bool = _progress()
+    overwrite: bool = _overwrite()
+    retry_errors: bool = _retry_errors(RETRY_ERRORS_HELP)
     verify: VerifySettings = Field(default_factory=VerifySettings)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     proofs: TrustSettings = Field(default_factory=TrustSettings)
+
+    def __post_init__(self) -> None:
+        _one_of_overwrite_and_retry(self)
 
     def build(self) -> VerifyConfig:
         """The verification run's settings."""
@@ -157,6 +210,8 @@ class GenerateCommand(RenamedKeys):
     output: str = setting(help=OUTPUT_HELP, flags=("-o", "--output"))
     backend: str = _backend("generation backend (auto: vllm when installed with a GPU, else transformers)")
     progress: bool = _progress()
+    overwrite: bool = _overwrite()
+    retry_errors: bool = _retry_errors(RETRY_ERRORS_HELP + " (with --verify); their completions are kept")
     data: GenerateData = Field(default_factory=GenerateData)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
@@ -170,6 +225,11 @@ class GenerateCommand(RenamedKeys):
     def __post_init__(self) -> None:
         if not self.data.tasks:
             raise ValueError("'data.tasks' (--tasks) is required")
+        if self.retry_errors and not self.verify.enabled:
+            raise ValueError(
+                "retry_errors (--retry-errors) verifies rows again: it needs verify.enabled (--verify)"
+            )
+        _one_of_overwrite_and_retry(self)
 
     def build(self, backend: str) -> GenerateConfig:
         """The generation run's settings, for the resolved `backend`."""
@@ -191,6 +251,16 @@ class GenerateCommand(RenamedKeys):
             proofs=self.proofs.for_backend(backend),
             progress=self.progress,
             cluster=self.cluster,
+            overwrite=self.overwrite,
+            retry_errors=self.retry_errors,
+        )
+
+
+def _one_of_overwrite_and_retry(command: Any) -> None:
+    if command.overwrite and command.retry_errors:
+        raise ValueError(
+            "give one of overwrite (--overwrite: start over) and retry_errors (--retry-errors: keep the output, "
+            "redo its errors)"
         )
 
 
@@ -201,7 +271,10 @@ class FilterCommand:
     inputs: list[str] = setting(
         help="rollout files, directories or globs", positional=True, metavar="ROLLOUTS", min_length=1
     )
-    output: str = setting(help="output tasks: .jsonl or .parquet", flags=("-o", "--output"))
+    output: str = setting(
+        help="output tasks: .jsonl, .parquet, or - for JSON lines on stdout", flags=("-o", "--output")
+    )
+    overwrite: bool = _overwrite("replace an existing output (without it, an existing output is refused)")
     filter: FilterConfig = Field(default_factory=FilterConfig)
     data: FilterData = Field(default_factory=FilterData)
     proofs: TrustSettings = Field(default_factory=TrustSettings)
@@ -239,12 +312,17 @@ class ValidateCommand(RenamedKeys):
     progress: bool = _progress()
     data: ValidateData = Field(default_factory=ValidateData)
     style: PromptStyle = Field(default_factory=PromptStyle)
+    overwrite: bool = _overwrite()
+    retry_errors: bool = _retry_errors(
+        "validate again the rows of the output that were not found valid (toploc_reason set), replacing them"
+    )
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     proofs: ProofPolicy = Field(default_factory=ProofPolicy)
     thresholds: ProofThresholds = Field(default_factory=ProofThresholds)
     expect: ExpectedSampling = Field(default_factory=ExpectedSampling)
 
     def __post_init__(self) -> None:
+        _one_of_overwrite_and_retry(self)
         if self.backend not in VALIDATE_BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(VALIDATE_BACKENDS)}, got {self.backend!r}")
         if self.backend != DEFAULT_BACKEND:
@@ -280,23 +358,15 @@ class TrainConfig(RenamedKeys):
         "rollout.top_p": "sampling.top_p",
     }
 
-    model: str = setting(help="model path or hub name to start from", flags=("--model",))
-    output_dir: str = setting(
-        help="run directory: metrics, checkpoints, the final model", flags=("-o", "--output-dir")
-    )
+    model: str = _model_to_train()
+    output_dir: str = _run_dir()
     backend: str = _backend(
         "generation backend; it must take new weights in place (transformers, vllm). "
         "auto: vllm when installed with a GPU, else transformers"
     )
-    report_to: list[str] = setting(
-        help=f"experiment trackers ({', '.join(TRACKERS)})", metavar="TRACKER", default_factory=list
-    )
-    precision: Literal["fp32", "bf16"] = setting(
-        "fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16")
-    )
-    gradient_checkpointing: bool = setting(
-        False, "recompute activations in the backward pass (less memory, more compute)"
-    )
+    report_to: list[str] = _report_to()
+    precision: Literal["fp32", "bf16"] = _precision()
+    gradient_checkpointing: bool = _gradient_checkpointing()
     disable_dropout: bool = setting(
         True,
         "train with every dropout of the model at 0, so the trainer's policy is the sampler's "
@@ -320,11 +390,7 @@ class TrainConfig(RenamedKeys):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
-        unknown = [name for name in self.report_to if name not in TRACKERS]
-        if unknown:
-            raise ValueError(
-                f"report_to: unknown tracker {unknown[0]!r}; the trackers are {', '.join(TRACKERS)}"
-            )
+        _check_trackers(self.report_to)
         if not self.offline and self.sampling.n < 2:
             raise ValueError(
                 f"sampling.n (-n) is the group size and must be at least 2 to train online, got {self.sampling.n}: "
@@ -371,8 +437,46 @@ class TrainConfig(RenamedKeys):
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
         """The config of a TOML file with `overrides` (nested tables) laid over it, validated."""
-        data = upgrade(load_toml(path), cls.renamed) if path is not None else {}
-        return validate(cls, merge(data, upgrade(overrides or {}, cls.renamed)))
+        return _load(cls, path, overrides)
+
+
+@dataclass(frozen=True, config=SECTION)
+class SftConfig(RenamedKeys):
+    """`genesys sft`: supervised fine-tuning on worked solutions or verified rollouts; the shape of its
+    TOML file. The model, run directory, trackers, precision, [optim] and [checkpoint] are `genesys
+    train`'s; [data] and [style] say what is learnt and how prompts are rendered, as in generation."""
+
+    renamed: ClassVar[dict[str, str]] = {}
+
+    model: str = _model_to_train()
+    output_dir: str = _run_dir()
+    report_to: list[str] = _report_to()
+    precision: Literal["fp32", "bf16"] = _precision()
+    gradient_checkpointing: bool = _gradient_checkpointing()
+    progress: bool = _progress()
+    data: SftData = Field(default_factory=lambda: SftData(tasks=None, rollouts=None))
+    sft: SftSettings = Field(default_factory=SftSettings)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    style: PromptStyle = Field(default_factory=PromptStyle)
+    backend_options: BackendOptions = Field(default_factory=BackendOptions)
+
+    def __post_init__(self) -> None:
+        _check_trackers(self.report_to)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data, keyed as in TOML (None values left out)."""
+        return _drop_none(asdict(self))
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> SftConfig:
+        """The config of a TOML file with `overrides` (nested tables) laid over it, validated."""
+        return _load(cls, path, overrides)
+
+
+def _load(cls: Any, path: str | Path | None, overrides: dict[str, Any] | None) -> Any:
+    data = upgrade(load_toml(path), cls.renamed) if path is not None else {}
+    return validate(cls, merge(data, upgrade(overrides or {}, cls.renamed)))
 
 
 def _drop_none(value: Any) -> Any:

@@ -5,8 +5,8 @@ name: `[data]` (`DataConfig`: where tasks come from), `[sampling]` (`SamplingCon
 (`PromptStyle`), `[backend_options]` (`BackendOptions`), `[verify]` (`VerifySettings`), `[sandbox]`
 (`SandboxConfig`, its limits made from `Limits`), `[reward]` (`RewardConfig`), `[proofs]` (`ProofConfig`)
 and `[cluster]` (`ClusterConfig`); then the sections one command owns (`FilterConfig`, `ProofThresholds`,
-`ExpectedSampling`, and train's `RolloutConfig`, `OptimConfig`, `LossConfig`, `CheckpointConfig`,
-`AsyncConfig`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
+`ExpectedSampling`, train's `RolloutConfig`, `OptimConfig`, `LossConfig`, `CheckpointConfig`,
+`AsyncConfig`, and sft's `SftSettings`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
 positions) and check their types and ranges when built. A field's command-line spelling is declared
 here with `setting(..., flags=...)`; the commands that compose the sections are in
 `genesys.config.commands`.
@@ -36,6 +36,8 @@ DEFAULT_LENGTH_COEF = 0.0003
 DEFAULT_TARGET_LENGTH_PROMPT = "Think for {target_length} tokens before giving a response."
 SANDBOXES = ("auto", "docker", "bwrap", "subprocess")
 METRICS = ("score", "correct")
+# What `genesys filter` writes: one row per kept task, or every rollout of the kept tasks.
+FILTER_EMITS = ("tasks", "rollouts")
 TRACKERS = ("tensorboard", "wandb", "trackio")
 SIGNALS = ("reward", "score", "correct")
 # Reward terms (computed in genesys.rewards): name -> (needs the completion length, needs a target length).
@@ -172,8 +174,16 @@ class TrainData(DataConfig):
         REQUIRE_PROOFS_HELP + " (offline mode)",
         switch=("--require-proofs", True, REQUIRE_PROOFS_HELP + " (offline mode)"),
     )
+    keep_tasks: str | None = setting(
+        None,
+        "a task file (e.g. genesys filter's output): train only on the rollouts of its tasks, matched by "
+        "problem_id, or prompt without one (offline mode)",
+        metavar="FILE",
+    )
 
     def __post_init__(self) -> None:
+        if self.keep_tasks is not None and not self.rollouts:
+            raise ValueError("data.keep_tasks picks among recorded rollouts: give data.rollouts too")
         if not self.tasks and not self.rollouts:
             raise ValueError("give data.tasks (online training) or data.rollouts (offline training)")
         if self.tasks and self.rollouts and not self.require_proofs:
@@ -187,6 +197,28 @@ class TrainData(DataConfig):
             )
         if self.mix is not None and (self.rollouts or not self.tasks or len(self.mix) != len(self.tasks)):
             raise ValueError("data.mix needs one ratio per data.tasks source (online training)")
+
+
+@dataclass(frozen=True, config=SECTION)
+class SftData(DataConfig):
+    """[data] of `genesys sft`: tasks with worked solutions, and/or verified rollouts to imitate."""
+
+    rollouts: list[str] | None = setting(
+        None,
+        "rollout files from `genesys generate --verify`: those scoring at least data.min_score are learnt",
+        metavar="FILE",
+    )
+    min_score: float = setting(
+        1.0, "rollouts whose score reaches this are kept (rejection sampling)", ge=0, le=1
+    )
+
+    def __post_init__(self) -> None:
+        if not self.tasks and not self.rollouts:
+            raise ValueError(
+                "give data.tasks (tasks with a gold_standard_solution) or data.rollouts (verified rollouts), or both"
+            )
+        if self.mix is not None and (not self.tasks or len(self.mix) != len(self.tasks)):
+            raise ValueError("data.mix needs one ratio per data.tasks source")
 
 
 # --- generation ------------------------------------------------------------------------------------
@@ -783,6 +815,7 @@ class FilterConfig:
     `metric` is "score" (the mean score) or "correct" (the fraction with score == 1).
     With `pass_rate_column`, the input is a task set already holding a solve rate in that column.
     `require_proofs` counts only rollouts `genesys validate` marked valid (`toploc_valid` true).
+    `emit` = "rollouts" writes the (distinct, proven) rollouts of the kept tasks instead of task rows.
     """
 
     min_pass_rate: float = setting(0.0, "lowest pass rate kept", flags=("--min-pass-rate",))
@@ -802,8 +835,18 @@ class FilterConfig:
     require_proofs: bool = setting(
         False, REQUIRE_PROOFS_HELP, switch=("--require-proofs", True, REQUIRE_PROOFS_HELP)
     )
+    emit: str = setting(
+        "tasks",
+        "what to write: one row per kept task, or the rollouts of the kept tasks (to train on offline)",
+        flags=("--emit",),
+        choices=FILTER_EMITS,
+    )
 
     def __post_init__(self) -> None:
+        if self.emit not in FILTER_EMITS:
+            raise ValueError(f"emit must be one of {', '.join(FILTER_EMITS)}, got {self.emit!r}")
+        if self.emit == "rollouts" and self.pass_rate_column is not None:
+            raise ValueError("emit = 'rollouts' needs rollouts, not a task set with a pass_rate_column")
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
         if self.require_proofs and self.pass_rate_column is not None:
@@ -939,6 +982,14 @@ class CheckpointConfig:
 
     every: int = setting(10, "save every this many steps (0: only the final model)", ge=0)
     keep: int = setting(2, "checkpoints kept (the newest)", ge=1)
+
+
+@dataclass(frozen=True, config=SECTION)
+class SftSettings:
+    """Supervised fine-tuning ([sft]): examples per optimizer step and their order."""
+
+    examples_per_step: int = setting(32, "examples (prompt and completion) per optimizer batch", ge=1)
+    seed: int = setting(0, "the run's seed: initialisation and the order of the examples", flags=("--seed",))
 
 
 @dataclass(frozen=True, config=SECTION)

@@ -2,7 +2,8 @@
 
 An input is a file (`.jsonl`/`.json`/`.ndjson` or `.parquet`), a folder written by
 `datasets.save_to_disk`, a directory holding such files and folders (read recursively, in name
-order), or a glob of any of these.
+order), a glob of any of these, or `-`: JSON lines on stdin (read once into a temporary file, so a
+command may read its inputs twice; rows are located as `<stdin>:LINE`).
 `resolve_inputs` expands them into `InputFile`s with their format, so the row reader (`genesys.data.io`),
 the frame scanner (`genesys.data.frames`) and task sources read the same files and refuse the same inputs
 with the same words, before any work.
@@ -12,13 +13,18 @@ from __future__ import annotations
 
 import glob
 import json
+import shutil
+import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from genesys.errors import InputError
 
+STDIN = "-"
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIX = ".parquet"
 # Files `datasets.save_to_disk` writes beside the data of one split.
@@ -34,17 +40,39 @@ class InputFile:
 
     path: Path
     format: Format
+    name: str | None = None  # how rows are located, when not by the path (`<stdin>`)
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.path)
 
 
 def names_local_input(spec: str) -> bool:
-    """Whether `spec` names a local input (an existing path or a glob) rather than something else."""
-    return glob.has_magic(spec) or Path(spec).exists()
+    """Whether `spec` names a local input (an existing path, a glob, or `-` for stdin) rather than something else."""
+    return spec == STDIN or glob.has_magic(spec) or Path(spec).exists()
+
+
+@cache
+def _stdin_copy() -> Path:
+    """Standard input, copied once into a temporary file removed when the process ends."""
+    folder = tempfile.TemporaryDirectory(prefix="genesys-stdin-")
+    _stdin_folders.append(folder)  # kept alive until exit, then cleaned up
+    path = Path(folder.name) / "stdin.jsonl"
+    with open(path, "wb") as copy:
+        shutil.copyfileobj(sys.stdin.buffer, copy)
+    return path
+
+
+_stdin_folders: list[tempfile.TemporaryDirectory] = []
 
 
 def resolve_inputs(patterns: Sequence[str]) -> list[InputFile]:
     """The files behind `patterns`, in order; an InputError names the first pattern that cannot be read."""
     files: list[InputFile] = []
     for pattern in patterns:
+        if pattern == STDIN:
+            files.append(InputFile(_stdin_copy(), "jsonl", "<stdin>"))
+            continue
         for path in _expand(pattern):
             files.extend(_resolve_path(path))
     return files

@@ -40,15 +40,15 @@ def iter_rows(files: Sequence[InputFile]) -> Iterator[RowRecord]:
     """Every row of every input file (from `genesys.data.inputs.resolve_inputs`), in order, with its location."""
     readers = {"jsonl": _iter_jsonl, "parquet": _iter_parquet, "hf_dataset": _iter_hf_dataset}
     for file in files:
-        yield from readers[file.format](file.path)
+        yield from readers[file.format](file.path, file.label)
 
 
-def _iter_jsonl(path: Path) -> Iterator[RowRecord]:
+def _iter_jsonl(path: Path, label: str) -> Iterator[RowRecord]:
     with open(path, "rb") as handle:
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            location = f"{path}:{line_no}"
+            location = f"{label}:{line_no}"
             try:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
@@ -67,7 +67,7 @@ def _iter_jsonl(path: Path) -> Iterator[RowRecord]:
             yield RowRecord(location, row)
 
 
-def _iter_parquet(path: Path) -> Iterator[RowRecord]:
+def _iter_parquet(path: Path, label: str) -> Iterator[RowRecord]:
     import pyarrow.parquet as pq
 
     try:
@@ -77,11 +77,11 @@ def _iter_parquet(path: Path) -> Iterator[RowRecord]:
     index = 0
     for batch in parquet.iter_batches(batch_size=_READ_BATCH_ROWS):
         for row in batch.to_pylist():
-            yield RowRecord(f"{path}#{index}", row)
+            yield RowRecord(f"{label}#{index}", row)
             index += 1
 
 
-def _iter_hf_dataset(path: Path) -> Iterator[RowRecord]:
+def _iter_hf_dataset(path: Path, label: str) -> Iterator[RowRecord]:
     from datasets import load_from_disk
 
     dataset = load_from_disk(str(path))
@@ -89,7 +89,7 @@ def _iter_hf_dataset(path: Path) -> Iterator[RowRecord]:
         batch = dataset[start : start + _READ_BATCH_ROWS]
         columns = list(batch)
         for offset in range(len(batch[columns[0]]) if columns else 0):
-            yield RowRecord(f"{path}#{start + offset}", {c: batch[c][offset] for c in columns})
+            yield RowRecord(f"{label}#{start + offset}", {c: batch[c][offset] for c in columns})
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -154,6 +154,47 @@ def _as_text(values: Sequence[Any]) -> list[str | None]:
     return [v if v is None or isinstance(v, str) else orjson.dumps(v).decode() for v in values]
 
 
+OUTPUT_KINDS = "a .jsonl (or .json, .ndjson) file, a .parquet file, or a directory for parquet shards"
+
+
+def check_output_path(path: str | Path) -> None:
+    """Refuse (InputError) an output path no writer takes: `-` (stdout cannot be resumed or locked) or
+    an extension other than the accepted ones. A path without an extension, or an existing
+    directory, is a directory of parquet shards."""
+    path = Path(path)
+    if str(path) == "-":
+        raise InputError(
+            "output '-' (stdout): this command writes a resumable output, which a rerun continues and "
+            f"which stdout cannot be; write to {OUTPUT_KINDS}"
+        )
+    if path.name.endswith(JSONL_SUFFIXES + (PARQUET_SUFFIX,)) or path.is_dir() or not path.suffix:
+        return
+    raise InputError(f"output {str(path)!r}: unknown extension {path.suffix!r}; write to {OUTPUT_KINDS}")
+
+
+def remove_output(path: str | Path) -> None:
+    """Remove an output and what a run keeps beside it (`.parts`), for a run that starts over.
+
+    A directory is removed only when it holds nothing but parquet shards (it may be a directory the
+    user keeps other things in); otherwise an InputError names what it holds."""
+    path = Path(path)
+    if path.is_dir():
+        others = [
+            p for p in path.iterdir() if not (p.name.endswith(PARQUET_SUFFIX) or p.name.endswith(".tmp"))
+        ]
+        if others:
+            raise InputError(
+                f"--overwrite: output directory {str(path)!r} holds more than parquet shards "
+                f"({others[0].name}, ...); remove it yourself or write to another output"
+            )
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    parts = path.with_name(path.name + ".parts")
+    if path.name.endswith(PARQUET_SUFFIX) and parts.is_dir():
+        shutil.rmtree(parts)
+
+
 class RolloutWriter:
     """Appends rows to a rollout output in atomic units and knows which keys it already holds.
 
@@ -202,6 +243,57 @@ class RolloutWriter:
         if self.kind == "jsonl":
             return _jsonl_keys(self.path, self.key_column)
         return _parquet_keys(self.written_files(), self.key_column)
+
+    def take_out(self, column: str) -> dict[str, dict[str, Any]]:
+        """Remove from the output every row where `column` is set (not null); returns them by key.
+
+        Each file is rewritten without them and renamed into place, so after a crash a file holds
+        either all its rows or those that stay. Rows without a key stay where they are."""
+        taken: dict[str, dict[str, Any]] = {}
+        if self.kind == "jsonl":
+            if self.path.exists():
+                self._take_out_jsonl(column, taken)
+            return taken
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        for file in self.written_files():
+            table = pq.read_table(file)
+            if column not in table.column_names or self.key_column not in table.column_names:
+                continue
+            mask = pc.and_(pc.is_valid(table.column(column)), pc.is_valid(table.column(self.key_column)))
+            if not pc.any(mask).as_py():
+                continue
+            for row in table.filter(mask).to_pylist():
+                taken[str(row[self.key_column])] = row
+            kept = table.filter(pc.invert(mask))
+            if kept.num_rows == 0 and file != self.path:
+                file.unlink()
+                continue
+            tmp = file.with_name(f".{file.name}.tmp")
+            pq.write_table(kept, tmp)
+            os.replace(tmp, file)
+        return taken
+
+    def _take_out_jsonl(self, column: str, taken: dict[str, dict[str, Any]]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(self.path, "rb") as source, open(tmp, "wb") as kept:
+            for line in source:
+                try:
+                    row = orjson.loads(line) if line.strip() else None
+                except orjson.JSONDecodeError:
+                    row = None  # kept: reading the keys names the line
+                key = row.get(self.key_column) if isinstance(row, dict) else None
+                if key is not None and row.get(column) is not None:
+                    taken[str(key)] = row
+                else:
+                    kept.write(line)
+            kept.flush()
+            os.fsync(kept.fileno())
+        if taken:
+            os.replace(tmp, self.path)
+        else:
+            tmp.unlink()
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
         """Write `rows` as one atomic unit: after a crash, all of them are there or none."""

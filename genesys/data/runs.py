@@ -15,7 +15,19 @@ share one behaviour:
   `{"location", "error", "raw"}`, counted in the summary, and the run goes on. The file is
   rewritten by every run (inputs are read in full each time) and removed when a run rejects nothing.
 - **Resume.** Rows already in the output (by `response_id`) are skipped and counted as resumed;
-  nothing is written twice.
+  nothing is written twice. An existing output is always resumed, never silently replaced: with
+  `overwrite` the run removes it first (after taking the lock) and starts over.
+- **Retrying errors.** With `retry_column` (`error` for verify and generate, `toploc_reason` for
+  validate), rows of the output where that column is set are taken out of it when the output is
+  opened (`retried`); the run does them again and writes the new rows. A taken-out row is written
+  back unchanged when the run ends without having written a row of its key (an interruption, or an
+  input that no longer holds it), so no row is lost and none is written twice.
+- **Order.** Rows are written in the order they are handed over; `InOrder` puts rows that finish out
+  of order (parallel verification) back into input order, holding only those that finished early.
+  A resumed or retrying run appends its rows after those the output already holds.
+- **Output paths.** `.jsonl` (or `.json`, `.ndjson`), `.parquet`, or a directory of parquet shards
+  (a path without an extension, or an existing directory); any other extension is refused before
+  any work, naming the accepted ones, and so is `-` (stdout cannot be resumed).
 - **One flush policy.** Rows are written in atomic units of `FLUSH_ROWS` rows, or of what has come
   in once `FLUSH_SECONDS` have passed since the last write. Rows handed over before a failure are
   written before the run ends.
@@ -51,8 +63,8 @@ from typing import IO, Any, Generic, TypeVar
 
 import orjson
 
-from genesys.data.inputs import PARQUET_SUFFIX, InputFile, resolve_inputs
-from genesys.data.io import BufferedWriter, RolloutWriter, iter_rows
+from genesys.data.inputs import PARQUET_SUFFIX, STDIN, InputFile, resolve_inputs
+from genesys.data.io import BufferedWriter, RolloutWriter, check_output_path, iter_rows, remove_output
 from genesys.errors import InputError
 from genesys.ui.progress import RunProgress, console
 
@@ -69,6 +81,7 @@ class FileRunSummary:
 
     output: Path
     resumed: int = 0  # rows (or samples) the output already held
+    retried: int = 0  # rows of the output taken out to be done again (retry_column set)
     rejected: int = 0  # input rows written to the rejects file
     rejects: Path | None = None  # the rejects file, when rows were rejected
     first_rejected: str = ""  # `location: reason` of the first rejected row
@@ -116,8 +129,13 @@ class FileRun(Generic[S]):
         rejects: str | Path | None = None,
         key_column: str = "response_id",
         command: str | None = None,
+        retry_column: str | None = None,
+        overwrite: bool = False,
     ) -> None:
         self.output = Path(output)
+        self.retry_column = retry_column
+        self.overwrite = overwrite
+        self.retried: dict[str, dict[str, Any]] = {}  # rows taken out of the output to be done again
         self.summary = summary
         self.inputs = list(inputs)
         self.rejects_path = Path(rejects) if rejects else default_rejects_path(self.output)
@@ -135,11 +153,19 @@ class FileRun(Generic[S]):
     # --- start and end ----------------------------------------------------------------------------
 
     def __enter__(self) -> FileRun[S]:
-        """Resolve the inputs, refuse an overlap with the output, and take the output's lock."""
+        """Check the output path, resolve the inputs, refuse an overlap with the output, and take the
+        output's lock; with `overwrite`, remove what the output holds."""
+        check_output_path(self.output)
         self.files = resolve_inputs(self.inputs)
         refuse_overlap(self.output, self.rejects_path, self.inputs, self.files)
         self._lock = OutputLock(self.output, self.command)
         self._lock.acquire()
+        if self.overwrite:
+            try:
+                remove_output(self.output)
+            except BaseException:
+                self._lock.release()
+                raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
@@ -147,6 +173,9 @@ class FileRun(Generic[S]):
         try:
             if self._out is not None:
                 self._out.flush()
+            if self.retried and self.writer is not None:  # not done again: kept as they were
+                self.writer.write(list(self.retried.values()))
+                self.retried = {}
             if self._rejects is not None:
                 self._rejects.close()
             if exc_type is None:
@@ -196,8 +225,13 @@ class FileRun(Generic[S]):
     # --- writing ----------------------------------------------------------------------------------
 
     def open_output(self) -> set[str]:
-        """Open the output for appending; returns (and keeps in `done`) the keys it already holds."""
+        """Open the output for appending; returns (and keeps in `done`) the keys it already holds.
+
+        With `retry_column`, the rows where it is set are first taken out (into `retried`)."""
         self.writer = RolloutWriter(self.output, self.key_column)
+        if self.retry_column is not None:
+            self.retried = self.writer.take_out(self.retry_column)
+            self.summary.retried = len(self.retried)
         self.done = self.writer.existing_keys()
         self._out = BufferedWriter(self.writer, FLUSH_ROWS, FLUSH_SECONDS)
         return self.done
@@ -216,6 +250,9 @@ class FileRun(Generic[S]):
         """Hand rows over to be written (in units of the flush policy)."""
         if self._out is None:
             raise RuntimeError("FileRun.write before open_output()")
+        if self.retried:
+            for row in rows:
+                self.retried.pop(str(row.get(self.key_column)), None)
         self._out.add(rows)
 
     @contextmanager
@@ -229,6 +266,35 @@ class FileRun(Generic[S]):
                 yield bar
             finally:
                 self._bar = None
+
+
+class InOrder:
+    """Rows numbered 0, 1, 2, ... come in any order and leave in number order.
+
+    Only rows that came before one with a lower number are held; the caller bounds how many (by not
+    handing out more work while `len(self)` is large)."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._waiting: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, number: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """Take row `number`; returns the rows now ready, in order (often none, or several)."""
+        self._waiting[number] = row
+        ready = []
+        while self._next in self._waiting:
+            ready.append(self._waiting.pop(self._next))
+            self._next += 1
+        return ready
+
+    def rest(self) -> list[dict[str, Any]]:
+        """The rows still held (waiting for a lower number that will not come: the run stopped), in order."""
+        held = [self._waiting[number] for number in sorted(self._waiting)]
+        self._waiting.clear()
+        return held
 
 
 # --- overlap -----------------------------------------------------------------------------------------
@@ -246,6 +312,8 @@ def refuse_overlap(
     targets.append(("rejects file", rejects))
     sources: list[tuple[str, Path]] = []
     for spec in inputs:
+        if spec == STDIN:
+            continue  # read from a copy of its own
         if glob.has_magic(spec):
             for what, target in targets:
                 if _glob_reads(spec, target):

@@ -5,14 +5,20 @@ output is locked, unreadable task rows go to the rejects file, and rows are writ
 so after a crash the same command generates exactly the (task, sample) pairs that are missing
 (`response_id` is `<task key>-<sample index>`; what a row holds is built in `genesys.generate.rows`).
 With verification on, rows go to the streaming `VerificationEngine` as they are generated and are
-written once verified and given their reward; generation only waits for it when the engine's backlog
-passes `VerifyConfig.max_pending_rows`. Every reward input is checked before generating; rows done
-when a run fails are written before it ends.
+written once verified and given their reward, in the order they were generated (`InOrder`);
+generation only waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
+Rows are written in the order generation finishes them (a backend may finish a short answer before
+a long one asked earlier; holding finished rollouts back for task order would cost memory without
+bound). With `retry_errors`, rows of the output whose `error` is set are taken out and verified
+again, keeping their completions. Every reward input is checked before generating; rows done when a
+run fails are written before it ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import time
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +28,7 @@ from genesys.config import GenerateConfig
 from genesys.data.identity import response_id
 from genesys.data.inputs import InputFile, names_local_input
 from genesys.data.io import RolloutWriter, iter_rows
-from genesys.data.runs import FileRun, FileRunSummary
+from genesys.data.runs import FileRun, FileRunSummary, InOrder
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, create_backend, iterate, resolve_backend_name
 from genesys.generate.rows import (
@@ -39,7 +45,7 @@ from genesys.tasks.prepare import select_tasks as select_task_sources
 from genesys.tasks.prompts import pick_target_length, target_instruction
 from genesys.tasks.sources import HUB_PREFIX, Reject
 from genesys.ui.progress import RunProgress, console
-from genesys.verification.stats import TypeStats, print_type_stats
+from genesys.verification.stats import RewardMeans, TypeStats, print_type_stats
 
 __all__ = [
     "GenerateConfig",
@@ -64,6 +70,7 @@ class GenerateSummary(FileRunSummary):
     duplicates: int = 0
     tokens: int = 0
     verify_stats: dict[str, TypeStats] = field(default_factory=dict)
+    rewards: RewardMeans | None = None  # mean reward per task_type, when the reward is not the score
 
 
 def print_generate_summary(summary: GenerateSummary) -> None:
@@ -87,7 +94,9 @@ def print_generate_summary(summary: GenerateSummary) -> None:
         console.print(f"[yellow]{summary.duplicates:,} duplicate tasks were skipped")
     if summary.verify_stats:
         verified = sum(stats.count for stats in summary.verify_stats.values())
-        print_type_stats(summary.verify_stats, verified, summary.seconds)
+        print_type_stats(summary.verify_stats, verified, summary.seconds, summary.rewards)
+    if summary.retried:
+        console.print(f"retried: {summary.retried:,} rows with an error were verified again")
     summary.print_files()
 
 
@@ -180,11 +189,17 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             config.target_length_prompt, config.target_lengths[0]
         )  # a bad template fails before any work
     summary = GenerateSummary(output=Path(config.output))
-    with FileRun(config.output, summary, inputs=local_task_files(config.tasks)) as run:
+    with FileRun(
+        config.output,
+        summary,
+        inputs=local_task_files(config.tasks),
+        retry_column="error" if config.retry_errors else None,
+        overwrite=config.overwrite,
+    ) as run:
         selected = select_tasks(config, run.reject)
         backend_name = backend.name if backend is not None else resolve_backend_name(config.backend)
         settings = generation_settings(config, backend_name)
-        done = run.open_output()
+        done = run.open_output() | set(run.retried)  # retried rows keep their completions
         if done:
             check_resumable(run.writer, config.model, settings)  # type: ignore[arg-type]
         plans, summary.resumed, summary.duplicates = plan_tasks(selected, config, done)
@@ -193,8 +208,13 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             check_verifiable(selected, config.verify)
             check_rewardable(plans, config.verify.reward)
             rewards = RewardStage(config.verify.reward)
+            summary.rewards = None if rewards.is_score else RewardMeans()
         summary.tasks = len(plans)
         todo = [p for p in plans if p.missing]
+        if run.retried:
+            started = time.monotonic()
+            _verify_again(list(run.retried.values()), config, run, summary, rewards)  # type: ignore[arg-type]
+            summary.seconds = time.monotonic() - started
         if todo:
             built = backend is None
             backend = backend or _build_backend(config, backend_name)
@@ -205,12 +225,16 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
                 ) as progress:
                     progress.skip(len(plans) - len(todo))
                     _generate(todo, config, backend, builder, run, progress, summary, rewards)
-                    summary.seconds = progress.seconds
+                    summary.seconds += progress.seconds
             finally:
                 if built:
                     backend.close()
     if config.progress:
         print_generate_summary(summary)
+    else:
+        from genesys.verification.api import print_problems
+
+        print_problems("generate --verify", summary.verify_stats, summary)
     return summary
 
 
@@ -238,7 +262,8 @@ def _generate(
     summary: GenerateSummary,
     rewards: RewardStage | None,
 ) -> None:
-    """Generate `todo`; with `rewards` (verification on) rows are written once verified and rewarded."""
+    """Generate `todo`; with `rewards` (verification on) rows are written once verified and rewarded,
+    in the order they were generated."""
     plans = {p.key: p for p in todo}
     with ExitStack() as stack:
         engine = None
@@ -246,6 +271,8 @@ def _generate(
             from genesys.verification.api import verification_pool
 
             engine = stack.enter_context(verification_pool(config.verify))
+        written = stack.enter_context(_Verified(run, rewards, summary))  # type: ignore[arg-type]
+        numbers = itertools.count()
         for result in iterate(backend.generate(requests(todo, config))):
             rows = builder.rows(plans[result.request.key], result)
             tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)
@@ -256,8 +283,55 @@ def _generate(
                 run.write(rows)
                 continue
             for row in rows:
-                engine.submit(row["response_id"], row)
-            run.write([rewards.apply(row) for _, row in engine.poll()])  # type: ignore[union-attr]
+                engine.submit(next(numbers), row)
+            written.add(engine.poll())
+            while len(written.in_order) > config.verify.max_pending_rows:  # type: ignore[union-attr]
+                written.add(engine.poll(timeout=0.05))  # rows held behind a slow one
         if engine is not None:
-            run.write([rewards.apply(row) for _, row in engine.drain()])  # type: ignore[union-attr]
-            summary.verify_stats = engine.stats
+            written.add(engine.drain())
+            _merge_stats(summary, engine.stats)
+
+
+def _verify_again(
+    rows: list[dict[str, Any]],
+    config: GenerateConfig,
+    run: FileRun[GenerateSummary],
+    summary: GenerateSummary,
+    rewards: RewardStage,
+) -> None:
+    """Verify again rows an earlier run wrote with an error (`--retry-errors`), keeping their completions."""
+    from genesys.verification.api import verification_pool
+
+    with _Verified(run, rewards, summary) as written, verification_pool(config.verify) as engine:  # type: ignore[arg-type]
+        for number, row in enumerate(rows):
+            engine.submit(number, row)
+            written.add(engine.poll())
+        written.add(engine.drain())
+        _merge_stats(summary, engine.stats)
+
+
+class _Verified:
+    """Writes verified rows, rewarded, in the order they were submitted (numbered from 0); as a context
+    manager, the rows still held when it ends are written too."""
+
+    def __init__(self, run: FileRun[GenerateSummary], rewards: RewardStage, summary: GenerateSummary) -> None:
+        self.run, self.rewards, self.summary = run, rewards, summary
+        self.in_order = InOrder()
+
+    def __enter__(self) -> _Verified:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.run.write(self.in_order.rest())  # interrupted: what was verified is kept, out of order
+
+    def add(self, verified: Iterable[tuple[Any, dict[str, Any]]]) -> None:
+        for number, row in verified:
+            row = self.rewards.apply(row)
+            if self.summary.rewards is not None:
+                self.summary.rewards.add(row)
+            self.run.write(self.in_order.add(number, row))
+
+
+def _merge_stats(summary: GenerateSummary, stats: dict[str, TypeStats]) -> None:
+    for task_type, more in stats.items():
+        summary.verify_stats.setdefault(task_type, TypeStats()).merge(more)

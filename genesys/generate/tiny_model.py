@@ -1,7 +1,10 @@
-"""A stand-in model for offline runs: random weights and a tokenizer trained here, in seconds.
+"""A tiny decoder for offline runs: random weights and a tokenizer trained here, in seconds.
 
-Its completions are gibberish; it exists so `make demo`, the tests and the benchmarks exercise the
-whole pipeline with no model hub. Build one with `python -m genesys.generate.tiny_model DIR`.
+As built, its completions are gibberish; it exists so the tests and the benchmarks exercise the
+whole pipeline with no model hub, and as the from-scratch starting point `make demo` trains with
+`genesys sft` and `genesys train`. Build one with `python -m genesys.generate.tiny_model DIR`, or
+with a tokenizer trained on task text: `python -m genesys.generate.tiny_model DIR --tasks
+arithmetic:count=2000 --split-digits` (one token per digit, so a model can learn digit by digit).
 """
 
 from __future__ import annotations
@@ -52,13 +55,34 @@ def default_corpus() -> list[str]:
     return texts
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512):  # noqa: ANN201 - a transformers tokenizer
-    """A byte-level BPE tokenizer trained on `corpus`, with the chat template and special tokens."""
+def task_corpus(specs: Iterable[str]) -> list[str]:
+    """Text to train a tokenizer on: the prompts and gold solutions of the `--tasks` specs, rendered
+    with the chat template (so its framing tokens are learnt too)."""
+    from genesys.tasks.sources import load_source
+
+    texts = []
+    for spec in specs:
+        for row in load_source(spec).rows:
+            solution = row.get("gold_standard_solution") or ""
+            texts.append(
+                f"<|im_start|>user\n{row['prompt']}<|im_end|>\n<|im_start|>assistant\n{solution}<|im_end|>\n"
+            )
+    return texts
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512, split_digits: bool = False):  # noqa: ANN201 - a transformers tokenizer
+    """A byte-level BPE tokenizer trained on `corpus`, with the chat template and special tokens.
+    `split_digits`: every digit is a token of its own (numbers are never merged)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -86,12 +110,15 @@ def build_tiny_model(
     model_vocab_size: int | None = None,
     seed: int = 0,
     corpus: Iterable[str] | None = None,
+    split_digits: bool = False,
+    label: str = LABEL,
 ) -> Path:
     """Write a random-weight Qwen2-architecture model and its tokenizer to `path`; returns `path`.
 
     `vocab_size` is the tokenizer's; `model_vocab_size` pads the embedding and output layers to a
     realistic size (e.g. 151936) for speed measurements. By default the MLP is twice `hidden_size`
-    wide and there are half as many key/value heads as heads.
+    wide and there are half as many key/value heads as heads. `corpus` is the tokenizer's training
+    text (default: the bundled task sets); `split_digits` gives every digit a token of its own.
     """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -99,7 +126,7 @@ def build_tiny_model(
 
     transformers_logging.disable_progress_bar()
     path = Path(path)
-    tokenizer = train_tokenizer(default_corpus() if corpus is None else corpus, vocab_size)
+    tokenizer = train_tokenizer(default_corpus() if corpus is None else corpus, vocab_size, split_digits)
     config = Qwen2Config(
         vocab_size=max(len(tokenizer), model_vocab_size or 0),
         hidden_size=hidden_size,
@@ -120,16 +147,48 @@ def build_tiny_model(
     )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    (path / "README.md").write_text(LABEL + "\n")
+    (path / "README.md").write_text(label + "\n")
     return path
 
 
+def parameter_count(path: str | Path) -> int:
+    """The number of parameters of the model saved in `path` (tied weights counted once)."""
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Build the offline stand-in model (random weights).")
+    parser = argparse.ArgumentParser(description="Build a tiny decoder with random weights, offline.")
     parser.add_argument("path", help="directory to write the model and tokenizer to")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        metavar="SPEC",
+        help="train the tokenizer on these task sources' prompts and gold solutions (default: the bundled samples)",
+    )
+    parser.add_argument("--split-digits", action="store_true", help="one token per digit")
+    parser.add_argument("--vocab-size", type=int, default=512, help="tokenizer vocabulary (default 512)")
+    parser.add_argument("--hidden-size", type=int, default=64, help="model width (default 64)")
+    parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
     args = parser.parse_args()
-    build_tiny_model(args.path)
-    print(f"{LABEL}\nwritten to {args.path}")
+    untrained = "TINY MODEL: random weights, trained by nothing yet; a tokenizer trained on the task text."
+    build_tiny_model(
+        args.path,
+        hidden_size=args.hidden_size,
+        layers=args.layers,
+        heads=args.heads,
+        vocab_size=args.vocab_size,
+        seed=args.seed,
+        corpus=task_corpus(args.tasks) if args.tasks else None,
+        split_digits=args.split_digits,
+        label=untrained if args.tasks else LABEL,
+    )
+    print(
+        f"{untrained if args.tasks else LABEL}\n{parameter_count(args.path):,} parameters, written to {args.path}"
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ of `genesys.proofs.checks` need no model. Each row is written with:
 
 The run is a `genesys.data.runs.FileRun`: an output overlapping an input is refused, the output is
 locked, unreadable rows go to the rejects file, output is appended in atomic units and a rerun skips
-rows whose `response_id` the output already holds.
+rows whose `response_id` the output already holds; with `retry_errors`, rows the output holds that
+were not found valid (`toploc_reason` set) are taken out and validated again.
 """
 
 from __future__ import annotations
@@ -293,7 +294,10 @@ def validate_files(config: ValidateCommand) -> ValidateSummary:
     """Validate the rollout files of `config` into its output, each row signed with the trust key;
     prints progress and a summary when asked."""
     summary = ValidateSummary(output=Path(config.output))
-    with FileRun(config.output, summary, inputs=config.inputs) as run:
+    retry_column = "toploc_reason" if config.retry_errors else None
+    with FileRun(
+        config.output, summary, inputs=config.inputs, retry_column=retry_column, overwrite=config.overwrite
+    ) as run:
         key = TrustKey.load(config.proofs.trust_key, create=True)
         summary.trust_key = key
         trusted = TrustedTasks.load(config.data.tasks) if config.data.tasks else None
@@ -369,6 +373,8 @@ def print_validate_summary(summary: ValidateSummary) -> None:
     table.add_row("of a trusted task (--tasks)", f"{summary.task_bound:,}")
     if summary.resumed:
         table.add_row("already in the output", f"{summary.resumed:,}")
+    if summary.retried:
+        table.add_row("taken out of the output to validate again", f"{summary.retried:,}")
     if summary.rejected:
         table.add_row("unreadable (to the rejects file)", f"{summary.rejected:,}")
     console.print(table)

@@ -33,6 +33,12 @@ def _load_math_samples() -> list[dict[str, Any]]:
     return load_sample_file("math_tasks.jsonl")
 
 
+def _load_arithmetic(**options: Any) -> list[dict[str, Any]]:
+    from genesys.tasks.arithmetic import arithmetic_tasks
+
+    return arithmetic_tasks(**options)
+
+
 def _load_code_samples() -> list[dict[str, Any]]:
     from genesys.tasks.samples import load_sample_file
 
@@ -49,5 +55,11 @@ def genesys_tasks() -> list[TaskSet]:
             "code-samples",
             _load_code_samples,
             "bundled Python programming problems with tests (verifiable_code)",
+        ),
+        TaskSet(
+            "arithmetic",
+            _load_arithmetic,
+            "generated arithmetic with worked solutions (verifiable_math; options: digits, ops, count, seed, "
+            "split=train|heldout)",
         ),
     ]

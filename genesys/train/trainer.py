@@ -18,6 +18,11 @@ A step whose loss or gradient norm is not finite (on any rank) takes no optimize
 gradients are dropped, the step is counted (`step_skipped`, `skipped_steps` in the metrics) and the
 run goes on; after `optim.max_nonfinite_steps` such steps in a row it stops with a TrainingError.
 A model with a non-finite weight is never written (`genesys.train.checkpoint.check_finite`).
+
+The loop (model, optimizer, micro-batches, checkpoints, metrics) knows nothing of GRPO beyond the
+few methods under "the objective" below: what the run reads, where batches come from, the loss of a
+micro-batch and the metrics of a step. `genesys.train.sft.SFTTrainer` overrides exactly those to
+run supervised fine-tuning through the same loop.
 """
 
 from __future__ import annotations
@@ -124,21 +129,22 @@ class StepBatch:
     used: int = 0  # optimizer steps taken on this batch so far
 
 
-def train(config: TrainConfig) -> TrainResult:
-    """Run (or resume) the training run `config` describes; see `genesys.train`. A run whose
-    output_dir already holds its final model and all its steps is returned as it is."""
+def train(config: Any, trainer: type[Trainer] | None = None) -> TrainResult:
+    """Run (or resume) the training run `config` describes with `trainer` (default: GRPO's
+    `Trainer`); see `genesys.train`. A run whose output_dir already holds its final model and all
+    its steps is returned as it is."""
     finished = finished_run(config)
     if finished is not None:
         return finished
     world = init_world()
     try:
-        with Trainer(config, world) as trainer:
-            return trainer.run()
+        with (trainer or Trainer)(config, world) as running:
+            return running.run()
     finally:
         close_world(world)
 
 
-def finished_run(config: TrainConfig) -> TrainResult | None:
+def finished_run(config: Any) -> TrainResult | None:
     """The result of a run that already completed `optim.steps` in `output_dir`, else None."""
     output_dir = Path(config.output_dir)
     final = output_dir / "final"
@@ -151,17 +157,10 @@ def finished_run(config: TrainConfig) -> TrainResult | None:
 class Trainer:
     """Owns the model, optimizer, rollout source and run directory of one rank."""
 
-    def __init__(self, config: TrainConfig, world: World) -> None:
-        if config.cluster.ray and world.distributed:
-            raise InputError(
-                "cluster.backend = 'ray' trains in one process (its rollout workers are Ray actors); run it without torchrun"
-            )
-        if config.rollout.prompts_per_step % world.size:
-            raise InputError(
-                f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be divisible by the number of processes ({world.size})"
-            )
+    def __init__(self, config: Any, world: World) -> None:
         self.config = config
         self.world = world
+        self._check_setup()
         self.output_dir = Path(config.output_dir)
         self.checkpoints = self.output_dir / "checkpoints"
         self.device = world.device(config.backend_options.device)
@@ -177,12 +176,8 @@ class Trainer:
         self.skipped_steps = self.state.get("skipped_steps", 0) if self.state else 0
         self.nonfinite_in_a_row = self.state.get("nonfinite_in_a_row", 0) if self.state else 0
         self.no_signal_in_a_row = self.state.get("no_signal_in_a_row", 0) if self.state else 0
-        torch.manual_seed(config.sampling.seed)
-        self.tasks = None
-        if not config.offline:
-            from genesys.train.sources.base import load_tasks
-
-            self.tasks = load_tasks(config)  # checked before any model is loaded
+        torch.manual_seed(self._seed())
+        self._load_inputs()  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
         self.tokenizer, self.model = load_trainable_lm(
             self.source_model,
@@ -195,11 +190,10 @@ class Trainer:
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id
         )
-        if config.disable_dropout:
-            disable_dropout(self.model)
+        self._prepare_model()
         self.threads = ThreadTuner.for_device(self.device, self._thread_probe)
         self.steps_run = 0  # steps of this process (the thread count is measured from its first)
-        self.reference = _frozen_reference(config, self.device) if config.loss.kl_beta > 0 else None
+        self.reference = self._reference_model()
         self.trained = self._wrap(self.model)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -212,7 +206,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda update: lr_factor(update, config.optim)
         )
-        self.rollouts = open_source(config, world, self.tasks, self.source_model, self.device)
+        self.rollouts = self._open_source()
         self._stack.callback(self.rollouts.close)
         self.batch: StepBatch | None = None
         try:
@@ -236,7 +230,7 @@ class Trainer:
         path = self.output_dir / CONFIG_FILE
         existing = read_config(path)
         if existing is not None:  # a run written before keys were renamed compares by the new names
-            existing = upgrade(existing, TrainConfig.renamed, warn=False)
+            existing = upgrade(existing, type(self.config).renamed, warn=False)
         if existing is not None and resuming:
             changed = [
                 key
@@ -330,11 +324,7 @@ class Trainer:
             while self.step < config.optim.steps:
                 metrics = self.train_step()
                 progress.advance(1, tokens=int(metrics["tokens"]))
-                progress.describe(
-                    f"training  reward {metrics['reward_mean']:.3f}"
-                    if metrics["reward_mean"] is not None
-                    else "training"
-                )
+                progress.describe(self._describe(metrics))
                 if (
                     config.checkpoint.every
                     and self.step % config.checkpoint.every == 0
@@ -357,11 +347,10 @@ class Trainer:
         if self.batch is None:
             self.batch = self._next_batch()
         batch = self.batch
-        loss = self.config.loss
         if batch.sequences_total == 0:
             return self._step_without_update(batch, started, "no_signal")
         self.no_signal_in_a_row = 0
-        mismatch = self._recompute_old_logprobs(batch) if first_update and loss.recomputes else None
+        mismatch = self._before_update(batch) if first_update else None
         part = batch.used % self.config.optim.mini_batches
         if batch.slice_sequences[part] == 0:
             return self._step_without_update(batch, started, "empty_mini_batch")
@@ -446,19 +435,72 @@ class Trainer:
             limit,
         )
 
+    # --- the objective: GRPO (genesys.train.sft.SFTTrainer overrides these) --------------------------
+
+    def _check_setup(self) -> None:
+        """Refuse settings this objective cannot run with, before anything is loaded."""
+        config, world = self.config, self.world
+        if config.cluster.ray and world.distributed:
+            raise InputError(
+                "cluster.backend = 'ray' trains in one process (its rollout workers are Ray actors); run it without torchrun"
+            )
+        if config.rollout.prompts_per_step % world.size:
+            raise InputError(
+                f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be divisible by the number of processes ({world.size})"
+            )
+
+    def _seed(self) -> int:
+        """The run's seed (initialisation, data order)."""
+        return self.config.sampling.seed
+
+    def _load_inputs(self) -> None:
+        """Read and check what the run learns from, before any model is loaded: the tasks (online)."""
+        self.tasks = None
+        if not self.config.offline:
+            from genesys.train.sources.base import load_tasks
+
+            self.tasks = load_tasks(self.config)
+
+    def _open_source(self) -> Any:
+        """Where batches come from, once the model is loaded (a `RolloutSource`)."""
+        return open_source(self.config, self.world, self.tasks, self.source_model, self.device)
+
+    def _reference_model(self) -> torch.nn.Module | None:
+        """The frozen model of the KL term, or None without one."""
+        return _frozen_reference(self.config, self.device) if self.config.loss.kl_beta > 0 else None
+
+    def _loss_denominator(self, batch: StepBatch, part: int) -> float:
+        """What the summed token losses of mini-batch `part` of a batch are divided by (over all ranks)."""
+        loss = self.config.loss
+        return loss_denominator(
+            loss.type,
+            loss.normalize,
+            batch.slice_tokens[part],
+            batch.slice_sequences[part],
+            self.config.sampling.max_tokens,
+        )
+
+    def _prepare_model(self) -> None:
+        """Set the loaded model up for training: dropout off (`disable_dropout`)."""
+        if self.config.disable_dropout:
+            disable_dropout(self.model)
+
+    def _before_update(self, batch: StepBatch) -> dict[str, float] | None:
+        """Work on a new batch before its first optimizer step: recompute the old policy's logprobs
+        when the loss asks for them; returns their mismatch statistics (None when not recomputed)."""
+        return self._recompute_old_logprobs(batch) if self.config.loss.recomputes else None
+
+    def _describe(self, metrics: dict[str, Any]) -> str:
+        """The progress bar's text after a step."""
+        reward = metrics["reward_mean"]
+        return f"training  reward {reward:.3f}" if reward is not None else "training"
+
     def _next_batch(self) -> StepBatch:
         per_rank = self.config.rollout.prompts_per_step // self.world.size
         step = self.rollouts.next_batch(per_rank)
         sequences, truncated = self._sequences(step)
         stats = _rollout_stats(step, sequences)
         stats["truncated_masked"] = float(truncated)
-        parts = self.config.optim.mini_batches
-        slices = [sequences[part::parts] for part in range(parts)]
-        local = [float(stats["tokens"]), float(len(sequences))]
-        for chunk in slices:
-            local += [float(sum(len(s.completion_ids) for s in chunk)), float(len(chunk))]
-        summed = self.world.sum(local)
-        tokens, count = summed[0], summed[1]
         if step.groups_seen and len(step.groups) < per_rank:
             log.warning(
                 "step %d: only %d of %d groups with signal after %d generation rounds",
@@ -467,7 +509,7 @@ class Trainer:
                 per_rank,
                 step.rounds,
             )
-        return StepBatch(sequences, stats, tokens, count, step.extra, list(summed[2::2]), list(summed[3::2]))
+        return self._step_batch(sequences, stats, step.extra)
 
     def _sequences(self, step: StepRollouts) -> tuple[list[TrainingSequence], int]:
         """The batch's training sequences with their group advantages, shortest first (less padding),
@@ -498,6 +540,21 @@ class Trainer:
         ]
         ordered = sorted(sequences, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
         return ordered, len(rows) - len(kept)
+
+    def _step_batch(
+        self, sequences: list[TrainingSequence], stats: dict[str, float], extra: dict[str, Any] | None = None
+    ) -> StepBatch:
+        """A batch of this rank's `sequences`, with the completion tokens and sequences of the whole
+        batch and of each of its `optim.mini_batches` interleaved slices, summed over all ranks."""
+        parts = self.config.optim.mini_batches
+        local = [float(sum(len(s.completion_ids) for s in sequences)), float(len(sequences))]
+        for part in range(parts):
+            chunk = sequences[part::parts]
+            local += [float(sum(len(s.completion_ids) for s in chunk)), float(len(chunk))]
+        summed = self.world.sum(local)
+        return StepBatch(
+            sequences, stats, summed[0], summed[1], extra or {}, list(summed[2::2]), list(summed[3::2])
+        )
 
     def _micro_batches(self, sequences: list[TrainingSequence]) -> Iterator[MicroBatch]:
         """This rank's micro-batches of `sequences`, padded with empty ones to the count of the rank
@@ -541,18 +598,11 @@ class Trainer:
     def _accumulate_gradients(self, batch: StepBatch, part: int, record_mismatch: bool) -> dict[str, float]:
         """Forward and backward over the micro-batches of mini-batch `part` of the batch; returns
         this rank's loss statistics."""
-        config = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        denominator = loss_denominator(
-            config.loss.type,
-            config.loss.normalize,
-            batch.slice_tokens[part],
-            batch.slice_sequences[part],
-            config.sampling.max_tokens,
-        )
+        denominator = max(self._loss_denominator(batch, part), 1.0)
         totals = _zero_totals()
-        sequences = batch.sequences[part :: config.optim.mini_batches]
+        sequences = batch.sequences[part :: self.config.optim.mini_batches]
         micro_batches = list(self._micro_batches(sequences))
         for index, micro in enumerate(micro_batches):
             last = index == len(micro_batches) - 1

@@ -3,9 +3,11 @@
 A file run (`genesys.data.runs.FileRun`: overlap refused, output locked, unreadable rows to the
 rejects file, resume, one flush policy) reads its inputs twice: a first pass finds unusable rows
 (to the rejects file) and the task types present, so an unknown task_type is refused before any
-work; the second pass feeds the engine, and the reward stage shapes each verified row. A rerun
-skips rows whose `response_id` the output already holds, so a crashed run continues and no row is
-written twice. With `completion_field`, each row's completion is read from that column and written
+work; the second pass feeds the engine, and the reward stage shapes each verified row. Rows come
+back from the workers in the order they finish and are written in input order (`InOrder`); rows
+held behind a slow one count against `max_pending_rows`. A rerun skips rows whose `response_id` the
+output already holds, so a crashed run continues and no row is written twice; with `retry_errors`
+the rows whose `error` is set are taken out of the output and verified again. With `completion_field`, each row's completion is read from that column and written
 as `llm_response`; a row without a completion (missing or null) is an `invalid_row` error.
 
 Rows `genesys validate` attested (`genesys.data.attestation`) are checked under the trust key before
@@ -24,14 +26,14 @@ from typing import Any
 from genesys.config import VerifyConfig
 from genesys.data.attestation import ATTESTATION_COLUMN, TrustKey
 from genesys.data.identity import with_unique_response_ids
-from genesys.data.runs import FileRun, FileRunSummary
+from genesys.data.runs import FileRun, FileRunSummary, InOrder
 from genesys.errors import InputError
 from genesys.plugins.specs import Verifier
 from genesys.rewards import RewardStage, reward_problem
 from genesys.schema import COMPLETION_COLUMN
 from genesys.verification.engine import VerificationEngine
 from genesys.verification.pool import VerificationPool
-from genesys.verification.stats import TypeStats, print_type_stats
+from genesys.verification.stats import RewardMeans, TypeStats, print_type_stats
 from genesys.verification.task_types import TaskTypeCensus, refuse_unknown
 
 __all__ = [
@@ -87,6 +89,7 @@ class RunSummary(FileRunSummary):
     verified: int = 0
     attested: int = 0  # rows attested again after scoring
     unattested: int = 0  # rows whose attestation did not check out: written without one
+    rewards: RewardMeans | None = None  # mean reward per task_type, when the reward is not the score
 
     @property
     def rows_per_second(self) -> float:
@@ -97,9 +100,11 @@ def print_summary(summary: RunSummary, rejects: Path | None = None) -> None:
     """The closing summary of a verify run: the per task_type table, resumed and unreadable rows, the output."""
     from genesys.ui.progress import console
 
-    print_type_stats(summary.stats, summary.verified, summary.seconds)
+    print_type_stats(summary.stats, summary.verified, summary.seconds, summary.rewards)
     if summary.resumed:
         console.print(f"resumed: {summary.resumed:,} rows were already in {summary.output}")
+    if summary.retried:
+        console.print(f"retried: {summary.retried:,} rows with an error were taken out of {summary.output}")
     if summary.attested or summary.unattested:
         console.print(f"attested again under the trust key: {summary.attested:,} rows")
     if summary.unattested:
@@ -110,6 +115,25 @@ def print_summary(summary: RunSummary, rejects: Path | None = None) -> None:
     if rejects is not None and summary.rejects is None:
         summary.rejects = rejects
     summary.print_files()
+
+
+def print_problems(command: str, stats: Mapping[str, TypeStats], summary: FileRunSummary) -> None:
+    """What went wrong in a run without a progress bar (and so without the closing table): rows that
+    could not be verified and rows that could not be read, in one line on stderr; nothing otherwise."""
+    from genesys.ui.progress import console
+
+    failed = sum(s.errors + s.timeouts for s in stats.values())
+    said = []
+    if failed:
+        verified = sum(s.count for s in stats.values())
+        said.append(
+            f"{failed:,} of {verified:,} rows could not be verified (their error is set; "
+            f"genesys {command} --retry-errors verifies them again)"
+        )
+    if summary.rejected:
+        said.append(f"{summary.rejected:,} unreadable rows written to {summary.rejects}")
+    if said:
+        console.print(f"genesys {command}: {'; '.join(said)}", markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -166,17 +190,24 @@ def verify_files(
     rejects: str | Path | None = None,
     verifiers: Mapping[str, type[Verifier]] | None = None,
     trust_key: str | Path | None = None,
+    retry_errors: bool = False,
+    overwrite: bool = False,
 ) -> RunSummary:
     """Verify rollout files into `output` (.jsonl, .parquet, or a directory of parquet shards).
 
-    Rows carrying an attestation are checked and attested again with the key in `trust_key`
-    (default: the one `genesys validate` made). Raises InputError (before any verification) for
+    Rows are written in input order. Rows carrying an attestation are checked and attested again
+    with the key in `trust_key` (default: the one `genesys validate` made). `retry_errors`: rows of
+    the output whose `error` is set are verified again and replaced. `overwrite`: an existing output
+    is removed first (otherwise it is resumed). Raises InputError (before any verification) for
     missing inputs, an output overlapping an input, an output another run is writing, unknown task
-    types, and attested rows without a trust key.
+    types, unknown verifier options, and attested rows without a trust key.
     """
     config = config or VerifyConfig()
     summary = RunSummary(output=Path(output))
-    with FileRun(output, summary, inputs=inputs, rejects=rejects) as run:
+    retry_column = "error" if retry_errors else None
+    with FileRun(
+        output, summary, inputs=inputs, rejects=rejects, retry_column=retry_column, overwrite=overwrite
+    ) as run:
         if verifiers is None:
             from genesys.plugins.registry import verifier_entries
 
@@ -190,36 +221,52 @@ def verify_files(
             )
         key = TrustKey.load(trust_key, flag="--trust-key") if scan.attested else None
         rewards = RewardStage(config.reward)
+        # made (and its verifier options checked) before the progress bar shows: a refusal comes alone
+        pool = verification_pool(config, verifiers, set(scan.task_types.counts))
         run.open_output()
         started = time.monotonic()
+        in_order = InOrder()
+        if not rewards.is_score:
+            summary.rewards = RewardMeans()
 
         def collect(verified: list[tuple[Any, dict[str, Any]]]) -> None:
-            rows = [rewards.apply(row) for _, row in verified]
-            if key is not None:
-                for row in rows:
-                    if row.get(ATTESTATION_COLUMN):
-                        row[ATTESTATION_COLUMN] = key.sign(row)
-                        summary.attested += 1
-            run.write(rows)
+            for number, row in verified:
+                row = rewards.apply(row)
+                if key is not None and row.get(ATTESTATION_COLUMN):
+                    row[ATTESTATION_COLUMN] = key.sign(row)
+                    summary.attested += 1
+                if summary.rewards is not None:
+                    summary.rewards.add(row)
+                ready = in_order.add(number, row)
+                if ready:
+                    run.write(ready)
             progress.advance(len(verified))
             summary.verified += len(verified)
 
         # on an interruption too, the run writes the rows verified so far
-        with run.progress(scan.valid_rows, "verifying", "rows", enabled=config.progress) as progress:
-            with verification_pool(config, verifiers, set(scan.task_types.counts)) as engine:
-                usable = (map_completion(row, config.completion_field) for row in run.rows(_unusable))
-                rows = with_unique_response_ids(usable)
-                for row in run.pending(rows):
+        with (
+            pool as engine,
+            run.progress(scan.valid_rows, "verifying", "rows", enabled=config.progress) as progress,
+        ):
+            usable = (map_completion(row, config.completion_field) for row in run.rows(_unusable))
+            try:
+                for number, row in enumerate(run.pending(with_unique_response_ids(usable))):
                     if key is not None and row.get(ATTESTATION_COLUMN) and key.problem(row):
                         row[ATTESTATION_COLUMN] = None
                         summary.unattested += 1
-                    engine.submit(row["response_id"], row)
+                    engine.submit(number, row)
                     if engine.outstanding >= 256:
                         collect(engine.poll())
+                    while len(in_order) > config.max_pending_rows:  # rows held behind a slow one
+                        collect(engine.poll(timeout=0.05))
                 while engine.outstanding:
                     collect(engine.poll(timeout=0.05))
-                summary.stats = engine.stats
+            finally:
+                run.write(in_order.rest())  # interrupted: what was verified is kept, out of order
+            summary.stats = engine.stats
     summary.seconds = time.monotonic() - started
     if config.progress:
         print_summary(summary)
+    else:
+        print_problems("verify", summary.stats, summary)
     return summary

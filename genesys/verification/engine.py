@@ -22,6 +22,7 @@ from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 from typing import Any
 
 from genesys.config import VerifyConfig
@@ -36,7 +37,9 @@ from genesys.verification.worker import (
     IDLE,
     SEQ_ASYNC_BATCH,
     SEQ_SETUP,
+    STATE_CPU,
     STATE_SEQ,
+    STATE_SLOTS,
     STATE_START,
     worker_main,
 )
@@ -66,7 +69,7 @@ class _SentBatch:
 class _Worker:
     def __init__(self, ctx: Any, classes: Mapping[str, type[Verifier]], options: Mapping[str, Any]) -> None:
         self.conn, child_conn = ctx.Pipe(duplex=True)
-        self.state = ctx.RawArray("d", 2)
+        self.state = ctx.RawArray("d", STATE_SLOTS)
         args = (child_conn, self.state, dict(classes), dict(options), environment_changes())
         self.process = ctx.Process(target=worker_main, args=args, daemon=True)
         self.process.start()
@@ -110,6 +113,16 @@ class _Worker:
         if start == IDLE or self.state[STATE_START] != start:
             return None
         return seq, start
+
+    def cpu_since_mark(self) -> float | None:
+        """CPU seconds the worker has used since it began its current rollout (None where the
+        process's CPU time cannot be read)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError, TypeError):
+            return None
+        ticks = int(fields[11]) + int(fields[12])  # utime and stime: fields 14 and 15 of stat(5)
+        return max(0.0, ticks / os.sysconf("SC_CLK_TCK") - self.state[STATE_CPU])
 
     def kill(self) -> None:
         """Kill the process; the sender thread closes the connection once it is done with it."""
@@ -309,10 +322,14 @@ class VerificationEngine(VerificationPool):
                 self._receive(worker)  # results that raced with the deadline still count
                 if worker in self._workers and worker.current_rollout() == current:
                     what = "verifier setup" if in_setup else "verification"
+                    cpu = worker.cpu_since_mark()
+                    # How much CPU the work got tells a starved worker (a busy machine) from work
+                    # that ran the whole time.
+                    used = "" if cpu is None else f" (it got {cpu:.1f} s of CPU)"
                     self._replace(
                         worker,
                         blame=current[0],
-                        error=VerifyError(ErrorKind.TIMEOUT, f"{what} exceeded {limit:g}s"),
+                        error=VerifyError(ErrorKind.TIMEOUT, f"{what} exceeded {limit:g}s{used}"),
                     )
 
     def _handle_death(self, worker: _Worker) -> None:

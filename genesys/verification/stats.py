@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from genesys.schema import ErrorKind, VerifyError
 
@@ -30,23 +31,55 @@ class TypeStats:
         else:
             self.errors += 1
 
+    def merge(self, other: TypeStats) -> None:
+        """Add the totals of `other` (another run over the same task_type) to these."""
+        for name in ("count", "score_sum", "scored", "errors", "timeouts"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     @property
     def mean_score(self) -> float | None:
         return self.score_sum / self.scored if self.scored else None
 
 
-def print_type_stats(stats: Mapping[str, TypeStats], verified: int, seconds: float) -> None:
-    """The table of a verification: per task_type count, mean score, errors, timeouts."""
+@dataclass
+class RewardMeans:
+    """Running mean of `reward` per task_type, for runs whose reward is shaped (not just the score)."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        reward = row.get("reward")
+        if reward is None:
+            return
+        task_type = str(row.get("task_type"))
+        self.sums[task_type] = self.sums.get(task_type, 0.0) + reward
+        self.counts[task_type] = self.counts.get(task_type, 0) + 1
+
+    def mean(self, task_type: str) -> float | None:
+        count = self.counts.get(task_type)
+        return self.sums[task_type] / count if count else None
+
+
+def print_type_stats(
+    stats: Mapping[str, TypeStats], verified: int, seconds: float, rewards: RewardMeans | None = None
+) -> None:
+    """The table of a verification: per task_type count, mean score (and, when the reward is shaped,
+    mean reward), errors, timeouts."""
     from rich.table import Table
 
     from genesys.ui.progress import console
 
     rate = verified / seconds if seconds else 0.0
     table = Table(title=f"verified {verified:,} rows in {seconds:.1f}s ({rate:,.0f} rows/s)")
-    for column in ("task_type", "rows", "mean score", "errors", "timeouts"):
+    columns = ["task_type", "rows", "mean score", *(["mean reward"] if rewards else []), "errors", "timeouts"]
+    for column in columns:
         table.add_column(column, justify="left" if column == "task_type" else "right")
     for task_type, s in sorted(stats.items()):
-        table.add_row(task_type, f"{s.count:,}", _fmt(s.mean_score), f"{s.errors:,}", f"{s.timeouts:,}")
+        reward = [_fmt(rewards.mean(task_type))] if rewards else []
+        table.add_row(
+            task_type, f"{s.count:,}", _fmt(s.mean_score), *reward, f"{s.errors:,}", f"{s.timeouts:,}"
+        )
     console.print(table)
 
 

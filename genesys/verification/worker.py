@@ -1,8 +1,9 @@
 """The verification worker process: runs verifiers on batches of rows sent by the engine.
 
 The worker never enforces deadlines itself. Before each rollout it writes the rollout's sequence
-number and start time into shared memory (`state`); the engine reads them and kills the whole
-process when the deadline passes. That is the only hard deadline that works for any Python code.
+number, start time and the process's CPU time so far into shared memory (`state`); the engine reads
+them and kills the whole process when the deadline passes (that is the only hard deadline that
+works for any Python code), saying how much CPU the rollout got before it did.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from genesys.schema import ErrorKind, InvalidVerdict, Rollout, SchemaError, Verd
 from genesys.verification.wire import Results, RowBatch, Stop
 
 # Shared-state slots and the markers the engine reads.
-STATE_SEQ, STATE_START = 0, 1
+STATE_SEQ, STATE_START, STATE_CPU = 0, 1, 2
+STATE_SLOTS = 3
 SEQ_ASYNC_BATCH = -1.0  # the whole batch runs concurrently; its deadline covers the batch
 SEQ_SETUP = -2.0  # a verifier's setup() is running
 IDLE = 0.0
@@ -36,8 +38,9 @@ ORPHAN_GRACE_S = 5.0  # teardown time a worker gets after its engine died
 
 
 def _mark(state: Any, seq: float) -> None:
-    state[STATE_START] = IDLE  # readers skip a half-written pair
+    state[STATE_START] = IDLE  # readers skip a half-written record
     state[STATE_SEQ] = seq
+    state[STATE_CPU] = time.process_time()
     state[STATE_START] = time.monotonic()
 
 

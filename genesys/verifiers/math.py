@@ -1,8 +1,11 @@
 """The `verifiable_math` verifier: is the final answer of a completion equivalent to the gold answer?
 
 The gold is `verification_info["ground_truth"]` (LaTeX or plain text, with or without `$...$` or
-`\\boxed{}`). Grading lives in `math_grade` and imports sympy, so this module stays light: the plugin
-loads in milliseconds; the engine imports sympy once, before it forks its workers (`preload`).
+`\\boxed{}`). Which part of a completion is its answer is the extraction policy `answer_format`
+(`boxed` or `lenient`, see `math_extract`): a task's `verification_info["answer_format"]`, else the
+run's option `-O answer_format=...`, else `boxed`. Grading lives in `math_grade` and imports sympy,
+so this module stays light: the plugin loads in milliseconds; the engine imports sympy once, before
+it forks its workers (`preload`).
 
 `math_verify_reward` exposes the same grading as a TRL-style reward function.
 """
@@ -10,20 +13,48 @@ loads in milliseconds; the engine imports sympy once, before it forks its worker
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic.dataclasses import dataclass
 
 import genesys
+from genesys.config.sections import SECTION, setting
 from genesys.schema import Rollout, Verdict, parse_json_field
+from genesys.verifiers.math_extract import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT
 
 GOLD_KEYS = ("ground_truth", "solution", "answer", "gold")
+TIMEOUT_S = 10.0
+# 3x the costliest of the 697 labeled pairs (0.66 s) and a fifth of TIMEOUT_S, so a costly answer is
+# decided (wrong) before the engine's deadline even when the worker gets only part of a core.
+CPU_BUDGET_S = 2.0
+
+
+@dataclass(frozen=True, config=SECTION)
+class MathOptions:
+    """The options of the `verifiable_math` verifier: the extraction policy and the CPU budget."""
+
+    answer_format: Literal["boxed", "lenient"] = setting(
+        DEFAULT_ANSWER_FORMAT,
+        "which part of a completion is its answer, for rows whose verification_info names none: boxed "
+        "(a box, a Minerva 'final answer is', or an explicit answer statement on the last line) or "
+        "lenient (also a bare final line, the last number or math of the final statement)",
+        choices=ANSWER_FORMATS,
+    )
+    cpu_budget: float = setting(
+        CPU_BUDGET_S,
+        "CPU seconds for parsing and comparing one answer; an answer not decided within it scores 0 "
+        f"(reason too_complex) unless it is the gold as written. Keep it below --timeout ({TIMEOUT_S:g} s "
+        "unless given)",
+        gt=0,
+    )
 
 
 class MathVerifier(genesys.Verifier):
     """Scores `verifiable_math` rollouts: 1.0 when the final answer matches the gold, else 0.0."""
 
     task_type = "verifiable_math"
-    accepted_options = frozenset()
-    timeout = 10.0
+    options_model = MathOptions
+    timeout = TIMEOUT_S
     preload = ("genesys.verifiers.math_grade",)  # sympy and math-verify, imported before workers fork
 
     def setup(self) -> None:
@@ -35,12 +66,20 @@ class MathVerifier(genesys.Verifier):
     def verify(self, rollout: Rollout) -> Verdict:
         from genesys.verifiers.math_grade import grade
 
-        gold = rollout.verification_info.get("ground_truth")
+        settings: MathOptions = self.settings
+        info = rollout.verification_info
+        gold = info.get("ground_truth")
         if gold is None or isinstance(gold, (dict, list)):
             return Verdict.failed(
                 "invalid_ground_truth: verification_info.ground_truth is missing or not a value"
             )
-        return grade(str(gold), rollout.completion)
+        answer_format = info.get("answer_format", settings.answer_format)
+        if answer_format not in ANSWER_FORMATS:
+            return Verdict.failed(
+                f"invalid_verification_info: verification_info.answer_format is {answer_format!r}, "
+                f"not one of {', '.join(ANSWER_FORMATS)}"
+            )
+        return grade(str(gold), rollout.completion, answer_format, settings.cpu_budget)
 
 
 @genesys.hookimpl
@@ -49,19 +88,49 @@ def genesys_verifiers() -> list[type[genesys.Verifier]]:
 
 
 def math_verify_reward(
-    prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    answer_format: str | Sequence[str | None] | None = None,
+    **kwargs: Any,
 ) -> list[float | None]:
     """A TRL-style reward function: one score per completion, None where the gold was unusable.
 
     Golds come from the first of the keyword columns `ground_truth`, `solution`, `answer`, `gold`
     or `verification_info` (a dict or JSON string holding `ground_truth`), one per completion.
     Completions may be strings or chat messages (`[{"role": "assistant", "content": ...}]`).
+    `answer_format` is the extraction policy: one for all, or a column (as TRL passes a dataset's
+    columns); a row's `verification_info["answer_format"]` wins; unset, `boxed`.
     Runs in the calling process with no deadline of its own; `genesys verify` adds hard deadlines.
     """
     from genesys.verifiers.math_grade import grade
 
     golds = _gold_column(kwargs, len(completions))
-    return [grade(gold, _completion_text(c)).score for gold, c in zip(golds, completions)]
+    formats = _format_column(answer_format, kwargs.get("verification_info"), len(completions))
+    return [
+        grade(gold, _completion_text(c), policy).score for gold, c, policy in zip(golds, completions, formats)
+    ]
+
+
+def _format_column(
+    answer_format: str | Sequence[str | None] | None, infos: Sequence[Any] | None, count: int
+) -> list[str]:
+    """The extraction policy of each completion (see `math_verify_reward`)."""
+    given = (
+        [answer_format] * count if answer_format is None or isinstance(answer_format, str) else answer_format
+    )
+    if len(given) != count:
+        raise ValueError(f"math_verify_reward got {count} completions but {len(given)} answer formats")
+    formats = []
+    for index, policy in enumerate(given):
+        info = parse_json_field(infos[index], "verification_info") if infos is not None else {}
+        chosen = info.get("answer_format") or policy or DEFAULT_ANSWER_FORMAT
+        if chosen not in ANSWER_FORMATS:
+            raise ValueError(
+                f"math_verify_reward: answer_format of completion {index} is {chosen!r}, "
+                f"not one of {', '.join(ANSWER_FORMATS)}"
+            )
+        formats.append(chosen)
+    return formats
 
 
 def _gold_column(kwargs: dict[str, Any], count: int) -> list[str]:

@@ -9,13 +9,15 @@ the value of `x = 0.333333`.
 Tuples and intervals keep order and open/closed ends; sets ignore order; equations compare as
 equations, never by collapsing both sides to `0 = 0`. An equation whose left side is a label (`x`,
 `AB`, `|AB|`, `(p, q)`, `V_1 : V_2`, `f(x)`) states its right side, so `(p, q) = (3, 2)` matches
-`(3, 2)`; in a chain `x = 5 + 5 + 1 = 11` the last member is the value. A ratio `a : b` matches
+`(3, 2)`; in a chain `x = 5 + 5 + 1 = 11` the last member is the value, when every link after the
+label holds (`x = 5 + 5 + 1 = 7 = 11` and `6 = 7 = 5` state nothing). A ratio `a : b` matches
 only a gold written as a ratio; a case split matches a case split with the same branches.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
+from itertools import pairwise
 
 import sympy
 from latex2sympy2_extended.logic import And
@@ -212,16 +214,21 @@ def _is_assignment(value: object) -> bool:
 
 
 def _equation_value(value: object) -> Basic | None:
-    """The value an equation states as an answer: the last member of a labelled equation or of a
-    chain (`x = 5`, `x = 5 + 5 + 1 = 11`, `7 - 2 = 6 - 1 = 5`), or the right side of a true
-    numeric equation (`7 - 2 = 5`); None for anything else (`6 = 5`, `x + y = 6`)."""
+    """The value an equation states as an answer: its last member, when every link after the
+    leading labels holds (`x = 5`, `a = b = 5`, `x = 5 + 5 + 1 = 11`, `7 - 2 = 6 - 1 = 5`); None for
+    anything else: a false link (`6 = 5`, `6 = 7 = 5`, `x = 5 + 5 + 1 = 7 = 11`) or an unlabelled
+    equation in unknowns (`x + y = 6`)."""
     relations = _relations_of(value)
     sides = [relations[0].lhs] + [r.rhs for r in relations]
-    if _is_assignment(value) or len(sides) > 2:
-        return sides[-1]
-    if any(side.free_symbols for side in sides) or not equivalent(sides[0], sides[1]):
+    labels = 0
+    while labels < len(sides) - 1 and _is_label(sides[labels]):
+        labels += 1
+    stated = sides[labels:]
+    if not labels and any(side.free_symbols for side in stated):
         return None
-    return sides[-1]
+    if all(equivalent(left, right) for left, right in pairwise(stated)):
+        return stated[-1]
+    return None
 
 
 def _equations_match(gold: object, pred: object) -> bool:

@@ -1,13 +1,23 @@
-"""Finding the final answer in a model completion.
+"""Finding the final answer in a model completion, under a named extraction policy (`answer_format`).
 
 Reasoning inside `<think>...</think>` never counts, nor does a chat turn that follows the answer
-(`<|im_start|>user ...`). Outside it the answer is, in order of preference:
+(`<|im_start|>user ...`). Outside it, the answer is, in order of preference:
 1. the last `\\boxed{}` / `\\fbox{}` or the Minerva sentence "The final answer is X. I hope it is
    correct.", whichever comes last;
-2. an "Answer: X" line, "the answer is X", X under a "**Final Answer**" heading, or GSM8K's `#### X`;
+2. an explicit answer statement: an "Answer: X" line, "the answer is X", X under a "**Final Answer**"
+   heading, or GSM8K's `#### X`;
 3. a bare final line that is all math (`-5`, `\\frac{3}{4}`, `1,000.99`), else the last math span or
    number of the final statement (`... so the probability is 2/3.`).
-All but the boxes are looked for near the end of the completion.
+
+The policy says how far down that list a completion may go:
+- `boxed` (the default): 1, or 2 only on the last non-empty line: the line is `#### X`, starts with
+  "Answer:" / "Final answer:" (markdown emphasis allowed), ends with the sentence "the (final) answer
+  is X", or is X right under a "Final Answer" heading; X is read as stated (math, or what follows
+  its last "is"), never as the last number of a sentence. Nothing else counts, so noise that
+  happens to hold a number ("blah is 5 blah", "Numbers: 3, 9, 5", "#### of 54 value y") has no
+  answer.
+- `lenient`: 1, 2 anywhere near the end, then 3.
+All but the boxes are looked for near the end of the completion (the last `TAIL_CHARS` characters).
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ from dataclasses import dataclass, field
 # are matched in one pass, so degenerate completions (megabytes of repeated "the answer is", "$$"
 # or "\\boxed{") cost linear time.
 TAIL_CHARS = 4000
+BOXED, LENIENT = "boxed", "lenient"
+ANSWER_FORMATS = (BOXED, LENIENT)
+DEFAULT_ANSWER_FORMAT = BOXED  # a random-weight model must earn nothing: training uses the strict policy
 _THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*")
 _BOX_TOKEN = re.compile(r"[^\s$]+")
@@ -154,8 +167,10 @@ def _closing_braces(text: str) -> dict[int, int]:
     return closes
 
 
-def extract_answer(completion: str) -> Extraction:
-    """Find the final answer of `completion` (see the module docstring for the forms tried)."""
+def extract_answer(completion: str, answer_format: str = DEFAULT_ANSWER_FORMAT) -> Extraction:
+    """Find the final answer of `completion` under `answer_format` (see the module docstring)."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {', '.join(ANSWER_FORMATS)}, not {answer_format!r}")
     text = _CHAT_TURN.split(strip_reasoning(completion), maxsplit=1)[0]
     boxes = boxed_spans(text)
     boxed = tuple(box.content for box in boxes)
@@ -166,6 +181,13 @@ def extract_answer(completion: str) -> Extraction:
         return Extraction(clean_answer_text(minerva.group(1)), "final_answer")  # earlier boxes were drafts
     if boxes:
         return Extraction(boxed[-1], "boxed", boxed)
+    if answer_format == BOXED:
+        stated = _final_answer_line(tail)  # read as stated: no number picked out of prose
+        return (
+            Extraction(clean_answer_text(stated, False), "answer_line")
+            if stated
+            else Extraction(None, "none")
+        )
     phrase = _last_answer_phrase(tail)
     if phrase is not None:
         return Extraction(clean_answer_text(phrase), "answer_line")
@@ -173,6 +195,21 @@ def extract_answer(completion: str) -> Extraction:
     if line is not None:
         return Extraction(line, "bare_line")
     return _final_statement(tail)
+
+
+def _final_answer_line(text: str) -> str | None:
+    """The answer stated by the last non-empty line of `text` (`#### X`, "Answer: X", "... the
+    answer is X.", or X under a "Final Answer" heading on the line before), else None."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    for pattern in (_GSM8K_MARKER, _ANSWER_LINE, _ANSWER_PHRASE):
+        match = _last_match(pattern, last)
+        if match is not None and not last[match.end() :].strip(" \t.*_!"):
+            return match.group(1)
+    heading = _ANSWER_HEADING.search("\n".join(lines[-2:])) if len(lines) > 1 else None
+    return heading.group(1) if heading is not None else None
 
 
 def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -241,11 +278,12 @@ def _final_statement(text: str) -> Extraction:
     return Extraction(last_number.group(0).strip(), "last_number")
 
 
-def clean_answer_text(text: str) -> str:
+def clean_answer_text(text: str, number_in_prose: bool = True) -> str:
     """An answer phrase as bare LaTeX: markdown emphasis, trailing punctuation, "I hope it is
     correct" and math delimiters removed. When the phrase mixes prose and math, the math is kept:
     what follows the last "is" when that holds math (`the largest $n$ is 34` gives `34`), else the
-    math spans, else the last number (`Jane started 3 hours ago` gives `3`)."""
+    math spans, else, when `number_in_prose`, the last number (`Jane started 3 hours ago` gives
+    `3`); without it, the phrase as it is (prose, which parses as no answer)."""
     text = _HOPE.split(text, maxsplit=1)[0].replace('\\"', '"')
     text = text.strip().strip("*_\"'").strip()
     text = re.sub(r"[.;,!]+$", "", text).strip()
@@ -257,10 +295,10 @@ def clean_answer_text(text: str) -> str:
     if copula is not None:
         stated = text[copula.end() :].strip()
         if _MATH_SPAN.search(stated) or _NUMBER_TOKEN.search(stated):
-            return clean_answer_text(stated)
+            return clean_answer_text(stated, number_in_prose)
     if _MATH_SPAN.search(text):
         return _math_of(text)
-    numbers = list(_NUMBER_TOKEN.finditer(text))
+    numbers = list(_NUMBER_TOKEN.finditer(text)) if number_in_prose else []
     return numbers[-1].group(0).strip() if numbers else text
 
 

@@ -2,7 +2,11 @@
 
 Every verdict carries `details` with the `reason` (`matched`, `mismatch`, `no_answer`,
 `empty_answer`, `hedging`, `placeholder`, `unparseable`, `too_complex`), the `extracted` answer and
-how it was found, and the parsed forms of answer and gold.
+how it was found under which `answer_format`, and the parsed forms of answer and gold.
+
+An answer that cannot be decided within the CPU budget (`math_budget`) is wrong, reason
+`too_complex` with `why`, unless it is the gold as written (after normalization): an answer too
+costly to decide must cost the policy its reward, never come back as an error.
 
 A gold is read like an answer: a gold split over several boxes (`\\boxed{1} and \\boxed{2}`) is the
 list of its boxes, a gold that is a whole solution (GSM8K's `#### 42`, a Minerva "final answer is")
@@ -21,6 +25,7 @@ from latex2sympy2_extended.sets import (
 )
 
 from genesys.schema import Verdict
+from genesys.verifiers.math_budget import CpuBudget, DecisionTooCostly
 from genesys.verifiers.math_compare import (
     answers_match,
     candidate_count,
@@ -30,13 +35,23 @@ from genesys.verifiers.math_compare import (
     ordered_entries,
     stated_value,
 )
-from genesys.verifiers.math_extract import Box, boxed_spans, extract_answer, is_prose
+from genesys.verifiers.math_extract import (
+    DEFAULT_ANSWER_FORMAT,
+    LENIENT,
+    Box,
+    boxed_spans,
+    extract_answer,
+    is_prose,
+)
 from genesys.verifiers.math_parse import (
     KIND_CASES,
+    KIND_CHOICE,
     KIND_EXPR,
     AnswerTooComplex,
     ParsedAnswer,
+    choice_labels,
     is_placeholder,
+    normalize,
     parse_answer,
     split_alternatives,
     split_approximation,
@@ -69,7 +84,7 @@ def _gold_answer(gold: str) -> str:
     boxes = boxed_spans(gold)
     if boxes:
         return ", ".join(dict.fromkeys(box.content for box in _last_box_group(gold, boxes)))
-    extraction = extract_answer(gold)
+    extraction = extract_answer(gold, LENIENT)  # a gold is trusted: every form of answer counts
     if extraction.answer and (extraction.method in ("final_answer", "answer_line") or is_prose(gold)):
         return extraction.answer  # `#### 72`, "The final answer is 5", "There are 12 ways"
     try:
@@ -93,23 +108,55 @@ def _quoted(gold: str) -> str:
     return repr(gold if len(gold) <= 200 else gold[:200] + "...")
 
 
-def grade(gold_text: str, completion: str) -> Verdict:
-    """Score `completion` against `gold_text`: 1.0 for an equivalent final answer, else 0.0."""
+def grade(
+    gold_text: str,
+    completion: str,
+    answer_format: str = DEFAULT_ANSWER_FORMAT,
+    cpu_budget: float | None = None,
+) -> Verdict:
+    """Score `completion` against `gold_text`: 1.0 for an equivalent final answer, else 0.0.
+
+    `answer_format` is the extraction policy (`boxed` or `lenient`, see `math_extract`);
+    `cpu_budget` the CPU seconds that parsing the gold and deciding the answer may each take
+    (None: no budget; armed only in the main thread)."""
+    extraction = extract_answer(completion, answer_format)
     try:
-        gold = parse_gold(gold_text)
+        with CpuBudget(cpu_budget):
+            gold = parse_gold(gold_text)
     except GoldError as exc:
         return Verdict.failed(f"invalid_ground_truth: {exc}", gold=gold_text)
-    extraction = extract_answer(completion)
-    score, reason, extra = judge(gold_text, extraction.answer, _distinct_boxes(extraction.boxed))
+    except DecisionTooCostly as exc:
+        return Verdict.failed(
+            f"invalid_ground_truth: ground_truth {_quoted(gold_text)} is too costly to parse: {exc}",
+            gold=gold_text,
+        )
+    try:
+        with CpuBudget(cpu_budget):
+            score, reason, extra = judge(gold_text, extraction.answer, _distinct_boxes(extraction.boxed))
+    except DecisionTooCostly as exc:
+        score, reason, extra = _undecided(gold_text, extraction.answer, exc)
     details = {
         "reason": reason,
         "extracted": extraction.answer,
         "extracted_by": extraction.method,
+        "answer_format": answer_format,
         "gold": gold_text,
         "gold_parsed": gold.describe(),
         **{key: list(value) if isinstance(value, tuple) else value for key, value in extra},
     }
     return Verdict(score=score, details=details)
+
+
+def _undecided(gold_text: str, answer: str | None, exc: DecisionTooCostly) -> tuple[float, str, tuple]:
+    """The verdict on an answer whose decision ran out of budget: right only when it is the gold as
+    written (the one cheap proof of equality left), else wrong because too costly to decide."""
+    if answer is not None and _written_form(answer) == _written_form(_gold_answer(gold_text)):
+        return 1.0, "matched", (("decided_by", "the gold as written"),)
+    return 0.0, "too_complex", (("why", f"{exc}: an answer too costly to decide is wrong"),)
+
+
+def _written_form(text: str) -> str:
+    return "".join(normalize(text).split())
 
 
 @lru_cache(maxsize=16384)
@@ -131,7 +178,15 @@ def judge(gold_text: str, answer: str | None, boxed: tuple[str, ...] = ()) -> tu
     answer, approximations = split_approximation(answer)
     if approximations and not _approximates_all(answer, approximations):
         return 0.0, "hedging", (("candidates", (answer, *approximations)),)
-    alternatives = split_alternatives(answer) if gold.kind == KIND_EXPR else [answer]
+    labels = choice_labels(answer) if gold.kind == KIND_CHOICE else ()
+    if len(labels) > 1:  # `(A) (B) (C) (D) (E)`, "(A) or (B)": no single choice
+        return 0.0, "hedging", (("candidates", labels),)
+    if gold.kind == KIND_EXPR:
+        alternatives = split_alternatives(answer)
+    elif gold.kind == KIND_CHOICE:  # "A or B"; a label and its option's value (`(C)\ 15`) are one answer
+        alternatives = split_alternatives(answer, by_spacing=False)
+    else:
+        alternatives = [answer]
     if len(alternatives) > 1 and not gold_multi:
         return 0.0, "hedging", (("candidates", tuple(alternatives)),)
     try:

@@ -22,6 +22,7 @@ from math_verify import LatexExtractionConfig
 from math_verify import parse as mv_parse
 
 from genesys.verifiers.math_extract import GLUED_OR, strip_delimiters
+from genesys.verifiers.math_spacing import JUXTAPOSED, THOUSANDS_SEPARATOR, canonical_spacing, without_spacing
 
 MAX_ANSWER_CHARS = 1000
 MAX_NESTING = 10  # the LaTeX grammar gets exponentially slow on deeply nested groups
@@ -35,9 +36,7 @@ KIND_CHOICE = "choice"
 KIND_CASES = "cases"
 
 _LATEX_CONFIG = LatexExtractionConfig()
-_SPACING = re.compile(
-    r"(?<!\\)\\[,;:!> ]|\\q?quad\b|~|\\displaystyle|\\left\b|\\right\b|\\middle\b|\\hspace\s*\{[^{}]*\}"
-)
+_SIZING = re.compile(r"\\displaystyle|\\left\b|\\right\b|\\middle\b")
 _STYLED_MATH = re.compile(
     r"\\(?:mathbf|textbf|boldsymbol|bm|mathrm|textrm|text|mathit|textit)\s*\{([^{}a-zA-Z]*)\}"
 )
@@ -73,8 +72,9 @@ _KNOWN_OPERATORS = frozenset(
     "sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln exp gcd lcm max min det".split()
 )
 # Thousands separators LaTeX writes between groups of exactly three digits: `12,\!345`, `1{,}000`,
-# `1\,000`, `11,\! 111,\! 100`. A plain comma or space is a separator only in a lone number.
-_THOUSANDS_LATEX = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\{,\}|,\s*\\!\s*|\\,|\\!|\\ )\d{3})+(?![\d])")
+# `1\,000`, `11,\! 111,\! 100` (see `math_spacing`). A plain comma or space is a separator only in
+# a lone number.
+_THOUSANDS_LATEX = re.compile(r"(?<![\d.])\d{1,3}(?:" + THOUSANDS_SEPARATOR + r"\d{3})+(?![\d])")
 _LONE_NUMBER = re.compile(
     r"^([-+]?)(?:\\\$|\$|€|£|¥)?\s*([1-9]\d{0,2}(?:([, ])\d{3})(?:\3\d{3})*(?:\.\d+)?)\s*(?:\\\$|\$|€|£|¥)?$"
 )
@@ -82,12 +82,13 @@ _CURRENCY = re.compile(r"^([-+]?)\s*(?:\\\$|\$|€|£|¥)\s*(?=[\d.])|(?<=\d)\s*
 # A decimal comma (`1000,99`, `2,74`, `0,111`): one comma, not a thousands group of three digits
 # (except after a lone 0) and at least two decimals, so `1,5` stays the list 1, 5.
 _DECIMAL_COMMA = re.compile(r"^(-?)(\d+),(\d{2,})$")
+# A fraction or binomial of two digits written with spaces, as TeX allows: `\frac 1 2`.
+_SPACED_DIGIT_ARGUMENTS = re.compile(r"\\([dt]?frac|binom)\s*(\d)\s*(\d)")
 _MIXED_LATEX = re.compile(r"(?<![\d.}^_])(\d+)\s*\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _MIXED_PLAIN = re.compile(r"(?<![\d./^_])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d/])")
-# Numbers set apart only by spacing (`5 \quad 6`, `5 \; (6)`, `5 6`) are several values, not one.
-_JUXTAPOSED = re.compile(
-    r"(?<=\d)\s*(?:(?:(?<!\\)\\[,;:> ]|\\q?quad\b|~|\\hspace\s*\{[^{}]*\})\s*)+(?=\(?\s*-?\d)|(?<=\d)\s+(?=\(?\s*-?\d)"
-)
+# Numbers still set apart by a space once thousands are joined (`5 6`, `5 (6)`): two values, never one.
+_DIGITS_APART = re.compile(r"(?<![\d.^_])\d+(?:\.\d+)?\s+\(?\s*-?\d")  # not `\log_2 8`
+_EDGE_SPACING = re.compile(r"^(?:\s*(?:\\quad|\\,))+|(?:(?:\\quad|\\,)\s*)+$")
 _TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)\b")
 _DEGREE_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b)")
 _PERCENT = re.compile(
@@ -97,6 +98,8 @@ _PERCENT = re.compile(
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\^\s*\{\s*\\text\{\s*o\s*\}\s*\}")
 _SCIENTIFIC = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)\b")
 _CHOICE = re.compile(r"^\(?([A-E])\)?$")
+# A choice named in an answer: `(B)`, also inside `\text{(B)}`; not an argument such as `P(A)`.
+_CHOICE_LABEL = re.compile(r"(?<![A-Za-z\\])\(\s*([A-E])\s*\)")
 _LABELED_CHOICE = re.compile(r"^\\(?:text|textbf|mathrm)\s*\{\s*\(([A-E])\)\s*\}|^\(([A-E])\)(?=\s)")
 _TEXT_WRAPPED = re.compile(r"^\\(?:text|textbf|mathrm|textit|mbox)\s*\{([^{}]*)\}$")
 _WORDS = re.compile(r"^[A-Za-z][A-Za-z '\-]*[A-Za-z]$")
@@ -187,7 +190,7 @@ _quiet_math_verify()  # deadlines come from the engine, so math-verify runs with
 def normalize(text: str) -> str:
     """Light LaTeX clean-up that math-verify's own normalization does not cover."""
     text = _written_numbers(strip_delimiters(text))
-    text = _SPACING.sub(" ", text)
+    text = without_spacing(_SIZING.sub(" ", text))
     text = _CONSTANT_WRAPPED.sub(r"\1", text)
     text = _OPERATOR_NAME.sub(
         lambda m: f"\\{m.group(1)}" if m.group(1) in _KNOWN_OPERATORS else m.group(1), text
@@ -205,8 +208,8 @@ def normalize(text: str) -> str:
 def _written_numbers(text: str) -> str:
     """Numbers as written by people and datasets, made plain: doubled backslashes, Unicode signs,
     thousands separators (`12,\\!345`, `1{,}000`, a lone `1 000` or `$1,234.50`), a decimal comma
-    (`2,74`) and mixed numbers (`1 1/2`, `1\\frac{1}{2}` are 3/2)."""
-    text = _DOUBLED_COMMAND.sub(r"\\", text)
+    (`2,74`), mixed numbers (`1 1/2`, `1\\frac{1}{2}` are 3/2) and `\\frac 1 2` with its braces."""
+    text = _SPACED_DIGIT_ARGUMENTS.sub(r"\\\1{\2}{\3}", _DOUBLED_COMMAND.sub(r"\\", text))
     for symbol, latex in _SYMBOLS.items():
         text = text.replace(symbol, latex)
     text = _THOUSANDS_LATEX.sub(lambda m: re.sub(r"\D", "", m.group(0)), text.strip())
@@ -237,16 +240,16 @@ def _repeating_as_fraction(match: re.Match[str]) -> str:
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
-def split_alternatives(text: str) -> list[str]:
+def split_alternatives(text: str, by_spacing: bool = True) -> list[str]:
     """The distinct parts of an answer joined by "or"/"and" ("5 or 6" -> ["5", "6"], "2 and 2" ->
-    ["2"]) or set apart by spacing alone (`5 \\quad 6`); one part when none. A list ending in
-    ", and" (`19, 46, and 82`) stays one list."""
-    text = GLUED_OR.sub(" or ", _written_numbers(strip_delimiters(text)))
+    ["2"]) or, when `by_spacing`, set apart by spacing alone (`5 \\quad 6`, `5\\,6`, `5 \\text{ } 6`,
+    see `math_spacing`); one part when none. A list ending in ", and" (`19, 46, and 82`) stays one list."""
+    text = canonical_spacing(GLUED_OR.sub(" or ", _written_numbers(strip_delimiters(text))))
     text = _LIST_AND.sub(", ", _ALTERNATIVE_WORD.sub(lambda m: f" {m.group(1)} ", text))
     pieces = _ALTERNATIVE_SPLIT.split(text)
-    if "\\begin" not in text:
-        pieces = [part for piece in pieces for part in _JUXTAPOSED.split(piece)]
-    parts = dict.fromkeys(" ".join(part.split()) for part in pieces)
+    if by_spacing and "\\begin" not in text:
+        pieces = [part for piece in pieces for part in JUXTAPOSED.split(piece)]
+    parts = dict.fromkeys(" ".join(_EDGE_SPACING.sub("", part).split()) for part in pieces)
     return [part for part in parts if part] or [text]
 
 
@@ -278,8 +281,16 @@ def _text_form(text: str) -> str | None:
     return None
 
 
+def choice_labels(text: str) -> tuple[str, ...]:
+    """The distinct choices an answer names with parentheses, in order: `(A) or (B)` -> ("A", "B")."""
+    return tuple(dict.fromkeys(_CHOICE_LABEL.findall(text)))
+
+
 def _choice_form(text: str) -> str | None:
-    """The letter of a multiple-choice answer: `B`, `(B)`, `\\text{(B)}`, or `(B) 15` with the option's value."""
+    """The letter of a multiple-choice answer: `B`, `(B)`, `\\text{(B)}`, or `(B) 15` with the option's
+    value; None when the answer names several choices (`(A) (B) (C)`)."""
+    if len(choice_labels(text)) > 1:
+        return None
     inner = _TEXT_WRAPPED.match(text)
     match = _CHOICE.match((inner.group(1) if inner else text).strip())
     if match:
@@ -336,11 +347,20 @@ def _log10_abs(value: sympy.Basic) -> float:
 
 
 def _log10_power_digits(power: sympy.Pow) -> float:
-    """log10 of the number of digits of an integer-like power base**exp."""
-    log_base = _log10_abs(power.base)
-    if log_base == -math.inf or abs(log_base) < 1e-12:
+    """log10 of the number of digits that evaluating base**exp exactly would write: |exp| times the
+    digits of the base's largest integer (numerator or denominator of a rational, any integer a
+    radical or sum is made of) or of its magnitude, whichever is more. A base near 1 is no cheaper:
+    `(1+10^{-30})^{10^{30}}` is a fraction of 10^31 digits."""
+    log_height = abs(_log10_abs(power.base))
+    for atom in power.base.atoms(sympy.Rational):
+        for part in (atom.p, atom.q):
+            if part not in (0, 1, -1):
+                log_height = max(log_height, math.log10(abs(part)))
+    if log_height == math.inf:
+        return math.inf
+    if log_height < 1e-12:
         return -math.inf
-    return _log10_abs(power.exp) + math.log10(abs(log_base))
+    return _log10_abs(power.exp) + math.log10(log_height)
 
 
 @lru_cache(maxsize=4096)
@@ -374,6 +394,8 @@ def parse_answer(text: str) -> ParsedAnswer:
     if is_percent:
         text = percent.group(1).strip()
     check_nesting(text)
+    if _DIGITS_APART.search(text):
+        raise ValueError(f"numbers set apart by spacing are several values: {text!r}")
     value = _simple_number(text)
     if value is None:
         value = _parse_latex(text)

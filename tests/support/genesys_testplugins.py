@@ -181,6 +181,17 @@ class AsyncEcho(genesys.Verifier):
         return genesys.Verdict(score=float(rollout.completion == rollout.verification_info.get("expected")))
 
 
+class Fixable(genesys.Verifier):
+    """Like Echo, but raises KeyError while $GENESYS_TEST_BROKEN is set: a bug that a fix removes."""
+
+    task_type = "fixable"
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        if os.environ.get("GENESYS_TEST_BROKEN"):
+            raise KeyError("gold")
+        return genesys.Verdict(score=float(rollout.completion == rollout.verification_info.get("expected")))
+
+
 @genesys.hookimpl
 def genesys_verifiers() -> list[type[genesys.Verifier]]:
     return [
@@ -200,6 +211,7 @@ def genesys_verifiers() -> list[type[genesys.Verifier]]:
         Boom,
         Junk,
         AsyncEcho,
+        Fixable,
     ]
 
 

@@ -5,7 +5,9 @@ InputError names the first file:line that lacks it), keeps the groups of one tas
 rewarded samples (with signal, when the online filter is on) and serves them in a seeded order. With
 `data.require_proofs` it drops, and counts, every rollout a `genesys.proofs.requirement.ProofRequirement`
 does not count (attested under the trust key, marked valid by `genesys validate --tasks`, of a task of
-`data.tasks` when given).
+`data.tasks` when given); with `data.keep_tasks` (a task file, as `genesys filter` writes) it keeps
+only the rollouts of those tasks, matched as `genesys filter` groups them (`group_key`: problem_id, or
+prompt without one).
 Nothing generates, so `start`, `publish` and `close` have nothing to do.
 """
 
@@ -16,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from genesys.data.identity import response_id, task_key
+from genesys.data.identity import group_key, response_id, task_key
 from genesys.data.inputs import resolve_inputs
 from genesys.data.io import iter_rows
 from genesys.errors import InputError
@@ -44,6 +46,8 @@ class RecordedRollouts:
         rows, self.rows_unproven = load_recorded_rows(
             config.data.rollouts or [], config.sampling.temperature, requirement, config.sampling.top_p
         )
+        if config.data.keep_tasks is not None:
+            rows = keep_tasks_of(rows, config.data.keep_tasks)
         groups = [group for group in group_by_task(rows) if len(usable(group)) >= 2]
         self.groups_dropped_on_load = 0
         if config.rollout.filter_groups:
@@ -80,6 +84,23 @@ class RecordedRollouts:
             rounds=0,
             errors=sum(len(g) - len(usable(g)) for g in groups),
         )
+
+
+def keep_tasks_of(rows: list[Row], task_file: str) -> list[Row]:
+    """The rollouts of `rows` whose task is in `task_file` (`group_key`); InputError when none is."""
+    wanted = set()
+    for record in iter_rows(resolve_inputs([task_file])):
+        if record.row is None:
+            raise InputError(f"data.keep_tasks: {record.location}: {record.error}")
+        wanted.add(group_key(record.row))
+    kept = [row for row in rows if group_key(row) in wanted]
+    if not kept:
+        raise InputError(
+            f"data.keep_tasks: none of the {len(rows)} recorded rollouts belongs to one of the {len(wanted)} tasks "
+            f"of {task_file} (tasks are matched by problem_id, or by prompt when it has none)"
+        )
+    log.info("data.keep_tasks: %d of %d rollouts are of the tasks of %s", len(kept), len(rows), task_file)
+    return kept
 
 
 REQUIRED_RECORDED = ("prompt_ids", "completion_ids", "completion_logprobs", "reward")
