@@ -222,3 +222,22 @@ def test_each_loss_type_learns_the_toy_task(tiny_model, tmp_path, plugin_env, lo
     start, end = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert start < 0.2
     assert end >= 0.8, rewards
+
+
+def test_mask_truncated_leaves_completions_cut_at_max_tokens_out_of_the_loss(
+    tiny_model, tmp_path, plugin_env
+):
+    """At 4 tokens most completions of the random model are cut: they count in their group's
+    advantages but not in the loss, and the metrics say how many."""
+    tasks = digit_tasks(tmp_path / "tasks.jsonl")
+    plain = train(config(tiny_model, tmp_path / "plain", tasks, sampling={"max_tokens": 4}))
+    masked = train(
+        config(
+            tiny_model, tmp_path / "masked", tasks, sampling={"max_tokens": 4}, loss={"mask_truncated": True}
+        )
+    )
+    first, cut = plain.metrics[0], masked.metrics[0]
+    assert cut["reward_mean"] == first["reward_mean"]  # the same rollouts
+    assert cut["truncated_masked"] > 0
+    assert cut["tokens"] == first["tokens"] - 4 * cut["truncated_masked"]
+    assert "truncated_masked" not in first
