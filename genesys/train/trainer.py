@@ -581,15 +581,18 @@ class Trainer:
     def _recompute_old_logprobs(self, batch: StepBatch) -> dict[str, float]:
         """Give every sequence of `batch` the trainer's logprobs under the weights it starts from
         (the old policy); returns the largest gap to the sampler's logprobs, for fresh and for
-        stale rollouts apart. Runs on the unwrapped model: no gradient, no collective."""
+        stale rollouts apart. Every rank runs as many forward passes as the rank with the most (a
+        sharded or data-parallel model's forward is a collective)."""
         self.model.train()  # the mode of the update's forward passes (dropout is off)
         gaps = {"mismatch": 0.0, "mismatch_stale": 0.0}
+        chunks = split(batch.sequences, self.config.optim.micro_batch_size)
         recomputed: list[TrainingSequence] = []
-        for chunk in split(batch.sequences, self.config.optim.micro_batch_size):
-            micro = collate(chunk, self.pad_id, self.device)
-            logprobs, _ = self._policy_logprobs(self.model, micro)
+        for index, micro in enumerate(self._micro_batches(batch.sequences)):
+            logprobs, _ = self._policy_logprobs(self.trained, micro)
+            if index >= len(chunks):
+                continue  # an empty micro-batch, run for the other ranks
             _record_mismatch(gaps, logprobs, micro)
-            for row, sequence in enumerate(chunk):
+            for row, sequence in enumerate(chunks[index]):
                 values = logprobs[row, : len(sequence.completion_ids)].tolist()
                 recomputed.append(replace(sequence, old_logprobs=values))
         batch.sequences = recomputed
