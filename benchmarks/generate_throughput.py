@@ -189,7 +189,7 @@ def compare_vllm(args: argparse.Namespace, model_path: str, workdir: Path) -> No
     from vllm import LLM, SamplingParams
 
     from genesys.config import GenerateConfig, PromptStyle, SamplingConfig
-    from genesys.generate.rows import request_seed
+    from genesys.data.identity import request_seed
     from genesys.generate.runner import plan_tasks, run_generation, select_tasks
     from genesys.generate.vllm import VLLMBackend
     from genesys.tasks.prompts import build_messages, render_text

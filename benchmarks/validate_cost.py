@@ -1,19 +1,23 @@
 """What TOPLOC proofs cost and what `genesys validate` catches, on the same rows.
 
-Times `genesys generate` of the same tasks without and with `--proofs`, then `genesys validate`
-(transformers) of the rows with proofs: prints the proofs' cost in generation throughput and the
-validation time relative to generation (target: under 10%). With the transformers backend the times
+Times `genesys generate` of the same tasks without proofs, with TOPLOC proofs only
+(`--no-sampling-proofs`) and with `--proofs` (TOPLOC and sampling proofs: the seeded sampler), in
+alternating rounds, then `genesys validate` (transformers) of the rows with proofs: prints each
+proof's cost in generation throughput and the validation time relative to generation (target: under
+10%). With the transformers backend the times
 are CPU seconds of this process; with `--backend vllm` (two engines kept running, one writing
 proofs) or `--validate-backend vllm` they are wall-clock seconds, as the engines compute in
 processes of their own. Then validates tampered rows (another
-model, perturbed weights, a swapped token, another row's proofs, edited logprobs; each claiming the
-expected model) and prints, per case, how many rows were rejected and by which check, with the
-errors measured next to the honest rows' worst: the thresholds' margins.
+model, perturbed weights, a swapped token, another row's proofs, edited logprobs, a teacher-forced
+completion; each claiming the expected model) and prints, per case, how many rows were rejected and
+by which check, with the errors measured next to the honest rows' worst: the thresholds' margins.
+The sampling margin of a row is its largest (`genesys.proofs.sampling`); the honest rows' spread of
+them is printed too.
 
     python benchmarks/validate_cost.py                     # stand-in tiny model (hidden 64), CPU
     python benchmarks/validate_cost.py --hidden 512 --layers 4 --heads 8 --topk 128 --chunk 32 --max-tokens 128 \
         --max-exp 38 --max-mean 10 --max-median 8             # the TOPLOC paper's thresholds
-    python benchmarks/validate_cost.py --gen-dtype bfloat16   # bf16 proofs and logprobs, fp32 validator
+    python benchmarks/validate_cost.py --gen-dtype bfloat16   # bf16 proofs, logprobs and sampling, fp32 validator
     python benchmarks/validate_cost.py --backend vllm --hidden 128 --heads 2   # vLLM (a head dim of 64 at least on CPU)
     python benchmarks/validate_cost.py --backend vllm --validate-backend vllm --hidden 128 --heads 2
 """
@@ -31,6 +35,7 @@ from genesys.testing.tampering import TINY_THRESHOLDS
 # What `timed` measures: CPU seconds of this process (all threads), as on a shared machine wall time
 # measures the neighbours as much as the code; wall-clock seconds where the work runs elsewhere (vLLM).
 CLOCK = time.process_time
+FORCED = "The answer is \\boxed{5}."  # the completion a worker hands in without sampling it
 
 
 def timed(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -66,7 +71,9 @@ def validate(
     source = work / f"{name}.jsonl"
     source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     output = work / f"{name}-validated.jsonl"
-    thresholds = ProofThresholds(args.max_exp, args.max_mean, args.max_median, args.logprob_tolerance)
+    thresholds = ProofThresholds(
+        args.max_exp, args.max_mean, args.max_median, args.logprob_tolerance, args.sampling_margin
+    )
     config = ValidateCommand(
         inputs=[str(source)],
         model=model,
@@ -124,15 +131,31 @@ def worst(rows: list[dict[str, Any]], key: str, pick: Any) -> float:
 
 
 def report_case(name: str, rows: list[dict[str, Any]], honest: bool) -> None:
-    """One line: rows rejected (by the proofs, by the logprobs) and the errors (worst if honest, least if tampered)."""
+    """One line: rows rejected (by the proofs, the logprobs, the sampling proofs) and the errors
+    (worst if honest, least if tampered)."""
     pick = max if honest else min
     rejected = sum(row["toploc_valid"] is False for row in rows)
-    by_proof = sum("proof" in (row["toploc_problems"] or ()) for row in rows)
-    by_logprobs = sum("logprobs" in (row["toploc_problems"] or ()) for row in rows)
+    by = [sum(check in (row["toploc_problems"] or ()) for row in rows) for check in CHECKS]
     print(
-        f"{name:<22} {len(rows):>4} {rejected:>8} {by_proof:>8} {by_logprobs:>9}"
-        f" {worst(rows, 'max_exp_mismatches', pick):>8.0f} {worst(rows, 'max_mant_err_mean', pick):>8.2f}"
-        f" {worst(rows, 'max_mant_err_median', pick):>8.1f} {worst(rows, 'max_logprob_diff', pick):>10.3g}"
+        f"{name:<26} {len(rows):>4} {rejected:>8} {by[0]:>8} {by[1]:>8} {by[2]:>8}"
+        f" {worst(rows, 'max_exp_mismatches', pick):>6.0f} {worst(rows, 'max_mant_err_mean', pick):>6.2f}"
+        f" {worst(rows, 'max_mant_err_median', pick):>6.1f} {worst(rows, 'max_logprob_diff', pick):>9.3g}"
+        f" {worst(rows, 'max_sampling_margin', pick):>9.3g}"
+    )
+
+
+CHECKS = ("proof", "logprobs", "sampling_proof")
+
+
+def report_margins(rows: list[dict[str, Any]]) -> None:
+    """The honest rows' largest sampling margins: how many are not 0, and their quantiles."""
+    values = sorted(row["toploc_errors"]["max_sampling_margin"] for row in rows if row.get("toploc_errors"))
+    if not values:
+        return
+    quantile = {q: values[min(len(values) - 1, int(q * len(values)))] for q in (0.5, 0.9, 0.99)}
+    print(
+        f"honest rows' largest sampling margin: {sum(v > 0 for v in values)} of {len(values)} above 0; "
+        f"median {quantile[0.5]:.3g}, p90 {quantile[0.9]:.3g}, p99 {quantile[0.99]:.3g}, max {values[-1]:.3g}"
     )
 
 
@@ -183,6 +206,7 @@ def main() -> None:
     parser.add_argument("--max-mean", type=float, default=TINY_THRESHOLDS.max_mant_err_mean)
     parser.add_argument("--max-median", type=float, default=TINY_THRESHOLDS.max_mant_err_median)
     parser.add_argument("--logprob-tolerance", type=float, default=TINY_THRESHOLDS.logprob_tolerance)
+    parser.add_argument("--sampling-margin", type=float, default=TINY_THRESHOLDS.sampling_margin)
     args = parser.parse_args()
 
     import torch
@@ -199,6 +223,7 @@ def main() -> None:
         generate,
         perturbed_model,
         swap_token,
+        teacher_forced,
         write_tasks,
     )
 
@@ -214,15 +239,18 @@ def main() -> None:
             as_bf16_checkpoint(path)
     tasks = write_tasks(work / "tasks.jsonl", args.tasks)
     proofs = ProofConfig(args.topk, args.chunk)
+    toploc_only = ProofConfig(args.topk, args.chunk, sampling=False)
     kwargs = dict(n=args.n, max_tokens=args.max_tokens, dtype=args.gen_dtype)
 
-    engines: tuple[Any, Any] = (None, None)  # (plain, with proofs); None: a transformers backend per run
+    # The three sides: without proofs, TOPLOC proofs only, TOPLOC and sampling proofs.
+    sides = {"plain": None, "toploc": toploc_only, "sampling": proofs}
+    engines: dict[str, Any] = dict.fromkeys(sides)  # None: a transformers backend per run
     if "vllm" in (args.backend, args.validate_backend):
         global CLOCK
         CLOCK = time.perf_counter
     if args.backend == "vllm":
-        engines = (vllm_engine(model, args, None), vllm_engine(model, args, proofs))
-    for engine, engine_proofs in zip(engines, (None, proofs)):
+        engines = {side: vllm_engine(model, args, side_proofs) for side, side_proofs in sides.items()}
+    for engine, engine_proofs in zip(engines.values(), sides.values()):
         generate(
             model,
             tasks,
@@ -234,20 +262,24 @@ def main() -> None:
             backend=engine,
         )
         (work / "warmup.jsonl").unlink()
-    plain_seconds = proof_seconds = float("inf")
+    seconds = dict.fromkeys(sides, float("inf"))
+    made: dict[str, list[dict[str, Any]]] = {}
     for round in range(
         args.repeats
     ):  # alternating rounds, the best of each kept: a loaded machine slows some
-        plain, plain_round = timed(
-            generate, model, tasks, work / f"plain-{round}.jsonl", None, backend=engines[0], **kwargs
-        )
-        honest, proof_round = timed(
-            generate, model, tasks, work / f"honest-{round}.jsonl", proofs, backend=engines[1], **kwargs
-        )
+        this_round = {}
+        for side, side_proofs in sides.items():
+            output = work / f"{side}-{round}.jsonl"
+            made[side], this_round[side] = timed(
+                generate, model, tasks, output, side_proofs, backend=engines[side], **kwargs
+            )
+            seconds[side] = min(seconds[side], this_round[side])
         print(
-            f"round {round}: generate {plain_round:.2f}s without proofs, {proof_round:.2f}s with ({proof_round / plain_round - 1:+.1%})"
+            f"round {round}: generate {this_round['plain']:.2f}s without proofs, {this_round['toploc']:.2f}s with "
+            f"TOPLOC proofs, {this_round['sampling']:.2f}s with TOPLOC and sampling proofs"
         )
-        plain_seconds, proof_seconds = min(plain_seconds, plain_round), min(proof_seconds, proof_round)
+    plain, honest = made["plain"], made["sampling"]
+    plain_seconds, proof_seconds = seconds["plain"], seconds["sampling"]
     validated, validate_seconds = validate(honest, work, "honest", args, model)
     load_seconds = min(timed(load_validator, args, model)[1] for _ in range(args.repeats))
     tokens = sum(len(row["completion_ids"]) for row in honest)
@@ -258,7 +290,11 @@ def main() -> None:
         f"generate without proofs: {plain_seconds:7.2f}s ({sum(len(r['completion_ids']) for r in plain) / plain_seconds:,.0f} tokens/s)"
     )
     print(
-        f"generate with proofs:    {proof_seconds:7.2f}s ({tokens / proof_seconds:,.0f} tokens/s, {proof_seconds / plain_seconds - 1:+.1%} time)"
+        f"generate, TOPLOC only:   {seconds['toploc']:7.2f}s ({seconds['toploc'] / plain_seconds - 1:+.1%} time)"
+    )
+    print(
+        f"generate with proofs:    {proof_seconds:7.2f}s ({tokens / proof_seconds:,.0f} tokens/s, {proof_seconds / plain_seconds - 1:+.1%} time;"
+        f" the seeded sampler {proof_seconds / seconds['toploc'] - 1:+.1%} over TOPLOC only)"
     )
     print(
         f"validate:                {validate_seconds:7.2f}s ({validate_seconds / proof_seconds:.1%} of generation with proofs), of which "
@@ -296,16 +332,22 @@ def main() -> None:
         "edited logprobs": validate(
             [edit_logprobs(row, -0.5, position=0) for row in honest], work, "logprobs", args, model
         )[0],
+        "teacher-forced": validate(
+            [teacher_forced(row, FORCED, model) for row in honest], work, "forced", args, model
+        )[0],
     }
     print(
-        f"\nthresholds: exp mismatches <= {args.max_exp}, mantissa mean <= {args.max_mean}, median <= {args.max_median}; |logprob diff| <= {args.logprob_tolerance}"
+        f"\nthresholds: exp mismatches <= {args.max_exp}, mantissa mean <= {args.max_mean}, median <= {args.max_median};"
+        f" |logprob diff| <= {args.logprob_tolerance}; sampling margin <= {args.sampling_margin}"
     )
     print(
-        f"{'case':<22} {'rows':>4} {'rejected':>8} {'by proof':>8} {'by logprob':>9} {'exp':>8} {'mean':>8} {'median':>8} {'logprob':>10}"
+        f"{'case':<26} {'rows':>4} {'rejected':>8} {'proof':>8} {'logprob':>8} {'sampling':>8} {'exp':>6} {'mean':>6}"
+        f" {'median':>6} {'logprob':>9} {'margin':>9}"
     )
     report_case("honest (worst)", validated, honest=True)
     for name, rows in cases.items():
         report_case(name + " (least)", rows, honest=False)
+    report_margins(validated)
 
 
 if __name__ == "__main__":

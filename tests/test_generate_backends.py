@@ -131,6 +131,6 @@ def test_generate_runs_end_to_end_with_a_plugin_backend(plugin_env, tmp_path):
     unknown = subprocess.run(command, capture_output=True, text=True, timeout=120, env=plugin_env)
     assert (
         unknown.returncode == 2
-        and "--backend must be one of auto, vllm, transformers, openai, scripted, got 'nothing'"
+        and "--backend must be one of auto, vllm, transformers, openai, pipeline, scripted, got 'nothing'"
         in unknown.stderr
     )

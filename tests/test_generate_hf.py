@@ -17,7 +17,7 @@ from genesys.generate.backend import (
     SamplingConfig,
     iterate,
 )
-from genesys.generate.hf import TokenSampler, TransformersBackend
+from genesys.generate.hf import TokenSampler, TransformersBackend, make_completion
 from genesys.generate.tiny_model import build_tiny_model
 from genesys.tasks.prompts import build_messages, render_text
 
@@ -139,12 +139,11 @@ def test_stop_tokens_end_completions_with_finish_reason_stop(tiny_model):
 
 
 def test_length_limit_gives_finish_reason_length(tiny_model):
-    backend = _backend(tiny_model)
-    backend.stop_ids = {backend.tokenizer.eos_token_id}
-    completion = backend._completion([7, 8, 9, 10, 11], [-1.0] * 5)
-    assert completion.finish_reason == "length" and completion.completion_ids == [7, 8, 9, 10, 11]
-    eos = backend.tokenizer.eos_token_id
-    cut = backend._completion([7, eos, eos, eos, eos], [-1.0, -2.0, -3.0, -3.0, -3.0])
+    tokenizer = _backend(tiny_model).tokenizer
+    eos = tokenizer.eos_token_id
+    whole = make_completion(tokenizer, {eos}, [7, 8, 9, 10, 11], [-1.0] * 5)
+    assert whole.finish_reason == "length" and whole.completion_ids == [7, 8, 9, 10, 11]
+    cut = make_completion(tokenizer, {eos}, [7, eos, eos, eos, eos], [-1.0, -2.0, -3.0, -3.0, -3.0])
     assert cut.finish_reason == "stop" and cut.completion_ids == [7, eos] and cut.logprobs == [-1.0, -2.0]
 
 

@@ -160,6 +160,20 @@ def test_filter_refuses_flag_only_and_tampered_rows(name: str, verified: Path, t
     assert f"{source}:1" in done.stderr and reason in done.stderr
 
 
+def test_a_signed_valid_row_whose_sampling_is_not_proven_does_not_count(verified: Path) -> None:
+    """Validated with --allow-unsampled (or generated without sampling proofs), a row is signed and
+    valid but its completion may be one the model never sampled: --require-proofs refuses it."""
+    from genesys.proofs.requirement import ProofRequirement
+
+    requirement = ProofRequirement.load(None, None)
+    row = read_jsonl(verified)[0]
+    assert row["sampling_proven"] is True and requirement.problem(row) is None
+    unproven = row | {"sampling_proven": None}
+    unproven[ATTESTATION_COLUMN] = requirement.key.sign(unproven)
+    assert requirement.key.problem(unproven) is None  # the signature holds; the sampling does not
+    assert "sampling is not proven" in requirement.problem(unproven)
+
+
 def test_filter_refuses_rows_attested_under_another_key_and_a_missing_key(
     verified: Path, work: Path, tmp_path: Path
 ) -> None:

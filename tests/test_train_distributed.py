@@ -1,5 +1,7 @@
-"""Data parallel training: two CPU processes on gloo (launched with torchrun) end with the same
-weights as one process with the same global batch."""
+"""Training in several processes: two CPU processes on gloo (launched with torchrun) end with the
+weights of one process with the same global batch, sharded (fsdp2) or replicated (ddp); fsdp2
+really shards parameters, gradients and optimizer state; a resumed two-process run ends with the
+weights of an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, read_jsonl  # noqa: E402
+from conftest import GENESYS, read_jsonl, write_jsonl  # noqa: E402
 
 from genesys.testing.digits import digit_tasks  # noqa: E402
 
@@ -24,6 +26,9 @@ pytestmark = [
     pytest.mark.distributed,
     pytest.mark.slow,
 ]
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
 def _arguments(model: str, tasks: Path, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
@@ -74,18 +79,8 @@ def test_two_gloo_processes_match_one_process(tiny_model, tmp_path, plugin_env, 
         capture_output=True,
         timeout=600,
     )
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "genesys.cli",
-    ]
     two = subprocess.run(
-        [*torchrun, *_arguments(tiny_model, tasks, tmp_path / "two", extra)],
+        [*TORCHRUN, "-m", "genesys.cli", *_arguments(tiny_model, tasks, tmp_path / "two", extra)],
         env=env,
         capture_output=True,
         text=True,
@@ -117,3 +112,137 @@ def test_two_gloo_processes_match_one_process(tiny_model, tmp_path, plugin_env, 
 
     state = load_state(tmp_path / "two" / "checkpoints" / "step-000002")
     assert state["world_size"] == 2 and len(state["ranks"]) == 2
+
+
+def _recorded(tmp_path: Path) -> Path:
+    rows = [
+        {
+            "problem_id": f"t{task}",
+            "prompt": f"task {task}",
+            "prompt_ids": [10 + task, 20, 30][: 1 + task % 3],
+            "completion_ids": [40 + sample, 50 + task, 60, 70 + sample][: 1 + (task + sample) % 4],
+            "completion_logprobs": [-6.0, -6.0, -6.0, -6.0][: 1 + (task + sample) % 4],
+            "reward": float(sample % 2),
+        }
+        for task in range(8)
+        for sample in range(4)
+    ]
+    return write_jsonl(tmp_path / "rollouts.jsonl", rows)
+
+
+def _offline(model: str, rollouts: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    return [
+        "train",
+        "--model",
+        model,
+        "-o",
+        str(out),
+        f"--data.rollouts={rollouts}",
+        "--rollout.prompts_per_step",
+        "4",
+        "--optim.steps",
+        str(steps),
+        "--optim.lr",
+        "3e-3",
+        "--optim.max_grad_norm",
+        "1.0",
+        "--optim.micro_batch_size",
+        "3",
+        "--checkpoint.every",
+        "1",
+        "--checkpoint.keep",
+        "5",
+        "--no-progress",
+        *extra,
+    ]
+
+
+def _run(command: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_ddp_in_two_processes_matches_one_process_and_a_resumed_fsdp2_run_an_uninterrupted_one(
+    tiny_model, tmp_path, plugin_env
+):
+    from safetensors.torch import load_file
+
+    from genesys.train.checkpoint import load_state
+
+    rollouts = _recorded(tmp_path)
+    env = {**plugin_env, "OMP_NUM_THREADS": "1"}
+    two = [*TORCHRUN, "-m", "genesys.cli"]
+    _run([GENESYS, *_offline(tiny_model, rollouts, tmp_path / "one", 3)], env)
+    _run([*two, *_offline(tiny_model, rollouts, tmp_path / "ddp", 3, "--parallel.strategy", "ddp")], env)
+    one, ddp = (load_file(tmp_path / name / "final" / "model.safetensors") for name in ("one", "ddp"))
+    for name in one:
+        assert (one[name] - ddp[name]).abs().max() <= 1e-5, name
+
+    _run([*two, *_offline(tiny_model, rollouts, tmp_path / "straight", 3)], env)
+    resumed = tmp_path / "resumed"
+    _run([*two, *_offline(tiny_model, rollouts, resumed, 2)], env)  # checkpoint step 1, final at 2
+    assert load_state(resumed / "checkpoints" / "step-000001")["optimizer"]["state"]  # full, by name
+    _run([*two, *_offline(tiny_model, rollouts, resumed, 3)], env)  # resumes from step 1
+    straight, again = (
+        load_file(tmp_path / name / "final" / "model.safetensors") for name in ("straight", "resumed")
+    )
+    for name in straight:
+        assert torch.equal(straight[name], again[name]), name
+        assert (straight[name] - one[name]).abs().max() <= 1e-5, name
+
+
+SHARDING_PROBE = """
+import json, sys, torch
+from genesys.models import load_trainable_lm
+from genesys.train.distributed import close_world, init_world
+from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor, shard_model
+
+world = init_world()
+report = {}
+for strategy in ("fsdp2", "ddp"):
+    _, model = load_trainable_lm(sys.argv[1], torch.device("cpu"))
+    full = sum(p.numel() for p in model.parameters())
+    model = shard_model(model, device_mesh(world, strategy, torch.device("cpu")), "fp32")
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(input_ids=torch.tensor([[1, 2, 3, 4 + world.rank]])).logits.float().mean().backward()
+    norm = clip_grad_norm(model.parameters(), 1.0)
+    optimizer.step()
+    local = lambda tensors: sum(local_tensor(t).numel() for t in tensors)
+    report[strategy] = {
+        "full": full,
+        "parameters": local(model.parameters()),
+        "gradients": local(p.grad for p in model.parameters()),
+        "optimizer": local(s["exp_avg"] for s in optimizer.state.values()),
+        "norm": norm,
+    }
+print("REPORT", world.rank, json.dumps(report))
+close_world(world)
+"""
+
+
+def test_fsdp2_shards_parameters_gradients_and_optimizer_state_and_ddp_replicates_them(
+    tiny_model, tmp_path, plugin_env
+):
+    import json
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(SHARDING_PROBE)
+    done = subprocess.run(
+        [*TORCHRUN, str(probe), tiny_model],
+        env={**plugin_env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [
+        json.loads(line.split(" ", 2)[2]) for line in done.stdout.splitlines() if line.startswith("REPORT")
+    ]
+    assert len(reports) == 2
+    for report in reports:
+        sharded, replicated = report["fsdp2"], report["ddp"]
+        for what in ("parameters", "gradients", "optimizer"):
+            assert sharded[what] <= sharded["full"] // 2 + 4096, what  # about half on each of two ranks
+            assert replicated[what] == replicated["full"], what
+    assert sum(report["fsdp2"]["parameters"] for report in reports) >= reports[0]["fsdp2"]["full"]
+    assert reports[0]["fsdp2"]["norm"] == reports[1]["fsdp2"]["norm"]  # one global norm on every rank

@@ -192,17 +192,27 @@ def test_max_nonfinite_steps_is_a_config_key_with_a_default_and_may_change_on_re
 
 
 def test_no_checkpoint_or_final_model_is_written_with_a_non_finite_weight(tiny_model, tmp_path):
-    from genesys.models import load_trainable_lm
     from genesys.train import checkpoint as ckpt
+    from genesys.train.distributed import close_world, init_world
+    from genesys.train.parallel import local_tensor
+    from genesys.train.trainer import Trainer
 
-    tokenizer, model = load_trainable_lm(tiny_model, torch.device("cpu"))
-    assert ckpt.nonfinite_parameters(model) == []
-    with torch.no_grad():
-        model.model.norm.weight[3] = math.inf
-    with pytest.raises(
-        TrainingError, match=r"not writing checkpoint .*step-000001: weight model\.norm\.weight"
-    ):
-        ckpt.save_checkpoint(tmp_path / "checkpoints", 1, model, tokenizer, {"step": 1}, keep=2)
-    assert not (tmp_path / "checkpoints").exists()
-    with pytest.raises(TrainingError, match="holds NaN or infinite values"):
-        ckpt.check_finite(model, "the final model")
+    path = write_jsonl(tmp_path / "rollouts.jsonl", recorded_rows())
+    out = tmp_path / "run"
+    world = init_world()
+    try:
+        with Trainer(offline_config(tiny_model, out, path), world) as trainer:
+            assert ckpt.nonfinite_parameters(trainer.model) == []
+            with torch.no_grad():
+                local_tensor(trainer.model.model.norm.weight)[3] = math.inf  # in the sharded master weights
+            with pytest.raises(
+                TrainingError, match=r"not writing checkpoint .*step-000000: weight model\.norm\.weight"
+            ):
+                trainer.save_checkpoint()
+            assert not (out / "checkpoints").exists()
+            trainer.step = trainer.config.optim.steps  # nothing left to train: straight to the final model
+            with pytest.raises(TrainingError, match="the final model .* holds NaN or infinite values"):
+                trainer.run()
+            assert not (out / "final").exists()
+    finally:
+        close_world(world)

@@ -132,6 +132,7 @@ def test_steps_without_signal_take_no_update_and_stop_the_run(tiny_model, tmp_pa
     # no optimizer step, and the schedule did not move: still the first warmup step's rate
     assert [m["lr"] for m in metrics] == [pytest.approx(1.5e-3)] * 2
     assert not (out / "final").exists()
+    assert (out / "checkpoints" / "step-000002").is_dir()  # what the run holds is kept, to resume from
 
 
 def test_resuming_with_another_step_count_is_refused_with_a_cosine_schedule(tiny_model, tmp_path, plugin_env):

@@ -346,7 +346,7 @@ def recorded(problem_id: str, reward: float, valid: bool | None, key: Any = None
     }
     row = row if valid is None else row | {"toploc_valid": valid}
     if key is not None:
-        row["trusted_task"] = True
+        row["trusted_task"] = row["sampling_proven"] = True
         row["attestation"] = key.sign(row)
     return row
 

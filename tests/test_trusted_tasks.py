@@ -99,7 +99,7 @@ def test_honest_rows_bound_to_their_trusted_tasks_are_valid_and_attested(
     ]
     key = TrustKey.load(trust_key_file)
     for row in validated:
-        assert row["trusted_task"] is True and row["sampling_proven"] is False
+        assert row["trusted_task"] is True and row["sampling_proven"] is True
         assert key.problem(row) is None
         assert row["generation_config"]["temperature"] == 1.0
 
@@ -202,14 +202,13 @@ def test_forged_sampling_settings_are_invalid_and_replaced_by_the_trusted_ones(
 def test_a_repeated_sample_and_worker_made_trust_columns_do_not_count(
     honest: list[dict[str, Any]], tiny_model: str, tasks: Path, work: Path
 ) -> None:
-    claims = copy.deepcopy(honest[0]) | {
-        "trusted_task": True,
-        "sampling_proven": True,
-        ATTESTATION_COLUMN: "v1:x:y",
-    }
+    # a row without a sampling proof claiming to be proven, bound and attested
+    unsampled = {name: value for name, value in copy.deepcopy(honest[0]).items() if name != "sampling_proof"}
+    claims = unsampled | {"trusted_task": True, "sampling_proven": True, ATTESTATION_COLUMN: "v1:x:y"}
     rows = validate(tiny_model, [claims, copy.deepcopy(honest[0])], work, "repeated", tasks)
-    assert rows[0]["toploc_valid"] is True and rows[0]["sampling_proven"] is False
+    assert rows[0]["toploc_valid"] is False and rows[0]["sampling_proven"] is None
+    assert "sampling_proof" in rows[0]["toploc_reason"]
     assert rows[0][ATTESTATION_COLUMN] != "v1:x:y"
     assert rows[1]["toploc_valid"] is False and "repeats the response_id" in rows[1]["toploc_reason"]
     (unbound,) = validate(tiny_model, [claims], work, "claims-unbound", None)
-    assert unbound["trusted_task"] is False and unbound["sampling_proven"] is False
+    assert unbound["trusted_task"] is False and unbound["sampling_proven"] is None

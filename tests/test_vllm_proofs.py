@@ -32,6 +32,7 @@ from genesys.testing.tampering import (  # noqa: E402
     generate,
     read_rows,
     swap_token,
+    teacher_forced,
     write_tasks,
 )
 
@@ -109,6 +110,9 @@ def test_vllm_rows_carry_proofs_that_validate_although_requests_were_preempted(e
     # Float32 on both sides: the recomputed states round to the same bfloat16 values.
     assert max(row["toploc_errors"]["max_mant_err_mean"] for row in validated) == 0
     assert max(row["toploc_errors"]["max_logprob_diff"] for row in validated) < 1e-4
+    # Every token is the seeded sampler's pick, although vLLM sampled the n samples as child requests.
+    assert all(row["sampling_proven"] for row in validated)
+    assert max(row["toploc_errors"]["max_sampling_margin"] for row in validated) < 1e-4
 
 
 @pytest.mark.vllm
@@ -213,6 +217,7 @@ def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine
     tampered = [
         swap_token(rows[0], engine.tokenizer, position=len(rows[0]["completion_ids"]) // 2),
         edit_logprobs(rows[1], -0.5, position=0),
+        teacher_forced(rows[2], "The answer is \\boxed{5}.", model),
     ]
     tampered = [row | {"response_id": f"tampered-{i}"} for i, row in enumerate(tampered)]
     (tmp_path / "all.jsonl").write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows + tampered))
@@ -241,6 +246,12 @@ def test_validation_on_vllm_accepts_honest_rows_and_rejects_tampered_ones(engine
     assert validated["tampered-1"]["toploc_valid"] is False and validated["tampered-1"][
         "toploc_problems"
     ] == ["logprobs"]
+    # A completion the model never sampled: its proofs and logprobs pass, the sampling proof does not.
+    forced = validated["tampered-2"]
+    assert forced["toploc_valid"] is False and forced["toploc_problems"] == ["sampling_proof"]
+    assert forced["toploc_errors"]["failed_chunks"] == 0 and forced["sampling_proven"] is False
+    assert all(row["sampling_proven"] for row in honest)
+    assert max(row["toploc_errors"]["max_sampling_margin"] for row in honest) < 1e-4
 
 
 def test_validation_settings_of_the_other_backend_are_refused() -> None:
@@ -260,3 +271,43 @@ def test_validation_settings_of_the_other_backend_are_refused() -> None:
             backend="transformers",
             backend_options=BackendOptions(args={"dtype": "float32"}),
         )
+
+
+@pytest.mark.slow  # importing vLLM: seconds
+def test_the_engine_s_seeded_sampler_follows_requests_through_batch_changes() -> None:
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    from genesys.proofs import vllm_sampling
+    from genesys.proofs.sampling import choose, step_keys
+    from genesys.proofs.vllm_capture import sample_name, sampling_extra_args, take_sampled
+
+    processor = vllm_sampling.SeededSampling(None, torch.device("cpu"), False)
+    marked = SamplingParams(temperature=1.0, seed=100, extra_args=sampling_extra_args("r", 100, [4, 6]))
+    child = SamplingParams(temperature=1.0, seed=101, extra_args=marked.extra_args)  # vLLM's sample 1
+    outputs: list[list[int]] = [[], [7, 7], []]
+    added = [
+        (0, marked, None, outputs[0]),
+        (1, child, None, outputs[1]),
+        (2, SamplingParams(), None, outputs[2]),
+    ]
+    processor.update_state(BatchUpdate(batch_size=3, removed=[], added=added, moved=[]))
+    logits = torch.randn(3, 40, generator=torch.Generator().manual_seed(1))
+    forced = processor.apply(logits.clone())
+    expected = choose(logits[:2], step_keys([100, 100], [4, 6], [0, 2], "cpu"), 1.0).squeeze(1).tolist()
+    assert forced[:2].argmax(dim=-1).tolist() == expected
+    assert (forced[:2].isinf().sum(dim=-1) == 39).all() and torch.equal(
+        forced[2], logits[2]
+    )  # unmarked: as is
+    # The first request leaves, the child moves into its place: its position and key follow it.
+    outputs[1].append(expected[1])
+    processor.update_state(
+        BatchUpdate(batch_size=2, removed=[0], added=[], moved=[(1, 0, MoveDirectionality.UNIDIRECTIONAL)])
+    )
+    again = processor.apply(logits.clone())
+    assert again[0].argmax().item() == choose(logits[:1], step_keys([100], [6], [3], "cpu"), 1.0).item()
+    taken = take_sampled({sample_name("r", 0): 1, sample_name("r", 1): 4})
+    assert taken[sample_name("r", 0)][0] == [expected[0]]
+    assert taken[sample_name("r", 1)] is None  # positions 0 and 1 were never drawn here
+    assert take_sampled({sample_name("r", 0): 1}) == {sample_name("r", 0): None}  # forgotten

@@ -27,6 +27,8 @@ BUILTIN_COMMANDS = {
     "train": "genesys.cli.train:command",
     "sft": "genesys.cli.sft:command",
     "report": "genesys.cli.report:command",
+    "plan-inference": "genesys.cli.plan_inference:command",
+    "pipeline-stage": "genesys.cli.pipeline_stage:command",
     "tasks": "genesys.cli.listings:tasks",
     "plugins": "genesys.cli.listings:plugins",
     "sandbox": "genesys.cli.sandbox:group",

@@ -21,6 +21,7 @@ from pydantic.dataclasses import dataclass
 from genesys.config.loading import RenamedKeys, load_toml, merge, upgrade, validate
 from genesys.config.sections import (
     DEFAULT_TARGET_LENGTH_PROMPT,
+    PRECISIONS,
     PROOF_BACKENDS,
     SECTION,
     TRACKERS,
@@ -35,8 +36,10 @@ from genesys.config.sections import (
     GenerateData,
     GenerateProofSettings,
     GenerateVerifySettings,
+    LoraConfig,
     LossConfig,
     OptimConfig,
+    ParallelConfig,
     PromptStyle,
     ProofConfig,
     ProofPolicy,
@@ -97,7 +100,12 @@ def _report_to() -> Any:
 
 
 def _precision() -> Any:
-    return setting("fp32", "training precision: fp32, or bf16 autocast (GPU)", choices=("fp32", "bf16"))
+    return setting(
+        "fp32",
+        "fp32, or bf16: bf16 weights and activations in forward and backward, "
+        "fp32 master weights, optimizer state and gradient reduction",
+        choices=PRECISIONS,
+    )
 
 
 def _gradient_checkpointing() -> Any:
@@ -379,6 +387,8 @@ class TrainConfig(RenamedKeys):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     verify: VerifySettings = Field(default_factory=VerifySettings)
@@ -443,8 +453,8 @@ class TrainConfig(RenamedKeys):
 @dataclass(frozen=True, config=SECTION)
 class SftConfig(RenamedKeys):
     """`genesys sft`: supervised fine-tuning on worked solutions or verified rollouts; the shape of its
-    TOML file. The model, run directory, trackers, precision, [optim] and [checkpoint] are `genesys
-    train`'s; [data] and [style] say what is learnt and how prompts are rendered, as in generation."""
+    TOML file. The model, run directory, trackers, precision, [optim], [checkpoint], [parallel] and
+    [lora] are `genesys train`'s; [data] and [style] say what is learnt and how prompts are rendered, as in generation."""
 
     renamed: ClassVar[dict[str, str]] = {}
 
@@ -458,6 +468,8 @@ class SftConfig(RenamedKeys):
     sft: SftSettings = Field(default_factory=SftSettings)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
     style: PromptStyle = Field(default_factory=PromptStyle)
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
 

@@ -6,7 +6,7 @@ name: `[data]` (`DataConfig`: where tasks come from), `[sampling]` (`SamplingCon
 (`SandboxConfig`, its limits made from `Limits`), `[reward]` (`RewardConfig`), `[proofs]` (`ProofConfig`)
 and `[cluster]` (`ClusterConfig`); then the sections one command owns (`FilterConfig`, `ProofThresholds`,
 `ExpectedSampling`, train's `RolloutConfig`, `OptimConfig`, `LossConfig`, `CheckpointConfig`,
-`AsyncConfig`, and sft's `SftSettings`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
+`ParallelConfig`, `LoraConfig`, `AsyncConfig`, and sft's `SftSettings`). They are pydantic dataclasses, so they are built like plain dataclasses (keywords or
 positions) and check their types and ranges when built. A field's command-line spelling is declared
 here with `setting(..., flags=...)`; the commands that compose the sections are in
 `genesys.config.commands`.
@@ -40,6 +40,9 @@ METRICS = ("score", "correct")
 FILTER_EMITS = ("tasks", "rollouts")
 TRACKERS = ("tensorboard", "wandb", "trackio")
 SIGNALS = ("reward", "score", "correct")
+PARALLEL_STRATEGIES = ("fsdp2", "ddp")
+LORA_SAVES = ("merged", "adapter")
+PRECISIONS = ("fp32", "bf16")
 # Reward terms (computed in genesys.rewards): name -> (needs the completion length, needs a target length).
 REWARD_TERMS = {
     "score": (False, False),
@@ -287,7 +290,8 @@ class BackendOptions:
 
     batch_size: int | None = setting(
         None,
-        "transformers: sequences per batch (default 32); vllm: tasks per engine call (default 1024); "
+        "transformers: sequences per batch (default 32); pipeline: sequences per micro-batch (default 8); "
+        "vllm: tasks per engine call (default 1024); "
         "genesys validate: rows per prefill or engine call (default 8)",
         flags=("--batch-size",),
         ge=1,
@@ -296,11 +300,13 @@ class BackendOptions:
         None, "vllm: GPUs per model replica", flags=("--tensor-parallel-size",), ge=1
     )
     device: str | None = setting(
-        None, "transformers: torch device (default: cuda when available, else cpu)", flags=("--device",)
+        None,
+        "transformers, pipeline: torch device (default: cuda when available, else cpu)",
+        flags=("--device",),
     )
     dtype: str | None = setting(
         None,
-        "transformers: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)",
+        "transformers, pipeline: torch dtype of the weights (default: the checkpoint's on GPU, float32 on CPU)",
         flags=("--dtype",),
     )
     base_url: str | None = setting(
@@ -336,6 +342,25 @@ class BackendOptions:
             "openai: one request per sample, for servers that do not support n > 1",
         ),
     )
+    stages: int | None = setting(
+        None,
+        "pipeline: processes the model's layers are split across, this one the first (default 2)",
+        ge=1,
+    )
+    latency_ms: float | None = setting(
+        None, "pipeline: one-way latency injected on every hop between stages, in ms (default 0)", ge=0
+    )
+    micro_batches: int | None = setting(
+        None,
+        "pipeline: micro-batches in the ring at once; 1 is the synchronous schedule, more the interleaved one (default 1)",
+        ge=1,
+    )
+    peers: list[str] | None = setting(
+        None,
+        "pipeline: HOST:PORT of stages 1..N-1 in ring order, each started with `genesys pipeline-stage --listen "
+        "HOST:PORT` (default: start them as local processes)",
+        metavar="HOST:PORT,...",
+    )
     args: dict[str, Any] = setting(
         help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, openai request fields, or a plugin backend's settings",
         flags=("-B", "--backend-arg"),
@@ -369,10 +394,14 @@ def _flag(name: str) -> str:
 
 # Which built-in backends take each BackendOptions field, and the keyword their `args` go to.
 BACKEND_OPTION_OWNERS = {
-    "batch_size": ("vllm", "transformers"),
+    "batch_size": ("vllm", "transformers", "pipeline"),
     "tensor_parallel_size": ("vllm",),
-    "device": ("transformers",),
-    "dtype": ("transformers",),
+    "device": ("transformers", "pipeline"),
+    "dtype": ("transformers", "pipeline"),
+    "stages": ("pipeline",),
+    "latency_ms": ("pipeline",),
+    "micro_batches": ("pipeline",),
+    "peers": ("pipeline",),
     "base_url": ("openai",),
     "api_key": ("openai",),
     "concurrency": ("openai",),
@@ -385,10 +414,15 @@ BACKEND_ARGS_KEYWORD = {"vllm": "engine_args", "transformers": "model_kwargs", "
 
 # --- TOPLOC proofs ---------------------------------------------------------------------------------
 
-PROOF_BACKENDS = ("transformers", "vllm")
-PROOFS_HELP = "write TOPLOC proofs into every row (transformers and vllm backends)"
+PROOF_BACKENDS = ("transformers", "vllm")  # those that also recompute rows for `genesys validate`
+PROOF_WRITING_BACKENDS = (*PROOF_BACKENDS, "pipeline")
+PROOFS_HELP = "write TOPLOC proofs into every row (transformers, vllm and pipeline backends)"
 DEFAULT_PROOF_TOPK = 128  # the TOPLOC paper's; a model with a smaller hidden size gets its hidden size
 DEFAULT_PROOF_CHUNK = 32
+DEFAULT_SAMPLING_MARGIN = 0.05  # see ProofThresholds
+SAMPLING_PROOFS_HELP = (
+    "with proofs, draw tokens with the seeded sampler a validator can check (genesys.proofs.sampling)"
+)
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -406,6 +440,11 @@ class ProofConfig:
     decode_batching_size: int = setting(
         DEFAULT_PROOF_CHUNK, "completion tokens per proof", flags=("--proof-chunk",), ge=1
     )
+    sampling: bool = setting(
+        True,
+        SAMPLING_PROOFS_HELP,
+        switch=("--no-sampling-proofs", False, "write TOPLOC proofs only: tokens drawn by the usual sampler"),
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -415,14 +454,14 @@ class GenerateProofSettings(ProofConfig):
     enabled: bool = setting(False, PROOFS_HELP, switch=("--proofs", True, PROOFS_HELP))
 
     def for_backend(self, backend: str) -> ProofConfig | None:
-        """The proof settings `backend` is given, or None when proofs are off; transformers and vLLM capture them."""
+        """The proof settings `backend` is given, or None when proofs are off; transformers, vLLM and the pipeline capture them."""
         if not self.enabled:
             return None
-        if backend not in PROOF_BACKENDS:
+        if backend not in PROOF_WRITING_BACKENDS:
             raise InputError(
-                f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_BACKENDS)}), not {backend}"
+                f"--proofs needs a backend that captures hidden states ({', '.join(PROOF_WRITING_BACKENDS)}), not {backend}"
             )
-        return ProofConfig(self.topk, self.decode_batching_size)
+        return ProofConfig(self.topk, self.decode_batching_size, self.sampling)
 
 
 TRUST_KEY_HELP = (
@@ -470,6 +509,15 @@ class ProofPolicy(TrustSettings):
         flags=("--max-proof-chunk",),
         ge=1,
     )
+    require_sampling: bool = setting(
+        True,
+        "rows must carry a sampling proof (rows without one are invalid)",
+        switch=(
+            "--allow-unsampled",
+            False,
+            "accept rows without a sampling proof: their tokens may be any the worker chose",
+        ),
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -480,7 +528,10 @@ class ProofThresholds:
     median of the mantissa differences where exponents match, are all at most these. The defaults are
     the TOPLOC paper's for bf16 with topk 128 (they tolerate GPU nondeterminism); calibrate them per
     model, dtype and hardware (`benchmarks/validate_cost.py` prints honest and tampered errors).
-    `logprob_tolerance` bounds |claimed - recomputed| of every completion token's logprob.
+    `logprob_tolerance` bounds |claimed - recomputed| of every completion token's logprob, and
+    `sampling_margin` how far below the seeded sampler's pick a token's perturbed score may lie (the
+    numerical difference between the generating and the validating machine's logits, divided by the
+    temperature; `genesys.proofs.sampling`).
     """
 
     max_exp_mismatches: int = setting(
@@ -498,6 +549,12 @@ class ProofThresholds:
         flags=("--logprob-tolerance",),
         ge=0,
     )
+    sampling_margin: float = setting(
+        DEFAULT_SAMPLING_MARGIN,
+        "largest amount a completion token's perturbed score may lie below the seeded sampler's pick",
+        flags=("--max-sampling-margin",),
+        ge=0,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -509,6 +566,17 @@ class ExpectedSampling:
     )
     top_p: float | None = setting(None, "the top-p rows must name", flags=("--top-p",), gt=0, le=1)
     max_tokens: int | None = setting(None, "the token limit rows must name", flags=("--max-tokens",), ge=1)
+    seed: int | None = setting(
+        None,
+        "the run seed (generate --seed): each row's sampling seed is derived from it (unset: the row's own)",
+        flags=("--seed",),
+    )
+    n: int | None = setting(
+        None,
+        "samples per task: sampling proofs of a higher sample index are invalid",
+        flags=("-n", "--samples"),
+        ge=1,
+    )
 
 
 # --- scale-out ------------------------------------------------------------------------------------
@@ -990,6 +1058,56 @@ class SftSettings:
 
     examples_per_step: int = setting(32, "examples (prompt and completion) per optimizer batch", ge=1)
     seed: int = setting(0, "the run's seed: initialisation and the order of the examples", flags=("--seed",))
+
+
+@dataclass(frozen=True, config=SECTION)
+class ParallelConfig:
+    """How the trained model is spread over the processes ([parallel]); see `genesys.train.parallel`.
+
+    Both strategies run torch's FSDP2 (`fully_shard`): `fsdp2` shards parameters, gradients and
+    optimizer state over the processes; `ddp` keeps a full replica on each and all-reduces gradients
+    (FSDP2 on a mesh whose shard dimension is 1). With one process they are the same.
+    """
+
+    strategy: Literal["fsdp2", "ddp"] = setting(
+        "fsdp2",
+        "fsdp2: parameters, gradients and optimizer state sharded over the processes; ddp: a full replica on each",
+        choices=PARALLEL_STRATEGIES,
+    )
+
+
+@dataclass(frozen=True, config=SECTION)
+class LoraConfig:
+    """Low-rank adapters ([lora]), built with peft; `rank = 0` trains every weight (full fine-tuning).
+
+    `target_modules` names the adapted layers (module names such as `q_proj`, or `all-linear`: every
+    linear layer but the output layer). Generation backends receive the merged weights; `save` says
+    whether `final/` holds the merged model or the adapter alone.
+    """
+
+    rank: int = setting(0, "adapter rank (0: full fine-tuning, no adapter)", ge=0)
+    alpha: float = setting(16.0, "adapter scaling numerator: updates are scaled by alpha / rank", gt=0)
+    dropout: float = setting(0.0, "dropout on the adapter's input", ge=0, lt=1)
+    target_modules: list[str] = setting(
+        help="the layers adapted: module names (q_proj, v_proj, ...) or all-linear",
+        metavar="NAME",
+        default_factory=lambda: ["all-linear"],
+    )
+    save: Literal["merged", "adapter"] = setting(
+        "merged", "final/: the model with the adapter merged in, or the adapter alone", choices=LORA_SAVES
+    )
+
+    def __post_init__(self) -> None:
+        if not self.target_modules:
+            raise ValueError("lora.target_modules must name at least one module (or all-linear)")
+        if "all-linear" in self.target_modules and len(self.target_modules) > 1:
+            raise ValueError(
+                "lora.target_modules: all-linear stands alone; it already names every linear layer"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
 
 
 @dataclass(frozen=True, config=SECTION)

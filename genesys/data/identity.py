@@ -53,6 +53,12 @@ def response_id(key: str, sample: int) -> str:
     return f"{key}-{sample}"
 
 
+def request_seed(seed: int, key: str) -> int:
+    """The sampling seed of the task with key `key` in a run of seed `seed`: a task samples the same way
+    whatever else is in the run, and a validator told the run seed derives it again."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=4).digest(), "big")
+
+
 def derive_response_id(row: dict[str, Any]) -> str:
     """A stable id for a rollout row that has no `response_id`, from its task and completion."""
     hasher = hashlib.blake2b(digest_size=12)

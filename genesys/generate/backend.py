@@ -50,7 +50,9 @@ class GenerationRequest:
 class Completion:
     """One sampled completion. `logprobs[i]` is the logprob of `completion_ids[i]` under the
     distribution it was sampled from (temperature and top-p applied). A backend writing TOPLOC
-    proofs sets `proofs` (base64) and `proof_settings` (their shape, the model and its weights' hash)."""
+    proofs sets `proofs` (base64) and `proof_settings` (their shape, the model and its weights' hash);
+    one that drew the tokens with a sampler a validator can check names it in `sampler`
+    (`genesys.proofs.sampling.SAMPLER`, keyed by the request's seed and the sample's index)."""
 
     text: str
     completion_ids: list[int] | None
@@ -58,6 +60,7 @@ class Completion:
     finish_reason: str | None
     proofs: list[str] | None = None
     proof_settings: dict[str, Any] | None = None
+    sampler: str | None = None
 
 
 @dataclass

@@ -43,6 +43,11 @@ def genesys_backends() -> list[BackendSpec]:
             description="transformers model.generate (CPU or GPU)",
         ),
         BackendSpec(
+            "pipeline",
+            "genesys.inference.backend:PipelineBackend",
+            description="transformers layers split across processes or machines in a ring",
+        ),
+        BackendSpec(
             "openai", "genesys.generate.openai:OpenAIBackend", description="an OpenAI-compatible server"
         ),
     ]

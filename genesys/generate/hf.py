@@ -60,11 +60,13 @@ class TokenSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         logprobs = scores.float().log_softmax(dim=-1)
-        tokens = (
-            logprobs.argmax(dim=-1, keepdim=True) if self.generator is None else self._draw(logprobs.exp())
-        )
+        tokens = self.choose(scores, logprobs)
         self.steps.append(logprobs.gather(1, tokens))
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
+
+    def choose(self, scores: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+        """The (batch, 1) tokens of this step."""
+        return logprobs.argmax(dim=-1, keepdim=True) if self.generator is None else self._draw(logprobs.exp())
 
     def _draw(self, probs: torch.Tensor) -> torch.Tensor:
         """One token per row, token i with probability probs[i]; one of probability 0 never."""
@@ -79,6 +81,24 @@ class TokenSampler(LogitsProcessor):
     def logprobs(self) -> torch.Tensor:
         """The (batch, steps) logprobs of the tokens drawn so far."""
         return torch.cat(self.steps, dim=1)
+
+
+class SeededSampler(TokenSampler):
+    """A `TokenSampler` drawing with the seeded Gumbel-max sampler a validator can check
+    (`genesys.proofs.sampling`): row i's noise comes from `keys[i]`, its (request seed, sample index),
+    and the step's position, whatever else is in the batch."""
+
+    def __init__(self, keys: list[tuple[int, int]], temperature: float) -> None:
+        super().__init__(None)
+        self.seeds = [seed for seed, _ in keys]
+        self.samples = [sample for _, sample in keys]
+        self.temperature = temperature
+
+    def choose(self, scores: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+        from genesys.proofs.sampling import choose, step_keys
+
+        position = [len(self.steps)] * len(self.seeds)
+        return choose(scores, step_keys(self.seeds, self.samples, position, scores.device), self.temperature)
 
 
 class TransformersBackend:
@@ -209,13 +229,14 @@ class TransformersBackend:
         prompts = [render_ids(self.tokenizer, r.messages, self.style) for r in requests]
         partial: dict[int, dict[int, Completion]] = {}
         versions: dict[int, int] = {}
-        for batch in self._batches(requests, prompts):
+        for batch in batches(requests, prompts, self.batch_size):
             first, sample = batch[0]
             completions, version = await self._call(
                 self._run_batch,
                 [prompts[i] for i, _ in batch],
                 requests[first].seed + sample,
                 requests[first].sampling,
+                [(requests[i].seed, requests[i].sample_indices[j]) for i, j in batch],
             )
             for (i, j), completion in zip(batch, completions):
                 partial.setdefault(i, {})[j] = completion
@@ -226,37 +247,27 @@ class TransformersBackend:
                         requests[i], prompts[i], [done[k] for k in range(requests[i].n)], versions.pop(i)
                     )
 
-    def _batches(
-        self, requests: list[GenerationRequest], prompts: list[list[int]]
-    ) -> Iterator[list[tuple[int, int]]]:
-        """(request, sample) items in batches of one sampling setting each, longest prompts first."""
-        groups: dict[tuple[int, float, float], list[tuple[int, int]]] = {}
-        for i, request in enumerate(requests):
-            s = request.sampling
-            groups.setdefault((s.max_tokens, s.temperature, s.top_p), []).extend(
-                (i, j) for j in range(request.n)
-            )
-        for items in groups.values():
-            items.sort(key=lambda ij: -len(prompts[ij[0]]))
-            for start in range(0, len(items), self.batch_size):
-                yield items[start : start + self.batch_size]
-
     def _run_batch(
-        self, prompts: list[list[int]], seed: int, sampling: SamplingConfig
+        self, prompts: list[list[int]], seed: int, sampling: SamplingConfig, keys: list[tuple[int, int]]
     ) -> tuple[list[Completion], int]:
         """One batch with the model to itself: its completions and the weights version that made them."""
         with self._model_lock:
-            return self.generate_batch(prompts, seed, sampling), self.weights_version
+            return self.generate_batch(prompts, seed, sampling, keys), self.weights_version
 
     def generate_batch(
-        self, prompts: list[list[int]], seed: int, sampling: SamplingConfig
+        self,
+        prompts: list[list[int]],
+        seed: int,
+        sampling: SamplingConfig,
+        keys: list[tuple[int, int]] | None = None,
     ) -> list[Completion]:
-        """Sample one completion for each prompt (token ids) in one `model.generate` call."""
+        """Sample one completion for each prompt (token ids) in one `model.generate` call; with
+        sampling proofs, prompt i's tokens are drawn by the seeded sampler from `keys[i]` (its request
+        seed and sample index) instead of from `seed`."""
         encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(
             self.device
         )
-        generator = torch.Generator(self.device).manual_seed(seed) if sampling.temperature > 0 else None
-        sampler = TokenSampler(generator)
+        sampler = self._sampler(seed, sampling, keys)
         capture = self._capture()
         with torch.inference_mode(), capture:
             sequences = self.model.generate(
@@ -277,11 +288,29 @@ class TransformersBackend:
         new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = sampler.logprobs().cpu().tolist()
         completions = [
-            self._completion(tokens, lps) for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
+            make_completion(self.tokenizer, self.stop_ids, tokens, lps)
+            for tokens, lps in zip(new_tokens.cpu().tolist(), logprobs)
         ]
         if self.proofs is not None:
             self._attach_proofs(completions, capture.per_step())
+        if isinstance(sampler, SeededSampler):
+            from genesys.proofs.sampling import SAMPLER
+
+            for completion in completions:
+                completion.sampler = SAMPLER
         return completions
+
+    def _sampler(
+        self, seed: int, sampling: SamplingConfig, keys: list[tuple[int, int]] | None
+    ) -> TokenSampler:
+        """The seeded sampler when this backend writes sampling proofs, else one drawing from `seed`."""
+        if self.proofs is not None and self.proofs.sampling:
+            if keys is None:
+                raise ValueError("sampling proofs need each prompt's request seed and sample index")
+            return SeededSampler(keys, sampling.temperature)
+        return TokenSampler(
+            torch.Generator(self.device).manual_seed(seed) if sampling.temperature > 0 else None
+        )
 
     def _capture(self) -> Any:
         """The hook recording the hidden states proofs are built from (nothing without proofs)."""
@@ -299,11 +328,29 @@ class TransformersBackend:
             completion.proofs = build_proofs(states[: len(completion.completion_ids)], self.proofs)
             completion.proof_settings = self._proof_settings
 
-    def _completion(self, tokens: list[int], logprobs: list[float]) -> Completion:
-        end = next((k + 1 for k, t in enumerate(tokens) if t in self.stop_ids), None)
-        finish = "length" if end is None else "stop"
-        tokens = tokens if end is None else tokens[:end]
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        return Completion(
-            text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish
-        )
+
+def batches(
+    requests: list[GenerationRequest], prompts: list[list[int]], batch_size: int
+) -> Iterator[list[tuple[int, int]]]:
+    """(request, sample) items in batches of one sampling setting each, longest prompts first."""
+    groups: dict[tuple[int, float, float], list[tuple[int, int]]] = {}
+    for i, request in enumerate(requests):
+        s = request.sampling
+        groups.setdefault((s.max_tokens, s.temperature, s.top_p), []).extend((i, j) for j in range(request.n))
+    for items in groups.values():
+        items.sort(key=lambda ij: -len(prompts[ij[0]]))
+        for start in range(0, len(items), batch_size):
+            yield items[start : start + batch_size]
+
+
+def make_completion(
+    tokenizer: Any, stop_ids: set[int], tokens: list[int], logprobs: list[float]
+) -> Completion:
+    """A completion of sampled `tokens`, cut after its first stop token ("stop"), else "length"."""
+    end = next((k + 1 for k, t in enumerate(tokens) if t in stop_ids), None)
+    finish = "length" if end is None else "stop"
+    tokens = tokens if end is None else tokens[:end]
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    return Completion(
+        text=text, completion_ids=tokens, logprobs=logprobs[: len(tokens)], finish_reason=finish
+    )

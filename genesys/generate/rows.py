@@ -8,7 +8,6 @@ task (`genesys.data.identity`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import socket
@@ -17,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from genesys.config import GenerateConfig
-from genesys.data.identity import response_id
+from genesys.data.identity import request_seed, response_id
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult
 from genesys.schema import VERDICT_COLUMNS
 from genesys.tasks.prompts import build_messages, target_instruction
@@ -31,11 +30,6 @@ class PlannedTask:
     row: dict[str, Any]
     missing: list[int]
     target_length: int | None = None
-
-
-def request_seed(seed: int, key: str) -> int:
-    """A per-task sampling seed, so a task samples the same way whatever else is in the run."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=4).digest(), "big")
 
 
 def requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[GenerationRequest]:
@@ -110,6 +104,12 @@ class RowBuilder:
             if plan.target_length is not None:
                 row["target_length"] = plan.target_length
             if completion.proofs is not None:
-                row.update(toploc_proofs=completion.proofs, toploc_config=completion.proof_settings)
+                row.update(
+                    toploc_proofs=completion.proofs,
+                    toploc_config=completion.proof_settings,
+                    sampling_proof=None
+                    if completion.sampler is None
+                    else {"sampler": completion.sampler, "seed": result.request.seed, "sample": sample},
+                )
             rows.append(row)
         return rows

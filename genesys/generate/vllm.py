@@ -40,10 +40,13 @@ from genesys.generate.backend import (
 )
 from genesys.proofs.vllm_capture import (
     EXTENSION,
+    SAMPLING_KEY,
+    SAMPLING_PROCESSOR,
     V2_RUNNER_ENV,
     Recomputation,
     proof_extra_args,
     sample_name,
+    sampling_extra_args,
 )
 from genesys.tasks.prompts import render_ids
 
@@ -160,8 +163,9 @@ def proof_engine_args(
     model: str, proofs: ProofConfig, args: dict[str, Any], colocate: bool, tensor_parallel_size: int
 ) -> dict[str, Any]:
     """What an engine writing TOPLOC proofs of `model` needs over `args`: the capture as its worker
-    extension, and vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's
-    processes). Settings the capture cannot serve are refused before the engine starts."""
+    extension, vLLM's V1 model runner, whose per-step hook the capture uses (set for the engine's
+    processes), and with sampling proofs the seeded sampler as a logits processor. Settings the
+    capture cannot serve are refused before the engine starts."""
     from genesys.proofs.toploc import require_toploc
 
     require_toploc()
@@ -182,7 +186,10 @@ def proof_engine_args(
             f"TOPLOC proofs with vLLM need its V1 model runner; unset {V2_RUNNER_ENV} (it is {os.environ[V2_RUNNER_ENV]!r})"
         )
     os.environ[V2_RUNNER_ENV] = "0"
-    return {"worker_extension_cls": EXTENSION}
+    extra = {"worker_extension_cls": EXTENSION}
+    if proofs.sampling:  # the seeded sampler, after any logits processors of the run's own
+        extra["logits_processors"] = [*(args.get("logits_processors") or []), SAMPLING_PROCESSOR]
+    return extra
 
 
 def sampled_logprobs(logprobs: Any) -> list[float] | None:
@@ -343,27 +350,28 @@ class VLLMBackend:
         self.weights_version = new_version
 
     def sampling_params(self, request: GenerationRequest, mark: dict[str, Any] | None = None) -> Any:
-        """vLLM's settings for `request`; `mark` (`proof_extra_args`) marks it for hidden-state capture."""
+        """vLLM's settings for `request`; `mark` (`proof_extra_args`, `sampling_extra_args`) marks it
+        for hidden-state capture and the seeded sampler (which records the logprobs itself)."""
         from vllm import SamplingParams
 
         sampling = request.sampling
+        seeded = mark is not None and SAMPLING_KEY in mark
         return SamplingParams(
             n=request.n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_tokens=sampling.max_tokens,
             seed=request.seed,
-            logprobs=0,
+            logprobs=None if seeded else 0,
             flat_logprobs=True,
             detokenize=False,
             extra_args=mark,
         )
 
-    def _run_chunk(
-        self, chunk: list[GenerationRequest]
-    ) -> tuple[list[Any], int, list[list[list[str] | None]] | None]:
+    def _run_chunk(self, chunk: list[GenerationRequest]) -> tuple[list[Any], int, list[list[Any]] | None]:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
-        and, with proofs, the proofs of each output's completions in sample order."""
+        and, with proofs, for each output's completions in sample order their proofs and (with
+        sampling proofs) the tokens and logprobs the seeded sampler recorded."""
         prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
         if self.proofs is None:
             return (
@@ -374,6 +382,7 @@ class VLLMBackend:
         keys = [str(next(self._request_ids)) for _ in chunk]
         marks = [
             proof_extra_args(key, r.n, len(p["prompt_token_ids"]) - 1)
+            | (sampling_extra_args(key, r.seed, r.sample_indices) if self.proofs.sampling else {})
             for key, r, p in zip(keys, chunk, prompts)
         ]
         outputs = self.llm.generate(
@@ -390,7 +399,16 @@ class VLLMBackend:
         proofs = self.llm.collective_rpc(
             "genesys_take_proofs", args=(lengths, self.proofs.topk, self.proofs.decode_batching_size)
         )[0]
-        return outputs, self.weights_version, [[proofs[name] for name, _ in samples] for samples in names]
+        sampled = (
+            self.llm.collective_rpc("genesys_take_sampled", args=(lengths,))[0]
+            if self.proofs.sampling
+            else {}
+        )
+        return (
+            outputs,
+            self.weights_version,
+            [[(proofs[name], sampled.get(name)) for name, _ in samples] for samples in names],
+        )
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         iterator = iter(requests)
@@ -433,13 +451,24 @@ class VLLMBackend:
         )[0]
         return [checks[name] for name in requests]
 
-    def _attach_proofs(self, result: GenerationResult, proofs: list[list[str] | None]) -> None:
-        """Give each completion of `result` its proofs; a completion whose hidden states were not all
-        captured is an engine failure, never a row without proofs."""
-        for index, (completion, sample_proofs) in enumerate(zip(result.completions, proofs)):
+    def _attach_proofs(self, result: GenerationResult, proofs: list[Any]) -> None:
+        """Give each completion of `result` its proofs and, with sampling proofs, the logprobs the
+        seeded sampler recorded; a completion whose hidden states were not all captured, or whose
+        tokens are not those the sampler recorded, is an engine failure, never a row without proofs."""
+        from genesys.proofs.sampling import SAMPLER
+
+        for index, (completion, (sample_proofs, sampled)) in enumerate(zip(result.completions, proofs)):
             if sample_proofs is None:
                 raise RuntimeError(
                     f"vLLM did not hand over the hidden states of every token of {result.request.key} sample {index}"
                 )
             completion.proofs = sample_proofs
             completion.proof_settings = self.proof_settings
+            if not self.proofs.sampling:
+                continue
+            if sampled is None or sampled[0] != completion.completion_ids:
+                raise RuntimeError(
+                    f"vLLM's tokens of {result.request.key} sample {index} are not those the seeded sampler picked"
+                )
+            completion.logprobs = sampled[1]
+            completion.sampler = SAMPLER

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from genesys.config import DEFAULT_BACKEND, PROOF_BACKENDS, PromptStyle, ProofConfig, ValidateCommand
 from genesys.errors import InputError
 from genesys.proofs.checks import Problem, RowSampling
+from genesys.proofs.sampling import SamplingKey
 from genesys.proofs.toploc import ChunkErrors
 
 
@@ -33,15 +34,18 @@ class Pending:
     proofs: list[bytes] | None
     problems: list[Problem]
     settings: ProofConfig | None = None
+    sampling_key: SamplingKey | None = None  # None: no sampling proof to check
 
 
 @dataclass
 class Recomputed:
-    """A row's recomputation: each chunk's errors against its proofs (None: none to check) and the
-    logprob of each completion token."""
+    """A row's recomputation: each chunk's errors against its proofs (None: none to check), the
+    logprob of each completion token and, for a row with a sampling proof, each token's sampling
+    margin (`genesys.proofs.sampling.margins`)."""
 
     chunks: list[ChunkErrors] | None
     logprobs: list[float]
+    margins: list[float] | None = None
 
 
 class Recomputer(Protocol):
@@ -101,6 +105,7 @@ class TransformersRecomputer:
 
     def recompute(self, batch: Sequence[Pending]) -> list[Recomputed]:
         from genesys.models import sampled_logprobs
+        from genesys.proofs.sampling import margins
         from genesys.proofs.toploc import as_proof_dtype, verify_proofs
 
         recomputed = []
@@ -110,12 +115,14 @@ class TransformersRecomputer:
                 if item.proofs is None or item.settings is None
                 else verify_proofs(as_proof_dtype(hidden), item.proofs, item.settings)
             )
+            temperature, top_p = item.sampling.temperature, item.sampling.top_p
             recomputed.append(
                 Recomputed(
                     chunks,
-                    sampled_logprobs(
-                        logits, item.completion_ids, item.sampling.temperature, item.sampling.top_p
-                    ),
+                    sampled_logprobs(logits, item.completion_ids, temperature, top_p),
+                    None
+                    if item.sampling_key is None
+                    else margins(logits, item.completion_ids, item.sampling_key, temperature, top_p),
                 )
             )
         return recomputed
@@ -167,7 +174,9 @@ class VLLMRecomputer:
             config.model,
             PromptStyle(),
             **{**options, "batch_size": config.batch_size},
-            proofs=ProofConfig(policy.topk, policy.decode_batching_size or policy.max_decode_batching_size),
+            proofs=ProofConfig(
+                policy.topk, policy.decode_batching_size or policy.max_decode_batching_size, sampling=False
+            ),
         )
         self.tokenizer = self.engine.tokenizer
         model_config = AutoConfig.from_pretrained(config.model)
@@ -194,6 +203,7 @@ class VLLMRecomputer:
                 item.sampling.temperature,
                 item.sampling.top_p,
                 item.settings,
+                item.sampling_key,
             )
             for item in todo
         ]
@@ -201,7 +211,11 @@ class VLLMRecomputer:
         recomputed = []
         for item in batch:
             if not item.completion_ids:
-                recomputed.append(Recomputed(None if item.proofs is None else [], []))
+                recomputed.append(
+                    Recomputed(
+                        None if item.proofs is None else [], [], None if item.sampling_key is None else []
+                    )
+                )
                 continue
             check = checks[id(item)]
             if check is None:
@@ -209,7 +223,7 @@ class VLLMRecomputer:
                     f"vLLM did not hand over the hidden states of every token of row {item.row.get('response_id')!r}"
                 )
             chunks = None if check["chunks"] is None else [ChunkErrors(*errors) for errors in check["chunks"]]
-            recomputed.append(Recomputed(chunks, check["logprobs"]))
+            recomputed.append(Recomputed(chunks, check["logprobs"], check["margins"]))
         return recomputed
 
     def close(self) -> None:

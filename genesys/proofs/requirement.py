@@ -2,8 +2,9 @@
 
 A row counts only when its attestation checks out under the trust key (so it is, unchanged, what
 `genesys validate` and then `genesys verify` wrote on the trusted side), `genesys validate` marked it
-valid, and it was rebuilt from a trusted task set (`genesys validate --tasks`). Given a trusted task
-set of its own (`--tasks`), the consumer also counts only rows of tasks in it, unchanged.
+valid, it was rebuilt from a trusted task set (`genesys validate --tasks`), and its tokens are proven
+to be the seeded sampler's picks (`sampling_proven`; see `genesys.proofs.sampling`). Given a trusted
+task set of its own (`--tasks`), the consumer also counts only rows of tasks in it, unchanged.
 """
 
 from __future__ import annotations
@@ -38,4 +39,6 @@ class ProofRequirement:
             return f"genesys validate did not mark it valid ({row.get('toploc_reason') or 'no reason given'})"
         if row.get("trusted_task") is not True:
             return "it was not validated against a trusted task set (genesys validate --tasks)"
+        if row.get("sampling_proven") is not True:
+            return "its sampling is not proven (generated without sampling proofs, or validated with --allow-unsampled)"
         return self.trusted.problem(row) if self.trusted is not None else None

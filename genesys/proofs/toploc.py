@@ -31,7 +31,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from genesys.config import DEFAULT_PROOF_TOPK, ProofConfig, ProofThresholds
@@ -108,7 +108,7 @@ def proof_settings_for(settings: ProofConfig, hidden_size: int) -> ProofConfig:
     check_hidden_size(hidden_size, settings)
     if settings.topk is not None:
         return settings
-    return ProofConfig(default_topk(hidden_size), settings.decode_batching_size)
+    return replace(settings, topk=default_topk(hidden_size))
 
 
 def as_proof_dtype(hidden: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ A rollout names its task by its `response_id`, `<task key>-<sample>`, where the 
 defines the task (`genesys.data.identity.task_key`): the key of a task in the set the trusted side
 gave out. `genesys validate --tasks` rebuilds each row from its trusted task (every column of the
 task row: prompt, gold, task type, metadata, ...) and only what the worker produced
-(`WORKER_COLUMNS`: the response columns, the proofs, the target length, each then checked); the
+(`WORKER_COLUMNS`: the response columns, the proofs and the sampling proof, the target length, each then checked); the
 worker's own copies of task columns that differ from the trusted task are a problem of the row, its
 verdict columns are dropped. A row naming no task of the set, or repeating a sample, is invalid.
 
@@ -23,7 +23,7 @@ from genesys.data.attestation import canonical_value
 from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS, Row
 
 # What the worker's row contributes: its response, its proofs, and the target length it was asked for.
-WORKER_COLUMNS = (*RESPONSE_COLUMNS, "toploc_proofs", "toploc_config", "target_length")
+WORKER_COLUMNS = (*RESPONSE_COLUMNS, "toploc_proofs", "toploc_config", "sampling_proof", "target_length")
 _SAMPLE_ID = re.compile(r"([0-9a-f]{20})-(\d+)")
 
 

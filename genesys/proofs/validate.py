@@ -11,7 +11,9 @@ of `genesys.proofs.checks` need no model. Each row is written with:
 - `toploc_errors`: the measured errors: the worst chunk's exponent mismatches and mantissa error
   mean and median, how many chunks failed, and the largest logprob difference;
 - `toploc_problems`: the categories of the problems found (model, proof, proof_format, logprobs,
-  text, stop, sampling, format; unproved for a row without proofs).
+  text, stop, sampling, sampling_proof, format; unproved for a row without proofs);
+- `sampling_proven`: true when the row's tokens are the ones the seeded sampler picks from its seed
+  (`genesys.proofs.sampling`), false when they are not, null when it has no sampling proof.
 
 The run is a `genesys.data.runs.FileRun`: an output overlapping an input is refused, the output is
 locked, unreadable rows go to the rejects file, output is appended in atomic units and a rerun skips
@@ -48,6 +50,7 @@ from genesys.proofs.checks import (
     stop_problems,
 )
 from genesys.proofs.recompute import Pending, Recomputed, recomputer
+from genesys.proofs.sampling import margin_problem, sampling_key, sampling_proven
 from genesys.proofs.toploc import ChunkErrors, ProofError, decode_proofs, require_toploc
 from genesys.proofs.trusted_tasks import TrustedTasks
 from genesys.schema import SchemaError, parse_json_field
@@ -138,6 +141,9 @@ class Validator:
                 proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), settings)
             except ProofError as exc:
                 problems.append(Problem("proof_format", str(exc)))
+        key = sampling_key(row, self.config.expect, self.config.proofs.require_sampling)
+        if isinstance(key, Problem):
+            problems.append(key)
         return Pending(
             row,
             list(prompt_ids),
@@ -146,6 +152,7 @@ class Validator:
             proofs,
             problems,
             None if isinstance(settings, Problem) else settings,
+            None if isinstance(key, Problem) else key,
         )
 
     def _task_prompt_problems(
@@ -216,13 +223,11 @@ class Validator:
                 claimed, recomputed.logprobs, self.config.thresholds.logprob_tolerance
             )
             problems += [problem] if problem else []
-        return _finish(item.row, not problems, problems, errors, self._sampling_proven(item, recomputed))
-
-    def _sampling_proven(self, item: Pending, recomputed: Recomputed) -> bool:
-        """Whether the completion is proven to be the tokens the seeded sampler picks (the per-row
-        sampling check plugs in here, over the recomputation). Rows carry no sampling proofs yet, so
-        none is."""
-        return False
+        if recomputed.margins is not None:
+            measured, problem = margin_problem(recomputed.margins, self.config.thresholds.sampling_margin)
+            errors.update(measured)
+            problems += [problem] if problem else []
+        return _finish(item.row, not problems, problems, errors)
 
 
 def _token_list(value: Any, vocab_size: int, allow_empty: bool = False) -> bool:
@@ -249,14 +254,13 @@ def _finish(
     valid: bool | None,
     problems: list[Problem],
     errors: dict[str, Any],
-    sampling_proven: bool = False,
 ) -> dict[str, Any]:
     row.update(
         toploc_valid=valid,
         toploc_reason="; ".join(p.message for p in problems) or None,
         toploc_errors=errors or None,
         toploc_problems=sorted({p.category for p in problems}) or None,
-        sampling_proven=None if valid is None else sampling_proven,
+        sampling_proven=sampling_proven(row, problems, errors),
     )
     return row
 

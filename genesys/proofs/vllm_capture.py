@@ -30,6 +30,11 @@ from typing import Any
 PROOF_KEY = "genesys_proof"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 EXTENSION = f"{__name__}.ProofCapture"
+# The seeded sampler's logits processor (genesys.proofs.vllm_sampling, which imports vLLM) and its mark.
+SAMPLING_PROCESSOR = "genesys.proofs.vllm_sampling:SeededSampling"
+SAMPLING_KEY = "genesys_sampling"
+# What the worker's seeded sampler recorded: by sample name, position -> (token, logprob).
+SAMPLED: dict[str, dict[int, tuple[int, float]]] = {}
 
 
 def proof_extra_args(key: str, n: int, first: int) -> dict[str, Any]:
@@ -37,6 +42,12 @@ def proof_extra_args(key: str, n: int, first: int) -> dict[str, Any]:
     runs the samples of n > 1 as child requests named `{index}_{parent id}`) and the first position
     to keep (the last prompt position: its state produced the first completion token)."""
     return {PROOF_KEY: {"key": key, "n": n, "first": first}}
+
+
+def sampling_extra_args(key: str, seed: int, samples: list[int]) -> dict[str, Any]:
+    """The `extra_args` that mark a request (`SamplingParams(seed=seed)`) for the seeded sampler: its
+    key (as the capture names samples) and its samples' indices."""
+    return {SAMPLING_KEY: {"key": key, "seed": seed, "samples": samples}}
 
 
 def sample_name(key: str, index: int) -> str:
@@ -56,14 +67,17 @@ class Recomputation:
     temperature: float
     top_p: float
     settings: Any = None  # a ProofConfig
+    sampling_key: Any = None  # a genesys.proofs.sampling.SamplingKey: the sampling proof to measure
 
     def request(self) -> dict[str, Any]:
         """What the worker's `Capture.check` takes of it."""
+        key = self.sampling_key
         request = {
             "ids": self.completion_ids,
             "proofs": self.proofs,
             "temperature": self.temperature,
             "top_p": self.top_p,
+            "sampling": None if key is None else [key.seed, key.sample],
         }
         if self.settings is not None:
             request["topk"] = self.settings.topk
@@ -174,12 +188,14 @@ class Capture:
         self, requests: dict[str, dict[str, Any]], settings: Any, model: Any
     ) -> dict[str, dict[str, Any] | None]:
         """For each recomputed row named in `requests` ({"ids": its completion ids, "proofs": their
-        bytes or None, "temperature", "top_p", and optionally its own "topk" and
-        "decode_batching_size" in place of `settings`}): each chunk's errors against the proofs (None
-        without proofs) and the completion tokens' logprobs; None for a row whose rows were not all
+        bytes or None, "temperature", "top_p", "sampling": its sampling proof's [seed, sample] or
+        None, and optionally its own "topk" and "decode_batching_size" in place of `settings`}): each
+        chunk's errors against the proofs (None without proofs), the completion tokens' logprobs and
+        sampling margins (None without a sampling proof); None for a row whose rows were not all
         captured."""
         from genesys.config import ProofConfig
         from genesys.models import sampled_logprobs
+        from genesys.proofs.sampling import SamplingKey, margins
         from genesys.proofs.toploc import as_proof_dtype, verify_proofs
 
         lengths = {name: len(request["ids"]) for name, request in requests.items()}
@@ -208,6 +224,15 @@ class Capture:
                 "logprobs": sampled_logprobs(
                     logits, request["ids"], request["temperature"], request["top_p"]
                 ),
+                "margins": None
+                if request.get("sampling") is None
+                else margins(
+                    logits,
+                    request["ids"],
+                    SamplingKey(*request["sampling"]),
+                    request["temperature"],
+                    request["top_p"],
+                ),
             }
         return checks
 
@@ -225,6 +250,22 @@ class Capture:
         self.samples.clear()
         self._by_request.clear()
         return rows
+
+
+def take_sampled(lengths: dict[str, int]) -> dict[str, tuple[list[int], list[float]] | None]:
+    """The tokens and logprobs the seeded sampler recorded (`SAMPLED`) for each sample named in
+    `lengths` (its completion's token count); None for one with a position missing. Everything
+    recorded is forgotten."""
+    taken: dict[str, tuple[list[int], list[float]] | None] = {}
+    for name, count in lengths.items():
+        steps = SAMPLED.get(name, {})
+        if not all(position in steps for position in range(count)):
+            taken[name] = None
+            continue
+        picked = [steps[position] for position in range(count)]
+        taken[name] = ([token for token, _ in picked], [logprob for _, logprob in picked])
+    SAMPLED.clear()
+    return taken
 
 
 class ProofCapture:
@@ -258,6 +299,11 @@ class ProofCapture:
         from genesys.config import ProofConfig
 
         return self.model_runner.genesys_capture.take(lengths, ProofConfig(topk, decode_batching_size))
+
+    def genesys_take_sampled(self, lengths: dict[str, int]) -> dict[str, Any]:
+        """The tokens and logprobs the seeded sampler recorded for the samples named in `lengths`
+        (`take_sampled`)."""
+        return take_sampled(lengths)
 
     def genesys_take_checks(
         self, requests: dict[str, dict[str, Any]], topk: int, decode_batching_size: int

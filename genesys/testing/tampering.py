@@ -59,9 +59,12 @@ def generate(
     max_tokens: int = 24,
     dtype: str | None = None,
     backend: Any = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Rollouts of `tasks` by `model` (proofs on when given); returns the rows. The transformers backend
-    generates them, or `backend`, a running backend that is left open."""
+    """Rollouts of `tasks` by `model` (proofs on when given) with run seed `seed`; returns the rows.
+    The transformers backend generates them, or `backend`, a running backend that is left open."""
     from genesys.generate.runner import run_generation
 
     options = {"batch_size": 8} | ({"dtype": dtype} if dtype else {})
@@ -70,7 +73,7 @@ def generate(
         model=model,
         output=output,
         backend=backend.name if backend else "transformers",
-        sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=1.0),
+        sampling=SamplingConfig(n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed),
         backend_options={} if backend else options,
         proofs=proofs,
         progress=False,
@@ -156,4 +159,38 @@ def edit_logprobs(row: dict[str, Any], delta: float = -1.0, position: int = 3) -
     """`row` claiming a lower behaviour logprob for one token (a larger importance ratio in training)."""
     row = copy.deepcopy(row)
     row["completion_logprobs"][position] += delta
+    return row
+
+
+def teacher_forced(row: dict[str, Any], text: str, model: str) -> dict[str, Any]:
+    """`row` with its completion replaced by `text` (and an end of sequence) that `model` never
+    sampled: proofs and logprobs from one prefill of the real model over prompt + `text`, as a worker
+    choosing its completions (only correct ones, or a stronger model's) would make them. Everything
+    but the sampling is consistent."""
+    import torch
+
+    from genesys.config import SamplingConfig
+    from genesys.models import load_causal_lm, sampled_logprobs
+    from genesys.proofs.hf_capture import FinalHiddenStates
+    from genesys.proofs.toploc import as_proof_dtype, build_proofs
+
+    row = copy.deepcopy(row)
+    _, tokenizer, lm = load_causal_lm(model, "cpu", "float32")
+    ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+    prompt = list(row["prompt_ids"])
+    with torch.inference_mode(), FinalHiddenStates(lm, last_only=False) as capture:
+        logits = lm(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+    first, count = len(prompt) - 1, len(ids)
+    hidden = capture.prefill()[0, first : first + count]
+    sampling = SamplingConfig(**{k: row["generation_config"][k] for k in ("temperature", "top_p")})
+    settings = ProofConfig(row["toploc_config"]["topk"], row["toploc_config"]["decode_batching_size"])
+    row.update(
+        completion_ids=ids,
+        llm_response=tokenizer.decode(ids, skip_special_tokens=True),
+        completion_logprobs=sampled_logprobs(
+            logits[first : first + count], ids, sampling.temperature, sampling.top_p
+        ),
+        toploc_proofs=build_proofs(as_proof_dtype(hidden), settings),
+        finish_reason="stop",
+    )
     return row

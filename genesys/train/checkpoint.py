@@ -1,6 +1,9 @@
-"""Checkpoints: `checkpoints/step-NNNNNN/` holds a `save_pretrained` model and tokenizer
-(safetensors) and the trainer state (optimizer, scheduler, RNG states, data position, step) as
-`trainer_state.json` with its tensors in `trainer_state.safetensors`.
+"""Checkpoints: `checkpoints/step-NNNNNN/` holds the model as a Hugging Face folder (safetensors, in
+the model's own dtype, LoRA merged; `genesys.train.export`) and the trainer state (optimizer,
+scheduler, RNG states, data position, step, and the fp32 master weights when the folder cannot hold
+them exactly: a model saved in bf16, or LoRA adapters) as `trainer_state.json` with its tensors in
+`trainer_state.safetensors`. The optimizer state is the full (unsharded) state dict of
+`torch.distributed.checkpoint.state_dict`, keyed by parameter name.
 
 A checkpoint is written into a temporary directory and renamed into place, so a directory named
 `step-NNNNNN` is always complete; a run killed at any moment resumes from the newest one. Nothing
@@ -21,6 +24,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,8 @@ import numpy as np
 import torch
 
 from genesys.errors import InputError, TrainingError
+from genesys.train.distributed import World
+from genesys.train.parallel import local_tensor
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.json"
@@ -101,33 +107,38 @@ def restore_rng_states(states: dict[str, Any]) -> None:
 
 
 def nonfinite_parameters(model: Any) -> list[str]:
-    """The names of the model's parameters and buffers holding a NaN or an infinity."""
+    """The names of the model's parameters and buffers holding a NaN or an infinity (in this rank's
+    shards, for a sharded model)."""
     named = [*model.named_parameters(), *model.named_buffers()]
     return [
         name
         for name, tensor in named
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor.detach()).all())
+        if tensor.is_floating_point() and not bool(torch.isfinite(local_tensor(tensor.detach())).all())
     ]
 
 
-def check_finite(model: Any, what: str) -> None:
-    """Refuse to write `what` when a weight of `model` is not finite (a TrainingError naming it)."""
+def check_finite(model: Any, what: str, world: World | None = None) -> None:
+    """Refuse to write `what` when a weight of `model` is not finite (a TrainingError naming it). With
+    `world`, every rank looks at its own shards and all of them refuse together."""
     bad = nonfinite_parameters(model)
+    (anywhere,) = world.max([float(bool(bad))]) if world is not None else [float(bool(bad))]
     if bad:
         more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
         raise TrainingError(f"not writing {what}: weight {bad[0]}{more} holds NaN or infinite values")
+    if anywhere:
+        raise TrainingError(f"not writing {what}: a weight holds NaN or infinite values (on another rank)")
 
 
 def save_checkpoint(
-    root: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int
+    root: Path, step: int, write_model: Callable[[Path], None], state: dict[str, Any], keep: int
 ) -> Path:
-    """Write checkpoint `step` atomically, then delete all but the newest `keep`; returns its path."""
+    """Write checkpoint `step` atomically (the model folder by `write_model(directory)`, then the
+    trainer state), then delete all but the newest `keep`; returns its path."""
     final = step_dir(root, step)
-    check_finite(model, f"checkpoint {final}")
     root.mkdir(parents=True, exist_ok=True)
     temporary = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(temporary, ignore_errors=True)
-    save_pretrained(model, tokenizer, temporary)
+    write_model(temporary)
     write_state(temporary, state)
     _fsync_tree(temporary)
     if final.exists():  # a checkpoint of this step from a run that was resumed before it: replace it
@@ -140,12 +151,6 @@ def save_checkpoint(
         if stale != temporary:
             shutil.rmtree(stale, ignore_errors=True)
     return final
-
-
-def save_pretrained(model: Any, tokenizer: Any, path: Path) -> None:
-    """The model (safetensors) and tokenizer in the Hugging Face layout transformers and vLLM load."""
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
 
 
 def write_state(checkpoint: Path, state: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 `TrainConfig` reads the shared sections under the same tables and defaults as `genesys generate` and
 `genesys verify` (`[data]`, `[sampling]`, `[style]`, `[backend_options]`, `[verify]`, `[sandbox]`,
 `[reward]`, `[cluster]`) and its own: `[rollout]` (groups per step and their filtering), `[optim]`,
-`[loss]`, `[checkpoint]` and `[async]` (bounded staleness). Any key is overridable as a dotted flag.
+`[loss]`, `[checkpoint]`, `[parallel]` (sharding), `[lora]` (adapters) and `[async]` (bounded staleness). Any key is overridable as a dotted flag.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from genesys.config.sections import (
     TRACKERS,
     AsyncConfig,
     CheckpointConfig,
+    LoraConfig,
     LossConfig,
     OptimConfig,
+    ParallelConfig,
     RolloutConfig,
     TrainData,
 )
@@ -25,8 +27,10 @@ __all__ = [
     "TRACKERS",
     "AsyncConfig",
     "CheckpointConfig",
+    "LoraConfig",
     "LossConfig",
     "OptimConfig",
+    "ParallelConfig",
     "RolloutConfig",
     "TrainConfig",
     "TrainData",

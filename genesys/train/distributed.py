@@ -1,9 +1,11 @@
-"""Data parallel over processes: the process group `torchrun` describes, or one process alone.
+"""The training processes: the process group `torchrun` describes, or a group of one process.
 
 `torchrun --nproc-per-node N -m genesys.cli train CONFIG.toml` sets RANK, WORLD_SIZE, LOCAL_RANK and
 the rendezvous address; each process then generates, verifies and trains on its share of the
-batch, gradients are averaged by DistributedDataParallel, and rank 0 writes logs and checkpoints.
-Without those variables everything here is a no-op for a single process.
+batch, and rank 0 writes logs and checkpoints. Without those variables the process makes a group
+of its own (an in-memory store, no network), so that the model is sharded and trained by one code
+path whatever the number of processes (`genesys.train.parallel`). CPU tensors travel over gloo,
+CUDA tensors over nccl.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    joined: bool = False  # this process joined torchrun's process group (close_world leaves it)
 
     @property
     def is_main(self) -> bool:
@@ -70,6 +73,7 @@ class World:
 
 
 def _collective_device() -> torch.device:
+    """Where World's small reductions run: CPU tensors wherever gloo takes part."""
     return (
         torch.device("cuda", torch.cuda.current_device())
         if dist.get_backend() == "nccl"
@@ -77,21 +81,30 @@ def _collective_device() -> torch.device:
     )
 
 
+def _backend() -> str:
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+
+
 def init_world() -> World:
-    """Join the process group torchrun set up (gloo on CPU, nccl on GPUs), or a World of one."""
+    """Join the process group torchrun set up, or make a group of this process alone (which stays
+    until the process ends, and which later runs in the process reuse). A process that already
+    belongs to a group keeps it."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
-    if size == 1:
+    rank = int(os.environ.get("RANK", "0")) if size > 1 else 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if size > 1 else 0
+    if dist.is_initialized():
+        return World(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=local_rank)
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    timeout = datetime.timedelta(minutes=30)
+    if size == 1:  # kept for the life of the process: an in-process engine (vLLM) may build on it
+        dist.init_process_group(_backend(), store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         return World()
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))
-    return World(rank=rank, size=size, local_rank=local_rank)
+    dist.init_process_group(_backend(), timeout=timeout)
+    return World(rank=rank, size=size, local_rank=local_rank, joined=True)
 
 
 def close_world(world: World) -> None:
-    """Leave the process group (if this process joined one)."""
-    if world.distributed and dist.is_initialized():
+    """Leave torchrun's process group, if `init_world` joined it."""
+    if world.joined and dist.is_initialized():
         dist.destroy_process_group()

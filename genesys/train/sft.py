@@ -87,8 +87,7 @@ class SFTTrainer(Trainer):
     def _micro_batch_loss(
         self, micro: MicroBatch, denominator: float, totals: dict[str, float], record_mismatch: bool
     ) -> torch.Tensor:
-        with self._autocast():
-            token_loss = sft_token_loss(self.trained, micro)
+        token_loss = sft_token_loss(self.model, micro)
         loss = reduce_loss(token_loss, micro.completion_mask, "token", denominator)
         totals["loss"] += float(loss.detach())
         totals["tokens"] += float(micro.completion_mask.sum())

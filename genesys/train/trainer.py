@@ -3,12 +3,15 @@
 One step: take a batch of groups (generated, verified and rewarded now, or read from recorded
 rollouts), compute group advantages, then run micro-batches of forward/backward passes whose
 losses add up to the batch's mean loss (`[loss] type`, `genesys.train.loss`), clip the gradient norm
-and step AdamW. With `optim.updates_per_batch = U` and `optim.mini_batches = M`, one batch serves
-U x M consecutive optimizer steps: U passes over it, each in M slices. The ratio is taken against
-the old policy's logprobs: the sampler's, or the trainer's own recomputed before the batch's first
-step (`loss.recompute_logprobs`, implied by `loss.importance_correction`, which then weighs the
+and step AdamW. The model is sharded over the processes by FSDP2 (`genesys.train.parallel`, also for
+one process), optionally with LoRA adapters (`genesys.train.lora`); weights leave it through
+`genesys.train.export`. With `optim.updates_per_batch = U` and `optim.mini_batches = M`, one batch
+serves U x M consecutive optimizer steps: U passes over it, each in M slices. The ratio is taken
+against the old policy's logprobs: the sampler's, or the trainer's own recomputed before the batch's
+first step (`loss.recompute_logprobs`, implied by `loss.importance_correction`, which then weighs the
 loss by trainer / sampler probability, `genesys.train.correction`). After the optimizer steps of a
-batch the rollout source (`genesys.train.sources`) receives the new weights.
+batch the rollout source (`genesys.train.sources`) receives the new weights (gathered from the
+shards, LoRA merged).
 
 A batch with nothing to learn from (every group dropped, or every rollout failed) takes no
 optimizer step and does not move the schedule: its step is logged with `skip_reason = "no_signal"`,
@@ -38,17 +41,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 
 from genesys.errors import InputError, TrainingError
 from genesys.models import load_trainable_lm
 from genesys.schema import Row
 from genesys.train import checkpoint as ckpt
+from genesys.train import export
 from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
-from genesys.train.config import TrainConfig
 from genesys.train.correction import importance_weights
 from genesys.train.distributed import World, close_world, init_world
 from genesys.train.dropout import disable_dropout
 from genesys.train.logprobs import completion_logits, token_entropy, token_logprobs
+from genesys.train.lora import is_adapter_weight
 from genesys.train.loss import (
     group_advantages,
     kl_estimate,
@@ -57,6 +66,7 @@ from genesys.train.loss import (
     reduce_loss,
 )
 from genesys.train.metrics import MetricsLog, read_metrics
+from genesys.train.parallel import clip_grad_norm, device_mesh, set_gradient_sync, shard_model
 from genesys.train.schedule import lr_factor
 from genesys.train.sources import open_source
 from genesys.train.sources.base import POLICY_STEP_COLUMN, RewardTally, StepRollouts, usable
@@ -149,7 +159,8 @@ def finished_run(config: Any) -> TrainResult | None:
     output_dir = Path(config.output_dir)
     final = output_dir / "final"
     records = read_metrics(output_dir / "metrics.jsonl")
-    if (final / "config.json").is_file() and records and records[-1]["step"] >= config.optim.steps:
+    saved = (final / "config.json").is_file() or (final / "adapter_config.json").is_file()
+    if saved and records and records[-1]["step"] >= config.optim.steps:
         return TrainResult(output_dir, final, records, already_complete=True)
     return None
 
@@ -179,12 +190,7 @@ class Trainer:
         torch.manual_seed(self._seed())
         self._load_inputs()  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
-        self.tokenizer, self.model = load_trainable_lm(
-            self.source_model,
-            self.device,
-            config.gradient_checkpointing,
-            use_safetensors=True if resume else None,  # a checkpoint's weights: never a pickle
-        )
+        self.tokenizer, self.model, self.peft = self._load_model(resume)
         self.pad_id = (
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
@@ -194,9 +200,8 @@ class Trainer:
         self.threads = ThreadTuner.for_device(self.device, self._thread_probe)
         self.steps_run = 0  # steps of this process (the thread count is measured from its first)
         self.reference = self._reference_model()
-        self.trained = self._wrap(self.model)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [parameter for parameter in self.model.parameters() if parameter.requires_grad],
             lr=config.optim.lr,
             betas=(config.optim.beta1, config.optim.beta2),
             eps=config.optim.adam_eps,
@@ -212,7 +217,7 @@ class Trainer:
         try:
             if self.state:
                 self._restore(self.state)
-            self.rollouts.start(self.model.named_parameters(), self.step)
+            self.rollouts.start(export.full_parameters(self.model), self.step)
         except BaseException:
             self._stack.close()  # e.g. a backend that cannot take weights in place: stop what was started
             raise
@@ -252,13 +257,49 @@ class Trainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             write_config(path, self.config.as_dict())
 
-    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        if not self.world.distributed:
-            return model
-        from torch.nn.parallel import DistributedDataParallel
+    def _load_model(self, resume: Path | None) -> tuple[Any, torch.nn.Module, Any]:
+        """(tokenizer, the model sharded over the ranks, peft's wrapper of it or None). The weights
+        come from the checkpoint when resuming (LoRA: the base model and the adapter's weights from
+        the trainer state), with their fp32 master values when the checkpoint's folder is not exact."""
+        from transformers import AutoConfig
 
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
+        config = self.config
+        path = config.model if resume is None or config.lora.enabled else str(resume)
+        try:
+            self.model_dtype = export.declared_dtype(AutoConfig.from_pretrained(path))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
+        tokenizer, model = load_trainable_lm(  # on the CPU: sharding moves each rank's shards to its device
+            path,
+            torch.device("cpu"),
+            config.gradient_checkpointing,
+            use_safetensors=True if path != config.model else None,  # a checkpoint's weights: never a pickle
+        )
+        peft = None
+        if config.lora.enabled:
+            from genesys.train.lora import add_adapters
+
+            peft = add_adapters(model, config.lora)
+            if config.gradient_checkpointing:  # a frozen embedding would cut the recomputed graph
+                model.enable_input_require_grads()
+        if self.state is not None and "master_weights" in self.state:
+            _load_master_weights(model, self.state["master_weights"], resume)
+        mesh = device_mesh(self.world, config.parallel.strategy, self.device)
+        return tokenizer, shard_model(model, mesh, config.precision), peft
+
+    def _frozen_reference(self) -> torch.nn.Module:
+        """The initial model, frozen and sharded like the trained one, for the KL term (always
+        `config.model`, also when resuming)."""
+        _, reference = load_trainable_lm(self.config.model, torch.device("cpu"))
+        reference.eval().requires_grad_(False)
+        mesh = device_mesh(self.world, self.config.parallel.strategy, self.device)
+        return shard_model(reference, mesh, self.config.precision)
+
+    @property
+    def keeps_master_weights(self) -> bool:
+        """Whether checkpoints carry the fp32 trainable weights in the trainer state: when the model
+        folder holds them in a narrower dtype, or holds merged weights (LoRA)."""
+        return self.peft is not None or self.model_dtype != torch.float32
 
     def _open_tracker(self) -> Any:
         if not self.config.report_to:
@@ -331,9 +372,8 @@ class Trainer:
                     and self.step < config.optim.steps
                 ):
                     self.save_checkpoint()
-        ckpt.check_finite(self.model, f"the final model {final}")  # on every rank, as in save_checkpoint
-        if self.world.is_main:
-            ckpt.save_pretrained(self.model, self.tokenizer, final)
+        ckpt.check_finite(self.model, f"the final model {final}", self.world)
+        self._save_final(final)
         self.world.barrier()
         return TrainResult(self.output_dir, final, self.metrics.records if self.metrics else [])
 
@@ -376,7 +416,7 @@ class Trainer:
         batch.used += 1
         if batch.used >= self.config.optim.updates_per_batch * self.config.optim.mini_batches:
             self.batch = None
-            self.rollouts.publish(self.model.named_parameters(), self.step)
+            self.rollouts.publish(export.full_parameters(self.model), self.step)
 
     def _step_without_update(self, batch: StepBatch, started: float, reason: str) -> dict[str, Any]:
         """A step with nothing to learn from: no forward pass, no optimizer step, the schedule stays.
@@ -393,11 +433,14 @@ class Trainer:
         self._log(metrics)
         limit = self.config.rollout.max_no_signal_steps
         if reason == "no_signal" and self.no_signal_in_a_row >= limit:
+            self.save_checkpoint()  # nothing learnt so far is lost: the run resumes from here
             raise TrainingError(
                 f"step {self.step}: no group had a learning signal in {self.no_signal_in_a_row} steps in a row "
                 f"({metrics['groups_dropped']} groups dropped, {metrics['rollout_errors']} rollout errors in the last; "
-                f"reward_mean {metrics['reward_mean']}): every rollout of a task got the same reward, or none was scored. "
-                "Check the rewards and the task difficulty (genesys filter), raise sampling.n, or raise rollout.max_no_signal_steps"
+                f"reward_mean {metrics['reward_mean']}): every rollout of a task got the same reward (all solved, or "
+                "none), or none was scored. The model is saved in checkpoint "
+                f"{ckpt.step_dir(self.checkpoints, self.step)}. Check the rewards and the task difficulty "
+                "(genesys filter), raise sampling.n, or raise rollout.max_no_signal_steps and resume"
             )
         if reason == "no_signal":
             log.warning(
@@ -467,7 +510,7 @@ class Trainer:
 
     def _reference_model(self) -> torch.nn.Module | None:
         """The frozen model of the KL term, or None without one."""
-        return _frozen_reference(self.config, self.device) if self.config.loss.kl_beta > 0 else None
+        return self._frozen_reference() if self.config.loss.kl_beta > 0 else None
 
     def _loss_denominator(self, batch: StepBatch, part: int) -> float:
         """What the summed token losses of mini-batch `part` of a batch are divided by (over all ranks)."""
@@ -573,8 +616,7 @@ class Trainer:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The completion tokens' logprobs under `model` (at the sampling temperature and nucleus), and the logits."""
         sampling = self.config.sampling
-        with self._autocast():
-            logits = completion_logits(model, micro)
+        logits = completion_logits(model, micro)
         return token_logprobs(logits, micro.completion_ids, sampling.temperature, sampling.top_p), logits
 
     @torch.no_grad()
@@ -588,7 +630,7 @@ class Trainer:
         chunks = split(batch.sequences, self.config.optim.micro_batch_size)
         recomputed: list[TrainingSequence] = []
         for index, micro in enumerate(self._micro_batches(batch.sequences)):
-            logprobs, _ = self._policy_logprobs(self.trained, micro)
+            logprobs, _ = self._policy_logprobs(self.model, micro)
             if index >= len(chunks):
                 continue  # an empty micro-batch, run for the other ranks
             _record_mismatch(gaps, logprobs, micro)
@@ -608,13 +650,10 @@ class Trainer:
         sequences = batch.sequences[part :: self.config.optim.mini_batches]
         micro_batches = list(self._micro_batches(sequences))
         for index, micro in enumerate(micro_batches):
-            last = index == len(micro_batches) - 1
-            sync = contextlib.nullcontext() if last or not self.world.distributed else self.trained.no_sync()
-            with sync:
-                loss = self._micro_batch_loss(micro, denominator, totals, record_mismatch)
-                (
-                    loss * self.world.size
-                ).backward()  # DDP averages over ranks; the loss is already a global mean
+            set_gradient_sync(self.model, self.config.parallel.strategy, index == len(micro_batches) - 1)
+            loss = self._micro_batch_loss(micro, denominator, totals, record_mismatch)
+            # FSDP2 averages gradients over the ranks; the loss is already the global batch's mean
+            (loss * self.world.size).backward()
         return totals
 
     def _micro_batch_loss(
@@ -622,7 +661,7 @@ class Trainer:
     ) -> torch.Tensor:
         config = self.config
         loss_config = config.loss
-        logprobs, logits = self._policy_logprobs(self.trained, micro)
+        logprobs, logits = self._policy_logprobs(self.model, micro)
         entropy = token_entropy(
             logits if loss_config.entropy_coef > 0 else logits.detach(), config.sampling.temperature
         )
@@ -672,17 +711,12 @@ class Trainer:
                 _record_mismatch(totals, logprobs.detach(), micro)
         return loss
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.config.precision == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     def _optimizer_step(self, totals: dict[str, float]) -> tuple[float, bool]:
         """Clip and step, unless the loss (on any rank) or the gradient norm is not finite: then the
         gradients are dropped and only the schedule moves on. Returns the gradient norm and whether
         the weights were updated."""
         max_norm = self.config.optim.max_grad_norm or math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        grad_norm = clip_grad_norm(self.model.parameters(), max_norm)
         (nonfinite_loss,) = self.world.max([0.0 if math.isfinite(totals["loss"]) else 1.0])
         updated = not nonfinite_loss and math.isfinite(grad_norm)
         if updated:
@@ -755,33 +789,71 @@ class Trainer:
     # --- checkpoints ------------------------------------------------------------------------------
 
     def save_checkpoint(self) -> None:
-        """Write the checkpoint of the current step (rank 0), with every rank's data position."""
-        # On every rank (they hold the same weights), so that none waits for a rank 0 that refused.
-        ckpt.check_finite(self.model, f"checkpoint {ckpt.step_dir(self.checkpoints, self.step)}")
+        """Write the checkpoint of the current step: every rank gathers the weights and optimizer
+        state from its shards, rank 0 writes them with every rank's data position."""
+        directory = ckpt.step_dir(self.checkpoints, self.step)
+        ckpt.check_finite(self.model, f"checkpoint {directory}", self.world)  # all ranks refuse together
         per_rank = {
             "data": self.rollouts.state(),
             "batch": _batch_state(self.batch),
             "rng": ckpt.rng_states(),
         }
         ranks = self.world.gather(per_rank)
-        if self.world.is_main:
+        main = self.world.is_main
+        weights = export.model_state(self.model, self.model_dtype, keep=main)
+        optimizer = get_optimizer_state_dict(
+            self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        master = export.trainable_state(self.model, keep=main) if self.keeps_master_weights else None
+        if main:
             state = {
                 "step": self.step,
                 "world_size": self.world.size,
                 "skipped_steps": self.skipped_steps,
                 "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "no_signal_in_a_row": self.no_signal_in_a_row,
-                "optimizer": self.optimizer.state_dict(),
+                "optimizer": optimizer,
                 "scheduler": self.scheduler.state_dict(),
                 "ranks": ranks,
             }
+            if master is not None:
+                state["master_weights"] = master
             ckpt.save_checkpoint(
-                self.checkpoints, self.step, self.model, self.tokenizer, state, self.config.checkpoint.keep
+                self.checkpoints,
+                self.step,
+                lambda path: self._write_model(path, weights),
+                state,
+                self.config.checkpoint.keep,
             )
         self.world.barrier()
 
+    def _write_model(self, path: Path, weights: dict[str, torch.Tensor]) -> None:
+        model = self.model
+        export.save_model(
+            path, weights, model.config, model.generation_config, self.tokenizer, self.model_dtype
+        )
+
+    def _save_final(self, final: Path) -> None:
+        """`final/`: the model (LoRA merged into it), or with `lora.save = "adapter"` the adapter alone."""
+        main = self.world.is_main
+        if self.peft is not None and self.config.lora.save == "adapter":
+            adapter = {
+                name: tensor
+                for name, tensor in export.trainable_state(self.model, keep=main).items()
+                if is_adapter_weight(name)
+            }
+            if main:
+                export.save_adapter(final, self.peft, adapter, self.tokenizer, self.model_dtype)
+            return
+        weights = export.model_state(self.model, self.model_dtype, keep=main)
+        if main:
+            self._write_model(final, weights)
+
     def _restore(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        optimizer = _named_optimizer_state(state["optimizer"], self.model)
+        set_optimizer_state_dict(
+            self.model, self.optimizer, optimizer, options=StateDictOptions(full_state_dict=True)
+        )
         self.scheduler.load_state_dict(state["scheduler"])
         mine = state["ranks"][self.world.rank]
         self.rollouts.load_state(mine["data"])
@@ -789,11 +861,37 @@ class Trainer:
         ckpt.restore_rng_states(mine["rng"])
 
 
-def _frozen_reference(config: TrainConfig, device: torch.device) -> torch.nn.Module:
-    """The initial model, frozen, for the KL term (always `config.model`, also when resuming)."""
-    _, reference = load_trainable_lm(config.model, device)
-    reference.eval().requires_grad_(False)
-    return reference
+def _load_master_weights(
+    model: torch.nn.Module, master: dict[str, torch.Tensor], resume: Path | None
+) -> None:
+    """Copy a checkpoint's fp32 master weights into the (not yet sharded) model; an InputError when
+    they do not fit it."""
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    missing, unknown = sorted(trainable - master.keys()), sorted(master.keys() - trainable)
+    if missing or unknown:
+        raise InputError(
+            f"{resume}: the master weights of the trainer state do not fit the model "
+            f"(missing {missing[:3]}, unknown {unknown[:3]}); resume with the settings that wrote it"
+        )
+    with torch.no_grad():
+        parameters = dict(model.named_parameters())
+        for name, tensor in master.items():
+            parameters[name].copy_(tensor)
+
+
+def _named_optimizer_state(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """An optimizer state keyed by parameter name; one of an older genesys, keyed by position among
+    the trained parameters (`torch.optim.Optimizer.state_dict`), is renamed."""
+    if all(isinstance(name, str) for group in state["param_groups"] for name in group["params"]):
+        return state
+    names = [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+    return {
+        "state": {names[index]: value for index, value in state["state"].items()},
+        "param_groups": [
+            {**group, "params": [names[index] for index in group["params"]]}
+            for group in state["param_groups"]
+        ],
+    }
 
 
 def _check_advantages(groups: list[list[Any]], advantages: list[float]) -> None:

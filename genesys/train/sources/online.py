@@ -15,10 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from genesys.data.identity import task_key
+from genesys.data.identity import request_seed, task_key
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, iterate
-from genesys.generate.rows import PlannedTask, RowBuilder, request_seed
+from genesys.generate.rows import PlannedTask, RowBuilder
 from genesys.rewards import RewardStage
 from genesys.schema import Row
 from genesys.tasks.prompts import build_messages

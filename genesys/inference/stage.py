@@ -1,0 +1,288 @@
+"""One pipeline stage: a contiguous share of a transformers decoder's layers, their KV cache per
+micro-batch, and (on the last stage) the output layer and the sampler.
+
+A stage keeps the model's own base-model module with only its layers in it (renumbered, with a config
+that says so), so masks, rotary positions and the cache are built by transformers exactly as in the
+whole model: greedy output is the unsplit model's token for token. The first stage embeds token ids;
+the others take the previous stage's hidden states; the last applies the final norm and output layer
+and draws tokens as `genesys.generate.hf` does (the same warpers, `TokenSampler` and per-batch seed),
+so seeded samples match the transformers backend's batch for batch too.
+
+`python -m genesys.inference.stage --listen HOST:PORT` (or `genesys pipeline-stage`) serves one stage of
+one ring: it accepts the previous stage's connection, reads the setup message (model, its index, the
+rest of the ring), passes the setup on, loads its layers, then serves steps until shutdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from genesys.config import ProofConfig, SamplingConfig
+from genesys.errors import InputError
+from genesys.generate.hf import TokenSampler
+from genesys.inference.transport import Closed, Inbox, Link, Message, accept, connect, listen
+from genesys.models import load_causal_lm, sampling_warpers
+
+
+@dataclass
+class _Sequences:
+    """One micro-batch as a stage holds it: its cache and attention mask, and on the last stage its sampling."""
+
+    cache: Any
+    attention_mask: torch.Tensor
+    settings: dict[str, Any] = field(default_factory=dict)
+    sampler: TokenSampler | None = None
+    warpers: list[Any] = field(default_factory=list)
+    unfinished: torch.Tensor | None = None
+    tokens: list[torch.Tensor] = field(default_factory=list)
+    hidden: list[torch.Tensor] = field(default_factory=list)  # the final states, for proofs
+
+
+class StageModel:
+    """Layers `[start, end)` of `model`, with the embedding when first and the output layer when last."""
+
+    def __init__(
+        self,
+        model: str,
+        layer_range: tuple[int, int],
+        first: bool,
+        last: bool,
+        device: str | None = None,
+        dtype: str | None = None,
+        proofs: ProofConfig | None = None,
+        on_loaded: Any = None,
+    ) -> None:
+        self.device, self.tokenizer, full = load_causal_lm(model, device, dtype)
+        self.generation_config = full.generation_config
+        if on_loaded is not None:  # the first stage hashes the whole model's weights for the proofs
+            on_loaded(full)
+        base = full.base_model
+        if not isinstance(getattr(base, "layers", None), nn.ModuleList) or not hasattr(base, "norm"):
+            raise InputError(
+                f"--model {model!r}: the pipeline backend splits decoders whose base model has `layers` and "
+                "`norm` (the Llama, Qwen and Mistral families)"
+            )
+        start, end = layer_range
+        kept = list(base.layers[start:end])
+        for local, layer in enumerate(kept):
+            layer.self_attn.layer_idx = local
+        config = copy.deepcopy(base.config)
+        config.num_hidden_layers = len(kept)
+        if getattr(config, "layer_types", None):
+            config.layer_types = list(config.layer_types[start:end])
+        base.layers = nn.ModuleList(kept)
+        base.config = config
+        self.output = full.lm_head if last else None
+        if not first:
+            base.embed_tokens = None
+        if not last:
+            base.norm = nn.Identity()
+        self.base = base
+        self.config = config
+        self.first, self.last = first, last
+        self.proofs = proofs
+        self.batches: dict[int, _Sequences] = {}
+
+    @torch.inference_mode()
+    def forward(
+        self, mb: int, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """One step of micro-batch `mb`: token ids (first stage) or hidden states in, hidden states out.
+
+        `attention_mask` starts the micro-batch (its prefill); a decode step extends the mask by one."""
+        from transformers import DynamicCache
+
+        inputs = inputs.to(self.device)
+        if attention_mask is not None:
+            self.batches[mb] = _Sequences(DynamicCache(config=self.config), attention_mask.to(self.device))
+        state = self.batches[mb]
+        if attention_mask is None:
+            ones = state.attention_mask.new_ones((state.attention_mask.shape[0], 1))
+            state.attention_mask = torch.cat([state.attention_mask, ones], dim=-1)
+        # Positions as `generate` makes them from a left-padded mask.
+        positions = state.attention_mask.long().cumsum(-1) - 1
+        positions = positions.masked_fill(state.attention_mask == 0, 1)[:, -inputs.shape[1] :]
+        given = {"input_ids": inputs} if self.first else {"inputs_embeds": inputs}
+        out = self.base(
+            **given,
+            attention_mask=state.attention_mask,
+            position_ids=positions,
+            past_key_values=state.cache,
+            use_cache=True,
+        )
+        return out.last_hidden_state
+
+    def begin_sampling(self, mb: int, settings: dict[str, Any]) -> None:
+        """The last stage's sampling of micro-batch `mb` (temperature, top_p, max_tokens, seed, stop_ids, pad_id)."""
+        state = self.batches[mb]
+        sampling = SamplingConfig(
+            temperature=settings["temperature"], top_p=settings["top_p"], max_tokens=settings["max_tokens"]
+        )
+        generator = (
+            torch.Generator(self.device).manual_seed(settings["seed"]) if sampling.temperature > 0 else None
+        )
+        state.settings = settings
+        state.sampler = TokenSampler(generator)
+        state.warpers = sampling_warpers(sampling)
+        state.unfinished = torch.ones(state.attention_mask.shape[0], dtype=torch.bool, device=self.device)
+
+    @torch.inference_mode()
+    def sample(self, mb: int, hidden: torch.Tensor) -> Message:
+        """The next token of every sequence of `mb` (pad for finished ones), as `generate` picks it; the
+        message says whether the micro-batch is done and then carries its logprobs (and proofs)."""
+        state = self.batches[mb]
+        logits = self.output(hidden[:, -1:, :])[:, -1, :].to(dtype=torch.float32)
+        scores = logits
+        for warper in state.warpers:
+            scores = warper(None, scores)
+        scores = state.sampler(None, scores)
+        tokens = scores.argmax(dim=-1)
+        pad = state.settings["pad_id"]
+        tokens = torch.where(state.unfinished, tokens, torch.full_like(tokens, pad if pad is not None else 0))
+        stops = torch.tensor(state.settings["stop_ids"], dtype=tokens.dtype, device=tokens.device)
+        state.unfinished &= ~torch.isin(tokens, stops)
+        state.tokens.append(tokens)
+        if self.proofs is not None:
+            state.hidden.append(hidden[:, -1, :].clone())
+        done = not bool(state.unfinished.any()) or len(state.tokens) >= state.settings["max_tokens"]
+        header: dict[str, Any] = {"type": "token", "mb": mb, "done": done}
+        tensors = [tokens.cpu()]
+        if done:
+            tensors.append(state.sampler.logprobs().cpu().float())
+            if self.proofs is not None:
+                header["proofs"] = self._proofs(state)
+            self.release(mb)
+        return Message(header, tensors)
+
+    def _proofs(self, state: _Sequences) -> list[list[str]]:
+        """Each sequence's TOPLOC proofs of its tokens' final hidden states (up to its first stop token)."""
+        from genesys.proofs.toploc import as_proof_dtype, build_proofs
+
+        tokens = torch.stack(state.tokens, dim=1).tolist()
+        stops = set(state.settings["stop_ids"])
+        proofs = []
+        for row, states in zip(tokens, as_proof_dtype(torch.stack(state.hidden, dim=1))):
+            length = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+            proofs.append(build_proofs(states[:length], self.proofs))
+        return proofs
+
+    def handle(self, message: Message) -> Message:
+        """A step message from the previous stage -> the message for the next one (hidden states, or
+        from the last stage the sampled tokens)."""
+        header = message.header
+        prefill = header.get("prefill", False)
+        started = time.perf_counter()
+        hidden = self.forward(header["mb"], message.tensors[0], message.tensors[1] if prefill else None)
+        if self.last:
+            out = self.handle_last(Message(header, [hidden]))
+        else:
+            out = Message(dict(header), [hidden, *message.tensors[1:2]])
+        out.header["times"] = [*header.get("times", []), time.perf_counter() - started]
+        return out
+
+    def handle_last(self, message: Message) -> Message:
+        """The last stage's part of a step whose hidden states are computed: the sampled tokens."""
+        header = message.header
+        if header.get("prefill", False):
+            self.begin_sampling(header["mb"], header["sampling"])
+        out = self.sample(header["mb"], message.tensors[0])
+        out.header["times"] = list(header.get("times", []))
+        return out
+
+    def release(self, mb: int) -> None:
+        self.batches.pop(mb, None)
+
+
+def serve(address: str, device: str | None = None, threads: int | None = None, announce: Any = print) -> int:
+    """Serve one stage of one ring at `address`; returns the exit code (0 after a clean shutdown)."""
+    if threads:
+        torch.set_num_threads(threads)
+    server = listen(address)
+    host, port = server.getsockname()[:2]
+    announce(f"listening on {host}:{port}")
+    sys.stdout.flush()
+    inbox = Inbox(accept(server), "the previous stage")
+    server.close()
+    setup = inbox.get()
+    if isinstance(setup, Closed) or setup.type != "setup":
+        print("genesys pipeline-stage: the previous stage sent no setup; exiting", file=sys.stderr)
+        return 1
+    spec = setup.header
+    index, stages = spec["index"], spec["stages"]
+    last = index == stages - 1
+    next_address = spec["ring"][0]
+    link = Link(
+        connect(next_address), f"stage {(index + 1) % stages} at {next_address}", spec["latency_ms"] / 1e3
+    )
+    if last:
+        link.send(Message({"type": "ready"}))
+    else:
+        link.send(Message({**spec, "index": index + 1, "ring": spec["ring"][1:]}))
+    try:
+        proofs = ProofConfig(**spec["proofs"]) if last and spec.get("proofs") else None
+        stage = StageModel(
+            spec["model"],
+            tuple(spec["ranges"][index]),
+            False,
+            last,
+            device or spec.get("device"),
+            spec.get("dtype"),
+            proofs,
+        )
+    except Exception as exc:  # noqa: BLE001 - whatever stops the load, the first stage must hear of it
+        link.send(Message({"type": "error", "stage": index, "message": f"loading failed: {exc}"}))
+        link.close()
+        return 1
+    return _serve_steps(stage, index, inbox, link)
+
+
+def _serve_steps(stage: StageModel, index: int, inbox: Inbox, link: Link) -> int:
+    while True:
+        message = inbox.get()
+        if isinstance(message, Closed):
+            print(
+                f"genesys pipeline-stage {index}: {message.peer} went away ({message.reason})",
+                file=sys.stderr,
+            )
+            link.close(flush=False)
+            return 1
+        if message.type == "step":
+            try:
+                link.send(stage.handle(message))
+            except Exception as exc:  # noqa: BLE001 - reported to the first stage, which fails the run
+                traceback.print_exc()
+                link.send(
+                    Message({"type": "error", "stage": index, "message": f"{type(exc).__name__}: {exc}"})
+                )
+        elif message.type == "release":
+            stage.release(message.header["mb"])
+            if not stage.last:
+                link.send(message)
+        else:  # errors and shutdown go on round the ring
+            link.send(message)
+            if message.type == "shutdown":
+                link.close()
+                inbox.close()
+                return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Serve one stage of a genesys inference pipeline.")
+    parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to accept the previous stage on")
+    parser.add_argument("--device", help="torch device (default: the setup's, else cuda when available)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    return serve(args.listen, args.device, args.threads)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
