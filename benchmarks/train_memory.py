@@ -1,19 +1,31 @@
-"""Peak memory of one training step against batch size and micro-batch size.
+"""Peak memory of training steps: bounded by `optim.micro_batch_tokens`, and against the dry-run estimate.
 
-Each configuration trains one offline step (from synthetic recorded rollouts: random prompt and
-completion ids, random rewards) in a fresh process and reports the process's peak resident
-memory (CPU) or peak CUDA memory (GPU). Memory should follow the micro-batch, not the batch: a
-batch 8x larger at the same micro-batch size costs about the same.
+Every configuration trains two offline steps (synthetic recorded rollouts: random ids, random
+rewards) in a fresh process. Peak memory on CPU is the process's peak resident set size
+(`ru_maxrss`) less its resident size just before training starts (torch and transformers imported,
+no model loaded), with glibc's mmap threshold fixed at 64 KiB (`MALLOC_MMAP_THRESHOLD_`) so that a
+freed tensor goes back to the system and the resident size follows live tensors; on a GPU it is
+`torch.cuda.max_memory_allocated`. Two steps, so the second backward pass runs beside AdamW's state.
 
-    python benchmarks/train_memory.py                                  # CPU, 32k-token vocabulary
-    python benchmarks/train_memory.py --device cuda --hidden 896 --layers 24 --vocab 151936 \
-        --completion-tokens 1024                                       # Qwen2.5-0.5B-sized, random weights
+Table 1 (budget): one model with a Qwen2.5 vocabulary (151,936), several batches. Packed
+micro-batches of `--budget` tokens keep the peak flat whatever the batch size or the sequence
+length; padded micro-batches of 8 sequences grow with the longest sequence; and without chunked
+vocabulary logprobs (`--no-chunk` rows: one chunk for the whole micro-batch) the `[tokens, vocab]`
+logits come back.
+
+Table 2 (estimate): three model shapes, the measured peak against `genesys train --dry-run`'s
+estimate (`genesys.train.memory_plan`).
+
+    python benchmarks/train_memory.py                  # both tables, CPU (about 10 minutes on 2 cores)
+    python benchmarks/train_memory.py --table estimate --shapes small
+    python benchmarks/train_memory.py --device cuda    # GPU: peak CUDA memory
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -21,119 +33,198 @@ import sys
 import tempfile
 from pathlib import Path
 
+MIB = 2**20
+# Model shapes of the estimate table: hidden, layers, heads, intermediate, vocabulary.
+SHAPES = {
+    "small": {
+        "hidden_size": 256,
+        "layers": 4,
+        "heads": 4,
+        "intermediate_size": 1024,
+        "model_vocab_size": 32000,
+    },
+    "wide": {
+        "hidden_size": 768,
+        "layers": 6,
+        "heads": 12,
+        "intermediate_size": 2048,
+        "model_vocab_size": 32000,
+    },
+    "deep": {
+        "hidden_size": 512,
+        "layers": 12,
+        "heads": 8,
+        "intermediate_size": 1536,
+        "model_vocab_size": 50000,
+    },
+}
+BUDGET_SHAPE = {
+    "hidden_size": 256,
+    "layers": 4,
+    "heads": 4,
+    "intermediate_size": 1024,
+    "model_vocab_size": 151936,
+}
+
 
 def write_rollouts(
-    path: Path, groups: int, group_size: int, prompt_tokens: int, completion_tokens: int, vocab: int
+    path: Path, sequences: int, prompt_tokens: int, completion_tokens: int, vocab: int
 ) -> None:
+    """`sequences` recorded rollouts in groups of 4, half rewarded."""
     rng = random.Random(0)
     with open(path, "w") as handle:
-        for group in range(groups):
-            prompt = [rng.randrange(3, vocab) for _ in range(prompt_tokens)]
-            for sample in range(group_size):
-                row = {
-                    "problem_id": f"g{group}",
-                    "prompt": f"task {group}",
-                    "task_type": "synthetic",
-                    "prompt_ids": prompt,
-                    "completion_ids": [rng.randrange(3, vocab) for _ in range(completion_tokens)],
-                    "completion_logprobs": [-10.0] * completion_tokens,
-                    "reward": float(sample % 2),
-                }
-                handle.write(json.dumps(row) + "\n")
+        for index in range(sequences):
+            group = index // 4
+            row = {
+                "problem_id": f"g{group}",
+                "prompt": f"task {group}",
+                "prompt_ids": [rng.randrange(3, vocab) for _ in range(prompt_tokens)],
+                "completion_ids": [rng.randrange(3, vocab) for _ in range(completion_tokens)],
+                "completion_logprobs": [-10.0] * completion_tokens,
+                "reward": float(index % 2),
+            }
+            handle.write(json.dumps(row) + "\n")
 
 
-def one_step(args: argparse.Namespace) -> None:
-    """In the child process: train one step and print the peak memory in MiB."""
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child(args: argparse.Namespace) -> None:
+    """In a fresh process: the estimate, then two training steps; prints both as JSON."""
     import torch
 
     from genesys.train import TrainConfig, train
+    from genesys.train.memory_plan import plan_memory
 
-    config = TrainConfig.load(
-        None,
-        {
-            "model": args.model,
-            "output_dir": args.output,
-            "progress": False,
-            "data": {"rollouts": [args.rollouts]},
-            "sampling": {"n": args.group_size},
-            "rollout": {"prompts_per_step": args.groups},
-            "optim": {"steps": 1, "micro_batch_size": args.micro_batch},
-            "checkpoint": {"every": 0},
-            "backend_options": {"device": args.device} if args.device else {},
-        },
-    )
+    if args.no_chunk:
+        import genesys.train.logprobs as logprobs
+
+        logprobs.LOGITS_CHUNK_BYTES = 2**62  # the whole micro-batch in one chunk
+    config = TrainConfig.load(None, json.loads(args.config))
+    estimate = plan_memory(config, 1, torch.device(args.device or "cpu"))
+    baseline = resident_bytes()
     train(config)
     if args.device and args.device.startswith("cuda"):
-        print(torch.cuda.max_memory_allocated() / 2**20)
+        peak = torch.cuda.max_memory_allocated()
     else:
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
+    print(json.dumps({"peak": peak, "estimate": estimate.total, "params": estimate.facts.params}))
+
+
+def run_child(
+    work: Path, name: str, model: Path, rollouts: Path, optim: dict, args: argparse.Namespace, no_chunk=False
+):
+    config = {
+        "model": str(model),
+        "output_dir": str(work / f"run-{name}"),
+        "progress": False,
+        "sampling": {"n": 4},
+        "data": {"rollouts": [str(rollouts)]},
+        "rollout": {"prompts_per_step": 10**6},  # set per run below
+        "optim": {"steps": 2, "lr": 1e-5, **optim},
+        "checkpoint": {"every": 0},
+        "backend_options": {"device": args.device} if args.device else {},
+    }
+    rows = sum(1 for _ in open(rollouts))
+    config["rollout"]["prompts_per_step"] = rows // 8  # two steps over the file's groups of 4
+    command = [sys.executable, __file__, "--child", "--config", json.dumps(config)]
+    if args.device:
+        command += ["--device", args.device]
+    if no_chunk:
+        command.append("--no-chunk")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def build(work: Path, name: str, shape: dict) -> Path:
+    from genesys.generate.tiny_model import build_tiny_model
+
+    path = work / f"model-{name}"
+    if not path.exists():
+        build_tiny_model(path, kv_heads=max(1, shape["heads"] // 2), **shape)
+    return path
+
+
+def budget_table(work: Path, args: argparse.Namespace) -> None:
+    model = build(work, "budget", BUDGET_SHAPE)
+    vocab = BUDGET_SHAPE["model_vocab_size"]
+    print(
+        f"\nTable 1: peak memory against the batch (model: hidden {BUDGET_SHAPE['hidden_size']}, "
+        f"{BUDGET_SHAPE['layers']} layers, vocabulary {vocab}; micro_batch_tokens {args.budget})"
+    )
+    print(
+        f"| {'sequences':>9} | {'tokens each':>11} | {'micro-batches':<26} | {'peak MiB':>8} | {'estimate MiB':>12} |"
+    )
+    print(f"|{'-' * 11}|{'-' * 13}|{'-' * 28}|{'-' * 10}|{'-' * 14}|")
+    cases = [(16, 64, 192), (64, 64, 192), (16, 64, 960)]
+    for index, (sequences, prompt, completion) in enumerate(cases):
+        rollouts = work / f"rollouts-{sequences}-{prompt}-{completion}.jsonl"
+        write_rollouts(rollouts, sequences * 2, prompt, completion, vocab)
+        runs = [
+            ("packed", {"micro_batch_tokens": args.budget}, False),
+            ("padded, 8 sequences", {"micro_batch_size": 8}, False),
+        ]
+        if index == 0:
+            runs.append(("packed, logits not chunked", {"micro_batch_tokens": args.budget}, True))
+        for label, optim, no_chunk in runs:
+            result = run_child(
+                work, f"b{sequences}-{completion}-{len(label)}", model, rollouts, optim, args, no_chunk
+            )
+            print(
+                f"| {sequences:>9} | {prompt + completion:>11} | {label:<26} | {result['peak'] / MIB:>8.0f} | "
+                f"{result['estimate'] / MIB:>12.0f} |",
+                flush=True,
+            )
+
+
+def estimate_table(work: Path, args: argparse.Namespace) -> None:
+    print(
+        f"\nTable 2: measured peak against the dry-run estimate (micro_batch_tokens {args.budget}, 2 steps)"
+    )
+    print(
+        f"| {'shape':<6} | {'parameters':>10} | {'measured MiB':>12} | {'estimate MiB':>12} | {'estimate/measured':>17} |"
+    )
+    print(f"|{'-' * 8}|{'-' * 12}|{'-' * 14}|{'-' * 14}|{'-' * 19}|")
+    for name in args.shapes:
+        shape = SHAPES[name]
+        model = build(work, name, shape)
+        rollouts = work / f"rollouts-{name}.jsonl"
+        write_rollouts(rollouts, 32, 64, 192, shape["model_vocab_size"])
+        result = run_child(work, f"e-{name}", model, rollouts, {"micro_batch_tokens": args.budget}, args)
+        params = result["params"]
+        ratio = result["estimate"] / result["peak"]
+        print(
+            f"| {name:<6} | {params / 1e6:>9.1f}M | {result['peak'] / MIB:>12.0f} | {result['estimate'] / MIB:>12.0f} | {ratio:>17.2f} |",
+            flush=True,
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument(
-        "--vocab", type=int, default=32_000, help="the model's vocabulary (output layer) size"
-    )
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--completion-tokens", type=int, default=256)
-    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--table", choices=("budget", "estimate", "both"), default="both")
+    parser.add_argument("--budget", type=int, default=2048, help="optim.micro_batch_tokens")
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
     parser.add_argument("--device", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--output", help=argparse.SUPPRESS)
-    parser.add_argument("--rollouts", help=argparse.SUPPRESS)
-    parser.add_argument("--groups", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--micro-batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--no-chunk", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        one_step(args)
+        child(args)
         return
-
-    from genesys.generate.tiny_model import build_tiny_model
-
     work = Path(tempfile.mkdtemp(prefix="train-memory-"))
-    model = build_tiny_model(
-        work / "model",
-        hidden_size=args.hidden,
-        layers=args.layers,
-        heads=max(1, args.hidden // 64),
-        model_vocab_size=args.vocab,
-    )
     print(
-        f"model: hidden {args.hidden}, {args.layers} layers, vocabulary {args.vocab}; sequences of {args.prompt_tokens} + {args.completion_tokens} tokens"
+        f"peak memory: {'CUDA max_memory_allocated' if args.device else 'peak RSS less the RSS before training'}"
     )
-    print(f"{'sequences':>9} {'micro-batch':>11} {'peak MiB':>9}")
-    for groups, micro in ((2, 2), (2, 16), (16, 2), (16, 16)):
-        rollouts = work / f"rollouts-{groups}.jsonl"
-        if not rollouts.exists():
-            write_rollouts(
-                rollouts, groups, args.group_size, args.prompt_tokens, args.completion_tokens, args.vocab
-            )
-        child = [
-            sys.executable,
-            __file__,
-            "--child",
-            "--model",
-            str(model),
-            "--output",
-            str(work / f"run-{groups}-{micro}"),
-            "--rollouts",
-            str(rollouts),
-            "--groups",
-            str(groups),
-            "--micro-batch",
-            str(micro),
-        ]
-        if args.device:
-            child += ["--device", args.device]
-        peak = float(
-            subprocess.run(child, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        )
-        print(f"{groups * args.group_size:>9} {micro:>11} {peak:>9.0f}")
+    if args.table in ("budget", "both"):
+        budget_table(work, args)
+    if args.table in ("estimate", "both"):
+        estimate_table(work, args)
 
 
 if __name__ == "__main__":

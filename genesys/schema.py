@@ -39,7 +39,8 @@ RESPONSE_COLUMNS = (
     "finish_reason",
 )
 VERDICT_COLUMNS = ("score", "verification_result_info", "reward", "error")
-# Columns holding dicts; written as JSON strings where a file format needs one fixed type.
+# Columns holding dicts (or, for `messages`, a list of them); written as JSON strings where a file format
+# needs one fixed type.
 JSON_COLUMNS = (
     "verification_info",
     "metadata",
@@ -48,7 +49,11 @@ JSON_COLUMNS = (
     "verification_result_info",
     "toploc_config",
     "toploc_errors",
+    "messages",
 )
+# The columns a trajectory (a rollout played in an environment) adds: the whole conversation, the number
+# of model turns, and the error that ended it early, naming its turn.
+TRAJECTORY_COLUMNS = ("messages", "turns", "trajectory_error")
 
 
 class SchemaError(ValueError):

@@ -324,19 +324,35 @@ def test_groups_older_than_the_bound_are_dropped_counted_and_their_place_freed(t
     assert sorted(rollouts.live) == [1, 2]  # the dropped draws no longer hold generation budget
 
 
-def test_weights_whose_checksum_differs_are_refused():
-    from genesys.cluster.weights import checksum, cpu_weights, verified_weights
+def test_weights_whose_digest_differs_are_refused_naming_the_tensor():
+    from genesys.cluster.weights import host_weights, tensor_digest, verified_weights
 
-    weights = cpu_weights(
-        [("a", torch.ones(3)), ("b", torch.zeros(2, 2, dtype=torch.bfloat16)), ("c", torch.tensor(1.5))]
-    )
-    digest = checksum(weights)
-    assert verified_weights(weights, digest, 1) is weights
+    parameters = [
+        ("a", torch.ones(3)),
+        ("b", torch.zeros(2, 2, dtype=torch.bfloat16)),
+        ("c", torch.tensor(1.5)),
+    ]
+    weights, digests = host_weights(parameters)
+    assert verified_weights(weights, digests, 1) is weights
     damaged = {**weights, "b": weights["b"].clone()}
     damaged["b"][0, 0] = 1.0
-    with pytest.raises(ValueError, match="weights version 7 arrived with checksum"):
-        verified_weights(damaged, digest, 7)
-    assert checksum({"a": weights["a"]}) != checksum({"b": weights["a"]})  # names count, not only bytes
+    with pytest.raises(ValueError, match="weights version 7: tensor 'b' arrived with digest"):
+        verified_weights(damaged, digests, 7)
+    with pytest.raises(ValueError, match="without the tensors published"):
+        verified_weights({"a": weights["a"]}, digests, 7)
+    assert tensor_digest("a", weights["a"]) != tensor_digest("b", weights["a"])  # names count, not only bytes
+    assert tensor_digest("a", torch.zeros(4)) != tensor_digest("a", torch.zeros(2, 2))  # and shapes
+
+
+def test_published_weights_are_in_the_engines_dtype_and_a_cpu_tensor_in_it_is_not_copied():
+    from genesys.cluster.weights import host_weights
+
+    parameter = torch.nn.Parameter(torch.randn(4, 3))
+    same, _ = host_weights([("w", parameter)])
+    assert same["w"].data_ptr() == parameter.data_ptr() and not same["w"].requires_grad
+    cast, digests = host_weights([("w", parameter)], torch.bfloat16)
+    assert cast["w"].dtype == torch.bfloat16 and torch.equal(cast["w"], parameter.detach().bfloat16())
+    assert digests["w"] != host_weights([("w", parameter)])[1]["w"]
 
 
 def _generate_config(

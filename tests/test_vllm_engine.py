@@ -372,3 +372,38 @@ def test_a_tiny_model_learns_the_toy_task_generating_with_vllm(model, tmp_path, 
     rewarded = [reward for reward in rewards if reward is not None]
     assert sum(rewarded[:5]) / 5 < 0.2
     assert sum(rewarded[-5:]) / 5 >= 0.8, rewards
+
+
+def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine):
+    """Every rollout's model turns go through the engine in batches; the conversations grow turn by turn."""
+    import genesys
+    from genesys.generate.episodes import play_batched
+
+    class Echo(genesys.Environment):
+        task_type = "echo_turns"
+        max_turns = 3
+
+        def step(self, task, messages):
+            turn = sum(m["role"] == "assistant" for m in messages)
+            return genesys.Step([{"role": "user", "content": f"say more ({turn})"}], done=turn == 3)
+
+        def score(self, task, messages):
+            return genesys.Verdict(score=1.0)
+
+    task = genesys.Task(task_type="echo_turns", prompt="hello")
+    sampling = SamplingConfig(max_tokens=5, temperature=1.0, seed=3)
+    requests = [GenerationRequest(f"t{i}", [], [0, 1], seed=i, sampling=sampling) for i in range(3)]
+
+    async def collect():
+        return [
+            result async for result in play_batched(engine, requests, {r.key: (Echo, task) for r in requests})
+        ]
+
+    results = asyncio.run(collect())
+    assert sorted(r.request.key for r in results) == ["t0", "t1", "t2"]
+    for result in results:
+        for completion in result.completions:
+            trajectory = completion.trajectory
+            assert trajectory["trajectory_error"] is None and trajectory["turns"] == 3
+            assert [m["role"] for m in trajectory["messages"]] == ["user"] + ["assistant", "user"] * 3
+            assert trajectory["messages"][-1]["content"] == "say more (3)"

@@ -262,14 +262,19 @@ class ConfigCommand(click.Command):
         self,
         name: str,
         model: type,
-        callback: Callable[[Any], int | None],
+        callback: Callable[..., int | None],
         config_argument: bool = False,
+        options: Sequence[click.Option] = (),
         **kwargs: Any,
     ) -> None:
         self.model = model
         self.settings = list(settings_of(model))
+        self.options = [option.name for option in options]  # the command's own, passed as keywords
         params: list[click.Parameter] = [
-            click.Option(["--config"], metavar="FILE.toml", help="read settings from a TOML file (flags win)")
+            click.Option(
+                ["--config"], metavar="FILE.toml", help="read settings from a TOML file (flags win)"
+            ),
+            *options,
         ]
         if config_argument:
             params.append(click.Argument(["config_file"], required=False, metavar="[CONFIG.toml]"))
@@ -298,7 +303,8 @@ class ConfigCommand(click.Command):
             raise click.UsageError(
                 f"give the config file once: as the argument ({config_file}) or as --config ({config})"
             )
-        return self._run(self.load(config or config_file, values))
+        own = {name: values.pop(name) for name in self.options}
+        return self._run(self.load(config or config_file, values), **own)
 
     def load(self, config_file: str | None, values: dict[str, Any]) -> Any:
         """The validated config: the TOML file, if any, with the flags given laid over it.
@@ -339,10 +345,11 @@ def _repeat_greedy(args: list[str], greedy: set[str]) -> list[str]:
 
 def config_command(
     name: str, model: type, **kwargs: Any
-) -> Callable[[Callable[[Any], int | None]], ConfigCommand]:
-    """Decorator: the function, given the validated `model` instance, becomes the command `name`."""
+) -> Callable[[Callable[..., int | None]], ConfigCommand]:
+    """Decorator: the function, given the validated `model` instance (and the values of the command's
+    own `options`, which are no config keys, by name), becomes the command `name`."""
 
-    def wrap(function: Callable[[Any], int | None]) -> ConfigCommand:
+    def wrap(function: Callable[..., int | None]) -> ConfigCommand:
         return ConfigCommand(name, model, function, help=kwargs.pop("help", function.__doc__), **kwargs)
 
     return wrap

@@ -80,7 +80,7 @@ class GenerationActor:
 
             from genesys.cluster.weights import verified_weights
 
-            tensors = verified_weights(ray.get(weights.ref), weights.checksum, weights.version)
+            tensors = verified_weights(ray.get(weights.ref), weights.digests, weights.version)
             asyncio.run(self.backend.update_weights(tensors, weights.version))
             self._loaded_at = time.time()
 

@@ -424,6 +424,15 @@ class TrainConfig(RenamedKeys):
                 "eval.tasks evaluates with the trainer's own generation backend: online training "
                 "(data.tasks) with cluster.backend = 'local'"
             )
+        if (
+            self.optim.micro_batch_tokens
+            and not self.offline
+            and self.optim.micro_batch_tokens <= self.sampling.max_tokens
+        ):
+            raise ValueError(
+                f"optim.micro_batch_tokens ({self.optim.micro_batch_tokens}) must exceed sampling.max_tokens "
+                f"({self.sampling.max_tokens}): a sequence (its prompt and completion) never spans two micro-batches"
+            )
         if self.cluster.ray and self.offline:
             raise ValueError(
                 "cluster.backend = 'ray' generates rollouts; offline training (data.rollouts) runs without it"

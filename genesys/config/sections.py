@@ -959,7 +959,15 @@ class OptimConfig:
     )
     min_lr_ratio: float = setting(0.0, "cosine: the final learning rate as a fraction of lr", ge=0, le=1)
     max_grad_norm: float = setting(0.1, "clip the gradient's global norm to this (0: no clipping)", ge=0)
-    micro_batch_size: int = setting(8, "sequences per forward/backward pass (bounds memory)", ge=1)
+    micro_batch_size: int = setting(
+        8, "sequences per forward/backward pass, padded to the longest (when micro_batch_tokens is 0)", ge=1
+    )
+    micro_batch_tokens: int = setting(
+        0,
+        "tokens (prompts and completions) per forward/backward pass, sequences packed without padding; "
+        "bounds activation memory (0: micro_batch_size padded sequences instead)",
+        ge=0,
+    )
     updates_per_batch: int = setting(1, "optimizer steps on each generated batch (PPO-style epochs)", ge=1)
     mini_batches: int = setting(
         1,

@@ -32,14 +32,16 @@ class GenerationRequest:
     """The missing samples of one task: `sample_indices` says which samples they are.
 
     `seed` is this request's sampling seed (backends derive its samples' randomness from it);
-    `sampling` gives the temperature, top-p and token limit of this request.
+    `sampling` gives the temperature, top-p and token limit of this request. `tools`: the OpenAI-format
+    schemas of the tools the model may call (a turn of an environment), handed to the chat template.
     """
 
     key: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     sample_indices: list[int]
     seed: int
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    tools: list[dict[str, Any]] | None = None
 
     @property
     def n(self) -> int:
@@ -61,6 +63,7 @@ class Completion:
     proofs: list[str] | None = None
     proof_settings: dict[str, Any] | None = None
     sampler: str | None = None
+    trajectory: dict[str, Any] | None = None
 
 
 @dataclass
@@ -82,6 +85,8 @@ class Backend(Protocol):
 
     `generate` yields results as they finish, in any order. `update_weights` loads new weights into
     the running model and stamps the results sampled after it with a new `weights_version`.
+    A backend that can play multi-turn environments also has `play(requests, episodes)` (see the
+    openai backend): `generate`'s results, each completion carrying its trajectory.
     """
 
     name: str

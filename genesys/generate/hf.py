@@ -226,7 +226,7 @@ class TransformersBackend:
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         requests = list(requests)
-        prompts = [render_ids(self.tokenizer, r.messages, self.style) for r in requests]
+        prompts = [render_ids(self.tokenizer, r.messages, self.style, r.tools) for r in requests]
         partial: dict[int, dict[int, Completion]] = {}
         versions: dict[int, int] = {}
         for batch in batches(requests, prompts, self.batch_size):

@@ -9,12 +9,16 @@ with `--backend-arg return_token_ids=true` (ids in `token_ids`) or
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult, PromptStyle, Weights
 from genesys.openai_client import APIError, OpenAIClient, resolve_base_url
 from genesys.tasks.prompts import raw_text
+
+if TYPE_CHECKING:
+    from genesys.environments import ChatFunction, Environment
+    from genesys.schema import Task
 
 # --- mapping replies to completions ---------------------------------------------------------------
 
@@ -175,20 +179,85 @@ class OpenAIBackend:
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         """Results as they finish; at most twice `concurrency` requests are started ahead."""
         async with OpenAIClient(**self.client_options) as client:
-            pending: set[asyncio.Task[GenerationResult]] = set()
-            try:
-                for request in requests:
-                    pending.add(asyncio.ensure_future(self._one(client, request)))
-                    while len(pending) >= 2 * self.concurrency:
-                        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                        for task in done:
-                            yield task.result()
-                while pending:
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        yield task.result()
-            finally:
-                for task in pending:
-                    task.cancel()
-                if pending:
-                    await asyncio.gather(*pending, return_exceptions=True)
+            async for result in _as_finished(
+                requests, lambda request: self._one(client, request), self.concurrency
+            ):
+                yield result
+
+    async def play(
+        self, requests: Iterable[GenerationRequest], episodes: Mapping[str, tuple[type[Environment], Task]]
+    ) -> AsyncIterator[GenerationResult]:
+        """Play each request's samples in its environment (`episodes[request.key]`: the environment
+        and the task), all concurrently; each completion carries its trajectory. Results as they finish."""
+        from genesys.environments import play
+        from genesys.generate.episodes import completion_of
+
+        async def one(request: GenerationRequest) -> GenerationResult:
+            environment, task = episodes[request.key]
+            trajectories = await asyncio.gather(
+                *(
+                    play(environment, task, self._chat(client, request, sample))
+                    for sample in request.sample_indices
+                )
+            )
+            return GenerationResult(request, None, [completion_of(t) for t in trajectories])
+
+        async with OpenAIClient(**self.client_options) as client:
+            async for result in _as_finished(requests, one, self.concurrency):
+                yield result
+
+    def _chat(self, client: OpenAIClient, request: GenerationRequest, sample: int) -> ChatFunction:
+        """The model turns of one rollout: a chat request per turn (the tools' schemas shown to the
+        chat template), the assistant's message back, its structured `tool_calls` kept."""
+
+        async def chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+            sampling = request.sampling
+            body: dict[str, Any] = {
+                "model": self.model,
+                "messages": messages,
+                "n": 1,
+                "max_tokens": sampling.max_tokens,
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "seed": request.seed + sample,
+            }
+            if tools:
+                body["tools"] = tools
+            body.update(self.request_fields)
+            reply = await client.chat(body)
+            choice = _choices_in_order(reply, 1, f"task {request.key}")[0]
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": completion_from_chat_choice(choice).text,
+            }
+            tool_calls = (choice.get("message") or {}).get("tool_calls")
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            return message
+
+        return chat
+
+
+async def _as_finished(
+    requests: Iterable[GenerationRequest],
+    work: Callable[[GenerationRequest], Awaitable[GenerationResult]],
+    concurrency: int,
+) -> AsyncIterator[GenerationResult]:
+    """`work` on each request, results as they finish; at most twice `concurrency` started ahead."""
+    pending: set[asyncio.Future[GenerationResult]] = set()
+    try:
+        for request in requests:
+            pending.add(asyncio.ensure_future(work(request)))
+            while len(pending) >= 2 * concurrency:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    yield task.result()
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                yield task.result()
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -103,6 +103,8 @@ class RowBuilder:
             )
             if plan.target_length is not None:
                 row["target_length"] = plan.target_length
+            if completion.trajectory is not None:
+                row.update(completion.trajectory)
             if completion.proofs is not None:
                 row.update(
                     toploc_proofs=completion.proofs,

@@ -9,7 +9,9 @@ written once verified and given their reward, in the order they were generated (
 generation only waits for it when the engine's backlog passes `VerifyConfig.max_pending_rows`.
 Rows are written in the order generation finishes them (a backend may finish a short answer before
 a long one asked earlier; holding finished rollouts back for task order would cost memory without
-bound). With `retry_errors`, rows of the output whose `error` is set are taken out and verified
+bound). Tasks whose task_type is an environment's are played in it (by the backend's own `play`, else
+with their model turns batched through `generate`, `genesys.generate.episodes`); their rows are
+trajectories. With `retry_errors`, rows of the output whose `error` is set are taken out and verified
 again, keeping their completions. Every reward input is checked before generating; rows done when a
 run fails are written before it ends.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,14 @@ from genesys.data.inputs import InputFile, names_local_input
 from genesys.data.io import RolloutWriter, iter_rows
 from genesys.data.runs import FileRun, FileRunSummary, InOrder
 from genesys.errors import InputError
-from genesys.generate.backend import Backend, create_backend, iterate, resolve_backend_name
+from genesys.generate.backend import (
+    Backend,
+    GenerationResult,
+    create_backend,
+    iterate,
+    resolve_backend_name,
+)
+from genesys.generate.episodes import play_batched
 from genesys.generate.rows import (
     PlannedTask,
     RowBuilder,
@@ -38,8 +47,9 @@ from genesys.generate.rows import (
     machine_info,
     requests,
 )
+from genesys.plugins.specs import Environment
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
-from genesys.schema import parse_json_field
+from genesys.schema import Task, parse_json_field
 from genesys.tasks.prepare import check_verifiable, prepare_tasks
 from genesys.tasks.prepare import select_tasks as select_task_sources
 from genesys.tasks.prompts import pick_target_length, target_instruction
@@ -273,7 +283,7 @@ def _generate(
             engine = stack.enter_context(verification_pool(config.verify))
         written = stack.enter_context(_Verified(run, rewards, summary))  # type: ignore[arg-type]
         numbers = itertools.count()
-        for result in iterate(backend.generate(requests(todo, config))):
+        for result in iterate(_results(todo, config, backend)):
             rows = builder.rows(plans[result.request.key], result)
             tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)
             summary.generated += len(rows)
@@ -290,6 +300,36 @@ def _generate(
         if engine is not None:
             written.add(engine.drain())
             _merge_stats(summary, engine.stats)
+
+
+def _environments(todo: Sequence[PlannedTask]) -> dict[str, type[Environment]]:
+    """The environments of the task types in `todo`, by task type."""
+    from genesys.plugins.registry import environments
+
+    found = environments()
+    return {p.row["task_type"]: found[p.row["task_type"]] for p in todo if p.row["task_type"] in found}
+
+
+async def _results(
+    todo: Sequence[PlannedTask], config: GenerateConfig, backend: Backend
+) -> AsyncIterator[GenerationResult]:
+    """The generation results of `todo`: single completions, then the environment tasks played."""
+    played = _environments(todo)
+    single = [p for p in todo if p.row["task_type"] not in played]
+    episodes = [p for p in todo if p.row["task_type"] in played]
+    if single:
+        async for result in backend.generate(requests(single, config)):
+            yield result
+    if episodes:
+        tasks = {p.key: (played[p.row["task_type"]], Task.from_row(p.row)) for p in episodes}
+        play = getattr(backend, "play", None)
+        results = (
+            play(requests(episodes, config), tasks)
+            if play is not None
+            else play_batched(backend, requests(episodes, config), tasks)
+        )
+        async for result in results:
+            yield result
 
 
 def _verify_again(

@@ -51,7 +51,7 @@ from genesys.proofs.vllm_capture import (
 from genesys.tasks.prompts import render_ids
 
 
-def reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
+def reload_in_place(worker: Any, weights: Iterable[tuple[str, Any]]) -> None:
     """Load `weights` into a vLLM worker's model with the worker's `reload_weights`, then tie again
     the layers that shared a weight (an output layer tied to the embeddings): the reload loads the
     shared tensor into its first layer only and restores the old one in the others."""
@@ -337,14 +337,15 @@ class VLLMBackend:
             raise NotImplementedError(
                 "this vLLM engine runs in its own processes; only a colocated engine (colocate=True) takes weights in place"
             )
-        pairs = list(weights.items() if isinstance(weights, Mapping) else weights)
+        pairs = weights.items() if isinstance(weights, Mapping) else weights
         await asyncio.get_running_loop().run_in_executor(
             self._engine_thread, self._load_weights, pairs, version
         )
 
-    def _load_weights(self, weights: list[tuple[str, Any]], version: int | None) -> None:
+    def _load_weights(self, weights: Iterable[tuple[str, Any]], version: int | None) -> None:
+        """Load the tensors as they come (one gathered tensor at a time, when `weights` yields them so)."""
         new_version = next_weights_version(self.weights_version, version)
-        tensors = [(name, tensor.detach()) for name, tensor in weights]
+        tensors = ((name, tensor.detach()) for name, tensor in weights)
         self.llm.collective_rpc(reload_in_place, args=(tensors,))
         self.llm.reset_prefix_cache()
         self.weights_version = new_version
@@ -372,7 +373,9 @@ class VLLMBackend:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
         and, with proofs, for each output's completions in sample order their proofs and (with
         sampling proofs) the tokens and logprobs the seeded sampler recorded."""
-        prompts = [{"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style)} for r in chunk]
+        prompts = [
+            {"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style, r.tools)} for r in chunk
+        ]
         if self.proofs is None:
             return (
                 self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False),

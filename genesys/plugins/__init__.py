@@ -1,4 +1,4 @@
-"""Plugins: the hooks (`hookspecs`), what they return (`specs`: Verifier, TaskSet, BackendSpec) and the
+"""Plugins: the hooks (`hookspecs`), what they return (`specs`: Verifier, Environment, TaskSet, BackendSpec) and the
 registry that collects it from every installed plugin (`registry`). Knows nothing above it.
 
 The names most callers need are importable from here.
@@ -16,6 +16,7 @@ from genesys.plugins.registry import (
     backend_specs,
     collect,
     default_plugin_manager,
+    environments,
     new_plugin_manager,
     plugin_commands,
     plugin_infos,
@@ -23,23 +24,26 @@ from genesys.plugins.registry import (
     task_sets,
     verifier_entries,
 )
-from genesys.plugins.specs import BackendSpec, TaskSet, Verifier
+from genesys.plugins.specs import BackendSpec, Environment, Step, TaskSet, Verifier
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "PLUGINS_ENV_VAR",
     "BackendSpec",
     "BrokenPlugin",
+    "Environment",
     "PluginError",
     "PluginInfo",
     "PluginManager",
     "PluginWarning",
+    "Step",
     "TaskSet",
     "Verifier",
     "VerifierEntry",
     "backend_specs",
     "collect",
     "default_plugin_manager",
+    "environments",
     "hookimpl",
     "hookspec",
     "new_plugin_manager",

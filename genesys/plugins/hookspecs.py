@@ -9,7 +9,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
-    from genesys.plugins.specs import BackendSpec, TaskSet, Verifier
+    from genesys.plugins.specs import BackendSpec, Environment, TaskSet, Verifier
 
 PROJECT_NAME = "genesys"
 
@@ -23,6 +23,10 @@ class HookSpecs:
     @hookspec
     def genesys_verifiers(self) -> list[type[Verifier]]:  # type: ignore[empty-body]
         """Return the Verifier subclasses this plugin provides."""
+
+    @hookspec
+    def genesys_environments(self) -> list[type[Environment]]:  # type: ignore[empty-body]
+        """Return the Environment subclasses (multi-turn tasks) this plugin provides."""
 
     @hookspec
     def genesys_tasks(self) -> list[TaskSet]:  # type: ignore[empty-body]

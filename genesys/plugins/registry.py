@@ -29,7 +29,7 @@ import pluggy
 
 from genesys.errors import PluginError, PluginWarning
 from genesys.plugins.hookspecs import PROJECT_NAME, HookSpecs
-from genesys.plugins.specs import AUTO, BackendSpec, TaskSet, Verifier
+from genesys.plugins.specs import AUTO, BackendSpec, Environment, TaskSet, Verifier, environment_verifier
 
 ENTRY_POINT_GROUP = "genesys"
 PLUGINS_ENV_VAR = "GENESYS_PLUGINS"  # comma-separated modules to load as plugins without installing them
@@ -282,20 +282,46 @@ def _items(found: dict[str, Registered]) -> dict[str, Any]:
     return {name: entry.item for name, entry in found.items()}
 
 
-def _has_task_type(cls: type[Verifier], plugin: str) -> None:
+def _has_task_type(cls: type[Verifier] | type[Environment], plugin: str) -> None:
     task_type = getattr(cls, "task_type", None)
     if not isinstance(task_type, str) or not task_type:
-        raise PluginError(f"verifier {_qualname(cls)} from plugin {plugin!r} has no task_type")
+        kind = "environment" if issubclass(cls, Environment) else "verifier"
+        raise PluginError(f"{kind} {_qualname(cls)} from plugin {plugin!r} has no task_type")
 
 
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def verifier_entries(pm: pluggy.PluginManager | None = None) -> dict[str, VerifierEntry]:
-    """Map each task_type to its verifier; two plugins claiming one task_type is a PluginError."""
-    found = collect(
+def environment_entries(pm: pluggy.PluginManager | None = None) -> dict[str, Registered]:
+    """Map each task_type to its Environment class (`item`) and plugin; two plugins claiming one
+    task_type is a PluginError."""
+    return collect(
         pm or default_plugin_manager(),
+        "genesys_environments",
+        "task_type",
+        lambda cls: isinstance(cls, type) and issubclass(cls, Environment),
+        "an Environment subclass",
+        name_of=lambda cls: cls.task_type,
+        check=_has_task_type,
+        describe=lambda cls: f" ({_qualname(cls)})",
+    )
+
+
+def environments(pm: pluggy.PluginManager | None = None) -> dict[str, type[Environment]]:
+    """Map each task_type played as a multi-turn environment to its Environment class."""
+    return _items(environment_entries(pm))
+
+
+def verifier_entries(pm: pluggy.PluginManager | None = None) -> dict[str, VerifierEntry]:
+    """Map each task_type to its verifier; two plugins claiming one task_type is a PluginError.
+
+    An environment's task_type is scored by the environment (`environment_verifier`), so a verifier
+    and an environment claiming one task_type clash too.
+    """
+    pm = pm or default_plugin_manager()
+    found = collect(
+        pm,
         "genesys_verifiers",
         "task_type",
         lambda cls: isinstance(cls, type) and issubclass(cls, Verifier),
@@ -304,9 +330,19 @@ def verifier_entries(pm: pluggy.PluginManager | None = None) -> dict[str, Verifi
         check=_has_task_type,
         describe=lambda cls: f" ({_qualname(cls)})",
     )
-    return {
+    entries = {
         task_type: VerifierEntry(cls=entry.item, plugin=entry.plugin) for task_type, entry in found.items()
     }
+    for task_type, entry in environment_entries(pm).items():
+        if task_type in entries:
+            taken = entries[task_type]
+            raise PluginError(
+                f"task_type {task_type!r} is claimed by two plugins: {taken.plugin} (verifier "
+                f"{_qualname(taken.cls)}) and {entry.plugin} (environment {_qualname(entry.item)}); "
+                "uninstall one of them"
+            )
+        entries[task_type] = VerifierEntry(cls=environment_verifier(entry.item), plugin=entry.plugin)
+    return entries
 
 
 def task_sets(pm: pluggy.PluginManager | None = None) -> dict[str, TaskSet]:
@@ -353,12 +389,15 @@ def plugin_commands(pm: pluggy.PluginManager | None = None, reserved: Collection
 
 
 def plugin_infos(pm: PluginManager | None = None) -> list[PluginInfo]:
-    """Every plugin with its version, origin and the task types it serves; the plugins that could not
+    """Every plugin with its version, origin and the task types it serves (an environment's marked so); the plugins that could not
     be loaded with their error, and those that look wrong with their warnings."""
     pm = pm or default_plugin_manager()
     served: dict[str, list[str]] = {}
+    played = environment_entries(pm)
     for task_type, entry in verifier_entries(pm).items():
-        served.setdefault(entry.plugin, []).append(task_type)
+        served.setdefault(entry.plugin, []).append(
+            f"{task_type} (environment)" if task_type in played else task_type
+        )
     infos = []
     for name, _plugin in pm.list_name_plugin():
         version, origin = pm.origin(name)

@@ -1,15 +1,19 @@
-"""What a plugin hands genesys through its hooks: `Verifier` subclasses, `TaskSet`s and `BackendSpec`s."""
+"""What a plugin hands genesys through its hooks: `Verifier` and `Environment` subclasses, `TaskSet`s and
+`BackendSpec`s."""
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
+import functools
 import importlib
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from genesys.errors import InputError
-from genesys.schema import Rollout, Verdict
+from genesys.schema import Rollout, Task, Verdict
 
 AUTO = "auto"  # the backend name that picks a usable backend; no plugin may register it
 
@@ -125,3 +129,109 @@ class BackendSpec:
             raise InputError(
                 f"--backend {self.name} cannot be loaded ({exc}); install what it needs, e.g. pip install 'genesys-rl[generate]'"
             ) from None
+
+
+# --- environments: multi-turn tasks ---------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """What an environment answers after a model turn: the `messages` it appends (user or tool
+    replies) and whether the episode is `done`."""
+
+    messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    done: bool = False
+
+
+class Environment:
+    """Plays rows of one `task_type` as a conversation: the model acts, the environment answers.
+
+    `reset(task)` returns the opening messages; after each model turn (the messages end with it)
+    `step(task, messages)` returns a `Step`; `score(task, messages)` judges the whole conversation.
+    Each method may be `async def`. A fresh instance plays each rollout, so attributes set in `reset`
+    are that rollout's state; `score` gets a fresh instance too and must judge from the messages.
+
+    `tools` are typed Python functions the model may call (see `genesys.environments.tools`); a turn
+    with tool calls is answered with their results and no `step`. The episode ends when `step` says
+    done or after `max_turns` model turns. `step_timeout` bounds each `reset`/`step` call,
+    `tool_timeout` each tool call and `timeout` the score, in seconds; past it the rollout is an error
+    naming its turn.
+    """
+
+    task_type: ClassVar[str]
+    max_turns: ClassVar[int] = 8
+    tools: ClassVar[tuple[Callable[..., Any], ...]] = ()
+    step_timeout: ClassVar[float] = 30.0
+    tool_timeout: ClassVar[float] = 30.0
+    timeout: ClassVar[float] = 30.0
+
+    def reset(self, task: Task) -> list[dict[str, Any]]:
+        """The opening messages: the task's prompt as the user's message."""
+        return [{"role": "user", "content": task.prompt}]
+
+    def step(self, task: Task, messages: list[dict[str, Any]]) -> Step:
+        """Answer the model's last turn; by default the episode ends at its first turn without tool calls."""
+        return Step(done=True)
+
+    def score(self, task: Task, messages: list[dict[str, Any]]) -> Verdict:
+        """Judge the conversation."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score()")
+
+
+class _EnvironmentScorerType(type):
+    """The class of the verifiers made from environments; pickled as the environment they score."""
+
+
+def _reduce_scorer(cls: _EnvironmentScorerType) -> tuple[Any, tuple[Any, ...]]:
+    return environment_verifier, (cls.environment,)
+
+
+copyreg.pickle(_EnvironmentScorerType, _reduce_scorer)
+
+
+class _EnvironmentScorer(Verifier, metaclass=_EnvironmentScorerType):
+    """Scores a trajectory row with its environment's `score`; a trajectory that ended in an error
+    (`trajectory_error`) keeps that error."""
+
+    environment: ClassVar[type[Environment]]
+
+    def verify(self, rollout: Rollout) -> Verdict:
+        task, messages, failed = _trajectory(rollout)
+        return failed if failed is not None else self.environment().score(task, messages)
+
+
+class _AsyncEnvironmentScorer(_EnvironmentScorer):
+    async def verify(self, rollout: Rollout) -> Verdict:  # type: ignore[override]
+        task, messages, failed = _trajectory(rollout)
+        return failed if failed is not None else await self.environment().score(task, messages)
+
+
+def _trajectory(rollout: Rollout) -> tuple[Task, list[dict[str, Any]], Verdict | None]:
+    """A trajectory row's task and messages, or the failed verdict it can only get."""
+    task = Task.from_row(rollout.to_row())
+    error = rollout.extra.get("trajectory_error")
+    if error:
+        return task, [], Verdict.failed(str(error))
+    messages = rollout.extra.get("messages")
+    if isinstance(messages, str):
+        import orjson
+
+        messages = orjson.loads(messages)
+    if not isinstance(messages, list):
+        return task, [], Verdict.failed("the row has no 'messages' list: it is no trajectory")
+    return task, messages, None
+
+
+@functools.cache
+def environment_verifier(environment: type[Environment]) -> type[Verifier]:
+    """The verifier that scores `environment`'s trajectories, under the environment's `timeout`."""
+    base = _AsyncEnvironmentScorer if inspect.iscoroutinefunction(environment.score) else _EnvironmentScorer
+    name = f"{environment.__name__}Scorer"
+    namespace = {
+        "task_type": environment.task_type,
+        "timeout": environment.timeout,
+        "environment": environment,
+        "__module__": __name__,
+        "__qualname__": name,
+    }
+    return _EnvironmentScorerType(name, (base,), namespace)

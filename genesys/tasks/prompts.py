@@ -43,8 +43,14 @@ def raw_text(messages: list[dict[str, str]]) -> str:
     return "\n\n".join(message["content"] for message in messages)
 
 
-def render_text(tokenizer: Any, messages: list[dict[str, str]], style: PromptStyle) -> str:
-    """The prompt text: the chat template applied to `messages` (or their raw text), then the prefix."""
+def render_text(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    style: PromptStyle,
+    tools: list[dict[str, Any]] | None = None,
+) -> str:
+    """The prompt text: the chat template applied to `messages` (and the `tools`' schemas, when given),
+    or their raw text; then the prefix."""
     if style.chat_template:
         if not getattr(tokenizer, "chat_template", None):
             raise InputError(
@@ -52,13 +58,15 @@ def render_text(tokenizer: Any, messages: list[dict[str, str]], style: PromptSty
                 "pass --no-chat-template to use the task prompts as raw text"
             )
         try:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = tokenizer.apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=True
+            )
         except TemplateError:
             if messages[0]["role"] != "system":
                 raise
             # Templates without a system role (e.g. Gemma's): the system text leads the user message.
             text = tokenizer.apply_chat_template(
-                merge_system_into_user(messages), tokenize=False, add_generation_prompt=True
+                merge_system_into_user(messages), tools=tools, tokenize=False, add_generation_prompt=True
             )
     else:
         text = raw_text(messages)
@@ -71,7 +79,12 @@ def merge_system_into_user(messages: list[dict[str, str]]) -> list[dict[str, str
     return [{"role": "user", "content": f"{system['content']}\n\n{user['content']}"}, *rest]
 
 
-def render_ids(tokenizer: Any, messages: list[dict[str, str]], style: PromptStyle) -> list[int]:
+def render_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    style: PromptStyle,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
     """The prompt token ids. A chat template writes its own special tokens, so none are added then."""
-    text = render_text(tokenizer, messages, style)
+    text = render_text(tokenizer, messages, style, tools)
     return list(tokenizer(text, add_special_tokens=not style.chat_template)["input_ids"])

@@ -1,9 +1,18 @@
-"""Training sequences and their collation into padded micro-batch tensors.
+"""Training sequences and their layout as micro-batch tensors: padded, or packed by a token budget.
 
-A micro-batch lays each sequence out as its prompt, left-padded to the longest prompt, then its
-completion, right-padded to the longest completion. Every completion then starts at the same
-column, so the logits that predict completion tokens are the last `completion_len + 1` columns
-(`logits_to_keep`), and no prompt position ever reaches the vocabulary projection.
+Padded (`collate`): each sequence is a row, its prompt left-padded to the longest prompt, its
+completion right-padded to the longest completion, an attention mask marking the real tokens.
+
+Packed (`pack`, chosen by `optim.micro_batch_tokens`): the sequences lie end to end in one row of at
+most the budget's tokens, with no padding. Position ids restart at 0 with every sequence and no
+attention mask is passed: transformers then tells the sequences apart by their position ids (a
+block-diagonal causal mask for sdpa and eager attention, variable-length kernels for flash
+attention), so attention never crosses from one sequence into another.
+
+Either way the micro-batch names, in `targets`, the flat positions of the input whose hidden states
+predict a real completion token, in the order of `completion_mask`'s true entries (row by row).
+Only those positions reach the vocabulary projection (`genesys.train.logprobs`), and the loss sees
+the same `(sequences, completion_len)` tensors in both layouts, so packing changes nothing in it.
 """
 
 from __future__ import annotations
@@ -39,20 +48,24 @@ class TrainingSequence:
         if not self.prompt_ids:
             raise ValueError("a training sequence needs at least one prompt token")
 
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
 
 @dataclass
 class MicroBatch:
-    """Padded tensors of a few sequences; `completion_mask` marks real completion tokens."""
+    """The model's inputs for a few sequences, and their completions laid out for the loss."""
 
-    input_ids: torch.Tensor  # (batch, prompt_len + completion_len)
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    completion_ids: torch.Tensor  # (batch, completion_len)
+    input_ids: torch.Tensor  # (rows, length)
+    attention_mask: torch.Tensor | None  # None when packed: the position ids separate the sequences
+    position_ids: torch.Tensor  # (rows, length)
+    targets: torch.Tensor  # (completion tokens,) flat indices into (rows * length) predicting them
+    completion_ids: torch.Tensor  # (sequences, completion_len)
     completion_mask: torch.Tensor
     behaviour_logprobs: torch.Tensor
-    advantages: torch.Tensor  # (batch,)
+    advantages: torch.Tensor  # (sequences,)
     old_logprobs: torch.Tensor  # the trainer's recomputed ones, else the behaviour logprobs
-    staleness: torch.Tensor  # (batch,)
+    staleness: torch.Tensor  # (sequences,)
 
     @property
     def completion_len(self) -> int:
@@ -63,51 +76,111 @@ class MicroBatch:
         """Real completion tokens in this micro-batch."""
         return int(self.completion_mask.sum())
 
+    @property
+    def input_tokens(self) -> int:
+        """Positions the model runs over (padding included)."""
+        return self.input_ids.numel()
 
-def collate(
-    sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device | str = "cpu"
-) -> MicroBatch:
-    """The micro-batch of `sequences`, padded as the module describes."""
-    prompt_len = max(len(s.prompt_ids) for s in sequences)
-    completion_len = max(
-        1, max(len(s.completion_ids) for s in sequences)
-    )  # one masked column when all are empty
+
+def _completions(sequences: Sequence[TrainingSequence]) -> tuple[torch.Tensor, ...]:
+    """(completion_ids, completion_mask, behaviour_logprobs, advantages, old_logprobs, staleness),
+    right-padded with 0."""
     size = len(sequences)
-    input_ids = torch.full((size, prompt_len + completion_len), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    completion_ids = torch.full((size, completion_len), pad_id, dtype=torch.long)
+    completion_len = max(1, max(len(s.completion_ids) for s in sequences))  # one masked column when all empty
+    completion_ids = torch.zeros((size, completion_len), dtype=torch.long)
     completion_mask = torch.zeros((size, completion_len), dtype=torch.bool)
     behaviour = torch.zeros((size, completion_len), dtype=torch.float32)
     old = torch.zeros((size, completion_len), dtype=torch.float32)
     for i, s in enumerate(sequences):
-        p, c = len(s.prompt_ids), len(s.completion_ids)
-        input_ids[i, prompt_len - p : prompt_len] = torch.tensor(s.prompt_ids)
-        attention_mask[i, prompt_len - p : prompt_len + c] = 1
+        c = len(s.completion_ids)
         if c:
-            input_ids[i, prompt_len : prompt_len + c] = torch.tensor(s.completion_ids)
             completion_ids[i, :c] = torch.tensor(s.completion_ids)
             completion_mask[i, :c] = True
             behaviour[i, :c] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
-            old[i, :c] = torch.tensor(
-                s.behaviour_logprobs if s.old_logprobs is None else s.old_logprobs, dtype=torch.float32
-            )
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+            recomputed = s.behaviour_logprobs if s.old_logprobs is None else s.old_logprobs
+            old[i, :c] = torch.tensor(recomputed, dtype=torch.float32)
     advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)
     staleness = torch.tensor([s.staleness for s in sequences], dtype=torch.long)
+    return completion_ids, completion_mask, behaviour, advantages, old, staleness
+
+
+def collate(
+    sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device | str = "cpu"
+) -> MicroBatch:
+    """The padded micro-batch of `sequences`, as the module describes."""
+    prompt_len = max(len(s.prompt_ids) for s in sequences)
+    completion_ids, completion_mask, *completions = _completions(sequences)
+    length = prompt_len + completion_ids.shape[1]
+    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    targets = []
+    for i, s in enumerate(sequences):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        input_ids[i, prompt_len - p : prompt_len] = torch.tensor(s.prompt_ids)
+        input_ids[i, prompt_len : prompt_len + c] = completion_ids[i, :c]
+        attention_mask[i, prompt_len - p : prompt_len + c] = 1
+        targets.extend(range(i * length + prompt_len - 1, i * length + prompt_len + c - 1))
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    tensors = (input_ids, attention_mask, position_ids, torch.tensor(targets, dtype=torch.long))
+    return MicroBatch(
+        *(t.to(device) for t in tensors),
+        *(t.to(device) for t in (completion_ids, completion_mask, *completions)),
+    )
+
+
+def pack(sequences: Sequence[TrainingSequence], device: torch.device | str = "cpu") -> MicroBatch:
+    """The packed micro-batch of `sequences`: one row, end to end, position ids restarting per sequence."""
+    completion_ids, completion_mask, *completions = _completions(sequences)
+    input_ids: list[int] = []
+    position_ids: list[int] = []
+    targets: list[int] = []
+    for s in sequences:
+        start, p, c = len(input_ids), len(s.prompt_ids), len(s.completion_ids)
+        input_ids += s.prompt_ids + s.completion_ids
+        position_ids += range(p + c)
+        targets += range(start + p - 1, start + p + c - 1)
     tensors = (
-        input_ids,
-        attention_mask,
-        position_ids,
+        torch.tensor([input_ids], dtype=torch.long),
+        torch.tensor([position_ids], dtype=torch.long),
+        torch.tensor(targets, dtype=torch.long),
         completion_ids,
         completion_mask,
-        behaviour,
-        advantages,
-        old,
-        staleness,
+        *completions,
     )
-    return MicroBatch(*(t.to(device) for t in tensors))
+    input_ids_t, position_ids_t, *rest = (t.to(device) for t in tensors)
+    return MicroBatch(input_ids_t, None, position_ids_t, *rest)
+
+
+class SequenceTooLong(ValueError):
+    """A sequence longer than the micro-batch token budget (it could never be trained within it)."""
 
 
 def split(sequences: Sequence[TrainingSequence], size: int) -> list[list[TrainingSequence]]:
     """Consecutive chunks of at most `size` sequences."""
     return [list(sequences[start : start + size]) for start in range(0, len(sequences), size)]
+
+
+def split_by_tokens(sequences: Sequence[TrainingSequence], budget: int) -> list[list[TrainingSequence]]:
+    """Groups of sequences of at most `budget` tokens (prompt and completion) each, as few as
+    first-fit-decreasing finds; a SequenceTooLong error names a sequence that alone exceeds it.
+    The groups are ordered longest first, each keeping its sequences in their given order."""
+    bins: list[list[int]] = []  # indices into sequences
+    room: list[int] = []
+    for index in sorted(range(len(sequences)), key=lambda i: -len(sequences[i])):
+        length = len(sequences[index])
+        if length > budget:
+            s = sequences[index]
+            raise SequenceTooLong(
+                f"sequence {index} of the batch has {length} tokens (prompt {len(s.prompt_ids)} + completion "
+                f"{len(s.completion_ids)}), more than optim.micro_batch_tokens = {budget}; raise the budget to at "
+                "least the longest prompt plus sampling.max_tokens"
+            )
+        for slot, free in enumerate(room):
+            if length <= free:
+                bins[slot].append(index)
+                room[slot] -= length
+                break
+        else:
+            bins.append([index])
+            room.append(budget - length)
+    return [[sequences[i] for i in sorted(members)] for members in bins]

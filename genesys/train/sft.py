@@ -21,7 +21,7 @@ import torch
 from genesys.config import SftConfig
 from genesys.errors import InputError
 from genesys.train.batch import MicroBatch
-from genesys.train.logprobs import completion_logits, token_logprobs
+from genesys.train.logprobs import completion_logprobs
 from genesys.train.loss import reduce_loss
 from genesys.train.trainer import StepBatch, Trainer, TrainResult, train
 
@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 
 
 def sft_token_loss(model: torch.nn.Module, micro: MicroBatch) -> torch.Tensor:
-    """The negative log-likelihood of each completion token of `micro` (batch, completion_len);
-    positions past a completion's end hold values `reduce_loss` masks out."""
-    return -token_logprobs(completion_logits(model, micro), micro.completion_ids)
+    """The negative log-likelihood of each completion token of `micro` (batch, completion_len), padded
+    or packed alike (`genesys.train.logprobs.completion_logprobs`); 0 where the completion mask is false."""
+    logprobs, _ = completion_logprobs(model, micro, 1.0)
+    return -logprobs
 
 
 class SFTTrainer(Trainer):

@@ -52,11 +52,20 @@ from genesys.models import load_trainable_lm
 from genesys.schema import Row
 from genesys.train import checkpoint as ckpt
 from genesys.train import export
-from genesys.train.batch import MicroBatch, TrainingSequence, collate, split
+from genesys.train.batch import (
+    MicroBatch,
+    SequenceTooLong,
+    TrainingSequence,
+    collate,
+    pack,
+    split,
+    split_by_tokens,
+)
+from genesys.train.config import TrainConfig
 from genesys.train.correction import importance_weights
 from genesys.train.distributed import World, close_world, init_world
 from genesys.train.dropout import disable_dropout
-from genesys.train.logprobs import completion_logits, token_entropy, token_logprobs
+from genesys.train.logprobs import completion_logprobs
 from genesys.train.lora import is_adapter_weight
 from genesys.train.loss import (
     group_advantages,
@@ -175,6 +184,7 @@ class Trainer:
         self.output_dir = Path(config.output_dir)
         self.checkpoints = self.output_dir / "checkpoints"
         self.device = world.device(config.backend_options.device)
+        _check_memory(config, world, self.device)
         self._stack = contextlib.ExitStack()
         resume = ckpt.latest_checkpoint(self.checkpoints)
         self._check_output_dir(resume is not None)
@@ -599,25 +609,39 @@ class Trainer:
             sequences, stats, summed[0], summed[1], extra or {}, list(summed[2::2]), list(summed[3::2])
         )
 
+    def _chunks(self, sequences: list[TrainingSequence]) -> list[list[TrainingSequence]]:
+        """This rank's `sequences` cut into micro-batches: within `optim.micro_batch_tokens` tokens
+        each when set, else `optim.micro_batch_size` sequences each."""
+        budget = self.config.optim.micro_batch_tokens
+        if not budget:
+            return split(sequences, self.config.optim.micro_batch_size)
+        try:
+            return split_by_tokens(sequences, budget)
+        except SequenceTooLong as exc:
+            raise InputError(f"step {self.step + 1}: {exc}") from None
+
     def _micro_batches(self, sequences: list[TrainingSequence]) -> Iterator[MicroBatch]:
-        """This rank's micro-batches of `sequences`, padded with empty ones to the count of the rank
-        with the most (every rank must take part in every gradient all-reduce)."""
-        size = self.config.optim.micro_batch_size
-        chunks = split(sequences, size)
+        """The micro-batches of `_chunks(sequences)`, padded with empty ones to the count of the rank
+        with the most (every rank must take part in every gradient all-reduce): packed when
+        `optim.micro_batch_tokens` is set, else padded."""
+        budget = self.config.optim.micro_batch_tokens
+        chunks = self._chunks(sequences)
         count = int(self.world.max([float(len(chunks))])[0])
         for index in range(count):
-            if index < len(chunks):
-                yield collate(chunks[index], self.pad_id, self.device)
-            else:
+            if index >= len(chunks):
                 yield _empty_micro_batch(self.pad_id, self.device)
+            elif budget:
+                yield pack(chunks[index], self.device)
+            else:
+                yield collate(chunks[index], self.pad_id, self.device)
 
     def _policy_logprobs(
         self, model: torch.nn.Module, micro: MicroBatch
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The completion tokens' logprobs under `model` (at the sampling temperature and nucleus), and the logits."""
+        """The completion tokens' logprobs under `model` (at the sampling temperature and nucleus), and
+        their positions' entropies."""
         sampling = self.config.sampling
-        logits = completion_logits(model, micro)
-        return token_logprobs(logits, micro.completion_ids, sampling.temperature, sampling.top_p), logits
+        return completion_logprobs(model, micro, sampling.temperature, sampling.top_p)
 
     @torch.no_grad()
     def _recompute_old_logprobs(self, batch: StepBatch) -> dict[str, float]:
@@ -627,7 +651,7 @@ class Trainer:
         sharded or data-parallel model's forward is a collective)."""
         self.model.train()  # the mode of the update's forward passes (dropout is off)
         gaps = {"mismatch": 0.0, "mismatch_stale": 0.0}
-        chunks = split(batch.sequences, self.config.optim.micro_batch_size)
+        chunks = self._chunks(batch.sequences)
         recomputed: list[TrainingSequence] = []
         for index, micro in enumerate(self._micro_batches(batch.sequences)):
             logprobs, _ = self._policy_logprobs(self.model, micro)
@@ -661,10 +685,9 @@ class Trainer:
     ) -> torch.Tensor:
         config = self.config
         loss_config = config.loss
-        logprobs, logits = self._policy_logprobs(self.model, micro)
-        entropy = token_entropy(
-            logits if loss_config.entropy_coef > 0 else logits.detach(), config.sampling.temperature
-        )
+        logprobs, entropy = self._policy_logprobs(self.model, micro)
+        if loss_config.entropy_coef == 0:
+            entropy = entropy.detach()
         mask = micro.completion_mask
         clipped = policy_token_loss(
             loss_config.type,
@@ -892,6 +915,19 @@ def _named_optimizer_state(state: dict[str, Any], model: torch.nn.Module) -> dic
             for group in state["param_groups"]
         ],
     }
+
+
+def _check_memory(config: TrainConfig, world: World, device: torch.device) -> None:
+    """Refuse a run whose estimated memory (`genesys.train.memory_plan`) exceeds its device's; a model
+    the estimate cannot read is left to fail, or not, as it loads."""
+    from genesys.train.memory_plan import check_fits, plan_memory
+
+    try:
+        plan = plan_memory(config, world.size, device)
+    except Exception as exc:  # an estimate that cannot be made is no reason to refuse the run
+        log.warning("no memory estimate for this run: %s: %s", type(exc).__name__, exc)
+        return
+    check_fits(plan)
 
 
 def _check_advantages(groups: list[list[Any]], advantages: list[float]) -> None:

@@ -53,7 +53,7 @@ from genesys.train.sources.base import (
     StepRollouts,
     usable,
 )
-from genesys.train.sources.online import draw_requests, draw_rows, row_builder
+from genesys.train.sources.online import colocated_vllm_options, draw_requests, draw_rows, row_builder
 from genesys.verification.ray_pool import RayVerificationPool
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,7 @@ class AsyncRollouts:
         self.taken = 0  # batches taken by the trainer (the trainer's step when it asks for the next)
         self.version = 0  # the newest published weights version
         self.published: PublishedWeights | None = None
+        self.engine_dtype: Any = None  # the rollout workers' weights dtype, known once they are started
         self.broadcast: _Broadcast | None = None
         self.last_broadcast_s: float | None = None
         self.restarts_counted = 0  # worker restarts already reported in a batch's metrics
@@ -176,7 +177,7 @@ class AsyncRollouts:
 
     def publish(self, named_parameters: NamedParameters, version: int) -> None:
         """Publish the trainer's weights as `version`; every worker loads them before its next job."""
-        weights = publish(self.ray, named_parameters, version)
+        weights = publish(self.ray, named_parameters, version, self.engine_dtype)
         with self.cond:
             assert self.workers is not None
             self.published, self.version = weights, version
@@ -421,6 +422,9 @@ class AsyncRollouts:
         if backend == "transformers":
             options.setdefault("batch_size", self.job_groups * config.sampling.n)
             options.setdefault("device", "cuda" if cluster.rollout_gpus > 0 else "cpu")
+        if backend == "vllm":  # the engine in the actor's process, so that it takes weights in place
+            options.update(colocated_vllm_options(config, options.get("engine_args")))
+        self.engine_dtype = engine_dtype(backend, options, self.source_model)
         make_backend = functools.partial(create_backend, backend, self.source_model, config.style, options)
         return ActorPool(
             self.ray,
@@ -433,3 +437,23 @@ class AsyncRollouts:
             name=f"{self.run_id}-rollout",
             concurrency_groups=LANES,
         )
+
+
+def engine_dtype(backend: str, options: dict[str, Any], model: str) -> Any:
+    """The torch dtype the rollout workers' engine holds its weights in (published weights are cast
+    to it before they leave the trainer): vLLM's `dtype` engine argument; for transformers its
+    `dtype` option, else float32 on CPU and the checkpoint's own dtype on GPU. None when unknown."""
+    import torch
+
+    if backend == "vllm":
+        name = str(options.get("engine_args", {}).get("dtype", "auto"))
+    elif backend == "transformers":
+        name = str(options.get("dtype") or ("float32" if options.get("device") == "cpu" else "auto"))
+    else:
+        return None
+    if name == "auto":
+        from transformers import AutoConfig
+
+        name = str(getattr(AutoConfig.from_pretrained(model), "dtype", None) or "float32")
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    return dtype if isinstance(dtype, torch.dtype) else None

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from genesys.cluster.weights import engine_weights
 from genesys.data.identity import request_seed, task_key
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, iterate
@@ -86,7 +87,7 @@ class OnlineRollouts:
 
     def publish(self, named_parameters: NamedParameters, version: int) -> None:
         try:
-            asyncio.run(self.backend.update_weights(list(named_parameters)))
+            asyncio.run(self.backend.update_weights(engine_weights(named_parameters)))
         except NotImplementedError as exc:
             raise InputError(
                 f"backend {self.config.backend!r} cannot take new weights in place ({exc}); on-policy training needs one that can (transformers, vllm)"

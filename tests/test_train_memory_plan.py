@@ -1,0 +1,167 @@
+"""The memory plan: `genesys train --dry-run` from the model's config alone, the refusal of a run that
+cannot fit, and how strategy, precision and LoRA change the estimate."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from conftest import GENESYS, REPO  # noqa: E402
+
+from genesys.errors import InputError  # noqa: E402
+from genesys.train import TrainConfig, train  # noqa: E402
+from genesys.train.memory_plan import Layout, ModelFacts, estimate  # noqa: E402
+
+SEVEN_B = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "vocab_size": 152064}
+
+
+def _config_only(tiny_model: str, path: Path, **overrides) -> Path:
+    """A model directory holding only the tiny model's config (with `overrides`): no weights at all."""
+    path.mkdir()
+    config = json.loads((Path(tiny_model) / "config.json").read_text())
+    config.pop("layer_types", None)  # one per layer: derived again from num_hidden_layers
+    (path / "config.json").write_text(json.dumps({**config, **overrides}))
+    return path
+
+
+def _dry_run(model: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            GENESYS,
+            "train",
+            "--model",
+            str(model),
+            "-o",
+            str(out),
+            "--data.rollouts",
+            "r.jsonl",
+            "--dry-run",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def test_dry_run_prints_the_config_and_the_estimate_without_any_weights(tiny_model, tmp_path):
+    model = _config_only(tiny_model, tmp_path / "model")
+    done = _dry_run(model, tmp_path / "run", "--optim.micro_batch_tokens", "4096")
+    assert done.returncode == 0, done.stderr
+    assert "micro_batch_tokens = 4096" in done.stdout  # the resolved config
+    for part in ("weights", "gradients", "optimizer", "activations", "engine", "total", "available"):
+        assert re.search(rf"^  {part} +\d", done.stdout, re.M), part
+    assert "fits: yes" in done.stdout
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_a_run_that_cannot_fit_is_refused_with_the_numbers(tiny_model, tmp_path):
+    model = _config_only(
+        tiny_model, tmp_path / "model", **SEVEN_B, num_attention_heads=28, num_key_value_heads=4
+    )
+    done = _dry_run(model, tmp_path / "run", "--optim.micro_batch_tokens", "8192")
+    assert done.returncode == 1
+    total = float(re.search(r"^  total +([\d.]+) GiB", done.stdout, re.M).group(1))
+    assert total > 7e9 * 16 / 2**30  # fp32 weights, gradients and AdamW: 16 bytes per parameter
+    assert re.search(r"fits: no: about [\d.]+ GiB per rank, this machine's RAM has [\d.]+ GiB", done.stdout)
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text("")
+    config = TrainConfig.load(
+        None,
+        {"model": str(model), "output_dir": str(tmp_path / "run"), "data": {"rollouts": [str(rollouts)]}},
+    )
+    with pytest.raises(
+        InputError, match=r"this run needs about [\d.]+ GiB per rank but this machine's RAM has"
+    ):
+        train(config)  # refused before any weight is read (there are none to read)
+
+
+FACTS = ModelFacts(
+    params=1_000_000_000,
+    trainable=1_000_000_000,
+    largest_layer=50_000_000,
+    layers=24,
+    hidden=2048,
+    vocab=151936,
+    layer_bytes_per_token=100_000,
+    other_bytes_per_token=20_000,
+)
+LAYOUT = Layout(
+    world_size=1,
+    strategy="ddp",
+    precision="fp32",
+    lora_rank=0,
+    lora_targets=("q_proj",),
+    tokens=4096,
+    sequences=1,
+    packed=True,
+    gradient_checkpointing=False,
+    device_type="cuda",
+    flash_attention=True,
+)
+
+
+def test_fsdp2_shards_weights_gradients_and_optimizer_by_the_world_size():
+    one = estimate(LAYOUT, FACTS)
+    assert (one["weights"], one["gradients"], one["optimizer"]) == (4e9, 4e9, 8e9)
+    four = estimate(replace(LAYOUT, world_size=4, strategy="fsdp2"), FACTS)
+    assert four["gradients"] == 1e9 and four["optimizer"] == 2e9
+    assert four["weights"] == 1e9 + 2 * 50_000_000 * 4  # the shard and two gathered layers
+    assert four["activations"] == one["activations"]
+    ddp = estimate(replace(LAYOUT, world_size=4), FACTS)
+    assert ddp["gradients"] == 8e9  # replicated, and DistributedDataParallel's buckets beside them
+
+
+def test_bf16_keeps_an_fp32_master_and_halves_activations_lora_trains_only_the_adapters():
+    bf16 = estimate(replace(LAYOUT, precision="bf16"), FACTS)
+    assert bf16["weights"] == 2e9 + 4e9 and bf16["optimizer"] == 8e9
+    adapters = replace(FACTS, trainable=10_000_000)
+    lora = estimate(replace(LAYOUT, precision="bf16", lora_rank=16), adapters)
+    assert lora["weights"] == 2e9 + 4e7  # frozen bf16 weights, fp32 master of the adapters only
+    assert lora["gradients"] == 4e7 and lora["optimizer"] == 8e7
+
+
+def test_activations_follow_the_token_budget_not_the_batch():
+    small, large = (estimate(replace(LAYOUT, tokens=tokens), FACTS)["activations"] for tokens in (2048, 4096))
+    checkpointed = estimate(replace(LAYOUT, gradient_checkpointing=True), FACTS)["activations"]
+    per_token = FACTS.layers * FACTS.layer_bytes_per_token + FACTS.other_bytes_per_token
+    assert large - small == 2048 * (
+        per_token + FACTS.layer_bytes_per_token
+    )  # saved, and one layer's gradients
+    assert checkpointed < large
+
+
+@pytest.mark.slow
+def test_the_estimate_is_within_20_percent_of_the_measured_peak_for_three_shapes():
+    done = subprocess.run(
+        [sys.executable, "benchmarks/train_memory.py", "--table", "estimate", "--budget", "1024"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    ratios = [
+        float(line.split("|")[-2])
+        for line in done.stdout.splitlines()
+        if re.match(r"\| (small|wide|deep) ", line)
+    ]
+    assert len(ratios) == 3, done.stdout
+    assert all(0.8 <= ratio <= 1.2 for ratio in ratios), done.stdout
+
+
+@pytest.mark.slow
+def test_the_gpu_suite_smoke_mode_builds_models_from_configs_and_trains(tmp_path):
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu_suite.sh", "--smoke"], capture_output=True, text=True, cwd=REPO
+    )
+    assert "| smoke fp32 transformers" in done.stdout, done.stdout + done.stderr
+    assert re.search(r"\| smoke fp32 transformers +\| +\d+\.\d+ \| +\d+ \|", done.stdout), done.stdout
