@@ -44,8 +44,15 @@ is printed beside it. Each trainer runs `--rounds` times (2 by default), the ord
 other work on a shared machine hits all alike; every round is printed, and the ratios of the first
 trainer's best round to each other trainer's best round (the least disturbed) close the report.
 
+`--busy N` measures the same rounds twice: on the machine as it is, then beside N processes that
+burn CPU in a loop the whole time (a busy machine), and prints the ratios of both and each
+trainer's busy/quiet steps/s. Any one trainer can run alone (`--trainers genesys`: TRL need not be
+installed). The load average at the start of each phase is printed with it.
+
     python benchmarks/train_vs_trl.py                        # tiny stand-in model, CPU, 60 steps
     python benchmarks/train_vs_trl.py --steps 20 --json      # machine-readable
+    python benchmarks/train_vs_trl.py --busy 4               # quiet, then beside 4 CPU-burning processes
+    python benchmarks/train_vs_trl.py --trainers genesys --busy 4 --steps 20   # genesys alone (no TRL)
     python benchmarks/train_vs_trl.py --model-size tiny-hd64 --trainers genesys-vllm,trl-vllm,trl,genesys --steps 20   # vLLM's CPU build
     python benchmarks/train_vs_trl.py --model-size qwen2.5-0.5b --device cuda --precision bf16 \
         --trainers genesys-vllm,trl-vllm --steps 20          # Qwen2.5-0.5B-sized, random weights, a GPU
@@ -57,13 +64,15 @@ Needs `pip install -e .[train,bench]` (TRL is a benchmark-only dependency), and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -368,12 +377,41 @@ def best_ratios(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, 
     }
 
 
+def burn() -> None:
+    """Keep one core busy until terminated."""
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy_machine(processes: int) -> Iterator[None]:
+    """`processes` CPU-burning processes for the duration of the block (none for 0)."""
+    context = multiprocessing.get_context("spawn")
+    burners = [context.Process(target=burn, daemon=True) for _ in range(processes)]
+    for burner in burners:
+        burner.start()
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.terminate()
+        for burner in burners:
+            burner.join()
+
+
+def trl_version() -> str:
+    try:
+        import trl
+    except ImportError:
+        return "not installed"
+    return trl.__version__
+
+
 def print_report(setup: Setup, size: str, rounds: list[dict[str, dict[str, Any]]], warmup: int) -> None:
     import torch
-    import trl
 
     print(
-        f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}, TRL {trl.__version__}"
+        f"model: {size} ({MODEL_SIZES[size]}), device {setup.device}, {setup.precision}, torch threads {torch.get_num_threads()}, TRL {trl_version()}"
     )
     print(
         f"batch {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples, {MAX_TOKENS} tokens, {setup.steps} steps, first {warmup} untimed"
@@ -436,6 +474,33 @@ def trainer_names(value: str) -> list[str]:
     return names
 
 
+def slowdowns(
+    quiet: list[dict[str, dict[str, Any]]], busy: list[dict[str, dict[str, Any]]]
+) -> dict[str, float | None]:
+    """Each trainer's best busy round over its best quiet round, in steps/s."""
+    return {
+        name: ratio(
+            best([x[name] for x in busy])["steps_per_s"], best([x[name] for x in quiet])["steps_per_s"]
+        )
+        for name in quiet[0]
+    }
+
+
+def measure(
+    setup: Setup, args: argparse.Namespace, label: str
+) -> tuple[list[list[RunRecord]], list[dict[str, dict[str, Any]]], float]:
+    """The rounds of one phase in their own directory, their summaries, and the load average (1 min) at its start."""
+    workdir = setup.workdir / label
+    workdir.mkdir()
+    load = os.getloadavg()[0]
+    rounds = run_rounds(replace(setup, workdir=workdir), args.rounds, args.trainers)
+    return (
+        rounds,
+        [{record.name: record.summary(args.warmup) for record in records} for records in rounds],
+        load,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -469,6 +534,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, help="write reward against step of the first round to this PNG")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure beside N CPU-burning processes, and report quiet and busy ratios",
+    )
     args = parser.parse_args()
     if args.steps <= args.warmup:
         parser.error("--steps must exceed --warmup")
@@ -492,12 +564,22 @@ def main() -> None:
             max_model_len=args.max_model_len,
             engine_dtype=args.engine_dtype,
         )
-        rounds = run_rounds(setup, args.rounds, args.trainers)
-    summaries = [{record.name: record.summary(args.warmup) for record in records} for records in rounds]
+        rounds, summaries, load = measure(setup, args, "quiet")
+        busy: list[dict[str, dict[str, Any]]] = []
+        if args.busy:
+            with busy_machine(args.busy):
+                time.sleep(1.0)  # the burners are running before the first round starts
+                _, busy, busy_load = measure(setup, args, "busy")
     if args.plot:
         plot_rewards(rounds[0], args.plot)
     if not args.json:
+        print(f"as the machine is (load average {load:.1f} at the start):")
         print_report(setup, args.model_size, summaries, args.warmup)
+        if busy:
+            print(f"\nbeside {args.busy} CPU-burning processes (load average {busy_load:.1f} at the start):")
+            print_report(setup, args.model_size, busy, args.warmup)
+            for name, slowdown in slowdowns(summaries, busy).items():
+                print(f"{name}: busy / quiet steps/s {slowdown:.2f}x")
         return
     out: dict[str, Any] = {
         "model_size": args.model_size,
@@ -509,7 +591,16 @@ def main() -> None:
         "rewards": {r.name: r.rewards for r in rounds[0]},
         "ratios_per_round": [best_ratios([x]) for x in summaries],
         "ratios_best_round": best_ratios(summaries),
+        "load_average": load,
     }
+    if busy:
+        out.update(
+            busy_processes=args.busy,
+            busy_load_average=busy_load,
+            busy_rounds=busy,
+            busy_ratios_best_round=best_ratios(busy),
+            busy_over_quiet=slowdowns(summaries, busy),
+        )
     print(json.dumps(out, indent=2))
 
 

@@ -31,7 +31,7 @@ pytestmark = [
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
-def _arguments(model: str, tasks: Path, out: Path) -> list[str]:
+def _arguments(model: str, tasks: Path, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
     # One sequence per generate call: a completion then depends only on its own seed, not on what
     # it was batched with, so both layouts sample the very same tokens.
     return [
@@ -60,23 +60,27 @@ def _arguments(model: str, tasks: Path, out: Path) -> list[str]:
         "--verify.workers",
         "1",
         "--no-progress",
+        *extra,
     ]
 
 
-def test_two_gloo_processes_match_one_process(tiny_model, tmp_path, plugin_env):
+# With an importance correction the old policy's logprobs are recomputed before each batch's first
+# update: every rank runs as many forward passes as the rank with the most.
+@pytest.mark.parametrize("extra", [(), ("--loss.importance_correction", "tis")], ids=["plain", "tis"])
+def test_two_gloo_processes_match_one_process(tiny_model, tmp_path, plugin_env, extra):
     from safetensors.torch import load_file
 
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
     env = {**plugin_env, "OMP_NUM_THREADS": "1"}
     subprocess.run(
-        [GENESYS, *_arguments(tiny_model, tasks, tmp_path / "one")],
+        [GENESYS, *_arguments(tiny_model, tasks, tmp_path / "one", extra)],
         check=True,
         env=env,
         capture_output=True,
         timeout=600,
     )
     two = subprocess.run(
-        [*TORCHRUN, "-m", "genesys.cli", *_arguments(tiny_model, tasks, tmp_path / "two")],
+        [*TORCHRUN, "-m", "genesys.cli", *_arguments(tiny_model, tasks, tmp_path / "two", extra)],
         env=env,
         capture_output=True,
         text=True,

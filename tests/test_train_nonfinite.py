@@ -95,7 +95,7 @@ def _poison(monkeypatch: pytest.MonkeyPatch, calls: set[int], where: str) -> Non
     one micro-batch per step, call n is step n."""
     from genesys.train import trainer
 
-    original = trainer.clipped_token_loss
+    original = trainer.policy_token_loss
     count = 0
 
     def poisoned(*args: Any, **kwargs: Any) -> Any:
@@ -109,7 +109,7 @@ def _poison(monkeypatch: pytest.MonkeyPatch, calls: set[int], where: str) -> Non
                 result.loss.register_hook(lambda grad: grad * math.nan)
         return result
 
-    monkeypatch.setattr(trainer, "clipped_token_loss", poisoned)
+    monkeypatch.setattr(trainer, "policy_token_loss", poisoned)
 
 
 def _weights(checkpoint: Path) -> dict[str, Any]:

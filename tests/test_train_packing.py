@@ -152,8 +152,8 @@ def _gradients(model: str, tmp: Path, rollouts: Path, optim: dict[str, Any], los
     )
     with Trainer(config, init_world()) as trainer:
         batch = trainer._next_batch()
-        micro_batches = list(trainer._micro_batches(batch))
-        totals = trainer._accumulate_gradients(batch, record_mismatch=True)
+        micro_batches = list(trainer._micro_batches(batch.sequences))
+        totals = trainer._accumulate_gradients(batch, 0, record_mismatch=True)  # the one mini-batch
         gradients = {name: p.grad.full_tensor() for name, p in trainer.model.named_parameters()}
     return totals, gradients, micro_batches
 

@@ -2,8 +2,9 @@
 
 An input is a training run when it is a directory holding `metrics.jsonl` or a file named
 `metrics.jsonl`. Known metrics are grouped into figures (reward, completion length, clipping,
-optimization, throughput); any other numeric key is drawn in `other_metrics.png`, so every metric a
-run recorded is shown, and a key no step recorded is left out. Null values are gaps in their curve.
+optimization, throughput, and evaluation: one panel per held-out source of `eval/SOURCE/...` keys);
+any other numeric key is drawn in `other_metrics.png`, so every metric a run recorded is shown, and a
+key no step recorded is left out. Null values are gaps in their curve.
 With many steps each curve is drawn faint under a trailing moving average.
 """
 
@@ -36,7 +37,7 @@ _FIGURES: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
     (
         "reward",
         "Reward and score (means over each step's rollouts)",
-        (("reward_mean", "score_mean"), ("reward_std",)),
+        (("reward_mean", "reward_mean_kept", "score_mean"), ("reward_std",)),
     ),
     ("completion_length", "Completion length (tokens, mean per step)", (("completion_len_mean",),)),
     (
@@ -54,7 +55,8 @@ _FIGURES: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
             ("entropy",),
             ("ratio_mean", "ratio_max"),
             ("kl",),
-            ("logprob_mismatch",),
+            ("logprob_mismatch", "logprob_mismatch_stale"),
+            ("is_weight_mean", "is_capped_frac"),
         ),
     ),
     (
@@ -70,6 +72,8 @@ _FIGURES: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
     ),
 )
 OTHER_FIGURE = "other_metrics"
+EVAL_FIGURE = "evaluation"
+EVAL_PREFIX = "eval/"  # eval/SOURCE/METRIC, as genesys.train.evaluation writes them
 # Metrics that follow a schedule, not noise: drawn as they are, never smoothed.
 _SCHEDULED = frozenset({"lr"})
 
@@ -192,6 +196,14 @@ def _figure_specs(run: TrainingRun) -> list[tuple[str, str, list[tuple[str, ...]
         present = [panel for panel in panels if any(key in run.series for key in panel)]
         if present:
             specs.append((name, title, present))
+    sources: dict[str, list[str]] = {}
+    for key in run.series:
+        if key.startswith(EVAL_PREFIX) and key.count("/") == 2 and not key.endswith("/errors"):
+            sources.setdefault(key.split("/")[1], []).append(key)
+            known.add(key)
+    if sources:
+        panels = [tuple(sorted(keys)) for keys in sources.values()]
+        specs.append((EVAL_FIGURE, "Evaluation on held-out tasks (per source)", panels))
     others = [(key,) for key in run.series if key not in known]
     if others:
         specs.append((OTHER_FIGURE, "Other metrics", others))

@@ -29,6 +29,7 @@ from genesys.config.sections import (
     BackendOptions,
     CheckpointConfig,
     ClusterConfig,
+    EvalConfig,
     ExpectedSampling,
     FilterConfig,
     FilterData,
@@ -285,6 +286,7 @@ class FilterCommand:
     filter: FilterConfig = Field(default_factory=FilterConfig)
     data: FilterData = Field(default_factory=FilterData)
     proofs: TrustSettings = Field(default_factory=TrustSettings)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         if self.data.tasks and not self.filter.require_proofs:
@@ -373,6 +375,11 @@ class TrainConfig(RenamedKeys):
     report_to: list[str] = _report_to()
     precision: Literal["fp32", "bf16"] = _precision()
     gradient_checkpointing: bool = _gradient_checkpointing()
+    disable_dropout: bool = setting(
+        True,
+        "train with every dropout of the model at 0, so the trainer's policy is the sampler's "
+        "(the saved model keeps its config)",
+    )
     progress: bool = _progress()
     data: TrainData = Field(default_factory=lambda: TrainData(tasks=None, rollouts=None))
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
@@ -390,6 +397,7 @@ class TrainConfig(RenamedKeys):
     async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")  # `async` is a Python keyword
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     proofs: TrustSettings = Field(default_factory=TrustSettings)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         _check_trackers(self.report_to)
@@ -406,9 +414,15 @@ class TrainConfig(RenamedKeys):
             raise ValueError(
                 "async.max_staleness > 0 needs rollout workers apart from the trainer: set cluster.backend = 'ray'"
             )
-        if self.cluster.ray and self.optim.updates_per_batch > 1:
+        if self.cluster.ray and (self.optim.updates_per_batch > 1 or self.optim.mini_batches > 1):
             raise ValueError(
-                "cluster.backend = 'ray' takes one optimizer step per generated batch (optim.updates_per_batch = 1)"
+                "cluster.backend = 'ray' takes one optimizer step per generated batch "
+                "(optim.updates_per_batch = 1, optim.mini_batches = 1)"
+            )
+        if self.eval.tasks and (self.offline or self.cluster.ray):
+            raise ValueError(
+                "eval.tasks evaluates with the trainer's own generation backend: online training "
+                "(data.tasks) with cluster.backend = 'local'"
             )
         if (
             self.optim.micro_batch_tokens

@@ -243,7 +243,7 @@ class SamplingConfig:
     )
     top_p: float = setting(
         1.0,
-        "nucleus sampling mass (train: below 1 the recomputed logprobs differ from the sampling ones)",
+        "nucleus sampling mass (train: the trainer's logprobs apply the same nucleus, renormalised as the sampler did)",
         flags=("--top-p",),
         gt=0,
         le=1,
@@ -940,6 +940,11 @@ class RolloutConfig:
     max_refill_rounds: int = setting(
         4, "generation rounds per step at most when refilling dropped groups", ge=1
     )
+    max_no_signal_steps: int = setting(
+        5,
+        "steps in a row with no group to learn from (each taking no optimizer step) before the run stops with an error",
+        ge=1,
+    )
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -964,6 +969,11 @@ class OptimConfig:
         ge=0,
     )
     updates_per_batch: int = setting(1, "optimizer steps on each generated batch (PPO-style epochs)", ge=1)
+    mini_batches: int = setting(
+        1,
+        "slices of each generated batch, one optimizer step each (PPO-style mini-batches; with updates_per_batch, per epoch)",
+        ge=1,
+    )
     weight_decay: float = setting(0.0, "AdamW weight decay", ge=0)
     beta1: float = setting(0.9, "AdamW beta1", ge=0, lt=1)
     beta2: float = setting(0.999, "AdamW beta2", ge=0, lt=1)
@@ -975,10 +985,20 @@ class OptimConfig:
     )
 
 
+LOSS_TYPES = ("grpo", "dr_grpo", "gspo", "cispo")
+IMPORTANCE_CORRECTIONS = ("none", "tis", "mis")
+
+
 @dataclass(frozen=True, config=SECTION)
 class LossConfig:
-    """The GRPO loss ([loss]); see `genesys.train.loss`."""
+    """The policy-gradient loss ([loss]); see `genesys.train.loss` and `genesys.train.correction`."""
 
+    type: Literal["grpo", "dr_grpo", "gspo", "cispo"] = setting(
+        "grpo",
+        "grpo: two-sided clipped token ratio; dr_grpo: the same with a constant normaliser and no std scaling; "
+        "gspo: clipped sequence ratio; cispo: clipped, stop-gradient importance weight times the logprob",
+        choices=LOSS_TYPES,
+    )
     eps_low: float = setting(0.2, "lower clip of the ratio for negative advantages", ge=0, lt=1)
     eps_high: float = setting(0.2, "upper clip of the ratio for positive advantages", ge=0)
     delta: float = setting(4.0, "bound of the ratio for negative advantages (must exceed 1 + eps_high)", gt=1)
@@ -992,12 +1012,44 @@ class LossConfig:
         choices=("token", "sequence"),
     )
     scale_by_std: bool = setting(False, "divide advantages by their group's standard deviation")
+    mask_truncated: bool = setting(
+        False, "leave completions cut at sampling.max_tokens out of the loss (DAPO's overlong filtering)"
+    )
+    recompute_logprobs: bool = setting(
+        False,
+        "recompute the old policy's logprobs with the trainer (one forward pass per batch) instead of "
+        "taking the sampler's; implied by importance_correction",
+    )
+    importance_correction: Literal["none", "tis", "mis"] = setting(
+        "none",
+        "weight each token's loss by trainer-old / sampler probability, correcting sampler mismatch and staleness: "
+        "tis truncates the weight at importance_cap, mis drops tokens (or sequences) above it",
+        choices=IMPORTANCE_CORRECTIONS,
+    )
+    importance_level: Literal["token", "sequence"] = setting(
+        "token",
+        "importance weights per token, or one per sequence (the product of its tokens')",
+        choices=("token", "sequence"),
+    )
+    importance_cap: float = setting(
+        2.0, "the largest importance weight kept (tis) or not dropped (mis)", gt=0
+    )
 
     def __post_init__(self) -> None:
-        if self.delta <= 1 + self.eps_high:
+        if self.type in ("grpo", "dr_grpo") and self.delta <= 1 + self.eps_high:
             raise ValueError(
                 f"loss.delta must exceed 1 + eps_high = {1 + self.eps_high:g}, got {self.delta:g}"
             )
+        if self.type == "dr_grpo" and (self.scale_by_std or self.normalize != "token"):
+            raise ValueError(
+                "loss.type = 'dr_grpo' divides by a constant and never by the group's std: "
+                "leave loss.scale_by_std false and loss.normalize 'token'"
+            )
+
+    @property
+    def recomputes(self) -> bool:
+        """Whether the trainer recomputes the old policy's logprobs (asked, or needed by a correction)."""
+        return self.recompute_logprobs or self.importance_correction != "none"
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -1073,3 +1125,19 @@ class AsyncConfig:
     max_staleness: int = setting(
         0, "train on rollouts of a policy at most this many steps old (0: synchronous)", ge=0
     )
+
+
+@dataclass(frozen=True, config=SECTION)
+class EvalConfig:
+    """Evaluation during training ([eval]): held-out task sources, scored with the training verifiers."""
+
+    tasks: list[str] = setting(
+        help="held-out task sources (as data.tasks), each reported apart; none: no evaluation",
+        metavar="SRC",
+        default_factory=list,
+    )
+    every: int = setting(10, "evaluate every this many steps (and after the last)", ge=1)
+    samples: int = setting(
+        4, "sampled completions per task (k of pass@k and avg@k), beside one greedy completion", ge=1
+    )
+    max_tasks: int | None = setting(None, "use at most this many tasks of each source", ge=1)

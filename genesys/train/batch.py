@@ -25,17 +25,25 @@ import torch
 
 @dataclass(frozen=True)
 class TrainingSequence:
-    """One completion to learn from: token ids, the behaviour policy's logprobs, its advantage."""
+    """One completion to learn from: token ids, the behaviour (sampler's) logprobs, its advantage;
+    the old policy's logprobs when the trainer recomputed them, and how many optimizer steps older
+    than the trainer's the policy that sampled it was."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
     behaviour_logprobs: list[float]
     advantage: float
+    old_logprobs: list[float] | None = None
+    staleness: int = 0
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.behaviour_logprobs):
             raise ValueError(
                 f"{len(self.completion_ids)} completion ids but {len(self.behaviour_logprobs)} logprobs"
+            )
+        if self.old_logprobs is not None and len(self.old_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.completion_ids)} completion ids but {len(self.old_logprobs)} old logprobs"
             )
         if not self.prompt_ids:
             raise ValueError("a training sequence needs at least one prompt token")
@@ -56,6 +64,8 @@ class MicroBatch:
     completion_mask: torch.Tensor
     behaviour_logprobs: torch.Tensor
     advantages: torch.Tensor  # (sequences,)
+    old_logprobs: torch.Tensor  # the trainer's recomputed ones, else the behaviour logprobs
+    staleness: torch.Tensor  # (sequences,)
 
     @property
     def completion_len(self) -> int:
@@ -73,20 +83,25 @@ class MicroBatch:
 
 
 def _completions(sequences: Sequence[TrainingSequence]) -> tuple[torch.Tensor, ...]:
-    """(completion_ids, completion_mask, behaviour_logprobs, advantages), right-padded with 0."""
+    """(completion_ids, completion_mask, behaviour_logprobs, advantages, old_logprobs, staleness),
+    right-padded with 0."""
     size = len(sequences)
     completion_len = max(1, max(len(s.completion_ids) for s in sequences))  # one masked column when all empty
     completion_ids = torch.zeros((size, completion_len), dtype=torch.long)
     completion_mask = torch.zeros((size, completion_len), dtype=torch.bool)
     behaviour = torch.zeros((size, completion_len), dtype=torch.float32)
+    old = torch.zeros((size, completion_len), dtype=torch.float32)
     for i, s in enumerate(sequences):
         c = len(s.completion_ids)
         if c:
             completion_ids[i, :c] = torch.tensor(s.completion_ids)
             completion_mask[i, :c] = True
             behaviour[i, :c] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
+            recomputed = s.behaviour_logprobs if s.old_logprobs is None else s.old_logprobs
+            old[i, :c] = torch.tensor(recomputed, dtype=torch.float32)
     advantages = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)
-    return completion_ids, completion_mask, behaviour, advantages
+    staleness = torch.tensor([s.staleness for s in sequences], dtype=torch.long)
+    return completion_ids, completion_mask, behaviour, advantages, old, staleness
 
 
 def collate(
@@ -94,7 +109,7 @@ def collate(
 ) -> MicroBatch:
     """The padded micro-batch of `sequences`, as the module describes."""
     prompt_len = max(len(s.prompt_ids) for s in sequences)
-    completion_ids, completion_mask, behaviour, advantages = _completions(sequences)
+    completion_ids, completion_mask, *completions = _completions(sequences)
     length = prompt_len + completion_ids.shape[1]
     input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
@@ -109,13 +124,13 @@ def collate(
     tensors = (input_ids, attention_mask, position_ids, torch.tensor(targets, dtype=torch.long))
     return MicroBatch(
         *(t.to(device) for t in tensors),
-        *(t.to(device) for t in (completion_ids, completion_mask, behaviour, advantages)),
+        *(t.to(device) for t in (completion_ids, completion_mask, *completions)),
     )
 
 
 def pack(sequences: Sequence[TrainingSequence], device: torch.device | str = "cpu") -> MicroBatch:
     """The packed micro-batch of `sequences`: one row, end to end, position ids restarting per sequence."""
-    completion_ids, completion_mask, behaviour, advantages = _completions(sequences)
+    completion_ids, completion_mask, *completions = _completions(sequences)
     input_ids: list[int] = []
     position_ids: list[int] = []
     targets: list[int] = []
@@ -130,8 +145,7 @@ def pack(sequences: Sequence[TrainingSequence], device: torch.device | str = "cp
         torch.tensor(targets, dtype=torch.long),
         completion_ids,
         completion_mask,
-        behaviour,
-        advantages,
+        *completions,
     )
     input_ids_t, position_ids_t, *rest = (t.to(device) for t in tensors)
     return MicroBatch(input_ids_t, None, position_ids_t, *rest)

@@ -9,6 +9,9 @@ projects them onto the vocabulary in chunks of at most `LOGITS_CHUNK_BYTES` of f
 chunk is an activation checkpoint: its logits are freed once its logprobs and entropies are taken,
 and computed again, one chunk at a time, in the backward pass. So no `[tokens, vocab]` tensor of a
 micro-batch exists at once; the price is a second vocabulary projection in the backward pass.
+
+Below `top_p = 1` a logprob is that of the sampler's nucleus, renormalised (`genesys.train.nucleus`);
+entropies are always those of the whole distribution at the temperature.
 """
 
 from __future__ import annotations
@@ -20,18 +23,29 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from genesys.train.batch import MicroBatch
+from genesys.train.nucleus import outside_nucleus
 
 # The fp32 logits of one chunk: 128 MiB is 220 tokens of a 151,936-token vocabulary.
 LOGITS_CHUNK_BYTES = 128 * 2**20
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """logprob of `tokens` (...) under `logits` (..., vocab) divided by `temperature`, in fp32."""
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0
+) -> torch.Tensor:
+    """logprob of `tokens` (...) under `logits` (..., vocab) divided by `temperature`, in fp32;
+    below `top_p = 1`, within the sampler's nucleus renormalised."""
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return chosen - torch.logsumexp(logits, dim=-1)
+    return chosen - _log_normaliser(logits, tokens, top_p)
+
+
+def _log_normaliser(logits: torch.Tensor, tokens: torch.Tensor, top_p: float) -> torch.Tensor:
+    """log-sum-exp of the (tempered) `logits` over the vocabulary, or over the nucleus below top_p 1."""
+    if top_p < 1.0:
+        logits = logits.masked_fill(outside_nucleus(logits, tokens, top_p), float("-inf"))
+    return torch.logsumexp(logits, dim=-1)
 
 
 def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -51,7 +65,7 @@ def chunk_tokens(vocab_size: int, chunk_bytes: int | None = None) -> int:
 
 
 def _project(
-    head: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float
+    head: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprobs, entropies) of `tokens` (n,) from hidden states (n, hidden) through `head`."""
     logits = head(hidden).float()
@@ -60,7 +74,10 @@ def _project(
     log_z = torch.logsumexp(logits, dim=-1)
     chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     probs = torch.exp(logits - log_z.unsqueeze(-1))
-    return chosen - log_z, log_z - (probs * logits).sum(dim=-1)
+    entropy = log_z - (probs * logits).sum(dim=-1)
+    if top_p < 1.0:
+        log_z = _log_normaliser(logits, tokens, top_p)
+    return chosen - log_z, entropy
 
 
 def chunked_logprobs(
@@ -69,6 +86,7 @@ def chunked_logprobs(
     tokens: torch.Tensor,
     temperature: float = 1.0,
     chunk: int | None = None,
+    top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprobs, entropies) of `tokens` (n,) predicted from `hidden` (n, hidden) by the vocabulary
     projection `head`, `chunk` positions at a time (by default `chunk_tokens` of its vocabulary), each
@@ -77,7 +95,7 @@ def chunked_logprobs(
     recording = torch.is_grad_enabled() and (hidden.requires_grad or _has_trainable(head))
     logprobs, entropies = [], []
     for start in range(0, max(len(tokens), 1), chunk):
-        part = (head, hidden[start : start + chunk], tokens[start : start + chunk], temperature)
+        part = (head, hidden[start : start + chunk], tokens[start : start + chunk], temperature, top_p)
         if recording:
             logprob, entropy = checkpoint(_project, *part, use_reentrant=False)
         else:
@@ -128,14 +146,15 @@ def final_hidden_states(model: torch.nn.Module, batch: MicroBatch) -> torch.Tens
 
 
 def completion_logprobs(
-    model: torch.nn.Module, batch: MicroBatch, temperature: float
+    model: torch.nn.Module, batch: MicroBatch, temperature: float, top_p: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The completion tokens' logprobs and their positions' entropies under `model`, both laid out as
-    `batch.completion_ids` (sequences, completion_len), 0 where `completion_mask` is false."""
+    """The completion tokens' logprobs (within the top-p nucleus below 1) and their positions'
+    entropies under `model`, both laid out as `batch.completion_ids` (sequences, completion_len), 0
+    where `completion_mask` is false."""
     hidden = final_hidden_states(model, batch)
     tokens = batch.completion_ids[batch.completion_mask]
     head = unwrapped(model).get_output_embeddings()
-    logprobs, entropies = chunked_logprobs(head, hidden, tokens, temperature)
+    logprobs, entropies = chunked_logprobs(head, hidden, tokens, temperature, top_p=top_p)
     return _scatter(logprobs, batch.completion_mask), _scatter(entropies, batch.completion_mask)
 
 

@@ -1,13 +1,20 @@
-"""The GRPO objective as small pure functions on tensors: advantages, the clipped token loss, its
-reduction, and the KL estimate.
+"""The policy-gradient objectives as small pure functions on tensors: advantages, the per-token
+losses of each `[loss] type`, their reduction, and the KL estimate.
 
-Per completion token t with advantage A and ratio rho = exp(logp_new - logp_behaviour), the loss is
-INTELLECT-2's two-sided clipped objective
+Per completion token t with advantage A and ratio rho = exp(logp_new - logp_old):
 
-    loss_t = -min(min(rho, delta) * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)
+- `grpo` (`clipped_token_loss`), INTELLECT-2's two-sided clipped objective
 
-Its branches: A > 0 and rho > 1 + eps_high is clipped (no gradient); A < 0 and rho < 1 - eps_low is
-clipped; A < 0 and rho > delta is bounded at delta * A (no gradient); everything else is rho * A.
+      loss_t = -min(min(rho, delta) * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)
+
+  Its branches: A > 0 and rho > 1 + eps_high is clipped (no gradient); A < 0 and rho < 1 - eps_low
+  is clipped; A < 0 and rho > delta is bounded at delta * A (no gradient); everything else is rho * A.
+- `dr_grpo`: the same token loss, summed and divided by a constant (sequences x sampling.max_tokens,
+  `loss_denominator`) instead of the batch's token count, with advantages never scaled by the std.
+- `gspo` (`gspo_token_loss`): one ratio per sequence, s = exp(mean_t(logp_new - logp_old)), clipped
+  to [1 - eps_low, 1 + eps_high] as PPO clips; each token carries s and the gradient of s.
+- `cispo` (`cispo_token_loss`): loss_t = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * logp_new:
+  the importance weight is clipped and detached, so every token keeps a gradient.
 
 The log-ratio is clamped to +-MAX_LOG_RATIO before `exp`: a ratio that overflows to infinity would
 give its token a NaN gradient (0 * inf through the clip) although the clip leaves it none. Within
@@ -77,6 +84,91 @@ def clipped_token_loss(
         clipped_high=(adv > 0) & (detached > 1.0 + eps_high),
         bounded_by_delta=(adv < 0) & (detached > delta),
     )
+
+
+def gspo_token_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+) -> ClippedLoss:
+    """GSPO's per-token loss: every token of sequence i carries the clipped sequence ratio
+    s_i = exp(mean over its tokens of the log-ratio), its value s_i and its gradient that of s_i
+    (`sg(s_i) * exp(logp - sg(logp))`); averaging a sequence's tokens gives GSPO's sequence loss."""
+    mask = mask.bool()
+    log_ratio = torch.where(mask, clamped_log_ratio(logprobs, old_logprobs), 0.0)
+    sequence_log_ratio = log_ratio.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    ratio = torch.exp(sequence_log_ratio.detach().unsqueeze(1) + logprobs - logprobs.detach())
+    adv = advantages.unsqueeze(1)
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    detached = ratio.detach()
+    return ClippedLoss(
+        loss=-torch.minimum(ratio * adv, clipped),
+        ratio=detached,
+        clipped_low=(adv < 0) & (detached < 1.0 - eps_low),
+        clipped_high=(adv > 0) & (detached > 1.0 + eps_high),
+        bounded_by_delta=torch.zeros_like(mask),
+    )
+
+
+def cispo_token_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+) -> ClippedLoss:
+    """CISPO's per-token loss `-sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * logp`: the clip bounds
+    the weight, never the gradient. `clipped_low`/`clipped_high` mark weights the clip changed."""
+    ratio = torch.exp(clamped_log_ratio(logprobs, old_logprobs)).detach()
+    weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    return ClippedLoss(
+        loss=-weight * advantages.unsqueeze(1) * logprobs,
+        ratio=ratio,
+        clipped_low=ratio < 1.0 - eps_low,
+        clipped_high=ratio > 1.0 + eps_high,
+        bounded_by_delta=torch.zeros_like(ratio, dtype=torch.bool),
+    )
+
+
+def policy_token_loss(
+    loss_type: str,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    delta: float,
+) -> ClippedLoss:
+    """The per-token loss of `[loss] type` (grpo, dr_grpo, gspo, cispo); see the module's docstring."""
+    if loss_type in ("grpo", "dr_grpo"):
+        return clipped_token_loss(
+            logprobs, old_logprobs, advantages, eps_low=eps_low, eps_high=eps_high, delta=delta
+        )
+    if loss_type == "gspo":
+        return gspo_token_loss(logprobs, old_logprobs, advantages, mask, eps_low=eps_low, eps_high=eps_high)
+    if loss_type == "cispo":
+        return cispo_token_loss(logprobs, old_logprobs, advantages, eps_low=eps_low, eps_high=eps_high)
+    raise ValueError(f"loss type must be grpo, dr_grpo, gspo or cispo, got {loss_type!r}")
+
+
+def loss_denominator(
+    loss_type: str, normalize: str, tokens: float, sequences: float, max_tokens: int
+) -> float:
+    """What the summed losses of a batch are divided by: its completion `tokens` (normalize
+    "token"), its `sequences` ("sequence", each already a mean over its tokens), or for dr_grpo the
+    constant `sequences * max_tokens`, the same for every batch of that size whatever its lengths."""
+    if loss_type == "dr_grpo":
+        value = sequences * max_tokens
+    else:
+        value = tokens if normalize == "token" else sequences
+    return max(value, 1.0)
 
 
 def clamped_log_ratio(logprobs: torch.Tensor, other_logprobs: torch.Tensor) -> torch.Tensor:

@@ -65,8 +65,17 @@ class SFTTrainer(Trainer):
     def _reference_model(self) -> None:
         return None
 
-    def _loss_denominator(self, batch: StepBatch) -> float:
-        return batch.tokens
+    def _loss_denominator(self, batch: StepBatch, part: int) -> float:
+        return batch.slice_tokens[part]
+
+    def _prepare_model(self) -> None:
+        pass
+
+    def _before_update(self, batch: StepBatch) -> None:
+        return None
+
+    def _open_evaluator(self) -> None:
+        return None
 
     def _describe(self, metrics: dict[str, Any]) -> str:
         return f"sft  loss {metrics['loss']:.3f}"
@@ -74,8 +83,7 @@ class SFTTrainer(Trainer):
     def _next_batch(self) -> StepBatch:
         sequences = self.rollouts.next_batch(self.config.sft.examples_per_step // self.world.size)
         tokens = float(sum(len(s.completion_ids) for s in sequences))
-        total_tokens, total_sequences = self.world.sum([tokens, float(len(sequences))])
-        return StepBatch(sequences, {"tokens": tokens}, total_tokens, total_sequences)
+        return self._step_batch(sequences, {"tokens": tokens})
 
     def _micro_batch_loss(
         self, micro: MicroBatch, denominator: float, totals: dict[str, float], record_mismatch: bool

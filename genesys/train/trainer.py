@@ -2,12 +2,20 @@
 
 One step: take a batch of groups (generated, verified and rewarded now, or read from recorded
 rollouts), compute group advantages, then run micro-batches of forward/backward passes whose
-losses add up to the batch's mean loss, clip the gradient norm and step AdamW. The model is sharded
-over the processes by FSDP2 (`genesys.train.parallel`, also for one process), optionally with LoRA
-adapters (`genesys.train.lora`); weights leave it through `genesys.train.export`. With
-`optim.updates_per_batch = U`, one batch serves U consecutive optimizer steps, the ratio always
-taken against the logprobs recorded at sampling. After the optimizer steps of a batch the rollout
-source (`genesys.train.sources`) receives the new weights (gathered from the shards, LoRA merged).
+losses add up to the batch's mean loss (`[loss] type`, `genesys.train.loss`), clip the gradient norm
+and step AdamW. The model is sharded over the processes by FSDP2 (`genesys.train.parallel`, also for
+one process), optionally with LoRA adapters (`genesys.train.lora`); weights leave it through
+`genesys.train.export`. With `optim.updates_per_batch = U` and `optim.mini_batches = M`, one batch
+serves U x M consecutive optimizer steps: U passes over it, each in M slices. The ratio is taken
+against the old policy's logprobs: the sampler's, or the trainer's own recomputed before the batch's
+first step (`loss.recompute_logprobs`, implied by `loss.importance_correction`, which then weighs the
+loss by trainer / sampler probability, `genesys.train.correction`). After the optimizer steps of a
+batch the rollout source (`genesys.train.sources`) receives the new weights (gathered from the
+shards, LoRA merged).
+
+A batch with nothing to learn from (every group dropped, or every rollout failed) takes no
+optimizer step and does not move the schedule: its step is logged with `skip_reason = "no_signal"`,
+and after `rollout.max_no_signal_steps` of them in a row the run stops with a TrainingError.
 
 A step whose loss or gradient norm is not finite (on any rank) takes no optimizer update: its
 gradients are dropped, the step is counted (`step_skipped`, `skipped_steps` in the metrics) and the
@@ -28,7 +36,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +49,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from genesys.errors import InputError, TrainingError
 from genesys.models import load_trainable_lm
+from genesys.schema import Row
 from genesys.train import checkpoint as ckpt
 from genesys.train import export
 from genesys.train.batch import (
@@ -53,24 +62,52 @@ from genesys.train.batch import (
     split_by_tokens,
 )
 from genesys.train.config import TrainConfig
+from genesys.train.correction import importance_weights
 from genesys.train.distributed import World, close_world, init_world
+from genesys.train.dropout import disable_dropout
 from genesys.train.logprobs import completion_logprobs
 from genesys.train.lora import is_adapter_weight
-from genesys.train.loss import clipped_token_loss, group_advantages, kl_estimate, reduce_loss
+from genesys.train.loss import (
+    group_advantages,
+    kl_estimate,
+    loss_denominator,
+    policy_token_loss,
+    reduce_loss,
+)
 from genesys.train.metrics import MetricsLog, read_metrics
 from genesys.train.parallel import clip_grad_norm, device_mesh, set_gradient_sync, shard_model
 from genesys.train.schedule import lr_factor
 from genesys.train.sources import open_source
-from genesys.train.sources.base import StepRollouts, usable
+from genesys.train.sources.base import POLICY_STEP_COLUMN, RewardTally, StepRollouts, usable
+from genesys.train.threads import ThreadTuner
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.toml"
+# A rank's loss statistics that are summed over micro-batches and ranks.
+SUMMED_TOTALS = (
+    "loss",
+    "tokens",
+    "clip_low",
+    "clip_high",
+    "delta",
+    "ratio_sum",
+    "entropy_sum",
+    "kl_sum",
+    "is_weight_sum",
+    "is_capped",
+)
 # Devices with torch's fused AdamW kernel: one pass over all parameters, 2.5-4.5x faster on CPU.
 FUSED_ADAMW_DEVICES = frozenset({"cpu", "cuda"})
-# Dotted config keys a resumed run may change without changing what it computes.
+# Dotted config keys a resumed run may change without changing what it computes (optim.steps
+# only with a constant schedule: a cosine schedule's shape depends on it, `_check_output_dir`).
 RESUMABLE_CONFIG_KEYS = frozenset(
     {
         "optim.steps",
+        "rollout.max_no_signal_steps",
+        "eval.tasks",
+        "eval.every",
+        "eval.samples",
+        "eval.max_tasks",
         "optim.max_nonfinite_steps",
         "progress",
         "report_to",
@@ -106,6 +143,9 @@ class StepBatch:
     tokens: float  # completion tokens over all ranks
     sequences_total: float  # sequences over all ranks
     extra: dict[str, Any] = field(default_factory=dict)  # metrics logged as they are (asynchronous mode)
+    slice_tokens: list[float] = field(default_factory=list)  # per mini-batch, over all ranks
+    slice_sequences: list[float] = field(default_factory=list)
+    used: int = 0  # optimizer steps taken on this batch so far
 
 
 def train(config: Any, trainer: type[Trainer] | None = None) -> TrainResult:
@@ -156,6 +196,7 @@ class Trainer:
         self.step = self.state["step"] if self.state else 0
         self.skipped_steps = self.state.get("skipped_steps", 0) if self.state else 0
         self.nonfinite_in_a_row = self.state.get("nonfinite_in_a_row", 0) if self.state else 0
+        self.no_signal_in_a_row = self.state.get("no_signal_in_a_row", 0) if self.state else 0
         torch.manual_seed(self._seed())
         self._load_inputs()  # checked before any model is loaded
         self.source_model = str(resume) if resume else config.model
@@ -165,6 +206,9 @@ class Trainer:
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id
         )
+        self._prepare_model()
+        self.threads = ThreadTuner.for_device(self.device, self._thread_probe)
+        self.steps_run = 0  # steps of this process (the thread count is measured from its first)
         self.reference = self._reference_model()
         self.optimizer = torch.optim.AdamW(
             [parameter for parameter in self.model.parameters() if parameter.requires_grad],
@@ -189,6 +233,7 @@ class Trainer:
             raise
         self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", self.step) if world.is_main else None
         self.tracker = self._open_tracker() if world.is_main else None
+        self.evaluator = self._open_evaluator() if world.is_main else None
 
     # --- setup ------------------------------------------------------------------------------------
 
@@ -210,6 +255,13 @@ class Trainer:
             if changed:
                 raise InputError(
                     f"{self.output_dir} holds a run with other settings ({', '.join(changed)}); use the same settings to resume it, or another output_dir"
+                )
+            old_steps = existing.get("optim", {}).get("steps")
+            if self.config.optim.schedule == "cosine" and old_steps not in (None, self.config.optim.steps):
+                raise InputError(
+                    f"{self.output_dir} holds a run of optim.steps = {old_steps} with a cosine schedule; resuming it with "
+                    f"optim.steps = {self.config.optim.steps} would reshape the schedule mid-run (the learning rate would jump). "
+                    "Resume with the same optim.steps, or train further with schedule = 'constant'"
                 )
         if self.world.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -265,8 +317,31 @@ class Trainer:
         from genesys.train.tracking import open_trackers
 
         return open_trackers(
-            self.config.report_to, self.output_dir, self.config.as_dict(), self.output_dir.name
+            self.config.report_to,
+            self.output_dir,
+            self.config.as_dict(),
+            self.output_dir.name,
+            resume=self.state is not None,
         )
+
+    def _thread_probe(self) -> None:
+        """A small forward pass of the model, for `ThreadTuner` to time (no RNG drawn, mode kept)."""
+        training = self.model.training
+        self.model.eval()
+        tokens = torch.randint(
+            0, len(self.tokenizer), (4, 64), generator=torch.Generator().manual_seed(0)
+        ).to(self.device)
+        try:
+            self.model(input_ids=tokens, use_cache=False)
+        finally:
+            self.model.train(training)
+
+    def _open_evaluator(self) -> Any:
+        if not self.config.eval.tasks:
+            return None
+        from genesys.train.evaluation import Evaluator
+
+        return Evaluator.open(self.config, self.rollouts)
 
     def __enter__(self) -> Trainer:
         return self
@@ -314,29 +389,86 @@ class Trainer:
 
     def train_step(self) -> dict[str, Any]:
         """One optimizer step (generating a new batch first when the last one is used up)."""
+        if self.threads is not None:
+            self.threads.maybe_tune(self.steps_run)
+        self.steps_run += 1
         started = time.perf_counter()
         first_update = self.batch is None
         if self.batch is None:
             self.batch = self._next_batch()
         batch = self.batch
-        totals = self._accumulate_gradients(batch, record_mismatch=first_update)
+        if batch.sequences_total == 0:
+            return self._step_without_update(batch, started, "no_signal")
+        self.no_signal_in_a_row = 0
+        mismatch = self._before_update(batch) if first_update else None
+        part = batch.used % self.config.optim.mini_batches
+        if batch.slice_sequences[part] == 0:
+            return self._step_without_update(batch, started, "empty_mini_batch")
+        totals = self._accumulate_gradients(batch, part, record_mismatch=first_update and mismatch is None)
+        if mismatch is not None:
+            totals.update(mismatch)
         grad_norm, updated = self._optimizer_step(totals)
         self.step += 1
         self.nonfinite_in_a_row = 0 if updated else self.nonfinite_in_a_row + 1
         self.skipped_steps += not updated
-        if self.step % self.config.optim.updates_per_batch == 0:
-            self.batch = None
-            self.rollouts.publish(export.full_parameters(self.model), self.step)
+        self._finish_batch_step(batch)
         metrics = self._metrics(batch, totals, grad_norm, time.perf_counter() - started, first_update)
         metrics["step_skipped"] = not updated
+        metrics["skip_reason"] = None if updated else "nonfinite"
         metrics["skipped_steps"] = self.skipped_steps
+        self._log(metrics)
+        if not updated:
+            self._nonfinite_step(metrics)
+        return metrics
+
+    def _finish_batch_step(self, batch: StepBatch) -> None:
+        """Count a step on `batch`; when it has served all its steps, publish the weights."""
+        batch.used += 1
+        if batch.used >= self.config.optim.updates_per_batch * self.config.optim.mini_batches:
+            self.batch = None
+            self.rollouts.publish(export.full_parameters(self.model), self.step)
+
+    def _step_without_update(self, batch: StepBatch, started: float, reason: str) -> dict[str, Any]:
+        """A step with nothing to learn from: no forward pass, no optimizer step, the schedule stays.
+        A batch without any sequence is used up at once; after `rollout.max_no_signal_steps` of
+        them in a row the run stops."""
+        self.step += 1
+        self.skipped_steps += 1
+        if reason == "no_signal":
+            self.no_signal_in_a_row += 1
+            batch.used = self.config.optim.updates_per_batch * self.config.optim.mini_batches - 1
+        self._finish_batch_step(batch)
+        metrics = self._metrics(batch, _zero_totals(), None, time.perf_counter() - started, True)
+        metrics.update(step_skipped=True, skip_reason=reason, skipped_steps=self.skipped_steps)
+        self._log(metrics)
+        limit = self.config.rollout.max_no_signal_steps
+        if reason == "no_signal" and self.no_signal_in_a_row >= limit:
+            self.save_checkpoint()  # nothing learnt so far is lost: the run resumes from here
+            raise TrainingError(
+                f"step {self.step}: no group had a learning signal in {self.no_signal_in_a_row} steps in a row "
+                f"({metrics['groups_dropped']} groups dropped, {metrics['rollout_errors']} rollout errors in the last; "
+                f"reward_mean {metrics['reward_mean']}): every rollout of a task got the same reward (all solved, or "
+                "none), or none was scored. The model is saved in checkpoint "
+                f"{ckpt.step_dir(self.checkpoints, self.step)}. Check the rewards and the task difficulty "
+                "(genesys filter), raise sampling.n, or raise rollout.max_no_signal_steps and resume"
+            )
+        if reason == "no_signal":
+            log.warning(
+                "step %d: no group with a learning signal, no optimizer step (%d in a row; the run stops at %d)",
+                self.step,
+                self.no_signal_in_a_row,
+                limit,
+            )
+        return metrics
+
+    def _log(self, metrics: dict[str, Any]) -> None:
+        """Evaluate when due, then write the step's metrics to metrics.jsonl and the trackers."""
+        if self.evaluator is not None and self.evaluator.due(self.step):
+            metrics.update(self.evaluator.evaluate(self.step))
         if self.metrics is not None:
             self.metrics.write(metrics)
         if self.tracker is not None:
             self.tracker.log(metrics, self.step)
-        if not updated:
-            self._nonfinite_step(metrics)
-        return metrics
 
     def _nonfinite_step(self, metrics: dict[str, Any]) -> None:
         """Say that step `self.step` was skipped; stop the run after too many in a row."""
@@ -390,9 +522,26 @@ class Trainer:
         """The frozen model of the KL term, or None without one."""
         return self._frozen_reference() if self.config.loss.kl_beta > 0 else None
 
-    def _loss_denominator(self, batch: StepBatch) -> float:
-        """What the summed token losses of a batch are divided by (over all ranks)."""
-        return batch.tokens if self.config.loss.normalize == "token" else batch.sequences_total
+    def _loss_denominator(self, batch: StepBatch, part: int) -> float:
+        """What the summed token losses of mini-batch `part` of a batch are divided by (over all ranks)."""
+        loss = self.config.loss
+        return loss_denominator(
+            loss.type,
+            loss.normalize,
+            batch.slice_tokens[part],
+            batch.slice_sequences[part],
+            self.config.sampling.max_tokens,
+        )
+
+    def _prepare_model(self) -> None:
+        """Set the loaded model up for training: dropout off (`disable_dropout`)."""
+        if self.config.disable_dropout:
+            disable_dropout(self.model)
+
+    def _before_update(self, batch: StepBatch) -> dict[str, float] | None:
+        """Work on a new batch before its first optimizer step: recompute the old policy's logprobs
+        when the loss asks for them; returns their mismatch statistics (None when not recomputed)."""
+        return self._recompute_old_logprobs(batch) if self.config.loss.recomputes else None
 
     def _describe(self, metrics: dict[str, Any]) -> str:
         """The progress bar's text after a step."""
@@ -402,9 +551,9 @@ class Trainer:
     def _next_batch(self) -> StepBatch:
         per_rank = self.config.rollout.prompts_per_step // self.world.size
         step = self.rollouts.next_batch(per_rank)
-        sequences = self._sequences(step)
+        sequences, truncated = self._sequences(step)
         stats = _rollout_stats(step, sequences)
-        tokens, count = self.world.sum([float(stats["tokens"]), float(len(sequences))])
+        stats["truncated_masked"] = float(truncated)
         if step.groups_seen and len(step.groups) < per_rank:
             log.warning(
                 "step %d: only %d of %d groups with signal after %d generation rounds",
@@ -413,10 +562,12 @@ class Trainer:
                 per_rank,
                 step.rounds,
             )
-        return StepBatch(sequences, stats, tokens, count, step.extra)
+        return self._step_batch(sequences, stats, step.extra)
 
-    def _sequences(self, step: StepRollouts) -> list[TrainingSequence]:
-        """The batch's training sequences with their group advantages, shortest first (less padding)."""
+    def _sequences(self, step: StepRollouts) -> tuple[list[TrainingSequence], int]:
+        """The batch's training sequences with their group advantages, shortest first (less padding),
+        and how many truncated completions `loss.mask_truncated` left out (after they counted in
+        their group's advantages)."""
         groups = [usable(group) for group in step.groups]
         groups = [group for group in groups if group]
         rows = [row for group in groups for row in group]
@@ -425,29 +576,56 @@ class Trainer:
             rewards, [len(g) for g in groups], self.config.loss.scale_by_std
         ).tolist()
         _check_advantages(groups, advantages)
+        kept = [
+            (row, advantage)
+            for row, advantage in zip(rows, advantages)
+            if not (self.config.loss.mask_truncated and _truncated(row, self.config.sampling.max_tokens))
+        ]
         sequences = [
             TrainingSequence(
                 list(row["prompt_ids"]),
                 list(row["completion_ids"]),
                 [float(x) for x in row["completion_logprobs"]],
                 advantage,
+                staleness=_staleness(row, self.step),
             )
-            for row, advantage in zip(rows, advantages)
+            for row, advantage in kept
         ]
-        return sorted(sequences, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        ordered = sorted(sequences, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        return ordered, len(rows) - len(kept)
 
-    def _micro_batches(self, batch: StepBatch) -> Iterator[MicroBatch]:
-        """This rank's micro-batches, padded with empty ones to the count of the rank with the most
-        (every rank must take part in every gradient all-reduce): packed within
-        `optim.micro_batch_tokens` tokens each when set, else `optim.micro_batch_size` padded sequences."""
+    def _step_batch(
+        self, sequences: list[TrainingSequence], stats: dict[str, float], extra: dict[str, Any] | None = None
+    ) -> StepBatch:
+        """A batch of this rank's `sequences`, with the completion tokens and sequences of the whole
+        batch and of each of its `optim.mini_batches` interleaved slices, summed over all ranks."""
+        parts = self.config.optim.mini_batches
+        local = [float(sum(len(s.completion_ids) for s in sequences)), float(len(sequences))]
+        for part in range(parts):
+            chunk = sequences[part::parts]
+            local += [float(sum(len(s.completion_ids) for s in chunk)), float(len(chunk))]
+        summed = self.world.sum(local)
+        return StepBatch(
+            sequences, stats, summed[0], summed[1], extra or {}, list(summed[2::2]), list(summed[3::2])
+        )
+
+    def _chunks(self, sequences: list[TrainingSequence]) -> list[list[TrainingSequence]]:
+        """This rank's `sequences` cut into micro-batches: within `optim.micro_batch_tokens` tokens
+        each when set, else `optim.micro_batch_size` sequences each."""
         budget = self.config.optim.micro_batch_tokens
-        if budget:
-            try:
-                chunks = split_by_tokens(batch.sequences, budget)
-            except SequenceTooLong as exc:
-                raise InputError(f"step {self.step + 1}: {exc}") from None
-        else:
-            chunks = split(batch.sequences, self.config.optim.micro_batch_size)
+        if not budget:
+            return split(sequences, self.config.optim.micro_batch_size)
+        try:
+            return split_by_tokens(sequences, budget)
+        except SequenceTooLong as exc:
+            raise InputError(f"step {self.step + 1}: {exc}") from None
+
+    def _micro_batches(self, sequences: list[TrainingSequence]) -> Iterator[MicroBatch]:
+        """The micro-batches of `_chunks(sequences)`, padded with empty ones to the count of the rank
+        with the most (every rank must take part in every gradient all-reduce): packed when
+        `optim.micro_batch_tokens` is set, else padded."""
+        budget = self.config.optim.micro_batch_tokens
+        chunks = self._chunks(sequences)
         count = int(self.world.max([float(len(chunks))])[0])
         for index in range(count):
             if index >= len(chunks):
@@ -457,17 +635,44 @@ class Trainer:
             else:
                 yield collate(chunks[index], self.pad_id, self.device)
 
-    def _accumulate_gradients(self, batch: StepBatch, record_mismatch: bool) -> dict[str, float]:
-        """Forward and backward over the batch's micro-batches; returns this rank's loss statistics."""
+    def _policy_logprobs(
+        self, model: torch.nn.Module, micro: MicroBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The completion tokens' logprobs under `model` (at the sampling temperature and nucleus), and
+        their positions' entropies."""
+        sampling = self.config.sampling
+        return completion_logprobs(model, micro, sampling.temperature, sampling.top_p)
+
+    @torch.no_grad()
+    def _recompute_old_logprobs(self, batch: StepBatch) -> dict[str, float]:
+        """Give every sequence of `batch` the trainer's logprobs under the weights it starts from
+        (the old policy); returns the largest gap to the sampler's logprobs, for fresh and for
+        stale rollouts apart. Every rank runs as many forward passes as the rank with the most (a
+        sharded or data-parallel model's forward is a collective)."""
+        self.model.train()  # the mode of the update's forward passes (dropout is off)
+        gaps = {"mismatch": 0.0, "mismatch_stale": 0.0}
+        chunks = self._chunks(batch.sequences)
+        recomputed: list[TrainingSequence] = []
+        for index, micro in enumerate(self._micro_batches(batch.sequences)):
+            logprobs, _ = self._policy_logprobs(self.model, micro)
+            if index >= len(chunks):
+                continue  # an empty micro-batch, run for the other ranks
+            _record_mismatch(gaps, logprobs, micro)
+            for row, sequence in enumerate(chunks[index]):
+                values = logprobs[row, : len(sequence.completion_ids)].tolist()
+                recomputed.append(replace(sequence, old_logprobs=values))
+        batch.sequences = recomputed
+        return gaps
+
+    def _accumulate_gradients(self, batch: StepBatch, part: int, record_mismatch: bool) -> dict[str, float]:
+        """Forward and backward over the micro-batches of mini-batch `part` of the batch; returns
+        this rank's loss statistics."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        denominator = max(self._loss_denominator(batch), 1.0)
-        totals = dict.fromkeys(
-            ("loss", "tokens", "clip_low", "clip_high", "delta", "ratio_sum", "entropy_sum", "kl_sum"), 0.0
-        )
-        totals["ratio_max"] = 0.0
-        totals["mismatch"] = 0.0
-        micro_batches = list(self._micro_batches(batch))
+        denominator = max(self._loss_denominator(batch, part), 1.0)
+        totals = _zero_totals()
+        sequences = batch.sequences[part :: self.config.optim.mini_batches]
+        micro_batches = list(self._micro_batches(sequences))
         for index, micro in enumerate(micro_batches):
             set_gradient_sync(self.model, self.config.parallel.strategy, index == len(micro_batches) - 1)
             loss = self._micro_batch_loss(micro, denominator, totals, record_mismatch)
@@ -479,28 +684,43 @@ class Trainer:
         self, micro: MicroBatch, denominator: float, totals: dict[str, float], record_mismatch: bool
     ) -> torch.Tensor:
         config = self.config
-        logprobs, entropy = completion_logprobs(self.model, micro, config.sampling.temperature)
-        if config.loss.entropy_coef == 0:
+        loss_config = config.loss
+        logprobs, entropy = self._policy_logprobs(self.model, micro)
+        if loss_config.entropy_coef == 0:
             entropy = entropy.detach()
-        clipped = clipped_token_loss(
+        mask = micro.completion_mask
+        clipped = policy_token_loss(
+            loss_config.type,
             logprobs,
-            micro.behaviour_logprobs,
+            micro.old_logprobs,
             micro.advantages,
-            eps_low=config.loss.eps_low,
-            eps_high=config.loss.eps_high,
-            delta=config.loss.delta,
+            mask,
+            eps_low=loss_config.eps_low,
+            eps_high=loss_config.eps_high,
+            delta=loss_config.delta,
         )
         token_loss = clipped.loss
-        mask = micro.completion_mask
+        if loss_config.importance_correction != "none":
+            weights = importance_weights(
+                micro.old_logprobs,
+                micro.behaviour_logprobs,
+                mask,
+                mode=loss_config.importance_correction,
+                level=loss_config.importance_level,
+                cap=loss_config.importance_cap,
+            )
+            token_loss = token_loss * weights.weights
+            totals["is_weight_sum"] += float(weights.weights[mask].sum())
+            totals["is_capped"] += float(weights.capped[mask].sum())
         if self.reference is not None:
             with torch.no_grad():
-                reference, _ = completion_logprobs(self.reference, micro, config.sampling.temperature)
+                reference, _ = self._policy_logprobs(self.reference, micro)
             kl = kl_estimate(logprobs, reference)
-            token_loss = token_loss + config.loss.kl_beta * kl
+            token_loss = token_loss + loss_config.kl_beta * kl
             totals["kl_sum"] += float(kl.detach()[mask].sum())
-        if config.loss.entropy_coef > 0:
-            token_loss = token_loss - config.loss.entropy_coef * entropy
-        loss = reduce_loss(token_loss, mask, config.loss.normalize, denominator)
+        if loss_config.entropy_coef > 0:
+            token_loss = token_loss - loss_config.entropy_coef * entropy
+        loss = reduce_loss(token_loss, mask, loss_config.normalize, denominator)
         totals["loss"] += float(loss.detach())
         totals["tokens"] += float(mask.sum())
         totals["clip_low"] += float(clipped.clipped_low[mask].sum())
@@ -511,8 +731,7 @@ class Trainer:
         if mask.any():
             totals["ratio_max"] = max(totals["ratio_max"], float(clipped.ratio[mask].max()))
             if record_mismatch:
-                difference = (logprobs.detach() - micro.behaviour_logprobs)[mask].abs().max()
-                totals["mismatch"] = max(totals["mismatch"], float(difference))
+                _record_mismatch(totals, logprobs.detach(), micro)
         return loss
 
     def _optimizer_step(self, totals: dict[str, float]) -> tuple[float, bool]:
@@ -533,18 +752,26 @@ class Trainer:
         return grad_norm, updated
 
     def _metrics(
-        self, batch: StepBatch, totals: dict[str, float], grad_norm: float, seconds: float, first_update: bool
+        self,
+        batch: StepBatch,
+        totals: dict[str, float],
+        grad_norm: float | None,
+        seconds: float,
+        first_update: bool,
     ) -> dict[str, Any]:
         keys = sorted(batch.stats)
         summed = dict(zip(keys, self.world.sum([batch.stats[k] for k in keys])))
-        loss_keys = ("loss", "tokens", "clip_low", "clip_high", "delta", "ratio_sum", "entropy_sum", "kl_sum")
-        losses = dict(zip(loss_keys, self.world.sum([totals[k] for k in loss_keys])))
-        ratio_max, mismatch = self.world.max([totals["ratio_max"], totals["mismatch"]])
+        losses = dict(zip(SUMMED_TOTALS, self.world.sum([totals[k] for k in SUMMED_TOTALS])))
+        ratio_max, mismatch, mismatch_stale = self.world.max(
+            [totals["ratio_max"], totals["mismatch"], totals["mismatch_stale"]]
+        )
         tokens = max(losses["tokens"], 1.0)
+        stale = summed.get("stale_sequences", 0.0)
         metrics: dict[str, Any] = {
             "step": self.step,
             "reward_mean": _mean(summed["reward_sum"], summed["rewarded"]),
             "reward_std": _std(summed["reward_sum"], summed["reward_sq_sum"], summed["rewarded"]),
+            "reward_mean_kept": _mean(summed["kept_reward_sum"], summed["kept_rewarded"]),
             "score_mean": _mean(summed["score_sum"], summed["scored"]),
             "loss": losses["loss"],
             "grad_norm": grad_norm,
@@ -560,11 +787,19 @@ class Trainer:
             "groups_dropped": int(summed["groups_dropped"]),
             "rollout_errors": int(summed["errors"]),
             "refill_rounds": int(summed["rounds"]),
-            "logprob_mismatch": mismatch if first_update else None,
+            # the trainer's old policy against the sampler, on rollouts of the current weights
+            # (engine mismatch) and of older ones (mismatch and staleness) apart
+            "logprob_mismatch": mismatch if first_update and summed["sequences"] > stale else None,
+            "logprob_mismatch_stale": mismatch_stale if first_update and stale else None,
             "tokens": losses["tokens"],
             "tokens_per_s": losses["tokens"] / seconds if seconds > 0 else None,
             "step_seconds": seconds,
         }
+        if self.config.loss.mask_truncated:
+            metrics["truncated_masked"] = int(summed["truncated_masked"])
+        if self.config.loss.importance_correction != "none":
+            metrics["is_weight_mean"] = losses["is_weight_sum"] / tokens
+            metrics["is_capped_frac"] = losses["is_capped"] / tokens
         if first_update and "generate_seconds" in summed:
             metrics["generate_seconds"] = summed["generate_seconds"] / self.world.size
             metrics["verify_seconds"] = summed["verify_seconds"] / self.world.size
@@ -599,6 +834,7 @@ class Trainer:
                 "world_size": self.world.size,
                 "skipped_steps": self.skipped_steps,
                 "nonfinite_in_a_row": self.nonfinite_in_a_row,
+                "no_signal_in_a_row": self.no_signal_in_a_row,
                 "optimizer": optimizer,
                 "scheduler": self.scheduler.state_dict(),
                 "ranks": ranks,
@@ -717,17 +953,23 @@ def _empty_micro_batch(pad_id: int, device: torch.device) -> MicroBatch:
 
 
 def _rollout_stats(step: StepRollouts, sequences: list[TrainingSequence]) -> dict[str, float]:
-    rows = [row for group in step.groups for row in usable(group)]
-    rewards = [float(row["reward"]) for row in rows]
+    """This rank's sums for the step's metrics: the rewards of every generated rollout (dropped
+    groups included, when the source says) and of the kept ones, scores, tokens, counts, timings."""
+    kept = RewardTally()
+    kept.add(row for group in step.groups for row in group)
+    generated = step.generated_rewards if step.generated_rewards is not None else kept
     scores = [float(row["score"]) for group in step.groups for row in group if row.get("score") is not None]
     return {
-        "reward_sum": sum(rewards),
-        "reward_sq_sum": sum(r * r for r in rewards),
-        "rewarded": float(len(rewards)),
+        "reward_sum": generated.total,
+        "reward_sq_sum": generated.squares,
+        "rewarded": float(generated.count),
+        "kept_reward_sum": kept.total,
+        "kept_rewarded": float(kept.count),
         "score_sum": sum(scores),
         "scored": float(len(scores)),
         "tokens": float(sum(len(s.completion_ids) for s in sequences)),
         "sequences": float(len(sequences)),
+        "stale_sequences": float(sum(s.staleness > 0 for s in sequences)),
         "groups_kept": float(len(step.groups)),
         "groups_dropped": float(step.groups_dropped),
         "errors": float(step.errors),
@@ -745,6 +987,9 @@ def _batch_state(batch: StepBatch | None) -> dict[str, Any] | None:
         "tokens": batch.tokens,
         "sequences_total": batch.sequences_total,
         "extra": batch.extra,
+        "slice_tokens": batch.slice_tokens,
+        "slice_sequences": batch.slice_sequences,
+        "used": batch.used,
     }
 
 
@@ -757,7 +1002,40 @@ def _batch_from_state(state: dict[str, Any] | None) -> StepBatch | None:
         state["tokens"],
         state["sequences_total"],
         state.get("extra", {}),
+        state.get("slice_tokens", [state["tokens"]]),
+        state.get("slice_sequences", [state["sequences_total"]]),
+        state.get("used", 0),
     )
+
+
+def _zero_totals() -> dict[str, float]:
+    """A rank's loss statistics before any micro-batch: sums, and maxima (ratio, mismatches)."""
+    return dict.fromkeys((*SUMMED_TOTALS, "ratio_max", "mismatch", "mismatch_stale"), 0.0)
+
+
+def _record_mismatch(totals: dict[str, float], logprobs: torch.Tensor, micro: MicroBatch) -> None:
+    """Raise the largest |trainer - sampler| logprob gap seen, of fresh and of stale rollouts apart."""
+    gap = torch.where(micro.completion_mask, (logprobs.detach() - micro.behaviour_logprobs).abs(), 0.0)
+    per_sequence = gap.max(dim=1).values
+    stale = micro.staleness > 0
+    if (~stale).any():
+        totals["mismatch"] = max(totals["mismatch"], float(per_sequence[~stale].max()))
+    if stale.any():
+        totals["mismatch_stale"] = max(totals["mismatch_stale"], float(per_sequence[stale].max()))
+
+
+def _truncated(row: Row, max_tokens: int) -> bool:
+    """Whether the completion was cut at the token limit (its finish reason, else its length)."""
+    reason = row.get("finish_reason")
+    if reason is not None:
+        return reason == "length"
+    return len(row["completion_ids"]) >= max_tokens
+
+
+def _staleness(row: Row, step: int) -> int:
+    """How many optimizer steps older than the trainer's the weights that sampled `row` are."""
+    version = row.get(POLICY_STEP_COLUMN)
+    return max(0, step - int(version)) if version is not None else 0
 
 
 def _mean(total: float, count: float) -> float | None:

@@ -45,7 +45,14 @@ from genesys.schema import Row
 from genesys.train.config import TrainConfig
 from genesys.train.groups import has_signal
 from genesys.train.order import ItemOrder
-from genesys.train.sources.base import DRAW_COLUMN, POLICY_STEP_COLUMN, NamedParameters, StepRollouts, usable
+from genesys.train.sources.base import (
+    DRAW_COLUMN,
+    POLICY_STEP_COLUMN,
+    NamedParameters,
+    RewardTally,
+    StepRollouts,
+    usable,
+)
 from genesys.train.sources.online import colocated_vllm_options, draw_requests, draw_rows, row_builder
 from genesys.verification.ray_pool import RayVerificationPool
 
@@ -100,6 +107,7 @@ class _Counts:
     generation_busy_s: float = 0.0
     generated_tokens: int = 0
     jobs: int = 0
+    rewards: RewardTally = field(default_factory=RewardTally)
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -356,6 +364,7 @@ class AsyncRollouts:
         del self.verifying[position]
         self.counts.groups_seen += 1
         rows = [r for r in group.rows if r is not None]
+        self.counts.rewards.add(rows)
         if self.config.rollout.filter_groups and not has_signal(rows, self.config.rollout.filter_signal):
             self.counts.groups_dropped += 1
             self.live.pop(position)
@@ -386,6 +395,7 @@ class AsyncRollouts:
             rounds=counts.jobs,
             errors=sum(len(g) - len(usable(g)) for g in groups),
             generated_tokens=counts.generated_tokens,  # type: ignore[arg-type]
+            generated_rewards=counts.rewards,
         )
         step.extra = {
             "staleness_mean": sum(staleness) / len(staleness) if staleness else None,

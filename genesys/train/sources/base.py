@@ -30,6 +30,23 @@ NamedParameters = Iterable[tuple[str, Any]]
 
 
 @dataclass
+class RewardTally:
+    """Sums over the rewards of rollouts (those without a reward, errors, are not counted)."""
+
+    total: float = 0.0
+    squares: float = 0.0
+    count: int = 0
+
+    def add(self, rows: Iterable[Row]) -> None:
+        for row in rows:
+            if row.get("reward") is not None:
+                reward = float(row["reward"])
+                self.total += reward
+                self.squares += reward * reward
+                self.count += 1
+
+
+@dataclass
 class StepRollouts:
     """The groups of one step on this rank and how they were obtained."""
 
@@ -40,6 +57,9 @@ class StepRollouts:
     errors: int = 0  # rollouts whose verification failed (reward None): never trained on
     generated_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    # every generated rollout's reward, dropped groups included (None: the source keeps no other
+    # groups than `groups`)
+    generated_rewards: RewardTally | None = None
     extra: dict[str, Any] = field(
         default_factory=dict
     )  # metrics of the asynchronous mode, logged as they are

@@ -27,7 +27,7 @@ from genesys.train.config import TrainConfig
 from genesys.train.distributed import World
 from genesys.train.groups import fill_batch, group_by_task
 from genesys.train.order import ItemOrder
-from genesys.train.sources.base import DRAW_COLUMN, NamedParameters, StepRollouts
+from genesys.train.sources.base import DRAW_COLUMN, NamedParameters, RewardTally, StepRollouts
 from genesys.verification.pool import VerificationPool
 
 
@@ -108,7 +108,7 @@ class OnlineRollouts:
 
     def next_batch(self, size: int) -> StepRollouts:
         """`size` groups for this rank (fewer when refilling could not find enough with signal)."""
-        step = self._current = StepRollouts(groups=[])
+        step = self._current = StepRollouts(groups=[], generated_rewards=RewardTally())
         rollout = self.config.rollout
         if not rollout.filter_groups:
             step.groups = group_by_task(self._generate(size), key=_draw)
@@ -147,6 +147,8 @@ class OnlineRollouts:
         finished = time.perf_counter()
         verified = [self.rewards.apply(row) for row in self.pool.verify_rows(generated.rows)]
         step.errors += sum(row.get("reward") is None for row in verified)
+        assert step.generated_rewards is not None
+        step.generated_rewards.add(verified)
         step.timings["generate_seconds"] = step.timings.get("generate_seconds", 0.0) + finished - started
         step.timings["verify_seconds"] = (
             step.timings.get("verify_seconds", 0.0) + time.perf_counter() - finished

@@ -44,7 +44,7 @@ class RecordedRollouts(FileSource):
             else None
         )
         rows, self.rows_unproven = load_recorded_rows(
-            config.data.rollouts or [], config.sampling.temperature, requirement
+            config.data.rollouts or [], config.sampling.temperature, requirement, config.sampling.top_p
         )
         if config.data.keep_tasks is not None:
             rows = keep_tasks_of(rows, config.data.keep_tasks)
@@ -92,7 +92,10 @@ REQUIRED_RECORDED = ("prompt_ids", "completion_ids", "completion_logprobs", "rew
 
 
 def load_recorded_rows(
-    patterns: Sequence[str], temperature: float, requirement: ProofRequirement | None = None
+    patterns: Sequence[str],
+    temperature: float,
+    requirement: ProofRequirement | None = None,
+    top_p: float = 1.0,
 ) -> tuple[list[Row], int]:
     """Every rollout of the files, checked for what offline training needs (an InputError names
     the first file:line that lacks it), and how many `requirement` (when given) did not count and
@@ -122,7 +125,7 @@ def load_recorded_rows(
                 else ""
             )
             raise InputError(f"{record.location}: rollout has no {', '.join(missing)}{hint}")
-        problem = _recorded_problem(row, temperature)
+        problem = _recorded_problem(row, temperature, top_p)
         if problem:
             raise InputError(f"{record.location}: {problem}")
         row.setdefault("response_id", response_id(task_key(row), len(rows)))
@@ -144,7 +147,7 @@ def load_recorded_rows(
     return rows, unproven
 
 
-def _recorded_problem(row: Row, temperature: float) -> str | None:
+def _recorded_problem(row: Row, temperature: float, top_p: float) -> str | None:
     prompt, completion, logprobs, reward = (row[name] for name in REQUIRED_RECORDED)
     if not _int_list(prompt) or not prompt:
         return "prompt_ids must be a non-empty list of token ids"
@@ -167,6 +170,8 @@ def _recorded_problem(row: Row, temperature: float) -> str | None:
         return str(exc)
     if recorded.get("temperature") not in (None, temperature):
         return f"sampled at temperature {recorded['temperature']}, but sampling.temperature is {temperature}: the logprobs are those of the sampling temperature, set sampling.temperature = {recorded['temperature']}"
+    if recorded.get("top_p") not in (None, top_p):
+        return f"sampled at top_p {recorded['top_p']}, but sampling.top_p is {top_p}: the logprobs are those of the sampling nucleus, set sampling.top_p = {recorded['top_p']}"
     return None
 
 

@@ -1,0 +1,47 @@
+"""The CPU trainer's thread count: chosen by timing, the fewest threads within the margin, the user's
+OMP_NUM_THREADS left alone, nothing chosen on other devices."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from genesys.train.threads import ThreadTuner, choose  # noqa: E402
+
+
+def test_the_fewest_threads_within_the_margin_of_the_fastest_are_chosen():
+    assert choose({1: 0.010, 2: 0.005}, margin=0.15) == 2  # two threads clearly faster
+    assert choose({1: 0.0055, 2: 0.005}, margin=0.15) == 1  # within 15%: one thread, one core left free
+    assert choose({1: 0.001, 2: 0.016}) == 1  # a busy machine: parallel work waits for its threads
+
+
+def test_the_tuner_sets_the_count_it_measured_fastest_and_measures_again_every_n_steps(monkeypatch):
+    previous = torch.get_num_threads()
+    calls: list[int] = []
+
+    def probe() -> None:  # pretend two threads are slow, as on a busy machine
+        calls.append(torch.get_num_threads())
+        if torch.get_num_threads() > 1:
+            import time
+
+            time.sleep(0.01)
+
+    try:
+        tuner = ThreadTuner(probe, candidates=(1, 2), every=10)
+        tuner.maybe_tune(0)
+        assert tuner.threads == 1 and torch.get_num_threads() == 1
+        assert sorted(set(calls)) == [1, 2] and len(calls) == 6  # 3 alternating rounds of each
+        tuner.maybe_tune(3)
+        assert len(calls) == 6  # not due
+        tuner.maybe_tune(10)
+        assert len(calls) == 12
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_no_tuner_where_the_count_is_not_ours_to_choose(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert ThreadTuner.for_device(torch.device("cpu"), lambda: None) is None
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert ThreadTuner.for_device(torch.device("cuda"), lambda: None) is None
