@@ -4,6 +4,7 @@ cannot fit, and how strategy, precision and LoRA change the estimate."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -161,7 +162,11 @@ def test_the_estimate_is_within_20_percent_of_the_measured_peak_for_three_shapes
 @pytest.mark.slow
 def test_the_gpu_suite_smoke_mode_builds_models_from_configs_and_trains(tmp_path):
     done = subprocess.run(
-        ["bash", "benchmarks/gpu_suite.sh", "--smoke"], capture_output=True, text=True, cwd=REPO
+        ["bash", "benchmarks/gpu_suite.sh", "--smoke"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=os.environ | {"PYTHON": sys.executable},
     )
     assert "| smoke fp32 transformers" in done.stdout, done.stdout + done.stderr
     assert re.search(r"\| smoke fp32 transformers +\| +\d+\.\d+ \| +\d+ \|", done.stdout), done.stdout

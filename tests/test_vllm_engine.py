@@ -355,25 +355,8 @@ def train_config(model: str, tmp_path: Path, **optim):
     )
 
 
-def test_training_with_vllm_starts_on_policy(model, tmp_path, plugin_env):
-    from genesys.train import train
-
-    first = train(train_config(model, tmp_path, steps=1, micro_batch_size=5)).metrics[0]
-    assert first["logprob_mismatch"] <= TOLERANCE
-    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and first["ratio_max"] <= 1 + TOLERANCE
-    assert first["tokens"] > 0 and first["groups_kept"] == 4
-
-
-def test_a_tiny_model_learns_the_toy_task_generating_with_vllm(model, tmp_path, plugin_env):
-    from genesys.train import train
-
-    # A step whose groups all lack signal (every sample perfect, late in the run) has no reward.
-    rewards = [m["reward_mean"] for m in train(train_config(model, tmp_path, steps=40)).metrics]
-    rewarded = [reward for reward in rewards if reward is not None]
-    assert sum(rewarded[:5]) / 5 < 0.2
-    assert sum(rewarded[-5:]) / 5 >= 0.8, rewards
-
-
+# Before the training tests: a run's in-process engine tears down vLLM's process-wide parallel state
+# when it closes, which the module's engine also uses.
 def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine):
     """Every rollout's model turns go through the engine in batches; the conversations grow turn by turn."""
     import genesys
@@ -407,3 +390,22 @@ def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine):
             assert trajectory["trajectory_error"] is None and trajectory["turns"] == 3
             assert [m["role"] for m in trajectory["messages"]] == ["user"] + ["assistant", "user"] * 3
             assert trajectory["messages"][-1]["content"] == "say more (3)"
+
+
+def test_training_with_vllm_starts_on_policy(model, tmp_path, plugin_env):
+    from genesys.train import train
+
+    first = train(train_config(model, tmp_path, steps=1, micro_batch_size=5)).metrics[0]
+    assert first["logprob_mismatch"] <= TOLERANCE
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and first["ratio_max"] <= 1 + TOLERANCE
+    assert first["tokens"] > 0 and first["groups_kept"] == 4
+
+
+def test_a_tiny_model_learns_the_toy_task_generating_with_vllm(model, tmp_path, plugin_env):
+    from genesys.train import train
+
+    # A step whose groups all lack signal (every sample perfect, late in the run) has no reward.
+    rewards = [m["reward_mean"] for m in train(train_config(model, tmp_path, steps=40)).metrics]
+    rewarded = [reward for reward in rewards if reward is not None]
+    assert sum(rewarded[:5]) / 5 < 0.2
+    assert sum(rewarded[-5:]) / 5 >= 0.8, rewards

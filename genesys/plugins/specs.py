@@ -182,8 +182,11 @@ class _EnvironmentScorerType(type):
     """The class of the verifiers made from environments; pickled as the environment they score."""
 
 
-def _reduce_scorer(cls: _EnvironmentScorerType) -> tuple[Any, tuple[Any, ...]]:
-    return environment_verifier, (cls.environment,)
+def _reduce_scorer(cls: _EnvironmentScorerType) -> str | tuple[Any, tuple[Any, ...]]:
+    environment = cls.__dict__.get("environment")
+    if environment is None:  # the base classes themselves: pickled by name, as any class
+        return cls.__qualname__
+    return environment_verifier, (environment,)
 
 
 copyreg.pickle(_EnvironmentScorerType, _reduce_scorer)
