@@ -75,3 +75,19 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     from genesys.generate.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def recorded_rows() -> list[dict[str, Any]]:
+    """Recorded rollouts for offline training tests: 6 tasks x 4 samples, rewards 0 and 1 alternating."""
+    return [
+        {
+            "problem_id": f"t{task}",
+            "prompt": f"task {task}",
+            "prompt_ids": [10 + task, 20, 30],
+            "completion_ids": [40 + sample, 50 + task, 60, 70 + sample],
+            "completion_logprobs": [-6.0, -6.0, -6.0, -6.0],
+            "reward": float(sample % 2),
+        }
+        for task in range(6)
+        for sample in range(4)
+    ]

@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 
 import numpy as np  # noqa: E402
 from conftest import read_jsonl, write_jsonl  # noqa: E402
+from conftest import recorded_rows as rows  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
@@ -38,21 +39,6 @@ class Planted:
 
 def plant(path: Path, marker: Path) -> None:
     torch.save({"step": 1, "world_size": 1, "payload": Planted(marker)}, path)
-
-
-def rows() -> list[dict[str, Any]]:
-    return [
-        {
-            "problem_id": f"t{task}",
-            "prompt": f"task {task}",
-            "prompt_ids": [10 + task, 20, 30],
-            "completion_ids": [40 + sample, 50 + task, 60, 70 + sample],
-            "completion_logprobs": [-6.0, -6.0, -6.0, -6.0],
-            "reward": float(sample % 2),
-        }
-        for task in range(6)
-        for sample in range(4)
-    ]
 
 
 def config(model: str, out: Path, rollouts: Path, steps: int) -> TrainConfig:

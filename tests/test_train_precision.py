@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from conftest import recorded_rows as rows  # noqa: E402
 from conftest import write_jsonl  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
@@ -32,21 +32,6 @@ def bf16_copy(model: str, target: Path) -> str:
 @pytest.fixture(scope="module")
 def bf16_model(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     return bf16_copy(tiny_model, tmp_path_factory.mktemp("bf16") / "model")
-
-
-def rows() -> list[dict[str, Any]]:
-    return [
-        {
-            "problem_id": f"t{task}",
-            "prompt": f"task {task}",
-            "prompt_ids": [10 + task, 20, 30],
-            "completion_ids": [40 + sample, 50 + task, 60, 70 + sample],
-            "completion_logprobs": [-6.0, -6.0, -6.0, -6.0],
-            "reward": float(sample % 2),
-        }
-        for task in range(6)
-        for sample in range(4)
-    ]
 
 
 def config(model: str, out: Path, rollouts: Path, steps: int, precision: str = "bf16") -> TrainConfig:
