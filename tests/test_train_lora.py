@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from conftest import write_jsonl  # noqa: E402
+from conftest import recorded_rows, write_jsonl  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
@@ -40,21 +40,6 @@ def config(model: str, out: Path, **sections: Any) -> TrainConfig:
     for section, values in sections.items():
         data[section] = {**data[section], **values} if isinstance(data.get(section), dict) else values
     return TrainConfig.load(None, data)
-
-
-def recorded_rows() -> list[dict[str, Any]]:
-    return [
-        {
-            "problem_id": f"t{task}",
-            "prompt": f"task {task}",
-            "prompt_ids": [10 + task, 20, 30],
-            "completion_ids": [40 + sample, 50 + task, 60, 70 + sample],
-            "completion_logprobs": [-6.0, -6.0, -6.0, -6.0],
-            "reward": float(sample % 2),
-        }
-        for task in range(6)
-        for sample in range(4)
-    ]
 
 
 def offline(model: str, out: Path, rollouts: Path, steps: int, **lora: Any) -> TrainConfig:
