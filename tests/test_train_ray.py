@@ -154,7 +154,8 @@ def test_a_rollout_worker_killed_mid_run_is_restarted_and_nothing_is_trained_twi
     assert any("rollout worker 0 was restarted by Ray" in record.getMessage() for record in caplog.records)
     assert sum(m["worker_restarts"] for m in metrics) == 1
     # Whether requests were in flight when the kill landed (and so were resent) is timing: the kill can
-    # land while the worker loads weights. Resending is covered by the generation actor tests below.
+    # land while the worker loads weights. Resending requests of a killed actor is covered by the generation
+    # actor tests of `genesys generate` below.
     draws = [d for m in metrics for d in m["draws"]]
     assert len(draws) == len(set(draws)) == sum(m["groups_kept"] for m in metrics) == 12 * 4
     assert all(m["staleness_max"] <= 1 for m in metrics)
