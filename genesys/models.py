@@ -1,7 +1,8 @@
 """Hugging Face causal LMs as generation, proofs and training load them, and the logprobs they sample.
 
 One place for what `genesys.generate`, `genesys.proofs` and `genesys.train` share: loading a model
-and its tokenizer (`load_causal_lm` for inference, `load_trainable_lm` for training), the tokens that
+and its tokenizer (`load_causal_lm` for inference, `load_trainable_lm` for training, `load_tokenizer`
+and `load_generation_config` for a process that holds part of a model), the tokens that
 end a completion (`stop_token_ids`), and the sampling distribution a token's logprob is taken under
 (`sampling_warpers`, `sampled_logprobs`). Importing this module imports torch and transformers.
 """
@@ -24,6 +25,30 @@ from genesys.config import SamplingConfig
 from genesys.errors import InputError
 
 
+def load_tokenizer(model: str) -> Any:
+    """The tokenizer of `model` (a path or hub name), padding on the left with eos when it has no pad."""
+    transformers_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except OSError as exc:
+        raise InputError(f"--model {model!r} cannot be loaded: {exc}") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_generation_config(model: str) -> Any:
+    """`model`'s generation config, as `from_pretrained` gives a loaded model (from its config when it
+    has no generation_config.json)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model)
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(model))
+
+
 def load_causal_lm(
     model: str,
     device: str | None = None,
@@ -35,14 +60,7 @@ def load_causal_lm(
     `device` defaults to cuda when available, `dtype` to the checkpoint's own on GPU and float32 on CPU.
     """
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    transformers_logging.disable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    except OSError as exc:
-        raise InputError(f"--model {model!r} cannot be loaded: {exc}") from None
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(model)
     # On CPU, bfloat16 weights would run far slower than float32 on most processors.
     dtype = dtype or ("float32" if device == "cpu" else "auto")
     loaded = (

@@ -358,8 +358,14 @@ class BackendOptions:
     peers: list[str] | None = setting(
         None,
         "pipeline: HOST:PORT of stages 1..N-1 in ring order, each started with `genesys pipeline-stage --listen "
-        "HOST:PORT` (default: start them as local processes)",
+        "HOST:PORT` and the same GENESYS_PIPELINE_SECRET as this process (default: start them as local processes)",
         metavar="HOST:PORT,...",
+    )
+    stage_timeout_s: float | None = setting(
+        None,
+        "pipeline: seconds a stage may send nothing (no step, no heartbeat) or take one step before the run "
+        "fails naming it as stopped or hung; also the longest one message may take to send (default 120)",
+        gt=0,
     )
     args: dict[str, Any] = setting(
         help="passed to the backend: vllm.LLM engine arguments, transformers from_pretrained arguments, openai request fields, or a plugin backend's settings",
@@ -402,6 +408,7 @@ BACKEND_OPTION_OWNERS = {
     "latency_ms": ("pipeline",),
     "micro_batches": ("pipeline",),
     "peers": ("pipeline",),
+    "stage_timeout_s": ("pipeline",),
     "base_url": ("openai",),
     "api_key": ("openai",),
     "concurrency": ("openai",),

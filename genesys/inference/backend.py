@@ -48,22 +48,26 @@ from genesys.generate.backend import (
     Weights,
 )
 from genesys.generate.hf import batches, make_completion
+from genesys.inference.auth import SECRET_ENV, new_secret, ring_secret
+from genesys.inference.errors import StageError
 from genesys.inference.plan import split_layers
-from genesys.inference.stage import StageModel
+from genesys.inference.stage import StageModel, heartbeat_interval
 from genesys.inference.transport import (
+    HEARTBEAT,
     Closed,
     Inbox,
     Link,
     Message,
-    StageError,
+    Progress,
     accept,
     connect,
     listen,
 )
-from genesys.models import stop_token_ids
+from genesys.models import load_generation_config, load_tokenizer, stop_token_ids
 from genesys.tasks.prompts import render_ids
 
-SETUP_TIMEOUT_S = 600.0  # for every stage to load its layers and the ring to close
+SETUP_TIMEOUT_S = 600.0  # for the ring to close (each stage connects on before it loads its layers)
+DEFAULT_STAGE_TIMEOUT_S = 120.0  # a stage silent (no message, no heartbeat) this long stopped answering
 
 
 @dataclass
@@ -89,6 +93,7 @@ class PipelineBackend:
         micro_batches: int = 1,
         batch_size: int = 8,
         peers: list[str] | None = None,
+        stage_timeout_s: float = DEFAULT_STAGE_TIMEOUT_S,
         device: str | None = None,
         dtype: str | None = None,
         proofs: ProofConfig | None = None,
@@ -98,6 +103,14 @@ class PipelineBackend:
                 f"--backend_options.peers names {len(peers)} stages; --backend_options.stages {stages} needs "
                 f"{stages - 1} (every stage but this one, in ring order)"
             )
+        if stage_timeout_s <= 2 * latency_ms / 1e3:
+            raise InputError(
+                f"--backend_options.stage_timeout_s {stage_timeout_s:g} must exceed two one-way latencies "
+                f"({2 * latency_ms / 1e3:g} s): a heartbeat needs a hop to arrive"
+            )
+        # Stages on other machines must be given the secret; local ones get a fresh one unless it is set.
+        self._secret = ring_secret() if peers or SECRET_ENV in os.environ else new_secret().encode()
+        self.stage_timeout_s = stage_timeout_s
         self.model_name = model
         self.style = style
         self.stages = stages
@@ -110,6 +123,8 @@ class PipelineBackend:
         self._link: Link | None = None
         self._inbox: Inbox | None = None
         self._loopback: deque[Message] = deque()
+        self._progress = Progress()
+        self._addresses: list[str] = []
         self._next_mb = 0
         self.step_times: dict[int, list[float]] = defaultdict(list)  # decode step seconds, by stage
         self._proof_settings: dict[str, Any] | None = None
@@ -141,23 +156,20 @@ class PipelineBackend:
             proofs = proof_settings_for(self.proofs, hidden_size)
         self.proofs = proofs
         self.stage = StageModel(
-            model,
-            ranges[0],
-            first=True,
-            last=self.stages == 1,
-            device=device,
-            dtype=dtype,
-            proofs=proofs,
-            on_loaded=self._describe_proofs if proofs is not None else None,
+            model, ranges[0], first=True, last=self.stages == 1, device=device, dtype=dtype, proofs=proofs
         )
-        self.tokenizer = self.stage.tokenizer
+        self.tokenizer = load_tokenizer(model)
         self.device = self.stage.device
-        self.stop_ids = stop_token_ids(self.stage.generation_config, self.tokenizer)
+        self.stop_ids = stop_token_ids(load_generation_config(model), self.tokenizer)
+        if proofs is not None:
+            self._describe_proofs(model)
         if self.stages == 1:
             return
-        sock = connect(addresses[0])
+        self._addresses = list(addresses)
+        sock, session = connect(addresses[0], self._secret, self._stage_name(1))
         back = f"{sock.getsockname()[0]}:{server.getsockname()[1]}"
-        self._link = Link(sock, f"stage 1 at {addresses[0]}", self.latency_s)
+        self._link = Link(sock, self._stage_name(1), self.latency_s, session, self.stage_timeout_s)
+        self._link.keep_alive(heartbeat_interval(self.stage_timeout_s), self._progress)
         self._link.send(
             Message(
                 {
@@ -168,6 +180,7 @@ class PipelineBackend:
                     "ranges": ranges,
                     "ring": [*addresses[1:], back],
                     "latency_ms": self.latency_s * 1e3,
+                    "stage_timeout_s": self.stage_timeout_s,
                     "device": device,
                     "dtype": dtype,
                     "proofs": None
@@ -180,7 +193,8 @@ class PipelineBackend:
         deadline = time.monotonic() + SETUP_TIMEOUT_S
         while self._inbox is None:
             try:
-                self._inbox = Inbox(accept(server), f"stage {self.stages - 1}")
+                sock, session = accept(server, self._secret, self._refused)
+                self._inbox = Inbox(sock, self._stage_name(self.stages - 1), session, self.stage_timeout_s)
             except TimeoutError:
                 self._check_processes()
                 if time.monotonic() > deadline:
@@ -191,6 +205,13 @@ class PipelineBackend:
             raise StageError(
                 f"stage {self.stages - 1} sent {ready.type!r} where the ring's ready was expected"
             )
+
+    def _stage_name(self, index: int) -> str:
+        return f"stage {index} at {self._addresses[index - 1]}" if self._addresses else f"stage {index}"
+
+    @staticmethod
+    def _refused(text: str) -> None:
+        print(f"genesys pipeline: {text}", file=sys.stderr, flush=True)
 
     def _spawn_local_stages(self) -> list[str]:
         """Start stages 1..N-1 as processes on this machine; their listening addresses."""
@@ -209,6 +230,7 @@ class PipelineBackend:
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
+                env={**os.environ, SECRET_ENV: self._secret.decode()},
             )
             self._processes.append(process)
             line = process.stdout.readline() if process.stdout else ""
@@ -223,31 +245,57 @@ class PipelineBackend:
             if code is not None:
                 raise StageError(f"pipeline stage {index} exited (code {code}); see its messages above")
 
-    def _describe_proofs(self, full_model: Any) -> None:
+    def _describe_proofs(self, model: str) -> None:
+        """The proof settings rows carry, with the hash of the whole model's weights, streamed from its
+        checkpoint (this stage holds only its share)."""
         from genesys.proofs.toploc import PROOF_DTYPE
-        from genesys.proofs.weights import weights_sha256
+        from genesys.proofs.weights import checkpoint_weights_sha256
 
         self._proof_settings = {
             "topk": self.proofs.topk,
             "decode_batching_size": self.proofs.decode_batching_size,
             "dtype": PROOF_DTYPE,
             "model": self.model_name,
-            "weights_sha256": weights_sha256(full_model),
+            "weights_sha256": checkpoint_weights_sha256(model, self.stage.dtype),
         }
 
     def _send(self, message: Message) -> None:
         """To stage 1; with one stage, this stage's own last part answers at once."""
         if self._link is not None:
-            self._link.send(message)
+            try:
+                self._link.send(message)
+            except StageError as exc:
+                raise self._ring_report(exc) from None
         elif message.type == "step":
             self._loopback.append(self.stage.handle_last(message))
 
+    def _ring_report(self, error: StageError) -> StageError:
+        """When stage 1 takes no more messages, the stage that stopped the ring may be further on: its
+        successor reports it round the ring. That report when one comes within the stage timeout, else
+        `error`."""
+        deadline = time.monotonic() + self.stage_timeout_s
+        while self._inbox is not None and time.monotonic() < deadline:
+            try:
+                message = self._inbox.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if isinstance(message, Closed):
+                break
+            if message.type == "error":
+                return self._stage_error(message)
+        return error
+
+    def _stage_error(self, message: Message) -> StageError:
+        stage = message.header["stage"]
+        return StageError(f"pipeline {self._stage_name(stage) if stage else 'stage 0'} {message.header['message']}")
+
     def _receive(self, stop: threading.Event | None = None) -> Message | None:
-        """The next message from the last stage (None once `stop` is set); a StageError when a stage
-        failed or died."""
+        """The next message from the last stage (None once `stop` is set); a StageError naming the stage
+        when one failed, died, or stopped answering for the stage timeout."""
         if self._loopback:
             return self._loopback.popleft()
         assert self._inbox is not None
+        heard = time.monotonic()
         while True:
             try:
                 message = self._inbox.get(timeout=1.0)
@@ -255,17 +303,24 @@ class PipelineBackend:
                 self._check_processes()
                 if stop is not None and stop.is_set():
                     return None
+                if time.monotonic() - heard > self.stage_timeout_s:
+                    raise StageError(
+                        f"pipeline {self._inbox.peer} stopped answering: it sent nothing for "
+                        f"{self.stage_timeout_s:g} s, not even a heartbeat (stopped, hung, or cut off from "
+                        "stage 0)"
+                    ) from None
                 continue
             if isinstance(message, Closed):
                 self._check_processes()
                 raise StageError(
-                    f"the pipeline ring broke: the connection from {message.peer} closed ({message.reason}); "
-                    "a stage died or was stopped"
+                    f"pipeline {message.peer} went away: its connection to stage 0 closed ({message.reason}); "
+                    "it died or was stopped"
                 )
+            heard = time.monotonic()
+            if message.type == HEARTBEAT:
+                continue
             if message.type == "error":
-                raise StageError(
-                    f"pipeline stage {message.header['stage']} failed: {message.header['message']}"
-                )
+                raise self._stage_error(message)
             return message
 
     # --- generation ----------------------------------------------------------------------------
@@ -351,7 +406,8 @@ class PipelineBackend:
         mb, self._next_mb = self._next_mb, self._next_mb + 1
         encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
         started = time.perf_counter()
-        hidden = self.stage.forward(mb, encoded["input_ids"], encoded["attention_mask"])
+        with self._progress.busy(self.stage_timeout_s):
+            hidden = self.stage.forward(mb, encoded["input_ids"], encoded["attention_mask"])
         settings = {
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
@@ -367,7 +423,8 @@ class PipelineBackend:
 
     def _decode(self, mb: int, tokens: torch.Tensor) -> None:
         started = time.perf_counter()
-        hidden = self.stage.forward(mb, tokens.unsqueeze(1))
+        with self._progress.busy(self.stage_timeout_s):
+            hidden = self.stage.forward(mb, tokens.unsqueeze(1))
         self._send(Message({"type": "step", "mb": mb, "times": [time.perf_counter() - started]}, [hidden]))
 
     def _completions(self, batch: _InFlight, message: Message) -> list[Completion]:

@@ -2,8 +2,9 @@
 micro-batch, and (on the last stage) the output layer and the sampler.
 
 A stage keeps the model's own base-model module with only its layers in it (renumbered, with a config
-that says so), so masks, rotary positions and the cache are built by transformers exactly as in the
-whole model: greedy output is the unsplit model's token for token. The first stage embeds token ids;
+that says so), built and read from the checkpoint by `genesys.inference.shard` without the rest of the
+model, so masks, rotary positions and the cache are built by transformers exactly as in the whole
+model: greedy output is the unsplit model's token for token. The first stage embeds token ids;
 the others take the previous stage's hidden states; the last applies the final norm and output layer
 and draws tokens as `genesys.generate.hf` does (the same warpers, `TokenSampler` and per-batch seed),
 so seeded samples match the transformers backend's batch for batch too.
@@ -16,7 +17,7 @@ rest of the ring), passes the setup on, loads its layers, then serves steps unti
 from __future__ import annotations
 
 import argparse
-import copy
+import queue
 import sys
 import time
 import traceback
@@ -24,13 +25,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from genesys.config import ProofConfig, SamplingConfig
-from genesys.errors import InputError
+from genesys.errors import GenesysError
 from genesys.generate.hf import TokenSampler
-from genesys.inference.transport import Closed, Inbox, Link, Message, accept, connect, listen
-from genesys.models import load_causal_lm, sampling_warpers
+from genesys.inference.auth import ring_secret
+from genesys.inference.errors import StageError
+from genesys.inference.shard import load_stage
+from genesys.inference.transport import (
+    HEARTBEAT,
+    Closed,
+    Inbox,
+    Link,
+    Message,
+    Progress,
+    accept,
+    connect,
+    listen,
+)
+from genesys.models import sampling_warpers
+
+SETUP_WAIT_S = 60.0  # from an authenticated connection to its setup message
+LOAD_TIMEOUT_S = 3600.0  # a stage still reading its layers after this long is reported as hung
 
 
 @dataclass
@@ -59,38 +75,24 @@ class StageModel:
         device: str | None = None,
         dtype: str | None = None,
         proofs: ProofConfig | None = None,
-        on_loaded: Any = None,
     ) -> None:
-        self.device, self.tokenizer, full = load_causal_lm(model, device, dtype)
-        self.generation_config = full.generation_config
-        if on_loaded is not None:  # the first stage hashes the whole model's weights for the proofs
-            on_loaded(full)
-        base = full.base_model
-        if not isinstance(getattr(base, "layers", None), nn.ModuleList) or not hasattr(base, "norm"):
-            raise InputError(
-                f"--model {model!r}: the pipeline backend splits decoders whose base model has `layers` and "
-                "`norm` (the Llama, Qwen and Mistral families)"
-            )
-        start, end = layer_range
-        kept = list(base.layers[start:end])
-        for local, layer in enumerate(kept):
-            layer.self_attn.layer_idx = local
-        config = copy.deepcopy(base.config)
-        config.num_hidden_layers = len(kept)
-        if getattr(config, "layer_types", None):
-            config.layer_types = list(config.layer_types[start:end])
-        base.layers = nn.ModuleList(kept)
-        base.config = config
-        self.output = full.lm_head if last else None
-        if not first:
-            base.embed_tokens = None
-        if not last:
-            base.norm = nn.Identity()
-        self.base = base
-        self.config = config
+        modules = load_stage(model, layer_range, first, last, device, dtype)
+        self.device = modules.device
+        self.dtype = modules.dtype
+        self.base = modules.base
+        self.output = modules.output
+        self.config = modules.config
+        self.checkpoint_tensors = modules.read
         self.first, self.last = first, last
         self.proofs = proofs
         self.batches: dict[int, _Sequences] = {}
+
+    def parameter_count(self) -> int:
+        """The parameters this stage holds (tied ones once)."""
+        held = {
+            id(p): p for module in (self.base, self.output) if module is not None for p in module.parameters()
+        }
+        return sum(p.numel() for p in held.values())
 
     @torch.inference_mode()
     def forward(
@@ -202,77 +204,133 @@ class StageModel:
         self.batches.pop(mb, None)
 
 
-def serve(address: str, device: str | None = None, threads: int | None = None, announce: Any = print) -> int:
-    """Serve one stage of one ring at `address`; returns the exit code (0 after a clean shutdown)."""
+def heartbeat_interval(timeout_s: float) -> float:
+    """How often a link sends a heartbeat: several times within the ring's stage timeout."""
+    return min(1.0, timeout_s / 4)
+
+
+def serve(
+    address: str,
+    device: str | None = None,
+    threads: int | None = None,
+    announce: Any = print,
+    secret: bytes | None = None,
+) -> int:
+    """Serve one stage of one ring at `address`; returns the exit code (0 after a clean shutdown).
+    Only a previous stage that proves it knows `secret` (default: `GENESYS_PIPELINE_SECRET`) is served."""
+    secret = secret or ring_secret()
     if threads:
         torch.set_num_threads(threads)
     server = listen(address)
     host, port = server.getsockname()[:2]
     announce(f"listening on {host}:{port}")
     sys.stdout.flush()
-    inbox = Inbox(accept(server), "the previous stage")
+    sock, session = accept(server, secret, _say)
     server.close()
-    setup = inbox.get()
+    inbox = Inbox(sock, "the previous stage", session, timeout_s=SETUP_WAIT_S)
+    try:
+        setup = inbox.get(timeout=SETUP_WAIT_S)
+    except queue.Empty:
+        setup = Closed(inbox.peer, f"no setup within {SETUP_WAIT_S:.0f} s")
     if isinstance(setup, Closed) or setup.type != "setup":
-        print("genesys pipeline-stage: the previous stage sent no setup; exiting", file=sys.stderr)
+        _say("the previous stage sent no setup; exiting")
         return 1
     spec = setup.header
-    index, stages = spec["index"], spec["stages"]
+    index, stages, timeout_s = spec["index"], spec["stages"], spec["stage_timeout_s"]
     last = index == stages - 1
+    inbox.peer, inbox.timeout_s = f"stage {index - 1}", timeout_s
+    inbox.sock.settimeout(timeout_s)
     next_address = spec["ring"][0]
-    link = Link(
-        connect(next_address), f"stage {(index + 1) % stages} at {next_address}", spec["latency_ms"] / 1e3
-    )
+    peer = f"stage {(index + 1) % stages} at {next_address}"
+    sock, session = connect(next_address, secret, peer)
+    link = Link(sock, peer, spec["latency_ms"] / 1e3, session, timeout_s)
+    progress = Progress()
+    link.keep_alive(heartbeat_interval(timeout_s), progress)
     if last:
         link.send(Message({"type": "ready"}))
     else:
         link.send(Message({**spec, "index": index + 1, "ring": spec["ring"][1:]}))
     try:
         proofs = ProofConfig(**spec["proofs"]) if last and spec.get("proofs") else None
-        stage = StageModel(
-            spec["model"],
-            tuple(spec["ranges"][index]),
-            False,
-            last,
-            device or spec.get("device"),
-            spec.get("dtype"),
-            proofs,
-        )
-    except Exception as exc:  # noqa: BLE001 - whatever stops the load, the first stage must hear of it
-        link.send(Message({"type": "error", "stage": index, "message": f"loading failed: {exc}"}))
-        link.close()
-        return 1
-    return _serve_steps(stage, index, inbox, link)
-
-
-def _serve_steps(stage: StageModel, index: int, inbox: Inbox, link: Link) -> int:
-    while True:
-        message = inbox.get()
-        if isinstance(message, Closed):
-            print(
-                f"genesys pipeline-stage {index}: {message.peer} went away ({message.reason})",
-                file=sys.stderr,
+        with progress.busy(LOAD_TIMEOUT_S):
+            stage = StageModel(
+                spec["model"],
+                tuple(spec["ranges"][index]),
+                False,
+                last,
+                device or spec.get("device"),
+                spec.get("dtype"),
+                proofs,
             )
+    except Exception as exc:  # noqa: BLE001 - whatever stops the load, the first stage must hear of it
+        return _report(link, index, index, f"failed: loading failed: {exc}")
+    return _serve_steps(stage, index, stages, inbox, link, progress, timeout_s)
+
+
+def _say(text: str) -> None:
+    print(f"genesys pipeline-stage: {text}", file=sys.stderr, flush=True)
+
+
+def _report(link: Link, index: int, stage: int, text: str) -> int:
+    """Send the error of `stage` on round the ring to the first stage (this is stage `index`), and end."""
+    _say(f"(stage {index}) stage {stage} {text}")
+    try:
+        link.send(Message({"type": "error", "stage": stage, "message": text}))
+    except StageError:
+        pass
+    link.close()
+    return 1
+
+
+def _serve_steps(
+    stage: StageModel, index: int, stages: int, inbox: Inbox, link: Link, progress: Progress, timeout_s: float
+) -> int:
+    previous = (index - 1) % stages
+    while True:
+        try:
+            message = inbox.get(timeout=timeout_s)
+        except queue.Empty:
+            return _report(
+                link,
+                index,
+                previous,
+                f"stopped answering: it sent nothing for {timeout_s:g} s, not even a heartbeat (stopped, "
+                f"hung, or cut off from stage {index}, which noticed)",
+            )
+        if isinstance(message, Closed):
+            return _report(
+                link,
+                index,
+                previous,
+                f"went away: its connection to stage {index} closed ({message.reason}); it died or was stopped",
+            )
+        try:
+            if message.type == HEARTBEAT:
+                continue
+            if message.type == "step":
+                try:
+                    with progress.busy(timeout_s):
+                        out = stage.handle(message)
+                except Exception as exc:  # noqa: BLE001 - reported to the first stage, which fails the run
+                    traceback.print_exc()
+                    out = Message(
+                        {"type": "error", "stage": index, "message": f"failed: {type(exc).__name__}: {exc}"}
+                    )
+                link.send(out)
+            elif message.type == "release":
+                stage.release(message.header["mb"])
+                if not stage.last:
+                    link.send(message)
+            else:  # errors and shutdown go on round the ring
+                link.send(message)
+                if message.type == "shutdown":
+                    link.close()
+                    inbox.close()
+                    return 0
+        except StageError as exc:  # the next stage does not take messages: it will report this one
+            _say(f"(stage {index}) {exc}")
             link.close(flush=False)
             return 1
-        if message.type == "step":
-            try:
-                link.send(stage.handle(message))
-            except Exception as exc:  # noqa: BLE001 - reported to the first stage, which fails the run
-                traceback.print_exc()
-                link.send(
-                    Message({"type": "error", "stage": index, "message": f"{type(exc).__name__}: {exc}"})
-                )
-        elif message.type == "release":
-            stage.release(message.header["mb"])
-            if not stage.last:
-                link.send(message)
-        else:  # errors and shutdown go on round the ring
-            link.send(message)
-            if message.type == "shutdown":
-                link.close()
-                inbox.close()
-                return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,7 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="torch device (default: the setup's, else cuda when available)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     args = parser.parse_args(argv)
-    return serve(args.listen, args.device, args.threads)
+    try:
+        return serve(args.listen, args.device, args.threads)
+    except GenesysError as exc:
+        _say(f"error: {exc}")
+        return 2
 
 
 if __name__ == "__main__":
