@@ -1,10 +1,14 @@
-"""The `pipeline` backend: the ring's transport, greedy and seeded output identical to the unsplit
-model, the generate command's rows, resume and verification, stages started by address, a stage
-that dies, and TOPLOC proofs of the last stage validated like any rows."""
+"""The `pipeline` backend: greedy and seeded output identical to the unsplit model, the generate
+command's rows, resume and verification, stages started by address (and only those that know the
+ring's secret), a stage that dies or stops answering, and TOPLOC proofs of the last stage validated
+like any rows. The transport's authentication: test_inference_auth.py; stage-only loading:
+test_inference_shard.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from genesys.config import PromptStyle, SamplingConfig
 from genesys.generate.backend import GenerationRequest, iterate
 from genesys.generate.hf import TransformersBackend
+from genesys.inference.auth import SECRET_ENV
 from genesys.inference.backend import PipelineBackend
-from genesys.inference.transport import Closed, Inbox, Link, Message, StageError, encode, read_message
+from genesys.inference.errors import AuthenticationError, StageError
 
 
 @pytest.fixture(scope="module")
@@ -78,50 +82,6 @@ def unsplit(four_layers: str) -> dict[float, dict[str, list[tuple]]]:
     }
 
 
-# --- transport -------------------------------------------------------------------------------------
-
-
-def test_messages_keep_header_and_tensors_of_every_dtype():
-    a, b = socket.socketpair()
-    tensors = [
-        torch.randn(2, 3).to(torch.bfloat16),
-        torch.arange(4),
-        torch.ones(2, 0),
-        torch.tensor([True, False]),
-    ]
-    a.sendall(encode(Message({"type": "step", "mb": 3}, tensors)))
-    got = read_message(b)
-    assert got.header == {"type": "step", "mb": 3}
-    for sent, received in zip(tensors, got.tensors):
-        assert received.dtype == sent.dtype and torch.equal(received, sent)
-
-
-def test_a_malformed_or_pickled_message_closes_the_inbox_naming_the_peer():
-    a, b = socket.socketpair()
-    inbox = Inbox(b, "stage 2")
-    header = b'{"type": "step", "tensors": [{"dtype": "object", "shape": [1]}]}'
-    a.sendall(len(header).to_bytes(4, "big") + header)
-    closed = inbox.get(timeout=30)
-    assert isinstance(closed, Closed) and closed.peer == "stage 2" and "malformed" in closed.reason
-
-
-def test_a_link_delivers_no_sooner_than_its_latency_and_in_order():
-    a, b = socket.socketpair()
-    link, inbox = Link(a, "stage 1", latency_s=0.2), Inbox(b, "stage 0")
-    sent = time.monotonic()
-    for k in range(3):
-        link.send(Message({"type": "step", "mb": k}))
-    first = inbox.get(timeout=30)
-    assert time.monotonic() - sent >= 0.2
-    assert [first.header["mb"], inbox.get(timeout=30).header["mb"], inbox.get(timeout=30).header["mb"]] == [
-        0,
-        1,
-        2,
-    ]
-    link.close()
-    assert isinstance(inbox.get(timeout=30), Closed)
-
-
 # --- one stage, in this process ---------------------------------------------------------------------
 
 
@@ -147,34 +107,143 @@ def test_split_rings_give_the_unsplit_models_greedy_and_seeded_tokens(
         assert_same(_outputs(backend, _requests(temperature)), unsplit[temperature])
 
 
+SECRET = "pipeline-test-secret-" + "x" * 16
+
+
+def _start_stages(
+    count: int, logs: Path, secret: str | None = SECRET
+) -> tuple[list[subprocess.Popen], list[str]]:
+    """`count` stages started by address, as on other machines; their processes and addresses. Each
+    one's messages go to `logs`/stage-K.log."""
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    if secret is not None:
+        env[SECRET_ENV] = secret
+    processes = []
+    for index in range(1, count + 1):
+        with open(logs / f"stage-{index}.log", "w") as log:
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "genesys.cli",
+                        "pipeline-stage",
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--threads",
+                        "1",
+                    ],
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    env=env,
+                )
+            )
+    addresses = [p.stdout.readline().removeprefix("listening on ").strip() for p in processes]
+    return processes, addresses
+
+
+def _end(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.distributed
-def test_stages_started_by_address_form_the_ring(four_layers, unsplit):
-    processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "genesys.cli",
-                "pipeline-stage",
-                "--listen",
-                "127.0.0.1:0",
-                "--threads",
-                "1",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+def test_stages_started_by_address_form_the_ring_and_refuse_whoever_lacks_the_secret(
+    four_layers, unsplit, tmp_path, monkeypatch
+):
+    from genesys.inference.transport import Message, connect, encode, listen, seal
+
+    processes, peers = _start_stages(2, tmp_path)
     try:
-        peers = [p.stdout.readline().removeprefix("listening on ").strip() for p in processes]
+        # An intruder that reaches stage 1 sends it a setup pointing the ring at itself...
+        trap = listen("127.0.0.1:0")
+        trap.setblocking(False)
+        host, port = peers[0].rsplit(":", 1)
+        intruder = socket.create_connection((host, int(port)))
+        setup = {
+            "type": "setup", "model": four_layers, "stages": 2, "index": 1, "ranges": [[0, 2], [2, 4]],
+            "ring": [f"127.0.0.1:{trap.getsockname()[1]}"], "latency_ms": 0, "stage_timeout_s": 60,
+        }  # fmt: skip
+        intruder.sendall(seal(encode(Message(setup)), b"\0" * 32, 0))
+        # ... and an impostor with another secret tries the handshake: neither gets in.
+        with pytest.raises(AuthenticationError, match="does not know this ring's secret"):
+            connect(peers[0], b"another secret, as long as it needs to be", "stage 1")
+        monkeypatch.setenv(SECRET_ENV, SECRET)
         backend = PipelineBackend(four_layers, PromptStyle(), stages=3, batch_size=4, peers=peers)
         assert_same(_outputs(backend, _requests(0.0)), unsplit[0.0])
         assert [p.wait(timeout=60) for p in processes] == [0, 0]
+        with pytest.raises(BlockingIOError):
+            trap.accept()  # stage 1 never followed the injected setup
+        log = (tmp_path / "stage-1.log").read_text()
+        assert "refused a connection" in log and "did not open with the pipeline handshake" in log, log
+        intruder.close()
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
+        _end(processes)
+
+
+@pytest.mark.distributed
+def test_a_first_stage_with_another_secret_cannot_join_and_the_stage_keeps_listening(
+    four_layers, tmp_path, monkeypatch
+):
+    processes, peers = _start_stages(1, tmp_path)
+    try:
+        monkeypatch.setenv(SECRET_ENV, "not the ring's secret, but long enough to pass")
+        with pytest.raises(
+            AuthenticationError, match=f"stage 1 at {peers[0]} does not know this ring's secret"
+        ):
+            PipelineBackend(four_layers, PromptStyle(), stages=2, peers=peers)
+        assert processes[0].poll() is None  # still waiting for the real first stage
+    finally:
+        _end(processes)
+
+
+def test_stages_on_other_machines_need_the_secret(four_layers, monkeypatch):
+    from genesys.errors import InputError
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    with pytest.raises(InputError, match=f"{SECRET_ENV} is not set"):
+        PipelineBackend(four_layers, PromptStyle(), stages=2, peers=["127.0.0.1:1"])
+
+
+def test_a_stage_started_without_the_secret_says_so_and_exits(tmp_path):
+    from conftest import GENESYS
+
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    result = subprocess.run(
+        [GENESYS, "pipeline-stage", "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    assert f"{SECRET_ENV} is not set" in result.stderr and "listening" not in result.stdout
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("stopped", [1, 2])
+def test_a_stage_that_stops_answering_fails_the_run_naming_it_after_the_batches_done(four_layers, stopped):
+    backend = PipelineBackend(
+        four_layers, PromptStyle(), stages=3, batch_size=2, latency_ms=20, stage_timeout_s=10
+    )
+    results = iterate(backend.generate(_requests(0.0, count=8, n=1, max_tokens=40)))
+    process = backend._processes[stopped - 1]
+    try:
+        assert next(results).completions
+        os.kill(process.pid, signal.SIGSTOP)  # alive, holding its connections, silent
+        # Stage 2 notices that stage 1 stopped; stage 0 notices that stage 2 (the last) did.
+        with pytest.raises(
+            StageError, match=rf"stage {stopped} at 127.0.0.1:\d+ stopped answering: it sent nothing for 10 s"
+        ):
+            for _ in results:
+                pass
+    finally:
+        results.close()
+        backend.close()  # kills the stopped stage
+    assert process.poll() is not None
 
 
 @pytest.mark.distributed
@@ -233,6 +302,60 @@ def test_generate_command_writes_rows_resumes_and_verifies(four_layers, tmp_path
         assert row["finish_reason"] in ("stop", "length")
         assert row["score"] in (0.0, 1.0)
         assert row["machine_info"]["backend"] == "pipeline"
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("how", ["stopped", "killed"])
+def test_a_run_whose_stage_stops_or_dies_keeps_its_rows_and_resumes_with_new_stages(
+    four_layers, tmp_path, how
+):
+    from conftest import GENESYS, read_jsonl, write_jsonl
+
+    tasks = write_jsonl(
+        tmp_path / "tasks.jsonl",
+        [
+            {"problem_id": f"p{i}", "task_type": "verifiable_math", "prompt": f"What is {i} + {i}?",
+             "verification_info": {"ground_truth": str(2 * i)}}
+            for i in range(8)
+        ],
+    )  # fmt: skip
+    output = tmp_path / "rows.jsonl"
+
+    def run(peers: list[str]) -> subprocess.Popen:
+        command = [
+            GENESYS, "generate", "--tasks", str(tasks), "--model", four_layers, "-o", str(output),
+            "--max-tokens", "32", "--backend", "pipeline", "--backend_options.stages", "3",
+            "--backend_options.peers", ",".join(peers), "--backend_options.latency_ms", "10",
+            "--backend_options.stage_timeout_s", "10", "--batch-size", "1", "--no-progress",
+        ]  # fmt: skip
+        return subprocess.Popen(
+            command, stderr=subprocess.PIPE, text=True, env={**os.environ, SECRET_ENV: SECRET}
+        )
+
+    processes, peers = _start_stages(2, tmp_path)
+    try:
+        first = run(peers)
+        while not (output.exists() and output.read_text().count("\n") >= 1) and first.poll() is None:
+            time.sleep(0.2)
+        os.kill(processes[0].pid, signal.SIGSTOP if how == "stopped" else signal.SIGKILL)  # stage 1
+        _, stderr = first.communicate(timeout=600)
+    finally:
+        _end(processes)
+    assert first.returncode != 0
+    what = "stopped answering: it sent nothing for 10 s" if how == "stopped" else "went away"
+    assert f"stage 1 at {peers[0]} {what}" in stderr, stderr
+    kept = read_jsonl(output)
+    assert 1 <= len(kept) < 8
+    processes, peers = _start_stages(2, tmp_path)  # the same command, with the stages restarted
+    try:
+        second = run(peers)
+        _, stderr = second.communicate(timeout=600)
+        assert second.returncode == 0, stderr
+    finally:
+        _end(processes)
+    rows = read_jsonl(output)
+    assert len(rows) == 8 and len({row["response_id"] for row in rows}) == 8
+    assert rows[: len(kept)] == kept
 
 
 @pytest.mark.distributed

@@ -361,6 +361,13 @@ class BackendOptions:
         "HOST:PORT` and the same GENESYS_PIPELINE_SECRET as this process (default: start them as local processes)",
         metavar="HOST:PORT,...",
     )
+    listen: str | None = setting(
+        None,
+        "pipeline: HOST:PORT at which this first stage accepts the last stage's connection; the last stage is "
+        "told HOST unless it is 0.0.0.0 (default: 0.0.0.0 and a free port, told as the address stage 1 is "
+        "reached from; 127.0.0.1 without peers)",
+        metavar="HOST:PORT",
+    )
     stage_timeout_s: float | None = setting(
         None,
         "pipeline: seconds a stage may send nothing (no step, no heartbeat) or take one step before the run "
@@ -408,6 +415,7 @@ BACKEND_OPTION_OWNERS = {
     "latency_ms": ("pipeline",),
     "micro_batches": ("pipeline",),
     "peers": ("pipeline",),
+    "listen": ("pipeline",),
     "stage_timeout_s": ("pipeline",),
     "base_url": ("openai",),
     "api_key": ("openai",),

@@ -13,8 +13,14 @@ once, each stage serving them in turn (`genesys.inference.plan` says when that p
 made as the transformers backend makes them (one sampling setting each, longest prompts first) and
 seeded the same way, so a batch samples the same tokens either way.
 
-A stage that fails reports its error round the ring; one that dies closes its connections. Either
-way the run stops with a `StageError` naming the stage, after the rows already done were handed on.
+Each stage, this one included, reads only its own layers from the checkpoint (`genesys.inference.shard`).
+Every connection of the ring is authenticated both ways on the shared secret `GENESYS_PIPELINE_SECRET`
+and every message carries a MAC (`genesys.inference.auth`); stages started here get a fresh secret.
+
+A stage that fails reports its error round the ring; one that dies closes its connections, and its
+successor reports it; one that stops answering (stopped, hung, cut off) sends no heartbeat for
+`stage_timeout_s`, and its successor reports that. Either way the run stops with a `StageError` naming
+the stage, after the rows already done were handed on.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from genesys.inference.transport import (
     accept,
     connect,
     listen,
+    parse_address,
 )
 from genesys.models import load_generation_config, load_tokenizer, stop_token_ids
 from genesys.tasks.prompts import render_ids
@@ -93,6 +100,7 @@ class PipelineBackend:
         micro_batches: int = 1,
         batch_size: int = 8,
         peers: list[str] | None = None,
+        listen: str | None = None,
         stage_timeout_s: float = DEFAULT_STAGE_TIMEOUT_S,
         device: str | None = None,
         dtype: str | None = None,
@@ -111,6 +119,12 @@ class PipelineBackend:
         # Stages on other machines must be given the secret; local ones get a fresh one unless it is set.
         self._secret = ring_secret() if peers or SECRET_ENV in os.environ else new_secret().encode()
         self.stage_timeout_s = stage_timeout_s
+        if listen is not None:
+            try:
+                parse_address(listen)
+            except ValueError as exc:
+                raise InputError(f"--backend_options.listen: {exc}") from None
+        self.listen_address = listen  # where the last stage connects back to this one
         self.model_name = model
         self.style = style
         self.stages = stages
@@ -146,7 +160,7 @@ class PipelineBackend:
             if device in (None, "cpu") and not peers:  # share this machine's cores among the stages
                 torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.stages))
             addresses = peers or self._spawn_local_stages()
-            server = listen("0.0.0.0:0" if peers else "127.0.0.1:0")
+            server = listen(self.listen_address or ("0.0.0.0:0" if peers else "127.0.0.1:0"))
         proofs = None
         if self.proofs is not None:
             from genesys.proofs.toploc import proof_settings_for, require_toploc
@@ -167,7 +181,10 @@ class PipelineBackend:
             return
         self._addresses = list(addresses)
         sock, session = connect(addresses[0], self._secret, self._stage_name(1))
-        back = f"{sock.getsockname()[0]}:{server.getsockname()[1]}"
+        host = parse_address(self.listen_address)[0] if self.listen_address else "0.0.0.0"
+        if host in ("0.0.0.0", "::", ""):  # the address this machine reaches stage 1 from
+            host = sock.getsockname()[0]
+        back = f"{host}:{server.getsockname()[1]}"
         self._link = Link(sock, self._stage_name(1), self.latency_s, session, self.stage_timeout_s)
         self._link.keep_alive(heartbeat_interval(self.stage_timeout_s), self._progress)
         self._link.send(
@@ -287,7 +304,9 @@ class PipelineBackend:
 
     def _stage_error(self, message: Message) -> StageError:
         stage = message.header["stage"]
-        return StageError(f"pipeline {self._stage_name(stage) if stage else 'stage 0'} {message.header['message']}")
+        return StageError(
+            f"pipeline {self._stage_name(stage) if stage else 'stage 0'} {message.header['message']}"
+        )
 
     def _receive(self, stop: threading.Event | None = None) -> Message | None:
         """The next message from the last stage (None once `stop` is set); a StageError naming the stage
