@@ -172,7 +172,9 @@ def test_stages_started_by_address_form_the_ring_and_refuse_whoever_lacks_the_se
         with pytest.raises(AuthenticationError, match="does not know this ring's secret"):
             connect(peers[0], b"another secret, as long as it needs to be", "stage 1")
         monkeypatch.setenv(SECRET_ENV, SECRET)
-        backend = PipelineBackend(four_layers, PromptStyle(), stages=3, batch_size=4, peers=peers)
+        backend = PipelineBackend(
+            four_layers, PromptStyle(), stages=3, batch_size=4, peers=peers, listen="127.0.0.1:0"
+        )
         assert_same(_outputs(backend, _requests(0.0)), unsplit[0.0])
         assert [p.wait(timeout=60) for p in processes] == [0, 0]
         with pytest.raises(BlockingIOError):
@@ -206,6 +208,13 @@ def test_stages_on_other_machines_need_the_secret(four_layers, monkeypatch):
     monkeypatch.delenv(SECRET_ENV, raising=False)
     with pytest.raises(InputError, match=f"{SECRET_ENV} is not set"):
         PipelineBackend(four_layers, PromptStyle(), stages=2, peers=["127.0.0.1:1"])
+
+
+def test_a_listen_address_that_is_not_host_port_is_an_error_naming_the_flag(four_layers):
+    from genesys.errors import InputError
+
+    with pytest.raises(InputError, match="--backend_options.listen: 'somewhere' is not HOST:PORT"):
+        PipelineBackend(four_layers, PromptStyle(), stages=2, listen="somewhere")
 
 
 def test_a_stage_started_without_the_secret_says_so_and_exits(tmp_path):

@@ -126,3 +126,18 @@ def test_the_streamed_weights_hash_is_the_loaded_models(four_layers, sharded, dt
     loaded = weights_sha256(AutoModelForCausalLM.from_pretrained(four_layers, dtype=dtype))
     assert checkpoint_weights_sha256(four_layers, dtype) == loaded
     assert checkpoint_weights_sha256(sharded, getattr(torch, dtype)) == loaded
+
+
+def test_a_layer_the_checkpoint_lacks_is_an_error_naming_the_tensor(four_layers, tmp_path: Path):
+    import json
+    import shutil
+
+    shutil.copytree(four_layers, tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    config["num_hidden_layers"], config["layer_types"] = 5, ["full_attention"] * 5  # one more than saved
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    StageModel(str(tmp_path / "model"), (0, 2), True, False, device="cpu")  # its layers are there
+    with pytest.raises(
+        InputError, match=r"no tensor 'model\.layers\.4\..*' \(needed by the stage of layers 3\.\.4\)"
+    ):
+        StageModel(str(tmp_path / "model"), (3, 5), False, True, device="cpu")

@@ -80,12 +80,13 @@ def load_stage(
         )
     layers_path = next(name for name, module in skeleton.named_modules() if module is base.layers)
     local_layer = re.compile(rf"^{re.escape(layers_path)}\.(\d+)\.")
-    output_name = next(name for name, module in skeleton.named_modules() if module is skeleton.lm_head)
+    output_layer = skeleton.get_output_embeddings()
+    output_name = next(name for name, module in skeleton.named_modules() if module is output_layer)
     if not first:
         base.embed_tokens = None
     if not last:
         base.norm = nn.Identity()
-        setattr(skeleton, output_name, None)
+        _replace_module(skeleton, output_name, None)
 
     def in_checkpoint(name: str) -> str:
         return local_layer.sub(lambda m: f"{layers_path}.{start + int(m.group(1))}.", name)
@@ -115,8 +116,13 @@ def load_stage(
                 _set(skeleton, name, checkpoint.read(key).to(device=device, dtype=buffer.dtype), False)
         read = list(checkpoint.read_names)
     _rebuild_computed_buffers(skeleton, device)
-    base, output = skeleton.base_model, (getattr(skeleton, output_name) if last else None)
+    base, output = skeleton.base_model, (skeleton.get_submodule(output_name) if last else None)
     return StageModules(base.eval(), output, stage_config.get_text_config(), device, torch_dtype, read)
+
+
+def _replace_module(root: nn.Module, name: str, module: nn.Module | None) -> None:
+    parent, _, leaf = name.rpartition(".")
+    setattr(root.get_submodule(parent), leaf, module)
 
 
 def _rebuild_computed_buffers(root: nn.Module, device: str) -> None:
@@ -132,8 +138,7 @@ def _rebuild_computed_buffers(root: nn.Module, device: str) -> None:
             )
         with torch.device(device):
             rebuilt = type(module)(module.config)
-        parent, _, leaf = name.rpartition(".")
-        setattr(root.get_submodule(parent), leaf, rebuilt)
+        _replace_module(root, name, rebuilt)
     left = [n for n, t in [*root.named_parameters(), *root.named_buffers()] if t.is_meta]
     if left:
         raise InputError(f"the pipeline backend left {', '.join(left[:3])} of this model unmaterialised")
