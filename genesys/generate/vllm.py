@@ -48,7 +48,6 @@ from genesys.proofs.vllm_capture import (
     sample_name,
     sampling_extra_args,
 )
-from genesys.tasks.prompts import render_ids
 
 
 def reload_in_place(worker: Any, weights: Iterable[tuple[str, Any]]) -> None:
@@ -373,9 +372,7 @@ class VLLMBackend:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
         and, with proofs, for each output's completions in sample order their proofs and (with
         sampling proofs) the tokens and logprobs the seeded sampler recorded."""
-        prompts = [
-            {"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style, r.tools)} for r in chunk
-        ]
+        prompts = [{"prompt_token_ids": r.prompt_token_ids(self.tokenizer, self.style)} for r in chunk]
         if self.proofs is None:
             return (
                 self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False),

@@ -61,7 +61,6 @@ from genesys.inference.transport import (
     listen,
 )
 from genesys.models import stop_token_ids
-from genesys.tasks.prompts import render_ids
 
 SETUP_TIMEOUT_S = 600.0  # for every stage to load its layers and the ring to close
 
@@ -272,7 +271,7 @@ class PipelineBackend:
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         requests = list(requests)
-        prompts = [render_ids(self.tokenizer, r.messages, self.style) for r in requests]
+        prompts = [r.prompt_token_ids(self.tokenizer, self.style) for r in requests]
         loop = asyncio.get_running_loop()
         done: asyncio.Queue[tuple[list[tuple[int, int]], list[Completion]] | None] = asyncio.Queue()
 

@@ -209,7 +209,7 @@ def draw_rows(
     out = GeneratedRows([], 0, None)
     for result in results:
         out.rows.extend(builder.rows(plans[result.request.key], result))
-        out.tokens += sum(len(c.completion_ids or ()) for c in result.completions)
+        out.tokens += sum(c.sampled_tokens for c in result.completions)
         out.weights_version = (
             result.weights_version
             if out.weights_version is None
