@@ -3,7 +3,9 @@ rollout workers of training alike.
 
 The actor builds its backend with the factory it is given (a picklable callable such as
 `functools.partial(create_backend, name, model, style, options)`), so this package knows no
-backend. `generate(requests, weights)` returns the results of a chunk of requests; given
+backend. `generate(requests, weights, tasks)` returns the results of a chunk of requests; given the
+requests' task rows (`tasks`, by request key) a task of an environment's type is played in it, on
+this actor, its model turns batched with the chunk's others (`genesys.generate.episodes`). Given
 `weights` (a published version, `genesys.cluster.weights.PublishedWeights`) it first loads them
 unless it holds them or newer ones already. So no job runs on weights older than those published
 when it was sent, and an actor that Ray restarted (its constructor loads the starting model again)
@@ -56,12 +58,20 @@ class GenerationActor:
 
         return ray.get_runtime_context().was_current_actor_reconstructed
 
-    def generate(self, requests: list[Any], weights: Any = None) -> Generated:
-        """The results of `requests`, on `weights` or newer ones when given."""
+    def generate(
+        self, requests: list[Any], weights: Any = None, tasks: dict[str, Any] | None = None
+    ) -> Generated:
+        """The results of `requests`, on `weights` or newer ones when given; with their task rows
+        (`tasks`), environment tasks are played."""
         if weights is not None:
             self._load(weights)
         started = time.perf_counter()
-        results = asyncio.run(_collect(self.backend.generate(requests)))
+        if tasks is None:
+            results = asyncio.run(_collect(self.backend.generate(requests)))
+        else:
+            from genesys.generate.episodes import generate_and_play
+
+            results = asyncio.run(_collect(generate_and_play(self.backend, requests, tasks)))
         version = min((result.weights_version for result in results), default=self.backend.weights_version)
         return Generated(results, version, time.perf_counter() - started)
 

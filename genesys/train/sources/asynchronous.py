@@ -297,7 +297,8 @@ class AsyncRollouts:
                 self.config, [(position, self.tasks[index]) for position, index in draws]
             )
             workers.check(slot)  # so a restart counts the job as sent again only if it came after this
-            workers.submit("generate", requests, self.published, slot=slot, tag=_Job(draws, plans))
+            tasks = {key: plan.row for key, plan in plans.items()}  # environment tasks are played
+            workers.submit("generate", requests, self.published, tasks, slot=slot, tag=_Job(draws, plans))
             self.counts.jobs += 1
             budget -= count
 
