@@ -24,6 +24,7 @@ from genesys.cluster.pool import ActorPool
 from genesys.cluster.session import ray_session
 from genesys.config import ClusterConfig, PromptStyle
 from genesys.generate.backend import GenerationRequest, GenerationResult, Weights, create_backend
+from genesys.generate.episodes import generate_and_play
 
 if TYPE_CHECKING:
     from genesys.plugins.specs import Environment
@@ -59,7 +60,7 @@ class RayBackend:
         self.pool = ActorPool(
             ray,
             GenerationActor,
-            (functools.partial(create_backend, name, model, style, options),),
+            (functools.partial(create_backend, name, model, style, options), generate_and_play),
             size=cluster.rollout_workers,
             cpus=cluster.rollout_cpus,
             gpus=cluster.rollout_gpus,

@@ -39,6 +39,7 @@ from genesys.cluster.generation import LANES, WEIGHTS_LANE, Generated, Generatio
 from genesys.cluster.pool import ActorPool, Call
 from genesys.cluster.session import ray_session
 from genesys.cluster.weights import PublishedWeights, publish
+from genesys.generate.episodes import generate_and_play
 from genesys.generate.rows import PlannedTask, RowBuilder
 from genesys.rewards import RewardStage
 from genesys.schema import Row
@@ -430,7 +431,7 @@ class AsyncRollouts:
         return ActorPool(
             self.ray,
             GenerationActor,
-            (make_backend,),
+            (make_backend, generate_and_play),
             size=cluster.rollout_workers,
             cpus=cluster.rollout_cpus,
             gpus=cluster.rollout_gpus,
