@@ -202,6 +202,11 @@ def split_by_tokens(sequences: Sequence[TrainingSequence], budget: int) -> list[
                 f"sequence {index} of the batch has {length} tokens (prompt {len(s.prompt_ids)} + completion "
                 f"{len(s.completion_ids)}), more than optim.micro_batch_tokens = {budget}; raise the budget to at "
                 "least the longest prompt plus sampling.max_tokens"
+                + (
+                    ""
+                    if s.completion_mask is None
+                    else " for every turn of a trajectory, and the messages between them"
+                )
             )
         for slot, free in enumerate(room):
             if length <= free:
