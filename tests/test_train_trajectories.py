@@ -173,8 +173,11 @@ class ScramblingTrainer(Trainer):
 def test_online_training_plays_the_environment_and_starts_on_policy(tiny_model, tmp_path, plugin_env):
     RecordingTrainer.seen = []
     tasks = digit_tasks(tmp_path / "tasks.jsonl", task_type=TURNS_TASK_TYPE)
-    result = train(config(tiny_model, tmp_path / "run", tasks), trainer=RecordingTrainer)
+    held_out = digit_tasks(tmp_path / "held_out.jsonl", count=2, task_type=TURNS_TASK_TYPE)
+    evaluated = {"tasks": [str(held_out)], "every": 1, "samples": 2}
+    result = train(config(tiny_model, tmp_path / "run", tasks, eval=evaluated), trainer=RecordingTrainer)
     first = result.metrics[0]
+    assert first["eval/held_out/errors"] == 0 and first["eval/held_out/accuracy"] is not None  # played too
     assert first["logprob_mismatch"] <= TOLERANCE  # every model token's logprob recomputes exactly
     assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and first["ratio_max"] <= 1 + TOLERANCE
     [sequences] = RecordingTrainer.seen
