@@ -598,3 +598,50 @@ def test_an_async_tool_is_awaited_and_cancelled_at_its_deadline():
     trajectory = asyncio.run(play(Lookup, task("lookup"), chat))
     assert trajectory.messages[2]["content"] == "FAST"
     assert trajectory.error == "turn 2: tool 'lookup' passed its 0.3 s deadline"
+
+
+# --- isolation = "process": a hard kill for sync code --------------------------------------------
+
+
+def _gone(pid: int, within: float = 30.0) -> bool:
+    """Whether process `pid` has exited (and been reaped) within `within` seconds."""
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_an_isolated_environment_keeps_its_state_in_a_process_of_its_own(toolenv):
+    trajectory = asyncio.run(play(toolenv.Stubborn, task("stubborn"), scripted("a", "b", "c", "d")))
+    assert trajectory.error is None and trajectory.finish_reason == "max_turns"
+    replies = [m["content"].split() for m in trajectory.messages if m["role"] == "user"][1:]
+    assert [steps for _, steps in replies] == ["1", "2", "3", "4"]  # one instance, its state kept
+    pids = {int(pid) for pid, _ in replies}
+    assert len(pids) == 1 and os.getpid() not in pids
+    assert _gone(pids.pop())  # the process ends with its rollout
+
+
+@pytest.mark.parametrize(
+    "move, error",
+    [
+        ("spin", "turn 2: step passed its 1 s deadline"),
+        (
+            '<tool_call>{"name": "hang", "arguments": {"seconds": 600}}</tool_call>',
+            "turn 2: tool 'hang' passed its 1 s deadline",
+        ),
+        ("exit", "turn 2: step: the environment's process died (exit code 3)"),
+        ("raise", "turn 2: step raised ValueError: a bad move"),
+    ],
+)
+def test_sync_code_of_an_isolated_environment_that_hangs_is_killed_at_its_deadline(toolenv, move, error):
+    """A spinning step or a sleeping tool is stopped: its process is killed, so nothing of it runs on."""
+    trajectory = asyncio.run(play(toolenv.Stubborn, task("stubborn"), scripted("first", move)))
+    assert trajectory.error == error and trajectory.turns == 2
+    pid = int(trajectory.messages[2]["content"].split()[0])
+    assert _gone(pid)

@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 from conftest import GENESYS, REPO, SUPPORT, read_jsonl, rollout, write_jsonl  # noqa: E402
 
 from genesys.cluster import NAMESPACE  # noqa: E402
-from genesys.testing.digits import digit_tasks  # noqa: E402
+from genesys.testing.digits import TURNS_TASK_TYPE, digit_tasks  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
 
 
@@ -115,6 +115,23 @@ def test_staleness_zero_on_ray_trains_on_policy(tiny_model, tmp_path, plugin_env
     assert (
         result.metrics[0]["logprob_mismatch"] <= 1e-4
     )  # the first batch comes from the trainer's own weights
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_rollout_workers_play_environment_tasks(tiny_model, tmp_path, plugin_env, local_ray):
+    """A task of an environment's type is played on the rollout workers, its trajectory's tokens
+    trained on from the trainer's own weights."""
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", task_type=TURNS_TASK_TYPE)
+    result = train(
+        ray_config(tiny_model, tmp_path / "run", tasks, staleness=0, steps=2, sampling={"max_tokens": 8})
+    )
+    first = result.metrics[0]
+    assert first["rollout_errors"] == 0 and first["groups_kept"] == 4
+    assert first["logprob_mismatch"] <= 1e-4 and first["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert (
+        2 * 32 <= first["tokens"] <= 2 * 8 * 32
+    )  # two turns of every rollout, the environment's tokens not counted
 
 
 def _kill_when(metrics: Path, steps: int, name_suffix: str, killed: dict[str, Any]) -> None:
@@ -408,6 +425,29 @@ def test_ray_generate_on_two_actors_equals_the_local_run_row_for_row(tmp_path, p
 
     assert by_id(tmp_path / "ray.jsonl") == by_id(tmp_path / "local.jsonl")
     assert all(row["machine_info"]["ray_actors"] == 2 for row in read_jsonl(tmp_path / "ray.jsonl"))
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_generate_plays_environment_tasks_on_the_actors_with_token_trajectories(
+    tiny_model, tmp_path, plugin_env, local_ray
+):
+    from genesys.generate.runner import run_generation
+
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", count=6, task_type=TURNS_TASK_TYPE)
+    output = tmp_path / "ray.jsonl"
+    config = _generate_config(
+        tiny_model, tasks, output, "transformers", {"backend": "ray", "rollout_workers": 2}, n=2, max_tokens=6
+    )
+    assert run_generation(config).generated == 12
+    rows = read_jsonl(output)
+    assert len(rows) == 12 and all(row["machine_info"]["ray_actors"] == 2 for row in rows)
+    for row in rows:
+        assert row["error"] is None and row["turns"] == 2 and row["finish_reason"] == "done"
+        assert [m["role"] for m in row["messages"]] == ["user", "assistant", "user", "assistant"]
+        mask = row["completion_mask"]
+        assert len(mask) == len(row["completion_ids"]) == len(row["completion_logprobs"])
+        assert mask[0] == 1 and 0 in mask and 2 <= sum(mask) <= 12
 
 
 @pytest.mark.slow

@@ -128,6 +128,14 @@ def test_rejection_sampling_keeps_the_rollouts_whose_score_reaches_the_threshold
     unverified = write_jsonl(tmp_path / "unverified.jsonl", [{"prompt": "p", "llm_response": "x"}])
     with pytest.raises(InputError, match=r"unverified.jsonl:1: rollout has no score"):
         load_examples(sft_config(tiny_model, tmp_path, data={**data, "rollouts": [str(unverified)]}))
+    trajectory = {
+        **_rollout(1.0, "42"),
+        "task_type": "guess_number",
+        "messages": [{"role": "user", "content": "p"}],
+    }
+    played = write_jsonl(tmp_path / "played.jsonl", [_rollout(1.0, "right"), trajectory])
+    with pytest.raises(InputError, match=r"played.jsonl:2: the rollout is a trajectory .*'guess_number'"):
+        load_examples(sft_config(tiny_model, tmp_path, data={**data, "rollouts": [str(played)]}))
 
 
 def test_tasks_without_a_worked_solution_are_left_out_and_counted(tiny_model, tmp_path):

@@ -331,7 +331,7 @@ def test_new_weights_go_into_the_running_engine(engine, reference):
     assert torch.allclose(engine_logprobs(engine, sequence), before, atol=TOLERANCE, rtol=0)
 
 
-def train_config(model: str, tmp_path: Path, **optim):
+def train_config(model: str, tmp_path: Path, task_type: str = "digit_share", **optim):
     from genesys.testing.digits import digit_tasks
     from genesys.train import TrainConfig
 
@@ -342,7 +342,7 @@ def train_config(model: str, tmp_path: Path, **optim):
             "output_dir": str(tmp_path / "run"),
             "backend": "vllm",
             "progress": False,
-            "data": {"tasks": [str(digit_tasks(tmp_path / "tasks.jsonl"))]},
+            "data": {"tasks": [str(digit_tasks(tmp_path / "tasks.jsonl", task_type=task_type))]},
             "sampling": {"n": 8, "max_tokens": 32, "seed": 0},
             "rollout": {"prompts_per_step": 4},
             "optim": {"steps": 3, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32, **optim},
@@ -357,8 +357,10 @@ def train_config(model: str, tmp_path: Path, **optim):
 
 # Before the training tests: a run's in-process engine tears down vLLM's process-wide parallel state
 # when it closes, which the module's engine also uses.
-def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine):
-    """Every rollout's model turns go through the engine in batches; the conversations grow turn by turn."""
+def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine, reference):
+    """Every rollout's model turns go through the engine in batches; the conversations grow turn by
+    turn, and their tokens too: each turn sampled after the trajectory's tokens, so one forward pass
+    over the whole conversation gives the engine's logprob of every model token."""
     import genesys
     from genesys.generate.episodes import play_batched
 
@@ -390,6 +392,10 @@ def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine):
             assert trajectory["trajectory_error"] is None and trajectory["turns"] == 3
             assert [m["role"] for m in trajectory["messages"]] == ["user"] + ["assistant", "user"] * 3
             assert trajectory["messages"][-1]["content"] == "say more (3)"
+            mask = torch.tensor(completion.completion_mask, dtype=torch.bool)
+            assert 3 <= int(mask.sum()) <= 15 and not mask.all()
+            logprobs = recomputed(reference, completion.prompt_ids, completion.completion_ids, 1.0)
+            assert torch.allclose(logprobs[mask], torch.tensor(completion.logprobs)[mask], atol=TOLERANCE)
 
 
 def test_training_with_vllm_starts_on_policy(model, tmp_path, plugin_env):
@@ -399,6 +405,18 @@ def test_training_with_vllm_starts_on_policy(model, tmp_path, plugin_env):
     assert first["logprob_mismatch"] <= TOLERANCE
     assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and first["ratio_max"] <= 1 + TOLERANCE
     assert first["tokens"] > 0 and first["groups_kept"] == 4
+
+
+def test_training_on_a_multi_turn_environment_with_vllm_starts_on_policy(model, tmp_path, plugin_env):
+    from genesys.testing.digits import TURNS_TASK_TYPE
+    from genesys.train import train
+
+    result = train(train_config(model, tmp_path, steps=2, micro_batch_size=5, task_type=TURNS_TASK_TYPE))
+    first = result.metrics[0]
+    assert first["logprob_mismatch"] <= TOLERANCE
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and first["ratio_max"] <= 1 + TOLERANCE
+    assert first["tokens"] > 0 and first["groups_kept"] == 4
+    assert result.metrics[1]["logprob_mismatch"] <= TOLERANCE  # the engine took the new weights
 
 
 def test_a_tiny_model_learns_the_toy_task_generating_with_vllm(model, tmp_path, plugin_env):

@@ -3,7 +3,11 @@ rollout workers of training alike.
 
 The actor builds its backend with the factory it is given (a picklable callable such as
 `functools.partial(create_backend, name, model, style, options)`), so this package knows no
-backend. `generate(requests, weights)` returns the results of a chunk of requests; given
+backend, and plays environment tasks with the function it is given (such as
+`genesys.generate.episodes.generate_and_play`). `generate(requests, weights, tasks)` returns the
+results of a chunk of requests; given the requests' task rows (`tasks`, by request key) they go
+through that function, so a task of an environment's type is played on this actor, its model turns
+batched with the chunk's others. Given
 `weights` (a published version, `genesys.cluster.weights.PublishedWeights`) it first loads them
 unless it holds them or newer ones already. So no job runs on weights older than those published
 when it was sent, and an actor that Ray restarted (its constructor loads the starting model again)
@@ -39,8 +43,11 @@ class Generated:
 class GenerationActor:
     """A generation backend on this actor's devices (Ray sets CUDA_VISIBLE_DEVICES)."""
 
-    def __init__(self, make_backend: Callable[[], Any]) -> None:
+    def __init__(
+        self, make_backend: Callable[[], Any], play: Callable[..., AsyncIterator[Any]] | None = None
+    ) -> None:
         self.backend = make_backend()
+        self.play = play  # (backend, requests, task rows) -> results, environment tasks played
         self._loading = threading.Lock()
         self._loaded_at = time.time()
 
@@ -56,12 +63,20 @@ class GenerationActor:
 
         return ray.get_runtime_context().was_current_actor_reconstructed
 
-    def generate(self, requests: list[Any], weights: Any = None) -> Generated:
-        """The results of `requests`, on `weights` or newer ones when given."""
+    def generate(
+        self, requests: list[Any], weights: Any = None, tasks: dict[str, Any] | None = None
+    ) -> Generated:
+        """The results of `requests`, on `weights` or newer ones when given; with their task rows
+        (`tasks`), environment tasks are played."""
         if weights is not None:
             self._load(weights)
         started = time.perf_counter()
-        results = asyncio.run(_collect(self.backend.generate(requests)))
+        if tasks is None:
+            results = asyncio.run(_collect(self.backend.generate(requests)))
+        else:
+            if self.play is None:
+                raise ValueError("this generation actor was given no function to play environment tasks with")
+            results = asyncio.run(_collect(self.play(self.backend, requests, tasks)))
         version = min((result.weights_version for result in results), default=self.backend.weights_version)
         return Generated(results, version, time.perf_counter() - started)
 

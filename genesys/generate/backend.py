@@ -34,6 +34,9 @@ class GenerationRequest:
     `seed` is this request's sampling seed (backends derive its samples' randomness from it);
     `sampling` gives the temperature, top-p and token limit of this request. `tools`: the OpenAI-format
     schemas of the tools the model may call (a turn of an environment), handed to the chat template.
+    `prompt_ids`: the prompt's token ids when the caller built them (a later turn of an environment
+    played on tokens, `genesys.environments.tokens`); a token backend then samples after exactly these
+    tokens, and `messages` only record the conversation.
     """
 
     key: str
@@ -42,10 +45,20 @@ class GenerationRequest:
     seed: int
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     tools: list[dict[str, Any]] | None = None
+    prompt_ids: list[int] | None = None
 
     @property
     def n(self) -> int:
         return len(self.sample_indices)
+
+    def prompt_token_ids(self, tokenizer: Any, style: PromptStyle) -> list[int]:
+        """The token ids a token backend samples after: `prompt_ids` when given, else the messages
+        (and tools) rendered with the chat template (`genesys.tasks.prompts.render_ids`)."""
+        if self.prompt_ids is not None:
+            return list(self.prompt_ids)
+        from genesys.tasks.prompts import render_ids
+
+        return render_ids(tokenizer, self.messages, style, self.tools)
 
 
 @dataclass
@@ -54,7 +67,14 @@ class Completion:
     distribution it was sampled from (temperature and top-p applied). A backend writing TOPLOC
     proofs sets `proofs` (base64) and `proof_settings` (their shape, the model and its weights' hash);
     one that drew the tokens with a sampler a validator can check names it in `sampler`
-    (`genesys.proofs.sampling.SAMPLER`, keyed by the request's seed and the sample's index)."""
+    (`genesys.proofs.sampling.SAMPLER`, keyed by the request's seed and the sample's index).
+
+    A trajectory (a task played in an environment) carries its columns in `trajectory` (messages,
+    turns, error); played on a token backend, its `completion_ids` are every token after its own
+    opening `prompt_ids`, model turns and the environment's messages alike, and `completion_mask`
+    says which the model sampled (1) and which the chat template rendered from the environment's or
+    tools' messages (0, with logprob 0). Without a mask every completion token is the model's.
+    """
 
     text: str
     completion_ids: list[int] | None
@@ -64,6 +84,15 @@ class Completion:
     proof_settings: dict[str, Any] | None = None
     sampler: str | None = None
     trajectory: dict[str, Any] | None = None
+    prompt_ids: list[int] | None = None
+    completion_mask: list[int] | None = None
+
+    @property
+    def sampled_tokens(self) -> int:
+        """How many tokens the model sampled for this completion (the environment's not counted)."""
+        if self.completion_mask is not None:
+            return sum(self.completion_mask)
+        return len(self.completion_ids or self.logprobs or ())
 
 
 @dataclass
@@ -86,7 +115,10 @@ class Backend(Protocol):
     `generate` yields results as they finish, in any order. `update_weights` loads new weights into
     the running model and stamps the results sampled after it with a new `weights_version`.
     A backend that can play multi-turn environments also has `play(requests, episodes)` (see the
-    openai backend): `generate`'s results, each completion carrying its trajectory.
+    openai backend): `generate`'s results, each completion carrying its trajectory. A token backend
+    (one sampling token ids, as transformers and vLLM do) has the `tokenizer` and prompt `style` it
+    renders prompts with, and honours `GenerationRequest.prompt_ids`: environments played on it
+    (`genesys.generate.episodes`) then get token trajectories.
     """
 
     name: str

@@ -2,8 +2,12 @@
 gathered into batches for the backend's `generate`, so a token backend (transformers, vLLM) samples
 the turns of many conversations together.
 
-A backend with a `play` of its own (the openai backend, which sends each turn as a chat request) uses
-that instead.
+On a token backend (one with a `tokenizer`, see `genesys.generate.backend.Backend`) each rollout
+keeps its `genesys.environments.tokens.TokenTrajectory`: every turn's prompt is the conversation's
+tokens so far (`GenerationRequest.prompt_ids`), and the trajectory's row carries them with the mask
+of the model's tokens and their logprobs. A backend with a `play` of its own (the openai backend,
+which sends each turn as a chat request) uses that instead. `generate_and_play` sends each request
+where its task belongs: to `generate`, or played in its environment.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from genesys.generate.backend import Backend, Completion, GenerationRequest, GenerationResult
 
 if TYPE_CHECKING:
-    from genesys.environments import ChatFunction, Environment, Trajectory
-    from genesys.schema import Task
+    from genesys.environments import Environment, Trajectory
+    from genesys.environments.tokens import TokenTrajectory
+    from genesys.schema import Row, Task
 
 TURN_SEED_STRIDE = 1_000_003  # turn t of sample s is seeded request.seed + s + t * stride
 
@@ -29,13 +34,14 @@ class TurnBatcher:
     def __init__(self, backend: Backend, max_batch: int = 256) -> None:
         self.backend = backend
         self.max_batch = max_batch
-        self._waiting: list[tuple[GenerationRequest, asyncio.Future[Completion]]] = []
+        self._waiting: list[tuple[GenerationRequest, asyncio.Future[tuple[Completion, int]]]] = []
         self._wake = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
 
-    async def ask(self, request: GenerationRequest) -> Completion:
-        """The completion of one single-sample request, sampled in the next batch."""
-        future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+    async def ask(self, request: GenerationRequest) -> tuple[Completion, int]:
+        """The completion of one single-sample request, sampled in the next batch, and the weights
+        version that sampled it."""
+        future: asyncio.Future[tuple[Completion, int]] = asyncio.get_running_loop().create_future()
         self._waiting.append((request, future))
         self._wake.set()
         if self._runner is None:
@@ -61,7 +67,7 @@ class TurnBatcher:
                 async for result in self.backend.generate([request for request, _ in batch]):
                     future = futures.pop(result.request.key)
                     if not future.done():
-                        future.set_result(result.completions[0])
+                        future.set_result((result.completions[0], result.weights_version))
             except Exception as exc:  # the backend failed: every turn of the batch hears it
                 for future in futures.values():
                     if not future.done():
@@ -72,11 +78,71 @@ class TurnBatcher:
                         future.set_exception(RuntimeError(f"the backend returned no completion for {key}"))
 
 
-def completion_of(trajectory: Trajectory) -> Completion:
-    """A trajectory as a completion: the last answer as its text, the trajectory's columns with it."""
-    return Completion(
+def completion_of(trajectory: Trajectory, tokens: TokenTrajectory | None = None) -> Completion:
+    """A trajectory as a completion: the last answer as its text, the trajectory's columns with it,
+    and with `tokens` its token ids, mask and logprobs."""
+    completion = Completion(
         trajectory.final_answer, None, None, trajectory.finish_reason, trajectory=trajectory.columns()
     )
+    if tokens is not None:
+        columns = tokens.columns()
+        completion.prompt_ids = columns["prompt_ids"]
+        completion.completion_ids = columns["completion_ids"]
+        completion.logprobs = columns["logprobs"]
+        completion.completion_mask = columns["completion_mask"]
+    return completion
+
+
+class _Rollout:
+    """One sample of a request played: its model turns asked through the batcher, each seeded apart,
+    and on a token backend its tokens kept (`TokenTrajectory`)."""
+
+    def __init__(self, batcher: TurnBatcher, request: GenerationRequest, sample: int) -> None:
+        self.batcher, self.request, self.sample = batcher, request, sample
+        self.turns = 0
+        self.version: int | None = None  # the oldest weights version that sampled one of its turns
+        self.tokens: TokenTrajectory | None = None
+        backend = batcher.backend
+        if getattr(backend, "tokenizer", None) is not None:
+            from genesys.environments.tokens import TokenTrajectory
+
+            self.tokens = TokenTrajectory(backend.tokenizer, backend.style)  # type: ignore[attr-defined]
+
+    async def ask(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The model's next message (`genesys.environments.ChatFunction`)."""
+        request = self.request
+        prompt_ids = None if self.tokens is None else self.tokens.next_prompt(messages, tools or None)
+        turn = replace(
+            request, key=f"{request.key}-{self.sample}-{self.turns}", messages=list(messages),
+            sample_indices=[0], seed=request.seed + self.sample + self.turns * TURN_SEED_STRIDE,
+            tools=tools or None, prompt_ids=prompt_ids,
+        )  # fmt: skip
+        self.turns += 1
+        completion, version = await self.batcher.ask(turn)
+        self.version = version if self.version is None else min(self.version, version)
+        if self.tokens is not None:
+            if completion.completion_ids is None or completion.logprobs is None:
+                raise RuntimeError(
+                    f"backend {self.batcher.backend.name!r} returned a turn without token ids or logprobs"
+                )
+            self.tokens.add_model_turn(
+                completion.completion_ids, completion.logprobs, completion.finish_reason
+            )
+        return {"role": "assistant", "content": completion.text}
+
+    async def play(self, environment: type[Environment], task: Task) -> Completion:
+        """The whole rollout, as a completion carrying its trajectory (and tokens)."""
+        from genesys.environments import play, tools_of
+
+        trajectory = await play(environment, task, self.ask)
+        if self.tokens is not None and trajectory.error is None:
+            schemas = [item.schema for item in tools_of(environment.tools).values()]
+            try:
+                self.tokens.finish(trajectory.messages, schemas or None)
+            except ValueError as exc:  # the closing messages cannot be rendered as appended
+                trajectory.finish_reason = "error"
+                trajectory.error = f"turn {trajectory.turns}: {exc}"
+        return completion_of(trajectory, self.tokens)
 
 
 async def play_batched(
@@ -86,33 +152,18 @@ async def play_batched(
     max_batch: int = 256,
 ) -> AsyncIterator[GenerationResult]:
     """Play each request's samples in its environment (`episodes[request.key]`), every rollout at
-    once, their model turns batched through `backend.generate`. Results as they finish."""
-    from genesys.environments import play
-
+    once, their model turns batched through `backend.generate` (on token ids with a token backend).
+    Results as they finish, stamped with the oldest weights version that sampled one of their turns."""
     batcher = TurnBatcher(backend, max_batch)
-
-    def chat(request: GenerationRequest, sample: int) -> ChatFunction:
-        turns = 0
-
-        async def ask(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-            nonlocal turns
-            seed = request.seed + sample + turns * TURN_SEED_STRIDE
-            turn = replace(
-                request, key=f"{request.key}-{sample}-{turns}", messages=list(messages), sample_indices=[0],
-                seed=seed, tools=tools or None,
-            )  # fmt: skip
-            turns += 1
-            completion = await batcher.ask(turn)
-            return {"role": "assistant", "content": completion.text}
-
-        return ask
 
     async def one(request: GenerationRequest) -> GenerationResult:
         environment, task = episodes[request.key]
-        trajectories = await asyncio.gather(
-            *(play(environment, task, chat(request, sample)) for sample in request.sample_indices)
+        rollouts = [_Rollout(batcher, request, sample) for sample in request.sample_indices]
+        completions = await asyncio.gather(*(rollout.play(environment, task) for rollout in rollouts))
+        versions = [r.version for r in rollouts if r.version is not None]
+        return GenerationResult(
+            request, None, list(completions), min(versions, default=getattr(backend, "weights_version", 0))
         )
-        return GenerationResult(request, None, [completion_of(t) for t in trajectories])
 
     pending = [asyncio.ensure_future(one(request)) for request in requests]
     try:
@@ -123,3 +174,32 @@ async def play_batched(
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         await batcher.close()
+
+
+async def generate_and_play(
+    backend: Backend, requests: Iterable[GenerationRequest], rows: Mapping[str, Row]
+) -> AsyncIterator[GenerationResult]:
+    """The results of `requests`, each for the task `rows[request.key]`: generated once, or played in
+    the environment of the task's type (by the backend's own `play`, else `play_batched`)."""
+    from genesys.plugins.registry import environments
+    from genesys.schema import Task
+
+    played = environments()
+    requests = list(requests)
+    single = [r for r in requests if rows[r.key]["task_type"] not in played]
+    episodes = {
+        r.key: (played[rows[r.key]["task_type"]], Task.from_row(rows[r.key]))
+        for r in requests
+        if rows[r.key]["task_type"] in played
+    }
+    if single:
+        async for result in backend.generate(single):
+            yield result
+    if episodes:
+        turns = [r for r in requests if r.key in episodes]
+        own_play = getattr(backend, "play", None)
+        results = (
+            own_play(turns, episodes) if own_play is not None else play_batched(backend, turns, episodes)
+        )
+        async for result in results:
+            yield result

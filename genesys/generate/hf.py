@@ -36,7 +36,6 @@ from genesys.generate.backend import (
     next_weights_version,
 )
 from genesys.models import load_causal_lm, sampling_warpers, stop_token_ids
-from genesys.tasks.prompts import render_ids
 
 T = TypeVar("T")
 
@@ -226,7 +225,7 @@ class TransformersBackend:
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         requests = list(requests)
-        prompts = [render_ids(self.tokenizer, r.messages, self.style, r.tools) for r in requests]
+        prompts = [r.prompt_token_ids(self.tokenizer, self.style) for r in requests]
         partial: dict[int, dict[int, Completion]] = {}
         versions: dict[int, int] = {}
         for batch in batches(requests, prompts, self.batch_size):

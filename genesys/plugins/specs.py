@@ -156,6 +156,13 @@ class Environment:
     done or after `max_turns` model turns. `step_timeout` bounds each `reset`/`step` call,
     `tool_timeout` each tool call and `timeout` the score, in seconds; past it the rollout is an error
     naming its turn.
+
+    `isolation` says where the environment's code runs while a rollout is played: `"thread"` (the
+    default) in the playing process, a sync call in a daemon thread, which a hang leaves running;
+    `"process"` in a process of the rollout's own (built there, its state kept there between turns),
+    killed when a call passes its deadline: for sync code that may hang for good. The class must then
+    be importable by name and its arguments and results picklable. `score` always runs in the
+    verification engine, killed at `timeout`.
     """
 
     task_type: ClassVar[str]
@@ -164,6 +171,7 @@ class Environment:
     step_timeout: ClassVar[float] = 30.0
     tool_timeout: ClassVar[float] = 30.0
     timeout: ClassVar[float] = 30.0
+    isolation: ClassVar[str] = "thread"
 
     def reset(self, task: Task) -> list[dict[str, Any]]:
         """The opening messages: the task's prompt as the user's message."""

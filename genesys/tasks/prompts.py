@@ -48,9 +48,11 @@ def render_text(
     messages: list[dict[str, Any]],
     style: PromptStyle,
     tools: list[dict[str, Any]] | None = None,
+    generation_prompt: bool = True,
 ) -> str:
     """The prompt text: the chat template applied to `messages` (and the `tools`' schemas, when given),
-    or their raw text; then the prefix."""
+    or their raw text; then the prefix. Without `generation_prompt`, the conversation as it stands
+    (no generation prompt, no prefix): what a later prompt that continues it starts with."""
     if style.chat_template:
         if not getattr(tokenizer, "chat_template", None):
             raise InputError(
@@ -59,18 +61,21 @@ def render_text(
             )
         try:
             text = tokenizer.apply_chat_template(
-                messages, tools=tools, tokenize=False, add_generation_prompt=True
+                messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
             )
         except TemplateError:
             if messages[0]["role"] != "system":
                 raise
             # Templates without a system role (e.g. Gemma's): the system text leads the user message.
             text = tokenizer.apply_chat_template(
-                merge_system_into_user(messages), tools=tools, tokenize=False, add_generation_prompt=True
+                merge_system_into_user(messages),
+                tools=tools,
+                tokenize=False,
+                add_generation_prompt=generation_prompt,
             )
     else:
         text = raw_text(messages)
-    return text + style.continuation_prefix
+    return text + style.continuation_prefix if generation_prompt else text
 
 
 def merge_system_into_user(messages: list[dict[str, str]]) -> list[dict[str, str]]:

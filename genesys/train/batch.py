@@ -9,10 +9,16 @@ attention mask is passed: transformers then tells the sequences apart by their p
 block-diagonal causal mask for sdpa and eager attention, variable-length kernels for flash
 attention), so attention never crosses from one sequence into another.
 
+A sequence's completion is everything after its prompt. For a single completion every token is the
+model's; for a multi-turn trajectory the tokens of the environment's and tools' messages lie between
+the model's turns, and the sequence's `completion_mask` says which tokens the model sampled.
+`completion_mask` of the micro-batch is true only at real model tokens: the environment's tokens are
+inputs the model reads, never tokens it is scored on.
+
 Either way the micro-batch names, in `targets`, the flat positions of the input whose hidden states
-predict a real completion token, in the order of `completion_mask`'s true entries (row by row).
-Only those positions reach the vocabulary projection (`genesys.train.logprobs`), and the loss sees
-the same `(sequences, completion_len)` tensors in both layouts, so packing changes nothing in it.
+predict a model token, in the order of `completion_mask`'s true entries (row by row). Only those
+positions reach the vocabulary projection (`genesys.train.logprobs`), and the loss sees the same
+`(sequences, completion_len)` tensors in both layouts, so packing changes nothing in it.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import torch
 
 @dataclass(frozen=True)
 class TrainingSequence:
-    """One completion to learn from: token ids, the behaviour (sampler's) logprobs, its advantage;
-    the old policy's logprobs when the trainer recomputed them, and how many optimizer steps older
-    than the trainer's the policy that sampled it was."""
+    """One completion or trajectory to learn from: token ids, the behaviour (sampler's) logprobs, its
+    advantage; the old policy's logprobs when the trainer recomputed them, how many optimizer steps
+    older than the trainer's the policy that sampled it was, and which completion tokens the model
+    sampled (`completion_mask`, 1 or 0 per token; None: all of them, a single completion). Logprobs
+    are kept for every completion token; those of the environment's tokens are never read."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
@@ -35,6 +43,7 @@ class TrainingSequence:
     advantage: float
     old_logprobs: list[float] | None = None
     staleness: int = 0
+    completion_mask: list[int] | None = None
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.behaviour_logprobs):
@@ -45,11 +54,28 @@ class TrainingSequence:
             raise ValueError(
                 f"{len(self.completion_ids)} completion ids but {len(self.old_logprobs)} old logprobs"
             )
+        if self.completion_mask is not None and len(self.completion_mask) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.completion_ids)} completion ids but a mask of {len(self.completion_mask)}"
+            )
         if not self.prompt_ids:
             raise ValueError("a training sequence needs at least one prompt token")
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
+
+    @property
+    def model_tokens(self) -> int:
+        """How many completion tokens the model sampled (those the loss is taken over)."""
+        return (
+            len(self.completion_ids) if self.completion_mask is None else sum(map(bool, self.completion_mask))
+        )
+
+    def model_positions(self) -> list[int]:
+        """The indices of the completion tokens the model sampled."""
+        if self.completion_mask is None:
+            return list(range(len(self.completion_ids)))
+        return [k for k, sampled in enumerate(self.completion_mask) if sampled]
 
 
 @dataclass
@@ -73,7 +99,7 @@ class MicroBatch:
 
     @property
     def tokens(self) -> int:
-        """Real completion tokens in this micro-batch."""
+        """Model tokens in this micro-batch (those the loss is taken over)."""
         return int(self.completion_mask.sum())
 
     @property
@@ -84,7 +110,7 @@ class MicroBatch:
 
 def _completions(sequences: Sequence[TrainingSequence]) -> tuple[torch.Tensor, ...]:
     """(completion_ids, completion_mask, behaviour_logprobs, advantages, old_logprobs, staleness),
-    right-padded with 0."""
+    right-padded with 0; the mask true at model tokens only."""
     size = len(sequences)
     completion_len = max(1, max(len(s.completion_ids) for s in sequences))  # one masked column when all empty
     completion_ids = torch.zeros((size, completion_len), dtype=torch.long)
@@ -95,7 +121,9 @@ def _completions(sequences: Sequence[TrainingSequence]) -> tuple[torch.Tensor, .
         c = len(s.completion_ids)
         if c:
             completion_ids[i, :c] = torch.tensor(s.completion_ids)
-            completion_mask[i, :c] = True
+            completion_mask[i, :c] = (
+                True if s.completion_mask is None else torch.tensor(s.completion_mask) != 0
+            )
             behaviour[i, :c] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
             recomputed = s.behaviour_logprobs if s.old_logprobs is None else s.old_logprobs
             old[i, :c] = torch.tensor(recomputed, dtype=torch.float32)
@@ -119,7 +147,7 @@ def collate(
         input_ids[i, prompt_len - p : prompt_len] = torch.tensor(s.prompt_ids)
         input_ids[i, prompt_len : prompt_len + c] = completion_ids[i, :c]
         attention_mask[i, prompt_len - p : prompt_len + c] = 1
-        targets.extend(range(i * length + prompt_len - 1, i * length + prompt_len + c - 1))
+        targets.extend(i * length + prompt_len - 1 + k for k in s.model_positions())
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     tensors = (input_ids, attention_mask, position_ids, torch.tensor(targets, dtype=torch.long))
     return MicroBatch(
@@ -138,7 +166,7 @@ def pack(sequences: Sequence[TrainingSequence], device: torch.device | str = "cp
         start, p, c = len(input_ids), len(s.prompt_ids), len(s.completion_ids)
         input_ids += s.prompt_ids + s.completion_ids
         position_ids += range(p + c)
-        targets += range(start + p - 1, start + p + c - 1)
+        targets += (start + p - 1 + k for k in s.model_positions())
     tensors = (
         torch.tensor([input_ids], dtype=torch.long),
         torch.tensor([position_ids], dtype=torch.long),
@@ -174,6 +202,11 @@ def split_by_tokens(sequences: Sequence[TrainingSequence], budget: int) -> list[
                 f"sequence {index} of the batch has {length} tokens (prompt {len(s.prompt_ids)} + completion "
                 f"{len(s.completion_ids)}), more than optim.micro_batch_tokens = {budget}; raise the budget to at "
                 "least the longest prompt plus sampling.max_tokens"
+                + (
+                    ""
+                    if s.completion_mask is None
+                    else " for every turn of a trajectory, and the messages between them"
+                )
             )
         for slot, free in enumerate(room):
             if length <= free:

@@ -25,6 +25,7 @@ from typing import Any
 from genesys.data.identity import task_key
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, iterate
+from genesys.generate.episodes import generate_and_play
 from genesys.generate.rows import PlannedTask, request_seed
 from genesys.schema import Row
 from genesys.tasks.prompts import build_messages
@@ -108,7 +109,8 @@ class Evaluator:
             )
         rows: list[Row] = []
         owners: list[str] = []
-        for result in iterate(self.backend.generate(requests)):
+        tasks = {key: plan.row for key, plan in plans.items()}  # environment tasks are played
+        for result in iterate(generate_and_play(self.backend, requests, tasks)):
             built = self.builder.rows(plans[result.request.key], result)
             rows.extend(built)
             owners.extend(result.request.key for _ in built)

@@ -82,7 +82,7 @@ class SFTTrainer(Trainer):
 
     def _next_batch(self) -> StepBatch:
         sequences = self.rollouts.next_batch(self.config.sft.examples_per_step // self.world.size)
-        tokens = float(sum(len(s.completion_ids) for s in sequences))
+        tokens = float(sum(s.model_tokens for s in sequences))
         return self._step_batch(sequences, {"tokens": tokens})
 
     def _micro_batch_loss(

@@ -588,6 +588,7 @@ class Trainer:
                 [float(x) for x in row["completion_logprobs"]],
                 advantage,
                 staleness=_staleness(row, self.step),
+                completion_mask=None if row.get("completion_mask") is None else list(row["completion_mask"]),
             )
             for row, advantage in kept
         ]
@@ -600,10 +601,10 @@ class Trainer:
         """A batch of this rank's `sequences`, with the completion tokens and sequences of the whole
         batch and of each of its `optim.mini_batches` interleaved slices, summed over all ranks."""
         parts = self.config.optim.mini_batches
-        local = [float(sum(len(s.completion_ids) for s in sequences)), float(len(sequences))]
+        local = [float(sum(s.model_tokens for s in sequences)), float(len(sequences))]
         for part in range(parts):
             chunk = sequences[part::parts]
-            local += [float(sum(len(s.completion_ids) for s in chunk)), float(len(chunk))]
+            local += [float(sum(s.model_tokens for s in chunk)), float(len(chunk))]
         summed = self.world.sum(local)
         return StepBatch(
             sequences, stats, summed[0], summed[1], extra or {}, list(summed[2::2]), list(summed[3::2])
@@ -967,7 +968,7 @@ def _rollout_stats(step: StepRollouts, sequences: list[TrainingSequence]) -> dic
         "kept_rewarded": float(kept.count),
         "score_sum": sum(scores),
         "scored": float(len(scores)),
-        "tokens": float(sum(len(s.completion_ids) for s in sequences)),
+        "tokens": float(sum(s.model_tokens for s in sequences)),
         "sequences": float(len(sequences)),
         "stale_sequences": float(sum(s.staleness > 0 for s in sequences)),
         "groups_kept": float(len(step.groups)),
@@ -1025,11 +1026,12 @@ def _record_mismatch(totals: dict[str, float], logprobs: torch.Tensor, micro: Mi
 
 
 def _truncated(row: Row, max_tokens: int) -> bool:
-    """Whether the completion was cut at the token limit (its finish reason, else its length)."""
+    """Whether the completion was cut at the token limit (its finish reason, else its length). A
+    trajectory (`completion_mask`) ends as its environment says (done, max_turns, error), never so."""
     reason = row.get("finish_reason")
     if reason is not None:
         return reason == "length"
-    return len(row["completion_ids"]) >= max_tokens
+    return row.get("completion_mask") is None and len(row["completion_ids"]) >= max_tokens
 
 
 def _staleness(row: Row, step: int) -> int:

@@ -11,7 +11,10 @@ from fractions import Fraction
 
 import genesys
 from genesys.generate.backend import BackendSpec, Completion, GenerationResult, next_weights_version
-from genesys.testing.digits import DigitShare  # the training tests' reward, shared with the benchmarks
+from genesys.testing.digits import (
+    DigitShare,
+    DigitTurns,
+)  # the training tests' rewards, shared with the benchmarks
 
 
 class Echo(genesys.Verifier):
@@ -246,6 +249,11 @@ class ScriptedBackend:
                 text = f"{prompt[-12:]} #{sample}"[: request.sampling.max_tokens]
                 completions.append(Completion(text, [ord(c) for c in text], [-1.0] * len(text), "stop"))
             yield GenerationResult(request, [ord(c) for c in prompt], completions, self.weights_version)
+
+
+@genesys.hookimpl
+def genesys_environments() -> list[type[genesys.Environment]]:
+    return [DigitTurns]
 
 
 @genesys.hookimpl

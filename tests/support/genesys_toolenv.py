@@ -62,3 +62,37 @@ class Broken(genesys.Environment):
 @genesys.hookimpl
 def genesys_environments() -> list[type[genesys.Environment]]:
     return [Calculator, Broken]
+
+
+class Stubborn(genesys.Environment):
+    """Runs in a process of its own (`isolation = "process"`). Each step answers with its process id
+    and how many steps it has taken (state kept between turns); a model message `spin` makes the step
+    spin for good, `exit` ends the process, `raise` raises; the `hang` tool sleeps."""
+
+    task_type = "stubborn"
+    isolation = "process"
+    max_turns = 4
+    tools = (hang,)
+    step_timeout = 1.0
+    tool_timeout = 1.0
+
+    def reset(self, task: genesys.Task) -> list[dict[str, Any]]:
+        self.steps = 0
+        return [{"role": "user", "content": task.prompt}]
+
+    def step(self, task: genesys.Task, messages: list[dict[str, Any]]) -> genesys.Step:
+        import os
+
+        move = messages[-1].get("content")
+        if move == "spin":
+            while True:
+                pass
+        if move == "exit":
+            os._exit(3)
+        if move == "raise":
+            raise ValueError("a bad move")
+        self.steps += 1
+        return genesys.Step([{"role": "user", "content": f"{os.getpid()} {self.steps}"}])
+
+    def score(self, task: genesys.Task, messages: list[dict[str, Any]]) -> genesys.Verdict:
+        return genesys.Verdict(score=1.0)

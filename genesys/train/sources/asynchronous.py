@@ -39,6 +39,7 @@ from genesys.cluster.generation import LANES, WEIGHTS_LANE, Generated, Generatio
 from genesys.cluster.pool import ActorPool, Call
 from genesys.cluster.session import ray_session
 from genesys.cluster.weights import PublishedWeights, publish
+from genesys.generate.episodes import generate_and_play
 from genesys.generate.rows import PlannedTask, RowBuilder
 from genesys.rewards import RewardStage
 from genesys.schema import Row
@@ -297,7 +298,8 @@ class AsyncRollouts:
                 self.config, [(position, self.tasks[index]) for position, index in draws]
             )
             workers.check(slot)  # so a restart counts the job as sent again only if it came after this
-            workers.submit("generate", requests, self.published, slot=slot, tag=_Job(draws, plans))
+            tasks = {key: plan.row for key, plan in plans.items()}  # environment tasks are played
+            workers.submit("generate", requests, self.published, tasks, slot=slot, tag=_Job(draws, plans))
             self.counts.jobs += 1
             budget -= count
 
@@ -429,7 +431,7 @@ class AsyncRollouts:
         return ActorPool(
             self.ray,
             GenerationActor,
-            (make_backend,),
+            (make_backend, generate_and_play),
             size=cluster.rollout_workers,
             cpus=cluster.rollout_cpus,
             gpus=cluster.rollout_gpus,

@@ -113,6 +113,11 @@ def _rollout_examples(patterns: Sequence[str], min_score: float, counts: Example
             raise InputError(
                 f"{record.location}: rollout has no {lacks} (learn from verified rollouts: genesys generate --verify, or genesys verify)"
             )
+        if row.get("messages") is not None:
+            raise InputError(
+                f"{record.location}: the rollout is a trajectory (a task played in an environment, task type "
+                f"{row.get('task_type')!r}); genesys sft learns single completions: train on trajectories with genesys train"
+            )
         score = row["score"]
         if score is None:
             counts.rollouts_unscored += 1

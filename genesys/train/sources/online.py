@@ -19,6 +19,7 @@ from genesys.cluster.weights import engine_weights
 from genesys.data.identity import request_seed, task_key
 from genesys.errors import InputError
 from genesys.generate.backend import Backend, GenerationRequest, GenerationResult, iterate
+from genesys.generate.episodes import generate_and_play
 from genesys.generate.rows import PlannedTask, RowBuilder
 from genesys.rewards import RewardStage
 from genesys.schema import Row
@@ -209,7 +210,7 @@ def draw_rows(
     out = GeneratedRows([], 0, None)
     for result in results:
         out.rows.extend(builder.rows(plans[result.request.key], result))
-        out.tokens += sum(len(c.completion_ids or ()) for c in result.completions)
+        out.tokens += sum(c.sampled_tokens for c in result.completions)
         out.weights_version = (
             result.weights_version
             if out.weights_version is None
@@ -221,9 +222,11 @@ def draw_rows(
 def generate_rows(
     backend: Backend, builder: RowBuilder, config: TrainConfig, draws: Sequence[tuple[int, Row]]
 ) -> GeneratedRows:
-    """`sampling.n` rollouts of each (stream position, task) draw, each row marked with its draw."""
+    """`sampling.n` rollouts of each (stream position, task) draw, each row marked with its draw; a
+    task of an environment's type is played in it (its rows are trajectories)."""
     requests, plans = draw_requests(config, draws)
-    return draw_rows(builder, plans, iterate(backend.generate(requests)))
+    tasks = {key: plan.row for key, plan in plans.items()}
+    return draw_rows(builder, plans, iterate(generate_and_play(backend, requests, tasks)))
 
 
 def row_builder(config: TrainConfig, backend_name: str) -> RowBuilder:

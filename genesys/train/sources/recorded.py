@@ -160,6 +160,13 @@ def _recorded_problem(row: Row, temperature: float, top_p: float) -> str | None:
     bad = next((i for i, value in enumerate(logprobs) if not math.isfinite(value)), None)
     if bad is not None:
         return f"completion_logprobs[{bad}] is {logprobs[bad]}: logprobs must be finite"
+    mask = row.get("completion_mask")
+    if mask is not None and (
+        not isinstance(mask, list)
+        or len(mask) != len(completion)
+        or any(value not in (0, 1) for value in mask)
+    ):
+        return f"completion_mask must be a list of one 0 or 1 per completion token ({len(completion)}), got {_describe(mask)}"
     if reward is not None and (
         isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
     ):
