@@ -238,8 +238,8 @@ def serve(
     spec = setup.header
     index, stages, timeout_s = spec["index"], spec["stages"], spec["stage_timeout_s"]
     last = index == stages - 1
-    inbox.peer, inbox.timeout_s = f"stage {index - 1}", timeout_s
-    inbox.sock.settimeout(timeout_s)
+    inbox.peer = f"stage {index - 1}"
+    inbox.set_timeout(timeout_s)
     next_address = spec["ring"][0]
     peer = f"stage {(index + 1) % stages} at {next_address}"
     sock, session = connect(next_address, secret, peer)

@@ -247,10 +247,14 @@ class Inbox:
         self.sock = sock
         self.peer = peer
         self.session = session
-        self.timeout_s = timeout_s
-        sock.settimeout(timeout_s)
+        self.set_timeout(timeout_s)
         self._sequence = 0
         self._closed: Closed | None = None
+
+    def set_timeout(self, timeout_s: float | None) -> None:
+        """How long a message may stop arriving half-way before the inbox closes."""
+        self.timeout_s = timeout_s
+        self.sock.settimeout(timeout_s)
 
     def get(self, timeout: float | None = None) -> Message | Closed:
         """The next message, heartbeats included, or `Closed` once the connection closed, broke or
