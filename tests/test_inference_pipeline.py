@@ -6,7 +6,6 @@ test_inference_shard.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import socket
@@ -368,7 +367,7 @@ def test_a_run_whose_stage_stops_or_dies_keeps_its_rows_and_resumes_with_new_sta
 
 
 @pytest.mark.distributed
-def test_proofs_of_the_last_stage_validate_like_any_rows_and_a_swapped_token_does_not(
+def test_proofs_of_the_last_stage_and_its_sampling_validate_like_any_rows_and_a_swapped_token_does_not(
     four_layers: str, tmp_path: Path
 ):
     pytest.importorskip("toploc")
@@ -397,7 +396,7 @@ def test_proofs_of_the_last_stage_validate_like_any_rows_and_a_swapped_token_doe
         )
     finally:
         backend.close()
-    assert rows and all(row["toploc_proofs"] for row in rows)
+    assert rows and all(row["toploc_proofs"] and row["sampling_proof"] for row in rows)
     from conftest import write_jsonl
 
     tampered = swap_token(rows[0], backend.tokenizer)
@@ -408,13 +407,13 @@ def test_proofs_of_the_last_stage_validate_like_any_rows_and_a_swapped_token_doe
         output=str(tmp_path / "validated.jsonl"),
         backend="transformers",
         progress=False,
-        # the pipeline's last stage draws with the usual sampler: TOPLOC proofs, no sampling proofs
-        proofs=dataclasses.replace(TINY_PROOF_POLICY, require_sampling=False),
+        proofs=TINY_PROOF_POLICY,  # sampling proofs required: the last stage draws with the seeded sampler
         thresholds=TINY_THRESHOLDS,
     )
     validate_files(config)
     verdicts = {row["response_id"]: row for row in read_rows(tmp_path / "validated.jsonl")}
     assert verdicts.pop("tampered")["toploc_valid"] is False
+    assert all(row["sampling_proven"] is True for row in verdicts.values())
     assert all(row["toploc_valid"] is True for row in verdicts.values()), [
         row["toploc_reason"] for row in verdicts.values()
     ]

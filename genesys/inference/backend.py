@@ -388,8 +388,12 @@ class PipelineBackend:
             while pending and len(in_flight) < self.micro_batches:
                 items = pending.popleft()
                 first, sample = items[0]
+                keys = [(requests[i].seed, requests[i].sample_indices[j]) for i, j in items]
                 mb = self._prefill(
-                    [prompts[i] for i, _ in items], requests[first].seed + sample, requests[first].sampling
+                    [prompts[i] for i, _ in items],
+                    requests[first].seed + sample,
+                    requests[first].sampling,
+                    keys if self._sampling_proofs else None,
                 )
                 in_flight[mb] = _InFlight(items)
             message = self._receive(stop)
@@ -420,7 +424,15 @@ class PipelineBackend:
             if self._link is not None:
                 self._send(Message({"type": "release", "mb": mb}))
 
-    def _prefill(self, prompts: list[list[int]], seed: int, sampling: SamplingConfig) -> int:
+    def _prefill(
+        self,
+        prompts: list[list[int]],
+        seed: int,
+        sampling: SamplingConfig,
+        keys: list[tuple[int, int]] | None,
+    ) -> int:
+        """Send micro-batch `prompts` into the ring; with `keys` (each prompt's request seed and sample
+        index) the last stage draws with the seeded sampler that sampling proofs check."""
         mb, self._next_mb = self._next_mb, self._next_mb + 1
         encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
         started = time.perf_counter()
@@ -431,6 +443,7 @@ class PipelineBackend:
             "top_p": sampling.top_p,
             "max_tokens": sampling.max_tokens,
             "seed": seed,
+            "keys": keys,
             "stop_ids": sorted(self.stop_ids),
             "pad_id": self.tokenizer.pad_token_id,
         }
@@ -456,7 +469,17 @@ class PipelineBackend:
             for row, row_proofs in zip(completions, proofs):
                 row.proofs = row_proofs
                 row.proof_settings = self._proof_settings
+        if self._sampling_proofs:
+            from genesys.proofs.sampling import SAMPLER
+
+            for row in completions:
+                row.sampler = SAMPLER
         return completions
+
+    @property
+    def _sampling_proofs(self) -> bool:
+        """Whether rows carry sampling proofs (the last stage then draws with the seeded sampler)."""
+        return self.proofs is not None and self.proofs.sampling
 
     def stage_step_seconds(self) -> list[float]:
         """The median decode step of each stage (seconds), over the steps generated so far."""

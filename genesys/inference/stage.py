@@ -28,7 +28,7 @@ import torch
 
 from genesys.config import ProofConfig, SamplingConfig
 from genesys.errors import GenesysError
-from genesys.generate.hf import TokenSampler
+from genesys.generate.hf import SeededSampler, TokenSampler
 from genesys.inference.auth import ring_secret
 from genesys.inference.errors import StageError
 from genesys.inference.shard import load_stage
@@ -129,11 +129,16 @@ class StageModel:
         sampling = SamplingConfig(
             temperature=settings["temperature"], top_p=settings["top_p"], max_tokens=settings["max_tokens"]
         )
-        generator = (
-            torch.Generator(self.device).manual_seed(settings["seed"]) if sampling.temperature > 0 else None
-        )
         state.settings = settings
-        state.sampler = TokenSampler(generator)
+        if settings.get("keys") is not None:  # sampling proofs: the sampler a validator can check
+            state.sampler = SeededSampler([tuple(key) for key in settings["keys"]], sampling.temperature)
+        else:
+            generator = (
+                torch.Generator(self.device).manual_seed(settings["seed"])
+                if sampling.temperature > 0
+                else None
+            )
+            state.sampler = TokenSampler(generator)
         state.warpers = sampling_warpers(sampling)
         state.unfinished = torch.ones(state.attention_mask.shape[0], dtype=torch.bool, device=self.device)
 
