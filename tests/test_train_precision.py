@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from conftest import checkpoint_shards, write_jsonl  # noqa: E402
 from conftest import recorded_rows as rows  # noqa: E402
-from conftest import write_jsonl  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from genesys.train import TrainConfig, train  # noqa: E402
@@ -93,8 +93,6 @@ def test_bf16_computes_in_bf16_and_keeps_fp32_master_weights_gradients_and_optim
 def test_a_bf16_model_stays_bf16_in_checkpoints_and_final_and_resumes_exactly(bf16_model, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from genesys.train import checkpoint as ckpt
-
     rollouts = write_jsonl(tmp_path / "rollouts.jsonl", rows())
     straight = train(config(bf16_model, tmp_path / "straight", rollouts, 3)).final_dir
     out = tmp_path / "run"
@@ -108,8 +106,8 @@ def test_a_bf16_model_stays_bf16_in_checkpoints_and_final_and_resumes_exactly(bf
     assert (first / "model.safetensors").stat().st_size <= 1.1 * (
         Path(bf16_model) / "model.safetensors"
     ).stat().st_size
-    state = ckpt.load_state(first)
-    master = state["master_weights"]
+    shards = checkpoint_shards(first)  # the fp32 master weights, whole (one process)
+    master = {name.removeprefix("model."): t for name, t in shards.items() if name.startswith("model.")}
     assert master.keys() == {name for name in start if name != "lm_head.weight"}
     assert {tensor.dtype for tensor in master.values()} == {torch.float32}
     assert any(not torch.equal(master[name].to(torch.bfloat16).float(), master[name]) for name in master)
@@ -120,15 +118,13 @@ def test_a_bf16_model_stays_bf16_in_checkpoints_and_final_and_resumes_exactly(bf
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
-def test_an_fp32_model_trained_in_bf16_is_written_in_fp32_without_master_weights(tiny_model, tmp_path):
-    from genesys.train import checkpoint as ckpt
-
+def test_an_fp32_model_trained_in_bf16_is_written_in_fp32(tiny_model, tmp_path):
     rollouts = write_jsonl(tmp_path / "rollouts.jsonl", rows())
     out = tmp_path / "run"
     train(config(tiny_model, out, rollouts, 2))
     first = out / "checkpoints" / "step-000001"
     assert {t.dtype for t in load_file(first / "model.safetensors").values()} == {torch.float32}
-    assert "master_weights" not in ckpt.load_state(first)  # the folder holds them exactly
+    assert {t.dtype for t in checkpoint_shards(first).values()} == {torch.float32}
 
 
 @pytest.mark.slow

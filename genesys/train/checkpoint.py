@@ -213,7 +213,10 @@ def load_shards(checkpoint: Path, tensors: dict[str, torch.Tensor]) -> None:
     for name, tensor in tensors.items():
         held = stored.get(name)
         if held is None:
-            raise InputError(f"{directory}: no {name}; resume with the settings that wrote it")
+            raise InputError(
+                f"{directory}: no {name} in its shards (a file of the checkpoint is missing, or other "
+                "settings wrote it: resume with those)"
+            )
         if tuple(held.size) != tuple(tensor.shape):
             raise InputError(
                 f"{directory}: {name} has shape {tuple(held.size)}, the model's {tuple(tensor.shape)}; "
