@@ -52,15 +52,17 @@ def config(model: str, out: Path, rollouts: Path, steps: int, precision: str = "
 
 
 def test_bf16_computes_in_bf16_and_keeps_fp32_master_weights_gradients_and_optimizer_state(tiny_model):
-    from genesys.models import load_trainable_lm
+    from transformers import AutoModelForCausalLM
+
     from genesys.train.distributed import close_world, init_world
-    from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor, shard_model
+    from genesys.train.loading import sharded_pretrained
+    from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor
 
     world = init_world()
     try:
-        _, model = load_trainable_lm(tiny_model, torch.device("cpu"))
-        _, plain = load_trainable_lm(tiny_model, torch.device("cpu"))
-        model = shard_model(model, device_mesh(world, "fsdp2", torch.device("cpu")), "bf16")
+        cpu = torch.device("cpu")
+        model = sharded_pretrained(tiny_model, world, device_mesh(world, "fsdp2", cpu), "bf16", cpu)
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
         seen: dict[str, torch.dtype] = {}
 
         def record(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:

@@ -8,7 +8,7 @@ whole, on the training device, in `dtype` (default: fp32, the master weights). G
 collective: every rank must draw the whole generator, in the same order.
 
 `write_model` writes them as a Hugging Face folder in the model's own dtype (`declared_dtype`), which
-transformers and vLLM load as it is: one safetensors file (at most `MAX_SHARD_SIZE`) at a time, so the
+transformers and vLLM load as it is: one safetensors file (at most `MAX_SHARD_BYTES`) at a time, so the
 writing rank never holds more of the model than one file.
 """
 
@@ -25,7 +25,7 @@ import torch
 from genesys.train import lora
 from genesys.train.parallel import full_tensor
 
-MAX_SHARD_SIZE = "5GB"  # safetensors files of a saved model are split at this size (and indexed)
+MAX_SHARD_BYTES = 5 * 10**9  # safetensors files of a saved model are split at this size (and indexed)
 
 
 def declared_dtype(config: Any) -> torch.dtype:
@@ -116,13 +116,13 @@ def write_model(
     keep: bool,
 ) -> None:
     """`model` (sharded, LoRA merged) as a Hugging Face folder at `path`, written by the rank that
-    `keep`s: its weights in `dtype` as safetensors files of at most `MAX_SHARD_SIZE` (indexed when
+    `keep`s: its weights in `dtype` as safetensors files of at most `MAX_SHARD_BYTES` (indexed when
     there are several), each written as soon as its tensors are gathered; the model's config declaring
     `dtype`, its generation config and the tokenizer. Every rank must call it."""
     from huggingface_hub import split_torch_state_dict_into_shards
     from safetensors.torch import save_file
 
-    split = split_torch_state_dict_into_shards(_model_layout(model, dtype), max_shard_size=MAX_SHARD_SIZE)
+    split = split_torch_state_dict_into_shards(_model_layout(model, dtype), max_shard_size=MAX_SHARD_BYTES)
     pending = {filename: set(names) for filename, names in split.filename_to_tensors.items()}
     ready: dict[str, dict[str, torch.Tensor]] = {filename: {} for filename in pending}
     if keep:

@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from genesys.errors import InputError
 from genesys.train.distributed import World
+from genesys.train.parallel import shard_model
 
 
 def empty_model(path: str, gradient_checkpointing: bool = False) -> tuple[Any, torch.nn.Module]:
@@ -92,6 +93,21 @@ def load_pretrained(
     set_model_state_dict(
         model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     )
+
+
+def sharded_pretrained(
+    path: str, world: World, mesh: Any, precision: str, device: torch.device, frozen: bool = False
+) -> torch.nn.Module:
+    """The pretrained model at `path` sharded on `mesh` (`genesys.train.parallel.shard_model`) on every
+    rank, read by rank 0 alone (the steps above, without adapters); `frozen`: no weight requires a
+    gradient. Every rank must call it."""
+    _, model = empty_model(path)
+    if frozen:
+        model.eval().requires_grad_(False)
+    model = shard_model(model, mesh, precision)
+    materialize(model, device)
+    load_pretrained(model, path, world)
+    return model
 
 
 def _read(path: str, dtype: torch.dtype | str) -> torch.nn.Module:

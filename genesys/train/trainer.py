@@ -300,13 +300,10 @@ class Trainer:
     def _frozen_reference(self) -> torch.nn.Module:
         """The initial model, frozen and sharded like the trained one, for the KL term (always
         `config.model`, also when resuming)."""
-        _, reference = loading.empty_model(self.config.model)
-        reference.eval().requires_grad_(False)
         mesh = device_mesh(self.world, self.config.parallel.strategy, self.device)
-        reference = shard_model(reference, mesh, self.config.precision)
-        loading.materialize(reference, self.device)
-        loading.load_pretrained(reference, self.config.model, self.world)
-        return reference
+        return loading.sharded_pretrained(
+            self.config.model, self.world, mesh, self.config.precision, self.device, frozen=True
+        )
 
     def _open_tracker(self) -> Any:
         if not self.config.report_to:
