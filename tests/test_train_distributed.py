@@ -325,6 +325,41 @@ def json_text(values: dict) -> str:
     return json.dumps(values, sort_keys=True)
 
 
+def test_only_rank_0_reads_the_pretrained_model_the_other_ranks_hold_their_shards():
+    """Peak host memory of each of two processes loading a bf16 model (benchmarks/train_memory.py):
+    rank 1 holds its half in fp32 and one tensor in flight, where reading the model itself held a
+    whole fp32 copy beside its half; rank 0 the bf16 model it reads beside its half."""
+    import re
+
+    from conftest import REPO
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/train_memory.py",
+            "--table",
+            "loading",
+            "--loading-shapes",
+            "layered",
+            "--rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = re.findall(r"^\| layered +\| +(\d+) \| +(\d) \| +(\d+) \| +(\d+) \|", done.stdout, re.M)
+    peaks = {int(rank): (int(full), int(every), int(rank0)) for full, rank, every, rank0 in rows}
+    assert peaks.keys() == {0, 1}, done.stdout
+    full, every, rank0 = peaks[1]
+    assert every >= full  # the baseline: a whole fp32 copy on every rank
+    assert rank0 <= 0.8 * full, done.stdout  # half of it, and one tensor at a time
+    full, every, rank0 = peaks[0]
+    assert rank0 <= 1.35 * full, done.stdout  # the bf16 model read, beside its fp32 half
+
+
 SHARDING_PROBE = """
 import json, sys, torch
 from genesys.train.distributed import close_world, init_world

@@ -217,16 +217,17 @@ def load_shards(checkpoint: Path, tensors: dict[str, torch.Tensor]) -> None:
                 f"{directory}: no {name} in its shards (a file of the checkpoint is missing, or other "
                 "settings wrote it: resume with those)"
             )
-        if tuple(held.size) != tuple(tensor.shape):
+        shape, stored_shape = tuple(tensor.shape), tuple(held.size)  # stored: as far as its slices reach
+        if len(stored_shape) != len(shape) or any(have > want for have, want in zip(stored_shape, shape)):
             raise InputError(
-                f"{directory}: {name} has shape {tuple(held.size)}, the model's {tuple(tensor.shape)}; "
+                f"{directory}: {name} has shape {stored_shape}, the model's {shape}; "
                 "resume with the model and settings that wrote it"
             )
         covered = sum(math.prod(chunk.sizes) for chunk in held.chunks)
-        if covered != math.prod(held.size):
+        if covered != math.prod(shape):
             raise InputError(
-                f"{directory}: the shards hold {covered} of the {math.prod(held.size)} values of {name}; "
-                "a file of the checkpoint is missing or cut short"
+                f"{directory}: the shards hold {covered} of the {math.prod(shape)} values of {name}: "
+                "a file of the checkpoint is missing or cut short (or other settings wrote it)"
             )
     dcp.load(tensors, storage_reader=reader)
 
