@@ -325,6 +325,23 @@ def json_text(values: dict) -> str:
     return json.dumps(values, sort_keys=True)
 
 
+def test_when_rank_0_cannot_read_the_model_every_rank_stops_with_the_reason(tiny_model, tmp_path, plugin_env):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    (model / "model.safetensors").unlink()  # config and tokenizer still there: every rank builds the model
+    done = subprocess.run(
+        [*TORCHRUN, "-m", "genesys.cli", *_offline(str(model), _recorded(tmp_path), tmp_path / "run", 2)],
+        env={**plugin_env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,  # the other rank does not wait for weights that never come
+    )
+    assert done.returncode != 0
+    assert done.stderr.count(f"model {str(model)!r} cannot be loaded") == 2, done.stderr[-3000:]
+
+
 def test_only_rank_0_reads_the_pretrained_model_the_other_ranks_hold_their_shards():
     """Peak host memory of each of two processes loading a bf16 model (benchmarks/train_memory.py):
     rank 1 holds its half in fp32 and one tensor in flight, where reading the model itself held a

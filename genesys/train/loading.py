@@ -76,19 +76,23 @@ def load_pretrained(
 ) -> None:
     """Fill the materialized, sharded `model` with the weights at `path`: rank 0 loads them in `dtype`
     (default: the checkpoint's own) and `prepare`s the loaded model as the caller prepared `model`
-    (e.g. adds the same adapters); every rank keeps its shards. Every rank must call it. An
-    InputError on every rank when rank 0 cannot load the model."""
-    source, failure = None, ""
+    (e.g. adds the same adapters); every rank keeps its shards. Every rank must call it. When rank 0
+    cannot load the model, every rank raises (an InputError, or on rank 0 what stopped it)."""
+    source, failure = None, None
     if world.is_main:
         try:
             source = _read(path, dtype)
             if prepare is not None:
                 prepare(source)
-        except (OSError, ValueError) as exc:
-            failure = f"model {path!r} cannot be loaded: {exc}"
-    failure = world.gather(failure)[0]
-    if failure:
-        raise InputError(failure)
+        except Exception as exc:  # the other ranks wait for the weights: they must hear of it
+            failure = exc
+    message = world.gather(f"{type(failure).__name__}: {failure}" if failure else "")[0]
+    if isinstance(failure, OSError | ValueError):
+        raise InputError(f"model {path!r} cannot be loaded: {failure}") from None
+    if failure is not None:
+        raise failure
+    if message:
+        raise InputError(f"model {path!r} cannot be loaded (on rank 0: {message})")
     weights = source.state_dict() if source is not None else {}
     set_model_state_dict(
         model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
