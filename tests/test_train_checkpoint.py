@@ -182,13 +182,19 @@ def test_a_checkpoint_of_the_gathered_format_is_refused_by_path(tiny_model, tmp_
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]  # nothing was lost
 
 
-def test_a_checkpoint_missing_a_shard_file_is_refused_by_path(tiny_model, tmp_path, rollouts):
+def test_a_checkpoint_missing_a_shard_file_or_with_one_cut_short_is_refused_by_path(
+    tiny_model, tmp_path, rollouts
+):
     out = tmp_path / "run"
     train(config(tiny_model, out, rollouts, 2))
-    first = out / "checkpoints" / "step-000001"
-    shards = first / ckpt.SHARDS_DIR
-    (shards / "shard-00001-model-00001-of-00001.safetensors").rename(shards / "moved-away")
+    shards = out / "checkpoints" / "step-000001" / ckpt.SHARDS_DIR
+    file = shards / "shard-00001-model-00001-of-00001.safetensors"
+    content = file.read_bytes()
+    file.rename(shards / "moved-away")
     with pytest.raises(
         InputError, match=rf"{shards}: no model\.model\.embed_tokens\.weight in its shards \(a file"
     ):
+        train(config(tiny_model, out, rollouts, 3))
+    file.write_bytes(content[: len(content) // 2])
+    with pytest.raises(InputError, match=rf"{shards}: the shards cannot be read"):
         train(config(tiny_model, out, rollouts, 3))

@@ -203,13 +203,17 @@ def load_shards(checkpoint: Path, tensors: dict[str, torch.Tensor]) -> None:
     slices it holds. Every rank must call it. An InputError names a tensor the shards do not hold
     whole (a missing file) or whose shape differs."""
     import torch.distributed.checkpoint as dcp
+    from safetensors import SafetensorError
     from torch.distributed.checkpoint import HuggingFaceStorageReader
 
     directory = checkpoint / SHARDS_DIR
     if not directory.is_dir():
         raise InputError(f"{checkpoint}: no {SHARDS_DIR}/ with the sharded training state")
     reader = HuggingFaceStorageReader(str(directory))
-    stored = reader.read_metadata().state_dict_metadata
+    try:  # the headers of every file: where each slice lies
+        stored = reader.read_metadata().state_dict_metadata
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise InputError(f"{directory}: the shards cannot be read ({exc})") from None
     for name, tensor in tensors.items():
         held = stored.get(name)
         if held is None:

@@ -876,15 +876,15 @@ class Trainer:
         rank's data position, unfinished batch and RNG states (`_rank_state`)."""
         tensors, _ = self._sharded_state()
         ckpt.load_shards(self.resume, tensors)
-        model_state = {
-            name[len("model.") :]: value for name, value in tensors.items() if name.startswith("model.")
-        }
+        model_state: dict[str, torch.Tensor] = {}
         optimizer_state: dict[str, dict[str, torch.Tensor]] = {}
-        for name in (name for name, p in self.model.named_parameters() if p.requires_grad):
-            prefix = f"optimizer.{name}."
-            optimizer_state[name] = {
-                key[len(prefix) :]: value for key, value in tensors.items() if key.startswith(prefix)
-            }
+        for key, value in tensors.items():  # the names of `_sharded_state`, taken apart
+            part, _, name = key.partition(".")
+            if part == "model":
+                model_state[name] = value
+            else:
+                parameter, _, field = name.rpartition(".")
+                optimizer_state.setdefault(parameter, {})[field] = value
         set_state_dict(
             self.model,
             self.optimizer,
@@ -895,14 +895,13 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         mine = self._rank_state(state)
         self.rollouts.load_state(mine["data"])
-        batch = _batch_from_state(mine["batch"])
-        if batch is not None and state["world_size"] != self.world.size:
-            used, batch = (
-                batch.used,
-                self._step_batch(sorted(batch.sequences, key=_length), batch.stats, batch.extra),
+        self.batch = _batch_from_state(mine["batch"])
+        if self.batch is not None and state["world_size"] != self.world.size:
+            used = self.batch.used  # its sequences were dealt out anew: its slices' totals change
+            self.batch = self._step_batch(
+                sorted(self.batch.sequences, key=_length), self.batch.stats, self.batch.extra
             )
-            batch.used = used
-        self.batch = batch
+            self.batch.used = used
         ckpt.restore_rng_states(mine["rng"])
 
     def _rank_state(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -910,7 +909,7 @@ class Trainer:
         otherwise the data position carried over (`reshard_states`), the unfinished batch's sequences
         dealt out in turn (its summed statistics on rank 0) and the RNG states of rank `rank % old`."""
         ranks, rank, size = state["ranks"], self.world.rank, self.world.size
-        if len(ranks) == size:
+        if state["world_size"] == size:
             return ranks[rank]
         log.warning(
             "resuming a checkpoint of %d processes with %d: the data position carries over", len(ranks), size
