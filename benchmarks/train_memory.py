@@ -16,8 +16,16 @@ logits come back.
 Table 2 (estimate): three model shapes, the measured peak against `genesys train --dry-run`'s
 estimate (`genesys.train.memory_plan`).
 
-    python benchmarks/train_memory.py                  # both tables, CPU (about 10 minutes on 2 cores)
+Table 3 (loading): the peak host memory of each of two processes (torchrun, gloo) while they load a
+bf16 model and shard it with fsdp2 (peak resident size since just before loading, `VmHWM` after
+resetting it, less the resident size then): as `genesys train` does it (`genesys.train.loading`: built
+empty on every rank, read by rank 0 alone and sent out a tensor at a time) against the baseline of
+every rank reading the whole model in fp32 and sharding it; alternate rounds, medians.
+
+    python benchmarks/train_memory.py                  # tables 1 and 2, CPU (about 10 minutes on 2 cores)
     python benchmarks/train_memory.py --table estimate --shapes small
+    python benchmarks/train_memory.py --table loading  # table 3 (small and Qwen2.5-0.5B shapes)
+    python benchmarks/train_memory.py --table loading --loading-shapes layered --rounds 1
     python benchmarks/train_memory.py --device cuda    # GPU: peak CUDA memory
 """
 
@@ -28,6 +36,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,6 +66,15 @@ SHAPES = {
         "intermediate_size": 1536,
         "model_vocab_size": 50000,
     },
+}
+LOADING_PATHS = ("every rank reads", "rank 0 reads")
+# Mostly layers (a 512-token vocabulary): no single tensor is a large part of the model.
+LAYERED_SHAPE = {
+    "hidden_size": 512,
+    "layers": 8,
+    "heads": 8,
+    "intermediate_size": 2048,
+    "model_vocab_size": 512,
 }
 BUDGET_SHAPE = {
     "hidden_size": 256,
@@ -91,6 +109,22 @@ def resident_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def reset_peak() -> None:
+    """Start this process's peak resident size afresh (Linux: `clear_refs` 5), so that it leaves out
+    what imports held before."""
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+
+
+def peak_resident_bytes() -> int:
+    """This process's peak resident size since it started or since `reset_peak` (VmHWM)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def child(args: argparse.Namespace) -> None:
     """In a fresh process: the estimate, then two training steps; prints both as JSON."""
     import torch
@@ -111,6 +145,45 @@ def child(args: argparse.Namespace) -> None:
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
     print(json.dumps({"peak": peak, "estimate": estimate.total, "params": estimate.facts.params}))
+
+
+def load_child(args: argparse.Namespace) -> None:
+    """One rank of two: load `--model` by `--load` and shard it; prints the peak growth of its resident size."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from genesys.train.distributed import close_world, init_world
+    from genesys.train.loading import sharded_pretrained
+    from genesys.train.parallel import device_mesh, shard_model
+
+    world = init_world()
+    cpu = torch.device("cpu")
+    mesh = device_mesh(world, "fsdp2", cpu)
+    with torch.device("meta"):  # imports the model's code before the baseline, which then counts only weights
+        AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(args.model))
+    baseline = resident_bytes()
+    reset_peak()
+    if args.load == LOADING_PATHS[0]:
+        loaded = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+        model = shard_model(loaded, mesh, "fp32")
+    else:
+        model = sharded_pretrained(args.model, world, mesh, "fp32", cpu)
+    peak = peak_resident_bytes() - baseline
+    full = sum(parameter.numel() * 4 for parameter in model.parameters())  # whole, in fp32
+    print("LOADED", json.dumps({"rank": world.rank, "peak": peak, "full": full}), flush=True)
+    close_world(world)
+
+
+def run_load_child(model: Path, path: str) -> dict[int, dict]:
+    """Both ranks' results of loading `model` by `path`."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command += [__file__, "--load-child", "--model", str(model), "--load", path]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    results = [
+        json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("LOADED")
+    ]
+    return {result["rank"]: result for result in results}
 
 
 def run_child(
@@ -144,7 +217,7 @@ def build(work: Path, name: str, shape: dict) -> Path:
 
     path = work / f"model-{name}"
     if not path.exists():
-        build_tiny_model(path, kv_heads=max(1, shape["heads"] // 2), **shape)
+        build_tiny_model(path, **{"kv_heads": max(1, shape["heads"] // 2), **shape})
     return path
 
 
@@ -202,22 +275,80 @@ def estimate_table(work: Path, args: argparse.Namespace) -> None:
         )
 
 
+def loading_table(work: Path, args: argparse.Namespace) -> None:
+    from genesys.generate.tiny_model import SHAPES as REAL_SHAPES
+
+    shapes = {"small": SHAPES["small"], "layered": LAYERED_SHAPE, "qwen2.5-0.5b": REAL_SHAPES["qwen2.5-0.5b"]}
+    print(
+        f"\nTable 3: peak host memory per rank loading a bf16 model into 2 fsdp2 processes ({args.rounds} rounds, medians)"
+    )
+    print(
+        f"| {'shape':<12} | {'fp32 MiB':>8} | {'rank':>4} | {'every rank reads':>16} | {'rank 0 reads':>12} | {'ratio':>5} |"
+    )
+    print(f"|{'-' * 14}|{'-' * 10}|{'-' * 6}|{'-' * 18}|{'-' * 14}|{'-' * 7}|")
+    for name in args.loading_shapes:
+        model = bf16_model(work, name, shapes[name])
+        peaks: dict[tuple[str, int], list[int]] = {}
+        for _ in range(args.rounds):  # alternate the two ways, so that drift hits both alike
+            for path in LOADING_PATHS:
+                for rank, result in run_load_child(model, path).items():
+                    peaks.setdefault((path, rank), []).append(result["peak"])
+                    full = result["full"]
+        for rank in (0, 1):
+            every, rank0 = (statistics.median(peaks[path, rank]) for path in LOADING_PATHS)
+            print(
+                f"| {name:<12} | {full / MIB:>8.0f} | {rank:>4} | {every / MIB:>16.0f} | {rank0 / MIB:>12.0f} | "
+                f"{rank0 / every:>5.2f} |",
+                flush=True,
+            )
+
+
+def bf16_model(work: Path, name: str, shape: dict) -> Path:
+    """A random-weight model of `shape` saved in bfloat16 (as real checkpoints are)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = work / f"model-{name}-bf16"
+    if not path.exists():
+        source = build(work, name, shape)
+        AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16).save_pretrained(path)
+        AutoTokenizer.from_pretrained(source).save_pretrained(path)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--table", choices=("budget", "estimate", "both"), default="both")
+    parser.add_argument("--table", choices=("budget", "estimate", "both", "loading"), default="both")
     parser.add_argument("--budget", type=int, default=2048, help="optim.micro_batch_tokens")
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    parser.add_argument(
+        "--loading-shapes",
+        nargs="+",
+        choices=("small", "layered", "qwen2.5-0.5b"),
+        default=["small", "qwen2.5-0.5b"],
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the loading table")
     parser.add_argument("--device", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--load-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--load", choices=LOADING_PATHS, help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--no-chunk", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
+    if args.load_child:
+        load_child(args)
+        return
     work = Path(tempfile.mkdtemp(prefix="train-memory-"))
+    if args.table == "loading":
+        print("peak memory: peak RSS less the RSS before loading, per rank")
+        loading_table(work, args)
+        return
     print(
         f"peak memory: {'CUDA max_memory_allocated' if args.device else 'peak RSS less the RSS before training'}"
     )

@@ -1,10 +1,11 @@
-"""Hugging Face causal LMs as generation, proofs and training load them, and the logprobs they sample.
+"""Hugging Face causal LMs as generation and proofs load them, and the logprobs they sample.
 
 One place for what `genesys.generate`, `genesys.proofs` and `genesys.train` share: loading a model
-and its tokenizer (`load_causal_lm` for inference, `load_trainable_lm` for training, `load_tokenizer`
-and `load_generation_config` for a process that holds part of a model), the tokens that
-end a completion (`stop_token_ids`), and the sampling distribution a token's logprob is taken under
-(`sampling_warpers`, `sampled_logprobs`). Importing this module imports torch and transformers.
+and its tokenizer for inference (`load_causal_lm`; training builds its sharded model itself,
+`genesys.train.loading`), `load_tokenizer` and `load_generation_config` for a process that holds
+part of a model, the tokens that end a completion (`stop_token_ids`), and the sampling distribution
+a token's logprob is taken under (`sampling_warpers`, `sampled_logprobs`). Importing this module
+imports torch and transformers.
 """
 
 from __future__ import annotations
@@ -78,29 +79,6 @@ def stop_token_ids(generation_config: Any, tokenizer: Any) -> set[int]:
         elif candidate:
             ids.update(candidate)
     return ids
-
-
-def load_trainable_lm(
-    path: str,
-    device: torch.device,
-    gradient_checkpointing: bool = False,
-    use_safetensors: bool | None = None,
-) -> tuple[Any, torch.nn.Module]:
-    """(tokenizer, model) to train: float32 weights on `device`, no KV cache, optionally checkpointed.
-    `use_safetensors=True` reads safetensors weights only (never a pickled `pytorch_model.bin`)."""
-    transformers_logging.disable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch.float32, use_safetensors=use_safetensors
-        )
-    except OSError as exc:
-        raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
-    model.to(device)
-    model.config.use_cache = False
-    if gradient_checkpointing:  # the method's newer name first
-        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
-    return tokenizer, model
 
 
 def sampling_warpers(sampling: SamplingConfig) -> list[LogitsProcessor]:

@@ -77,6 +77,18 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+def checkpoint_shards(checkpoint: Path) -> dict[str, Any]:
+    """The tensors of a checkpoint's sharded training state (`state/`) by name, each slice as its file
+    holds it (a checkpoint of one process holds every tensor whole)."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, Any] = {}
+    for file in sorted((checkpoint / "state").glob("*.safetensors")):
+        for name, tensor in load_file(file).items():
+            tensors.setdefault(name, tensor)
+    return tensors
+
+
 def recorded_rows() -> list[dict[str, Any]]:
     """Recorded rollouts for offline training tests: 6 tasks x 4 samples, rewards 0 and 1 alternating."""
     return [

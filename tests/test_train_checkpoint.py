@@ -1,14 +1,15 @@
-"""Checkpoints hold the trainer state as JSON and safetensors: nothing is unpickled on resume (a
-planted pickle is refused or ignored, never run), the state round-trips exactly, a resumed run ends
-with the weights of an uninterrupted one, and an old pickled state converts only on request."""
+"""Checkpoints hold the trainer state as JSON and safetensors and the training state as safetensors
+shards: nothing is unpickled on resume (a planted pickle is refused or ignored, never run), the state
+round-trips exactly, a resumed run ends with the weights of an uninterrupted one, reading its shards
+and not the model folder, and checkpoints of an older genesys or with a missing shard file are
+refused by path."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import numpy as np  # noqa: E402
-from conftest import read_jsonl, write_jsonl  # noqa: E402
+from conftest import checkpoint_shards, read_jsonl, write_jsonl  # noqa: E402
 from conftest import recorded_rows as rows  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
@@ -124,8 +125,8 @@ def test_a_planted_pickle_in_place_of_the_state_is_refused_and_never_run(tiny_mo
     with pytest.raises(InputError) as error:
         train(config(tiny_model, out, rollouts, 3))
     message = str(error.value)
-    assert "trainer_state.pt" in message and "pickle" in message
-    assert "python -m genesys.train.checkpoint --trust-pickle" in message and "--model" in message
+    assert str(step) in message and "trainer_state.pt" in message and "pickle" in message
+    assert f"--model {step}" in message
     assert not marker.exists()
     assert not (out / "metrics.jsonl").exists()
 
@@ -148,36 +149,52 @@ def test_a_pickle_beside_the_state_is_ignored_and_resume_matches_an_uninterrupte
     assert_same_weights(straight, load_file(result.final_dir / "model.safetensors"))
 
 
-def test_resumed_weights_are_read_from_safetensors_only(tiny_model, tmp_path, rollouts):
-    out = tmp_path / "run"
-    train(config(tiny_model, out, rollouts, 2))
-    first = out / "checkpoints" / "step-000001"
-    (first / "model.safetensors").unlink()
-    marker = tmp_path / "pwned"
-    plant(first / "pytorch_model.bin", marker)
-    with pytest.raises(InputError, match="cannot be loaded"):
-        train(config(tiny_model, out, rollouts, 3))
-    assert not marker.exists()
-
-
-def test_an_old_pickled_state_converts_only_on_request_and_then_resumes_exactly(
+def test_a_resumed_run_reads_its_weights_from_the_shards_and_never_the_model_folder(
     tiny_model, tmp_path, rollouts, straight
 ):
     out = tmp_path / "run"
     train(config(tiny_model, out, rollouts, 2))
     first = out / "checkpoints" / "step-000001"
-    torch.save(ckpt.load_state(first), first / ckpt.LEGACY_STATE_FILE)  # as an older genesys wrote it
-    (first / ckpt.STATE_FILE).unlink()
-    (first / ckpt.TENSORS_FILE).unlink()
-    with pytest.raises(InputError, match="--trust-pickle"):
-        train(config(tiny_model, out, rollouts, 3))
-    converted = subprocess.run(
-        [sys.executable, "-m", "genesys.train.checkpoint", "--trust-pickle", str(first)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert converted.returncode == 0, converted.stderr
-    assert not (first / ckpt.LEGACY_STATE_FILE).exists() and (first / ckpt.STATE_FILE).is_file()
+    names = sorted(path.name for path in (first / ckpt.SHARDS_DIR).iterdir())
+    assert names == ["shard-00001-model-00001-of-00001.safetensors"]  # one process: one file of shards
+    shards = checkpoint_shards(first)
+    assert {name.split(".")[0] for name in shards} == {"model", "optimizer"}
+    assert "model.lm_head.weight" not in shards  # tied to the embeddings: kept once
+    (first / "model.safetensors").unlink()
+    marker = tmp_path / "pwned"
+    plant(first / "pytorch_model.bin", marker)
     result = train(config(tiny_model, out, rollouts, 3))
+    assert not marker.exists()
     assert_same_weights(straight, load_file(result.final_dir / "model.safetensors"))
+
+
+def test_a_checkpoint_of_the_gathered_format_is_refused_by_path(tiny_model, tmp_path, rollouts):
+    out = tmp_path / "run"
+    train(config(tiny_model, out, rollouts, 2))
+    first = out / "checkpoints" / "step-000001"
+    document = json.loads((first / ckpt.STATE_FILE).read_text())
+    document["version"] = 1  # as an older genesys wrote it: the whole state gathered on rank 0
+    (first / ckpt.STATE_FILE).write_text(json.dumps(document))
+    with pytest.raises(InputError) as error:
+        train(config(tiny_model, out, rollouts, 3))
+    message = str(error.value)
+    assert str(first) in message and "version 1" in message and f"--model {first}" in message
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]  # nothing was lost
+
+
+def test_a_checkpoint_missing_a_shard_file_or_with_one_cut_short_is_refused_by_path(
+    tiny_model, tmp_path, rollouts
+):
+    out = tmp_path / "run"
+    train(config(tiny_model, out, rollouts, 2))
+    shards = out / "checkpoints" / "step-000001" / ckpt.SHARDS_DIR
+    file = shards / "shard-00001-model-00001-of-00001.safetensors"
+    content = file.read_bytes()
+    file.rename(shards / "moved-away")
+    with pytest.raises(
+        InputError, match=rf"{shards}: no model\.model\.embed_tokens\.weight in its shards \(a file"
+    ):
+        train(config(tiny_model, out, rollouts, 3))
+    file.write_bytes(content[: len(content) // 2])
+    with pytest.raises(InputError, match=rf"{shards}: the shards cannot be read"):
+        train(config(tiny_model, out, rollouts, 3))

@@ -1,7 +1,10 @@
 """Training in several processes: two CPU processes on gloo (launched with torchrun) end with the
 weights of one process with the same global batch, sharded (fsdp2) or replicated (ddp); fsdp2
 really shards parameters, gradients and optimizer state; a resumed two-process run ends with the
-weights of an uninterrupted one."""
+weights of an uninterrupted one, each rank having written only its own shards; a checkpoint of two
+processes resumes in one and one of one process in two (resharded, uneven and empty shards
+included); the pretrained model is read by rank 0 alone, so that the other ranks' memory holds their
+shards, never the whole model."""
 
 from __future__ import annotations
 
@@ -181,7 +184,14 @@ def test_ddp_in_two_processes_matches_one_process_and_a_resumed_fsdp2_run_an_uni
     _run([*two, *_offline(tiny_model, rollouts, tmp_path / "straight", 3)], env)
     resumed = tmp_path / "resumed"
     _run([*two, *_offline(tiny_model, rollouts, resumed, 2)], env)  # checkpoint step 1, final at 2
-    assert load_state(resumed / "checkpoints" / "step-000001")["optimizer"]["state"]  # full, by name
+    first = resumed / "checkpoints" / "step-000001"
+    assert load_state(first)["world_size"] == 2
+    files = sorted((first / "state").glob("*.safetensors"))
+    assert [file.name for file in files] == [
+        f"shard-0000{rank}-model-00001-of-00001.safetensors" for rank in (1, 2)
+    ]
+    for name in ("model.model.embed_tokens.weight", "optimizer.model.embed_tokens.weight.exp_avg"):
+        assert [load_file(file)[name].shape for file in files] == [(256, 64), (256, 64)]  # each its half
     _run([*two, *_offline(tiny_model, rollouts, resumed, 3)], env)  # resumes from step 1
     straight, again = (
         load_file(tmp_path / name / "final" / "model.safetensors") for name in ("straight", "resumed")
@@ -191,18 +201,194 @@ def test_ddp_in_two_processes_matches_one_process_and_a_resumed_fsdp2_run_an_uni
         assert (straight[name] - one[name]).abs().max() <= 1e-5, name
 
 
+def test_a_checkpoint_of_two_processes_resumes_in_one_and_one_of_one_process_in_two(
+    tiny_model, tmp_path, plugin_env
+):
+    """Checkpoint step 1 falls inside a batch (two updates per batch): the batch's sequences, the data
+    position, the weights and the optimizer state all carry over to the other number of processes."""
+    from safetensors.torch import load_file
+
+    from genesys.errors import InputError
+    from genesys.train import TrainConfig, train
+
+    rollouts = _recorded(tmp_path)
+    env = {**plugin_env, "OMP_NUM_THREADS": "1"}
+    extra = ("--optim.updates-per-batch", "2")
+    one, two = [GENESYS], [*TORCHRUN, "-m", "genesys.cli"]
+    _run([*one, *_offline(tiny_model, rollouts, tmp_path / "straight", 3, *extra)], env)
+    for first, then, name in ((two, one, "two-then-one"), (one, two, "one-then-two")):
+        _run([*first, *_offline(tiny_model, rollouts, tmp_path / name, 2, *extra)], env)
+        _run([*then, *_offline(tiny_model, rollouts, tmp_path / name, 3, *extra)], env)
+    straight = load_file(tmp_path / "straight" / "final" / "model.safetensors")
+    straight_metrics = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
+    for name in ("two-then-one", "one-then-two"):
+        resumed = load_file(tmp_path / name / "final" / "model.safetensors")
+        for weight in straight:
+            assert (straight[weight] - resumed[weight]).abs().max() <= 1e-5, (name, weight)
+        metrics = read_jsonl(tmp_path / name / "metrics.jsonl")
+        assert [m["step"] for m in metrics] == [1, 2, 3]
+        for a, b in zip(straight_metrics, metrics, strict=True):  # the same sequences, step by step
+            assert a["tokens"] == b["tokens"] and a["loss"] == pytest.approx(b["loss"], abs=1e-5), name
+
+    # a checkpoint of two processes without the file of rank 2 is refused, naming what is missing
+    broken = tmp_path / "broken"
+    _run([*two, *_offline(tiny_model, rollouts, broken, 2, *extra)], env)
+    state = broken / "checkpoints" / "step-000001" / "state"
+    (state / "shard-00002-model-00001-of-00001.safetensors").unlink()
+    config = TrainConfig.load(
+        None,
+        {
+            "model": tiny_model,
+            "output_dir": str(broken),
+            "progress": False,
+            "data": {"rollouts": [str(rollouts)]},
+            "rollout": {"prompts_per_step": 4},
+            "optim": {
+                "steps": 3,
+                "lr": 3e-3,
+                "max_grad_norm": 1.0,
+                "micro_batch_size": 3,
+                "updates_per_batch": 2,
+            },
+            "checkpoint": {"every": 1, "keep": 5},
+        },
+    )
+    with pytest.raises(InputError, match=rf"{state}: the shards hold \d+ of the \d+ values of model\."):
+        train(config)
+
+
+SHARD_PROBE = """
+import json, sys, torch
+from pathlib import Path
+from genesys.train.checkpoint import load_shards, save_shards
+from genesys.train.distributed import close_world, init_world
+from genesys.train.parallel import device_mesh, full_tensor, shard_model
+
+world = init_world()
+torch.manual_seed(0)
+# 7 rows: uneven over 2 and 3 ranks; 1 row: rank 2 of 2 (and 2, 3 of 3) hold none of it
+model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 1))
+model = shard_model(model, device_mesh(world, "fsdp2", torch.device("cpu")), "fp32")
+names = [name for name, _ in model.named_parameters()]
+if sys.argv[1] == "save":
+    tensors = {name: parameter for name, parameter in model.named_parameters()}
+    tensors["count"] = torch.tensor(3.0)  # the same on every rank: written once
+    save_shards(Path(sys.argv[2]), tensors, world)
+else:
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+    tensors = {name: parameter for name, parameter in model.named_parameters()}
+    tensors["count"] = torch.tensor(0.0)
+    load_shards(Path(sys.argv[2]).parent, tensors)
+values = {name: full_tensor(parameter.detach()).tolist() for name, parameter in model.named_parameters()}
+print("VALUES", world.rank, json.dumps({**values, "count": float(tensors["count"])}))
+close_world(world)
+"""
+
+
+def _probe(probe: Path, processes: int, *args: str, env: dict[str, str]) -> list[dict]:
+    import json
+
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(processes),
+    ]
+    done = subprocess.run([*command, str(probe), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [
+        json.loads(line.split(" ", 2)[2]) for line in done.stdout.splitlines() if line.startswith("VALUES")
+    ]
+
+
+def test_shards_of_two_processes_load_in_one_and_in_three_uneven_and_empty_shards_included(
+    tmp_path, plugin_env
+):
+    probe = tmp_path / "probe.py"
+    probe.write_text(SHARD_PROBE)
+    env = {**plugin_env, "OMP_NUM_THREADS": "1"}
+    shards = tmp_path / "checkpoint" / "state"
+    (saved,) = {json_text(values) for values in _probe(probe, 2, "save", str(shards), env=env)}
+    assert len(list(shards.glob("*.safetensors"))) == 2
+    for processes in (1, 3):
+        loaded = {json_text(values) for values in _probe(probe, processes, "load", str(shards), env=env)}
+        assert loaded == {saved}, processes
+
+
+def json_text(values: dict) -> str:
+    import json
+
+    return json.dumps(values, sort_keys=True)
+
+
+def test_when_rank_0_cannot_read_the_model_every_rank_stops_with_the_reason(tiny_model, tmp_path, plugin_env):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    (model / "model.safetensors").unlink()  # config and tokenizer still there: every rank builds the model
+    done = subprocess.run(
+        [*TORCHRUN, "-m", "genesys.cli", *_offline(str(model), _recorded(tmp_path), tmp_path / "run", 2)],
+        env={**plugin_env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,  # the other rank does not wait for weights that never come
+    )
+    assert done.returncode != 0
+    assert done.stderr.count(f"model {str(model)!r} cannot be loaded") == 2, done.stderr[-3000:]
+
+
+def test_only_rank_0_reads_the_pretrained_model_the_other_ranks_hold_their_shards():
+    """Peak host memory of each of two processes loading a bf16 model (benchmarks/train_memory.py):
+    rank 1 holds its half in fp32 and one tensor in flight, where reading the model itself held a
+    whole fp32 copy beside its half; rank 0 the bf16 model it reads beside its half."""
+    import re
+
+    from conftest import REPO
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/train_memory.py",
+            "--table",
+            "loading",
+            "--loading-shapes",
+            "layered",
+            "--rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = re.findall(r"^\| layered +\| +(\d+) \| +(\d) \| +(\d+) \| +(\d+) \|", done.stdout, re.M)
+    peaks = {int(rank): (int(full), int(every), int(rank0)) for full, rank, every, rank0 in rows}
+    assert peaks.keys() == {0, 1}, done.stdout
+    full, every, rank0 = peaks[1]
+    assert every >= full  # the baseline: a whole fp32 copy on every rank
+    assert rank0 <= 0.8 * full, done.stdout  # half of it, and one tensor at a time
+    full, every, rank0 = peaks[0]
+    assert rank0 <= 1.35 * full, done.stdout  # the bf16 model read, beside its fp32 half
+
+
 SHARDING_PROBE = """
 import json, sys, torch
-from genesys.models import load_trainable_lm
 from genesys.train.distributed import close_world, init_world
-from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor, shard_model
+from genesys.train.loading import sharded_pretrained
+from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor
 
 world = init_world()
 report = {}
 for strategy in ("fsdp2", "ddp"):
-    _, model = load_trainable_lm(sys.argv[1], torch.device("cpu"))
+    cpu = torch.device("cpu")
+    model = sharded_pretrained(sys.argv[1], world, device_mesh(world, strategy, cpu), "fp32", cpu)
     full = sum(p.numel() for p in model.parameters())
-    model = shard_model(model, device_mesh(world, strategy, torch.device("cpu")), "fp32")
     optimizer = torch.optim.AdamW(model.parameters())
     model(input_ids=torch.tensor([[1, 2, 3, 4 + world.rank]])).logits.float().mean().backward()
     norm = clip_grad_norm(model.parameters(), 1.0)

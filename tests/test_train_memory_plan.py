@@ -20,7 +20,7 @@ from conftest import GENESYS, REPO  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
-from genesys.train.memory_plan import Layout, ModelFacts, estimate  # noqa: E402
+from genesys.train.memory_plan import Layout, MemoryPlan, ModelFacts, estimate, outside_steps  # noqa: E402
 
 SEVEN_B = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "vocab_size": 152064}
 
@@ -59,7 +59,18 @@ def test_dry_run_prints_the_config_and_the_estimate_without_any_weights(tiny_mod
     done = _dry_run(model, tmp_path / "run", "--optim.micro_batch_tokens", "4096")
     assert done.returncode == 0, done.stderr
     assert "micro_batch_tokens = 4096" in done.stdout  # the resolved config
-    for part in ("weights", "gradients", "optimizer", "activations", "engine", "total", "available"):
+    parts = (
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "engine",
+        "total",
+        "loading",
+        "peak",
+        "available",
+    )
+    for part in parts:
         assert re.search(rf"^  {part} +\d", done.stdout, re.M), part
     assert "fits: yes" in done.stdout
     assert not (tmp_path / "run").exists()  # nothing started
@@ -129,6 +140,26 @@ def test_bf16_keeps_an_fp32_master_and_halves_activations_lora_trains_only_the_a
     lora = estimate(replace(LAYOUT, precision="bf16", lora_rank=16), adapters)
     assert lora["weights"] == 2e9 + 4e7  # frozen bf16 weights, fp32 master of the adapters only
     assert lora["gradients"] == 4e7 and lora["optimizer"] == 8e7
+
+
+def test_loading_holds_the_pretrained_model_on_rank_0_and_a_checkpoint_one_file_of_each_kind():
+    bf16 = replace(FACTS, declared_bytes=2)
+    four = replace(LAYOUT, world_size=4, strategy="fsdp2")
+    parts = estimate(four, bf16)
+    moments = outside_steps(four, bf16, parts, checkpoints=True)
+    assert moments["loading"] == 1e9 + 2e9  # its fp32 quarter, and the bf16 model rank 0 reads
+    kept = parts["weights"] + parts["gradients"] + parts["optimizer"]
+    assert (
+        moments["checkpoint"] == kept + 2e9 + 2 * 2**30
+    )  # a 2 GB model file; 3 GB of state per rank, in 2 GiB files
+    lora = outside_steps(replace(four, lora_rank=16), bf16, parts, checkpoints=False)
+    assert lora == {"loading": 1e9 + 4e9}  # adapters start from an fp32 base; no checkpoints written
+    sixteen = replace(LAYOUT, world_size=16, strategy="fsdp2")
+    parts = {"weights": 25e7, "gradients": 25e7, "optimizer": 5e8, "activations": 5e8, "engine": 0}
+    moments = outside_steps(sixteen, bf16, parts, checkpoints=False)  # 0.25 + 2 GB on rank 0
+    plan = MemoryPlan(sixteen, bf16, parts, "cpu", capacity=int(moments["loading"]) - 1, moments=moments)
+    assert plan.total < plan.capacity and not plan.fits  # a step fits, reading the model on rank 0 does not
+    assert "loading" in plan.table() and "peak" in plan.table()
 
 
 def test_activations_follow_the_token_budget_not_the_batch():

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from conftest import checkpoint_shards, write_jsonl  # noqa: E402
 from conftest import recorded_rows as rows  # noqa: E402
-from conftest import write_jsonl  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from genesys.train import TrainConfig, train  # noqa: E402
@@ -52,15 +52,17 @@ def config(model: str, out: Path, rollouts: Path, steps: int, precision: str = "
 
 
 def test_bf16_computes_in_bf16_and_keeps_fp32_master_weights_gradients_and_optimizer_state(tiny_model):
-    from genesys.models import load_trainable_lm
+    from transformers import AutoModelForCausalLM
+
     from genesys.train.distributed import close_world, init_world
-    from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor, shard_model
+    from genesys.train.loading import sharded_pretrained
+    from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor
 
     world = init_world()
     try:
-        _, model = load_trainable_lm(tiny_model, torch.device("cpu"))
-        _, plain = load_trainable_lm(tiny_model, torch.device("cpu"))
-        model = shard_model(model, device_mesh(world, "fsdp2", torch.device("cpu")), "bf16")
+        cpu = torch.device("cpu")
+        model = sharded_pretrained(tiny_model, world, device_mesh(world, "fsdp2", cpu), "bf16", cpu)
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
         seen: dict[str, torch.dtype] = {}
 
         def record(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
@@ -93,8 +95,6 @@ def test_bf16_computes_in_bf16_and_keeps_fp32_master_weights_gradients_and_optim
 def test_a_bf16_model_stays_bf16_in_checkpoints_and_final_and_resumes_exactly(bf16_model, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from genesys.train import checkpoint as ckpt
-
     rollouts = write_jsonl(tmp_path / "rollouts.jsonl", rows())
     straight = train(config(bf16_model, tmp_path / "straight", rollouts, 3)).final_dir
     out = tmp_path / "run"
@@ -108,8 +108,8 @@ def test_a_bf16_model_stays_bf16_in_checkpoints_and_final_and_resumes_exactly(bf
     assert (first / "model.safetensors").stat().st_size <= 1.1 * (
         Path(bf16_model) / "model.safetensors"
     ).stat().st_size
-    state = ckpt.load_state(first)
-    master = state["master_weights"]
+    shards = checkpoint_shards(first)  # the fp32 master weights, whole (one process)
+    master = {name.removeprefix("model."): t for name, t in shards.items() if name.startswith("model.")}
     assert master.keys() == {name for name in start if name != "lm_head.weight"}
     assert {tensor.dtype for tensor in master.values()} == {torch.float32}
     assert any(not torch.equal(master[name].to(torch.bfloat16).float(), master[name]) for name in master)
@@ -120,15 +120,13 @@ def test_a_bf16_model_stays_bf16_in_checkpoints_and_final_and_resumes_exactly(bf
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
-def test_an_fp32_model_trained_in_bf16_is_written_in_fp32_without_master_weights(tiny_model, tmp_path):
-    from genesys.train import checkpoint as ckpt
-
+def test_an_fp32_model_trained_in_bf16_is_written_in_fp32(tiny_model, tmp_path):
     rollouts = write_jsonl(tmp_path / "rollouts.jsonl", rows())
     out = tmp_path / "run"
     train(config(tiny_model, out, rollouts, 2))
     first = out / "checkpoints" / "step-000001"
     assert {t.dtype for t in load_file(first / "model.safetensors").values()} == {torch.float32}
-    assert "master_weights" not in ckpt.load_state(first)  # the folder holds them exactly
+    assert {t.dtype for t in checkpoint_shards(first).values()} == {torch.float32}
 
 
 @pytest.mark.slow

@@ -65,5 +65,5 @@ def _dry_run(config: TrainConfig) -> int:
     if plan.fits:
         print("fits: yes")
         return 0
-    print(f"fits: no: about {size(plan.total)} per rank, {plan.device} has {size(plan.capacity or 0)}")
+    print(f"fits: no: about {size(plan.peak)} per rank, {plan.device} has {size(plan.capacity or 0)}")
     return 1

@@ -7,8 +7,9 @@ Modules: `config` (the typed config), `loss`, `logprobs` and `batch` (pure tenso
 `sources` (where rollouts come from, behind one `RolloutSource` protocol: online generation and
 verification, recorded rollout files, or rollout workers on Ray), `groups` (the online group
 filter), `order` (the seeded task order), `distributed` (the processes), `parallel` (FSDP2 sharding
-and mixed precision), `lora` (peft adapters), `export` (full weights out of the shards, for
-engines and files), `checkpoint`, `metrics`, and `trainer` (the loop). Importing this package loads no torch until `train` or `Trainer` is used.
+and mixed precision), `loading` (the model built empty on every rank, its weights read by rank 0
+alone), `lora` (peft adapters), `export` (full weights out of the shards, for engines and files),
+`checkpoint` (sharded, resumable on any number of processes), `metrics`, and `trainer` (the loop). Importing this package loads no torch until `train` or `Trainer` is used.
 """
 
 from __future__ import annotations

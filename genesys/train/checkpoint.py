@@ -1,17 +1,26 @@
-"""Checkpoints: `checkpoints/step-NNNNNN/` holds the model as a Hugging Face folder (safetensors, in
-the model's own dtype, LoRA merged; `genesys.train.export`) and the trainer state (optimizer,
-scheduler, RNG states, data position, step, and the fp32 master weights when the folder cannot hold
-them exactly: a model saved in bf16, or LoRA adapters) as `trainer_state.json` with its tensors in
-`trainer_state.safetensors`. The optimizer state is the full (unsharded) state dict of
-`torch.distributed.checkpoint.state_dict`, keyed by parameter name.
+"""Checkpoints: `checkpoints/step-NNNNNN/` holds
 
-A checkpoint is written into a temporary directory and renamed into place, so a directory named
-`step-NNNNNN` is always complete; a run killed at any moment resumes from the newest one. Nothing
-is ever unpickled: the state is plain JSON and tensors (tuples, non-string keys, numpy arrays and
-non-finite floats are spelled out as tagged objects), and the model is read from its safetensors.
-A checkpoint of an older genesys, whose state is the pickle `trainer_state.pt`, is refused with
-what to do; `python -m genesys.train.checkpoint --trust-pickle DIR` converts one its owner trusts.
-A model with a non-finite weight is never written.
+- `state/`: the training state of every rank, sharded as it trains: the fp32 weights it trains (all of
+  them, or the LoRA adapters) and persistent buffers, and AdamW's moments, each rank writing the
+  slices it holds (torch.distributed.checkpoint with its safetensors storage, files
+  `shard-RRRRR-model-IIIII-of-NNNNN.safetensors` whose headers say where each slice lies in the whole
+  tensor). No rank ever holds another rank's part, and a run resumes on any number of processes:
+  each reads the slices of its own shards (DCP reshards);
+- `trainer_state.json`, with its small tensors in `trainer_state.safetensors`: the step, the
+  optimizer's hyperparameters by parameter name, the scheduler, and each rank's RNG states, data
+  position and unfinished batch (`ranks`, gathered on rank 0: a few kilobytes each);
+- the model as a Hugging Face folder (safetensors in the model's own dtype, LoRA merged;
+  `genesys.train.export.write_model`), for evaluating or starting another run from; resuming does not
+  read it.
+
+Every rank writes into the same directory, so `output_dir` must be on storage every node sees. A
+checkpoint is written into a temporary directory and renamed into place once every rank has written
+its part and rank 0 the JSON, so a directory named `step-NNNNNN` is always complete; a run killed at
+any moment resumes from the newest one. Nothing is ever unpickled: the state is plain JSON and
+tensors (tuples, non-string keys, numpy arrays and non-finite floats are spelled out as tagged
+objects), the shards and the model are safetensors. Checkpoints of an older genesys are refused with
+what to do: one whose state is the pickle `trainer_state.pt`, and one whose state was gathered whole
+on rank 0 (version 1 of the JSON, without `state/`). A model with a non-finite weight is never written.
 """
 
 from __future__ import annotations
@@ -39,8 +48,10 @@ log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.json"
 TENSORS_FILE = "trainer_state.safetensors"
 LEGACY_STATE_FILE = "trainer_state.pt"  # a pickle, written by genesys before the JSON state: never loaded
+SHARDS_DIR = "state"
 STATE_FORMAT = "genesys-trainer-state"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1: the state gathered whole on rank 0 (no `state/`), refused
+SHARD_FILE_BYTES = 2 * 2**30  # about what one rank writes per file of its shards
 TAG = "__genesys__"  # the key of a tagged object in the state's JSON
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
@@ -72,17 +83,18 @@ def latest_checkpoint(root: Path) -> Path | None:
         if (path / STATE_FILE).is_file():
             return path
         if (path / LEGACY_STATE_FILE).is_file():
-            raise InputError(legacy_message(path))
+            raise InputError(
+                f"{path} holds {LEGACY_STATE_FILE}, trainer state in the pickle format of an older genesys; "
+                "genesys does not load pickles (unpickling a file runs whatever code it names). "
+                + _older_checkpoint_advice(path)
+            )
     return None
 
 
-def legacy_message(path: Path) -> str:
+def _older_checkpoint_advice(path: Path) -> str:
     return (
-        f"{path} holds {LEGACY_STATE_FILE}, trainer state in the pickle format of an older genesys; "
-        "genesys does not load pickles (unpickling a file runs whatever code it names). If you wrote this "
-        f"checkpoint and trust it, convert it once with `python -m genesys.train.checkpoint --trust-pickle {path}` "
-        f"and run again; or start a new run from its weights (--model {path} with another output_dir), "
-        "without its optimizer state"
+        f"Its folder is a complete model: start a new run from its weights (--model {path} with another "
+        "output_dir), without its optimizer state, or finish this run with the genesys that wrote it"
     )
 
 
@@ -130,27 +142,98 @@ def check_finite(model: Any, what: str, world: World | None = None) -> None:
 
 
 def save_checkpoint(
-    root: Path, step: int, write_model: Callable[[Path], None], state: dict[str, Any], keep: int
+    root: Path,
+    step: int,
+    world: World,
+    write_parts: Callable[[Path], None],
+    state: Callable[[], dict[str, Any]],
+    keep: int,
 ) -> Path:
-    """Write checkpoint `step` atomically (the model folder by `write_model(directory)`, then the
-    trainer state), then delete all but the newest `keep`; returns its path."""
+    """Write checkpoint `step` atomically: every rank calls `write_parts(directory)` (the shards and
+    the model folder, collectives), then rank 0 writes the trainer state `state()` and renames the
+    directory into place, deleting all but the newest `keep`. Every rank must call it; returns the path."""
     final = step_dir(root, step)
-    root.mkdir(parents=True, exist_ok=True)
-    temporary = root / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
-    write_model(temporary)
-    write_state(temporary, state)
-    _fsync_tree(temporary)
-    if final.exists():  # a checkpoint of this step from a run that was resumed before it: replace it
-        shutil.rmtree(final)
-    os.replace(temporary, final)
-    _fsync_dir(root)
-    for _, old in complete_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(".tmp-step-*"):  # left by a run killed while writing
-        if stale != temporary:
+    temporary = root / f".tmp-{final.name}"
+    if world.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(temporary, ignore_errors=True)  # left by a run killed while writing this step
+        temporary.mkdir()
+    world.barrier()
+    write_parts(temporary)
+    document = state()  # every rank: it may gather from the others
+    world.barrier()  # every rank's files are written
+    if world.is_main:
+        write_state(temporary, document)
+        _fsync_tree(temporary)
+        if final.exists():  # a checkpoint of this step from a run that was resumed before it: replace it
+            shutil.rmtree(final)
+        os.replace(temporary, final)
+        _fsync_dir(root)
+        for _, old in complete_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        for stale in root.glob(".tmp-step-*"):  # left by a run killed while writing another step
             shutil.rmtree(stale, ignore_errors=True)
+    world.barrier()
     return final
+
+
+def save_shards(directory: Path, tensors: dict[str, torch.Tensor], world: World) -> None:
+    """Every rank writes the slices it holds of `tensors` (DTensors, or tensors every rank holds
+    whole: written once) into `directory` as safetensors, in files of about `SHARD_FILE_BYTES` per
+    rank. Every rank must call it with the same names, in the same order."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    files: dict[str, int] = {}
+    index, filled = 1, 0
+    budget = SHARD_FILE_BYTES * world.size  # of whole tensors: each rank holds about 1/size of them
+    for name, tensor in tensors.items():
+        size = tensor.numel() * tensor.element_size()
+        if filled and filled + size > budget:
+            index, filled = index + 1, 0
+        files[name] = index
+        filled += size
+    writer = HuggingFaceStorageWriter(str(directory), fqn_to_index_mapping=files, save_distributed=True)
+    dcp.save(tensors, storage_writer=writer)
+
+
+def load_shards(checkpoint: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Read into `tensors` (DTensors of this rank's shards, or whole tensors) their values from
+    checkpoint's `state/`, whatever the number of ranks that wrote it: each rank reads only the
+    slices it holds. Every rank must call it. An InputError names a tensor the shards do not hold
+    whole (a missing file) or whose shape differs."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors import SafetensorError
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    directory = checkpoint / SHARDS_DIR
+    if not directory.is_dir():
+        raise InputError(f"{checkpoint}: no {SHARDS_DIR}/ with the sharded training state")
+    reader = HuggingFaceStorageReader(str(directory))
+    try:  # the headers of every file: where each slice lies
+        stored = reader.read_metadata().state_dict_metadata
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise InputError(f"{directory}: the shards cannot be read ({exc})") from None
+    for name, tensor in tensors.items():
+        held = stored.get(name)
+        if held is None:
+            raise InputError(
+                f"{directory}: no {name} in its shards (a file of the checkpoint is missing, or other "
+                "settings wrote it: resume with those)"
+            )
+        shape, stored_shape = tuple(tensor.shape), tuple(held.size)  # stored: as far as its slices reach
+        if len(stored_shape) != len(shape) or any(have > want for have, want in zip(stored_shape, shape)):
+            raise InputError(
+                f"{directory}: {name} has shape {stored_shape}, the model's {shape}; "
+                "resume with the model and settings that wrote it"
+            )
+        covered = sum(math.prod(chunk.sizes) for chunk in held.chunks)
+        if covered != math.prod(shape):
+            raise InputError(
+                f"{directory}: the shards hold {covered} of the {math.prod(shape)} values of {name}: "
+                "a file of the checkpoint is missing or cut short (or other settings wrote it)"
+            )
+    dcp.load(tensors, storage_reader=reader)
 
 
 def write_state(checkpoint: Path, state: dict[str, Any]) -> None:
@@ -180,11 +263,15 @@ def load_state(checkpoint: Path) -> dict[str, Any]:
         tensors = load_file(str(checkpoint / TENSORS_FILE), device="cpu")
     except (OSError, ValueError, SafetensorError) as exc:
         raise InputError(f"{checkpoint}: the trainer state cannot be read ({exc})") from None
-    if (
-        not isinstance(document, dict)
-        or document.get("format") != STATE_FORMAT
-        or document.get("version") != STATE_VERSION
-    ):
+    if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
+        raise InputError(f"{checkpoint / STATE_FILE}: not a genesys trainer state")
+    if document.get("version") == 1:
+        raise InputError(
+            f"{checkpoint} is a checkpoint of an older genesys, its training state gathered whole on one "
+            f"process (trainer state version 1, no {SHARDS_DIR}/); this genesys resumes from sharded "
+            f"checkpoints (version {STATE_VERSION}). " + _older_checkpoint_advice(checkpoint)
+        )
+    if document.get("version") != STATE_VERSION:
         raise InputError(
             f"{checkpoint / STATE_FILE}: not a trainer state of version {STATE_VERSION} of this genesys"
         )
@@ -255,30 +342,6 @@ def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     raise ValueError(f"unknown tagged value {kind!r}")
 
 
-def convert_legacy_checkpoint(checkpoint: Path) -> Path:
-    """Rewrite the pickled `trainer_state.pt` of a checkpoint its owner trusts as JSON and safetensors.
-
-    This unpickles the file, which runs whatever code it names: only for checkpoints you wrote.
-    """
-    legacy = checkpoint / LEGACY_STATE_FILE
-    if not legacy.is_file():
-        raise InputError(f"{checkpoint} has no {LEGACY_STATE_FILE} to convert")
-    if not (checkpoint / "model.safetensors").is_file() and not any(checkpoint.glob("model-*.safetensors")):
-        raise InputError(f"{checkpoint} has no safetensors weights; it is not a genesys checkpoint")
-    state = torch.load(legacy, map_location="cpu", weights_only=False)  # the owner's explicit trust
-    temporary = checkpoint / f".tmp-state-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
-    temporary.mkdir()
-    write_state(temporary, state)
-    _fsync_tree(temporary)
-    for name in (TENSORS_FILE, STATE_FILE):  # the JSON last: it marks the checkpoint complete
-        os.replace(temporary / name, checkpoint / name)
-    temporary.rmdir()
-    legacy.unlink()
-    _fsync_dir(checkpoint)
-    return checkpoint
-
-
 def _fsync_tree(path: Path) -> None:
     for file in path.rglob("*"):
         if file.is_file():
@@ -293,34 +356,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m genesys.train.checkpoint --trust-pickle DIR...`: convert checkpoints of an older genesys."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m genesys.train.checkpoint",
-        description="Convert checkpoints of an older genesys (trainer_state.pt, a pickle) to the "
-        "JSON and safetensors trainer state. Unpickling runs whatever code the file names: convert "
-        "only checkpoints you wrote.",
-    )
-    parser.add_argument(
-        "--trust-pickle",
-        nargs="+",
-        required=True,
-        metavar="DIR",
-        type=Path,
-        help="checkpoint directories (step-NNNNNN) whose pickles you trust",
-    )
-    args = parser.parse_args(argv)
-    try:
-        for checkpoint in args.trust_pickle:
-            print(f"converted {convert_legacy_checkpoint(checkpoint)}")
-    except InputError as exc:
-        parser.exit(2, f"error: {exc}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,14 +7,15 @@ output layer left out when it is tied to the embeddings, as `named_parameters()`
 whole, on the training device, in `dtype` (default: fp32, the master weights). Gathering is a
 collective: every rank must draw the whole generator, in the same order.
 
-`model_state` collects those tensors (and the persistent buffers) on one rank for a checkpoint;
-`save_model` writes them as a Hugging Face folder in the model's own dtype (`declared_dtype`), which
-transformers and vLLM load as it is.
+`write_model` writes them as a Hugging Face folder in the model's own dtype (`declared_dtype`), which
+transformers and vLLM load as it is: one safetensors file (at most `MAX_SHARD_BYTES`) at a time, so the
+writing rank never holds more of the model than one file.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 from genesys.train import lora
 from genesys.train.parallel import full_tensor
 
-MAX_SHARD_SIZE = "5GB"  # safetensors files of a saved model are split at this size (and indexed)
+MAX_SHARD_BYTES = 5 * 10**9  # safetensors files of a saved model are split at this size (and indexed)
 
 
 def declared_dtype(config: Any) -> torch.dtype:
@@ -33,6 +34,16 @@ def declared_dtype(config: Any) -> torch.dtype:
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype.removeprefix("torch."), None)
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
+
+
+def _exported(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(name in the plain model, parameter name in `model`) of every weight `full_parameters` yields,
+    in its order: the parameters that are not adapter weights."""
+    return [
+        (lora.base_name(name), name)
+        for name, _ in model.named_parameters()
+        if not lora.is_adapter_weight(name)
+    ]
 
 
 def full_parameters(
@@ -44,16 +55,14 @@ def full_parameters(
     Every rank must consume it entirely (see the module's docstring)."""
     adapters = lora.adapter_layers(model)
     named = dict(model.named_parameters())
-    for name, parameter in named.items():
-        if lora.is_adapter_weight(name):
-            continue
-        tensor = full_tensor(parameter.detach())
+    for plain, name in _exported(model):
+        tensor = full_tensor(named[name].detach())
         module_name, _, leaf = name.rpartition(lora.BASE_LAYER)
         if module_name in adapters and leaf == "weight":
             prefix = f"{module_name}.lora_%s.{lora.ADAPTER}.weight"
             a, b = full_tensor(named[prefix % "A"].detach()), full_tensor(named[prefix % "B"].detach())
             tensor = lora.merged_weight(adapters[module_name], tensor, a, b)
-        yield lora.base_name(name), tensor.to(dtype) if dtype is not None else tensor
+        yield plain, tensor.to(dtype) if dtype is not None else tensor
 
 
 def persistent_buffers(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -64,17 +73,27 @@ def persistent_buffers(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tens
             yield lora.base_name(name), full_tensor(buffer.detach())
 
 
-def model_state(model: torch.nn.Module, dtype: torch.dtype, keep: bool) -> dict[str, torch.Tensor]:
-    """The merged model's full state (parameters and persistent buffers) in `dtype`, on the CPU, when
-    `keep` (the rank that writes); an empty dict elsewhere. Every rank must call it."""
-    state: dict[str, torch.Tensor] = {}
-    for name, tensor in full_parameters(model, dtype):
-        if keep:
-            state[name] = tensor.to("cpu", copy=True)
+def _model_tensors(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """The saved model's tensors, whole: its merged weights in `dtype`, then its persistent buffers
+    (floating ones in `dtype`). A collective, like `full_parameters`."""
+    yield from full_parameters(model, dtype)
     for name, buffer in persistent_buffers(model):
-        if keep:
-            state[name] = buffer.to("cpu", dtype=dtype if buffer.is_floating_point() else None, copy=True)
-    return state
+        yield name, buffer.to(dtype) if buffer.is_floating_point() else buffer
+
+
+def _model_layout(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Meta tensors of the shapes and dtypes `_model_tensors` yields, under the same names, in order."""
+    named = dict(model.named_parameters())
+    layout = {
+        plain: torch.empty(named[name].shape, dtype=dtype, device="meta") for plain, name in _exported(model)
+    }
+    saved = set(model.state_dict())
+    for name, buffer in model.named_buffers():
+        if name in saved:
+            layout[lora.base_name(name)] = torch.empty(
+                buffer.shape, dtype=dtype if buffer.is_floating_point() else buffer.dtype, device="meta"
+            )
+    return layout
 
 
 def trainable_state(model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
@@ -89,26 +108,44 @@ def trainable_state(model: torch.nn.Module, keep: bool) -> dict[str, torch.Tenso
     return state
 
 
-def save_model(
+def write_model(
     path: Path,
-    state: dict[str, torch.Tensor],
-    config: Any,
-    generation_config: Any,
-    tokenizer: Any,
+    model: torch.nn.Module,
     dtype: torch.dtype,
+    tokenizer: Any,
+    keep: bool,
 ) -> None:
-    """A Hugging Face model folder: `state` as safetensors (split and indexed when large), the
-    model's config declaring `dtype`, its generation config (when it has one) and the tokenizer."""
-    from huggingface_hub import save_torch_state_dict
+    """`model` (sharded, LoRA merged) as a Hugging Face folder at `path`, written by the rank that
+    `keep`s: its weights in `dtype` as safetensors files of at most `MAX_SHARD_BYTES` (indexed when
+    there are several), each written as soon as its tensors are gathered; the model's config declaring
+    `dtype`, its generation config and the tokenizer. Every rank must call it."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
 
-    path.mkdir(parents=True, exist_ok=True)
-    save_torch_state_dict(state, path, max_shard_size=MAX_SHARD_SIZE, metadata={"format": "pt"})
-    saved = copy.deepcopy(config)
+    split = split_torch_state_dict_into_shards(_model_layout(model, dtype), max_shard_size=MAX_SHARD_BYTES)
+    pending = {filename: set(names) for filename, names in split.filename_to_tensors.items()}
+    ready: dict[str, dict[str, torch.Tensor]] = {filename: {} for filename in pending}
+    if keep:
+        path.mkdir(parents=True, exist_ok=True)
+    for name, tensor in _model_tensors(model, dtype):
+        if not keep:
+            continue
+        filename = split.tensor_to_filename[name]
+        ready[filename][name] = tensor.to("cpu", copy=True)
+        pending[filename].discard(name)
+        if not pending[filename]:
+            save_file(ready.pop(filename), str(path / filename), metadata={"format": "pt"})
+    if not keep:
+        return
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True))
+    saved = copy.deepcopy(model.config)
     saved.dtype = dtype
     saved.use_cache = True  # the trainer turns the KV cache off; engines want it on
     saved.save_pretrained(path)
-    if generation_config is not None:
-        generation_config.save_pretrained(path)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(path)
     tokenizer.save_pretrained(path)
 
 

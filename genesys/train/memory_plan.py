@@ -18,7 +18,14 @@
   vocabulary-sized weight gradients (a chunk's and the embedding's, before they are accumulated);
 - engine: the generation backend that shares the rank's device (none offline or with Ray workers).
 
-The total is compared with the memory of the device the rank sees (a GPU's, or this machine's RAM
+Two moments outside the training steps can need more (`outside_steps`): while the model loads,
+rank 0 holds the pretrained model it reads (in its own dtype) beside its fp32 shards
+(`genesys.train.loading`); while a checkpoint is written, the step's weights, gradients and
+optimizer state stay beside one file of the model folder (rank 0) and one serialised file of the
+rank's shards (`genesys.train.checkpoint`). On a CPU they take the rank's memory and count in its
+peak; on a GPU they are host memory, and the plan says how much.
+
+The peak is compared with the memory of the device the rank sees (a GPU's, or this machine's RAM
 shared by its local ranks). It is an upper estimate: gradients and activations never peak together.
 """
 
@@ -32,7 +39,9 @@ from typing import Any
 import torch
 
 from genesys.errors import InputError
+from genesys.train.checkpoint import SHARD_FILE_BYTES
 from genesys.train.config import TrainConfig
+from genesys.train.export import MAX_SHARD_BYTES, declared_dtype
 from genesys.train.logprobs import chunk_tokens
 
 GIB = 2**30
@@ -72,6 +81,7 @@ class ModelFacts:
     vocab: int
     layer_bytes_per_token: int  # saved by one decoder layer, per token, in the compute dtype
     other_bytes_per_token: int  # saved outside the decoder layers (embedding, final norm)
+    declared_bytes: int = FP32  # per parameter in the dtype the model's config declares (its files')
 
 
 @dataclass
@@ -84,14 +94,21 @@ class MemoryPlan:
     device: str
     capacity: int | None  # bytes this rank may use; None when unknown
     notes: list[str] = field(default_factory=list)
+    moments: dict[str, int] = field(default_factory=dict)  # on the device, outside the steps
 
     @property
     def total(self) -> int:
+        """The memory of a training step."""
         return sum(self.parts.values())
 
     @property
+    def peak(self) -> int:
+        """The most the rank needs at any moment: a step, loading the model, writing a checkpoint."""
+        return max(self.total, *self.moments.values())
+
+    @property
     def fits(self) -> bool:
-        return self.capacity is None or self.total <= self.capacity
+        return self.capacity is None or self.peak <= self.capacity
 
     def table(self) -> str:
         """The estimate as lines of text, one per part."""
@@ -107,6 +124,9 @@ class MemoryPlan:
         ]
         lines += [f"  {name:<12} {size(value):>12}" for name, value in self.parts.items()]
         lines.append(f"  {'total':<12} {size(self.total):>12}")
+        lines += [f"  {name:<12} {size(value):>12}" for name, value in self.moments.items()]
+        if self.moments:
+            lines.append(f"  {'peak':<12} {size(self.peak):>12}")
         if self.capacity is not None:
             lines.append(f"  {'available':<12} {size(self.capacity):>12} on {self.device}")
         lines += [f"note: {note}" for note in self.notes]
@@ -150,16 +170,18 @@ def layout(config: TrainConfig, world_size: int, device_type: str) -> Layout:
     )
 
 
-def _meta_model(model: str, dtype: torch.dtype) -> torch.nn.Module:
+def _meta_model(model: str, dtype: torch.dtype) -> tuple[torch.nn.Module, torch.dtype]:
+    """The model on the meta device in `dtype`, and the dtype its config declares."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
         model_config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as exc:
         raise InputError(f"model {model!r}: its config cannot be read ({exc})") from None
+    declared = declared_dtype(model_config)
     model_config.use_cache = False
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(model_config, dtype=dtype)
+        return AutoModelForCausalLM.from_config(model_config, dtype=dtype), declared
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -225,7 +247,7 @@ def saved_activation_bytes(model: torch.nn.Module, tokens: int = PROBE_TOKENS) -
 def model_facts(model: str, layout: Layout) -> ModelFacts:
     """The facts of `model` (a path or hub name) for `layout`, from its config on the meta device."""
     dtype = torch.bfloat16 if layout.precision == "bf16" else torch.float32
-    meta = _meta_model(model, dtype)
+    meta, declared = _meta_model(model, dtype)
     meta.train()
     params = sum(p.numel() for p in meta.parameters())  # tied weights are one parameter
     layers = _decoder_layers(meta)
@@ -241,6 +263,7 @@ def model_facts(model: str, layout: Layout) -> ModelFacts:
         vocab=meta.get_output_embeddings().weight.shape[0],
         layer_bytes_per_token=layer_bytes,
         other_bytes_per_token=other_bytes,
+        declared_bytes=declared.itemsize,
     )
 
 
@@ -291,6 +314,30 @@ def estimate(layout: Layout, facts: ModelFacts, engine: int = 0) -> dict[str, in
         "activations": saved + layer + logits,
         "engine": engine,
     }
+
+
+def pretrained_bytes(layout: Layout, facts: ModelFacts) -> int:
+    """The pretrained model as rank 0 reads it: in its own dtype, in fp32 with LoRA (whose adapters
+    start from an fp32 base)."""
+    return facts.params * (FP32 if layout.lora_rank else facts.declared_bytes)
+
+
+def outside_steps(
+    layout: Layout, facts: ModelFacts, parts: dict[str, int], checkpoints: bool
+) -> dict[str, int]:
+    """One rank's memory at the moments outside the training steps (see the module's docstring):
+    `loading` on rank 0, the most loaded (its fp32 shards and the pretrained model it reads,
+    `pretrained_bytes`), and with `checkpoints`, `checkpoint` (what the step keeps beside the files
+    being written: one of the model folder's on rank 0, one serialised file of the rank's shards,
+    whose state is written once over all the ranks)."""
+    shards = layout.world_size if layout.strategy == "fsdp2" else 1
+    moments = {"loading": facts.params * FP32 // shards + pretrained_bytes(layout, facts)}
+    if checkpoints:
+        kept = parts["weights"] + parts["gradients"] + parts["optimizer"] + parts["engine"]
+        model_file = min(facts.params * facts.declared_bytes, MAX_SHARD_BYTES)
+        state = facts.trainable * (1 + ADAM_MOMENTS) * FP32 // layout.world_size
+        moments["checkpoint"] = kept + model_file + min(state, SHARD_FILE_BYTES)
+    return moments
 
 
 def engine_bytes(
@@ -358,14 +405,23 @@ def plan_memory(config: TrainConfig, world_size: int = 1, device: torch.device |
             f"padded micro-batches: {run_layout.sequences} sequences of {ASSUMED_PROMPT_TOKENS} prompt + "
             f"{config.sampling.max_tokens} completion tokens assumed; set optim.micro_batch_tokens for a bound"
         )
-    return MemoryPlan(run_layout, facts, estimate(run_layout, facts, engine), name, capacity, notes)
+    parts = estimate(run_layout, facts, engine)
+    moments = outside_steps(run_layout, facts, parts, bool(config.checkpoint.every))
+    if device.type != "cpu":  # host memory, beside the device's
+        notes.append(
+            f"host memory: rank 0 reads the pretrained model ({size(pretrained_bytes(run_layout, facts))}) "
+            "before sending it out; a checkpoint stages at most "
+            f"{size(2 * SHARD_FILE_BYTES + MAX_SHARD_BYTES)} per rank"
+        )
+        moments = {}
+    return MemoryPlan(run_layout, facts, parts, name, capacity, notes, moments)
 
 
 def check_fits(plan: MemoryPlan) -> None:
     """An InputError with the numbers when the plan does not fit the device it was made for."""
     if not plan.fits:
         raise InputError(
-            f"this run needs about {size(plan.total)} per rank but {plan.device} has "
+            f"this run needs about {size(plan.peak)} per rank but {plan.device} has "
             f"{size(plan.capacity or 0)}; shrink optim.micro_batch_tokens, turn on "
             "gradient_checkpointing, use more processes with parallel.strategy = 'fsdp2', precision = 'bf16' "
             "or lora.rank, or run on a larger device.\n" + plan.table()

@@ -2,7 +2,8 @@
 
 The order is a stream of epochs, each a fresh seeded permutation of the items. With several
 ranks, rank r reads stream positions r, r + W, r + 2W, ... so that W ranks taking k items each
-read exactly the items one process taking W * k would read. The state is one counter.
+read exactly the items one process taking W * k would read. The state is one counter, and
+`resumed_taken` carries the counters of W ranks over to another number of ranks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ class ItemOrder:
             picked.append((position, _permutation(self.size, self.seed, epoch)[offset]))
             self.taken += 1
         return picked
+
+
+def resumed_taken(taken: list[int], rank: int, world: int) -> int:
+    """The counter of rank `rank` of `world` ranks that go on where ranks that had taken `taken` items
+    (one count per old rank) stopped: from the first stream position after the last one any of them
+    read. When every old rank took as many, that is exactly where one stream would go on; otherwise
+    the positions some ranks had not reached yet are skipped (never read twice)."""
+    old_world = len(taken)
+    end = max((old + old_world * (count - 1) + 1 for old, count in enumerate(taken) if count > 0), default=0)
+    return max(0, -(-(end - rank) // world))
 
 
 @lru_cache(maxsize=4)

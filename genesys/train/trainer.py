@@ -31,6 +31,7 @@ run supervised fine-tuning through the same loop.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -41,17 +42,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from genesys.errors import InputError, TrainingError
-from genesys.models import load_trainable_lm
 from genesys.schema import Row
 from genesys.train import checkpoint as ckpt
-from genesys.train import export
+from genesys.train import export, loading
 from genesys.train.batch import (
     MicroBatch,
     SequenceTooLong,
@@ -78,7 +74,13 @@ from genesys.train.metrics import MetricsLog, read_metrics
 from genesys.train.parallel import clip_grad_norm, device_mesh, set_gradient_sync, shard_model
 from genesys.train.schedule import lr_factor
 from genesys.train.sources import open_source
-from genesys.train.sources.base import POLICY_STEP_COLUMN, RewardTally, StepRollouts, usable
+from genesys.train.sources.base import (
+    POLICY_STEP_COLUMN,
+    RewardTally,
+    StepRollouts,
+    reshard_states,
+    usable,
+)
 from genesys.train.threads import ThreadTuner
 
 log = logging.getLogger(__name__)
@@ -188,19 +190,16 @@ class Trainer:
         self._stack = contextlib.ExitStack()
         resume = ckpt.latest_checkpoint(self.checkpoints)
         self._check_output_dir(resume is not None)
+        self.resume = resume
         self.state = ckpt.load_state(resume) if resume else None
-        if self.state and self.state["world_size"] != world.size:
-            raise InputError(
-                f"{resume} was written by {self.state['world_size']} processes; resume it with as many (this run has {world.size})"
-            )
         self.step = self.state["step"] if self.state else 0
         self.skipped_steps = self.state.get("skipped_steps", 0) if self.state else 0
         self.nonfinite_in_a_row = self.state.get("nonfinite_in_a_row", 0) if self.state else 0
         self.no_signal_in_a_row = self.state.get("no_signal_in_a_row", 0) if self.state else 0
         torch.manual_seed(self._seed())
         self._load_inputs()  # checked before any model is loaded
-        self.source_model = str(resume) if resume else config.model
-        self.tokenizer, self.model, self.peft = self._load_model(resume)
+        self.source_model = config.model  # engines then take the trainer's weights (`start`)
+        self.tokenizer, self.model, self.peft = self._load_model(resume is not None)
         self.pad_id = (
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
@@ -267,49 +266,44 @@ class Trainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             write_config(path, self.config.as_dict())
 
-    def _load_model(self, resume: Path | None) -> tuple[Any, torch.nn.Module, Any]:
-        """(tokenizer, the model sharded over the ranks, peft's wrapper of it or None). The weights
-        come from the checkpoint when resuming (LoRA: the base model and the adapter's weights from
-        the trainer state), with their fp32 master values when the checkpoint's folder is not exact."""
+    def _load_model(self, resuming: bool) -> tuple[Any, torch.nn.Module, Any]:
+        """(tokenizer, the model sharded over the ranks, peft's wrapper of it or None), built without
+        weights on every rank and given storage for its shards only (`genesys.train.loading`). The
+        pretrained weights are read by rank 0 and sent out, unless the run resumes and trains every
+        weight: then all come from the checkpoint's shards (`_restore`)."""
         from transformers import AutoConfig
 
         config = self.config
-        path = config.model if resume is None or config.lora.enabled else str(resume)
         try:
-            self.model_dtype = export.declared_dtype(AutoConfig.from_pretrained(path))
+            self.model_dtype = export.declared_dtype(AutoConfig.from_pretrained(config.model))
         except (OSError, ValueError) as exc:
-            raise InputError(f"model {path!r} cannot be loaded: {exc}") from None
-        tokenizer, model = load_trainable_lm(  # on the CPU: sharding moves each rank's shards to its device
-            path,
-            torch.device("cpu"),
-            config.gradient_checkpointing,
-            use_safetensors=True if path != config.model else None,  # a checkpoint's weights: never a pickle
-        )
-        peft = None
+            raise InputError(f"model {config.model!r} cannot be loaded: {exc}") from None
+        tokenizer, model = loading.empty_model(config.model, config.gradient_checkpointing)
+        peft, prepare = None, None
         if config.lora.enabled:
             from genesys.train.lora import add_adapters
 
+            prepare = functools.partial(_same_adapters, config.lora, torch.get_rng_state())
             peft = add_adapters(model, config.lora)
             if config.gradient_checkpointing:  # a frozen embedding would cut the recomputed graph
                 model.enable_input_require_grads()
-        if self.state is not None and "master_weights" in self.state:
-            _load_master_weights(model, self.state["master_weights"], resume)
         mesh = device_mesh(self.world, config.parallel.strategy, self.device)
-        return tokenizer, shard_model(model, mesh, config.precision), peft
+        model = shard_model(model, mesh, config.precision)
+        loading.materialize(model, self.device)
+        if not resuming or any(not parameter.requires_grad for parameter in model.parameters()):
+            # adapters are initialised in fp32 on a base in fp32, as on the trained model: a base
+            # read in bf16 would round their initial values
+            dtype = torch.float32 if prepare is not None else "auto"
+            loading.load_pretrained(model, config.model, self.world, prepare, dtype)
+        return tokenizer, model, peft
 
     def _frozen_reference(self) -> torch.nn.Module:
         """The initial model, frozen and sharded like the trained one, for the KL term (always
         `config.model`, also when resuming)."""
-        _, reference = load_trainable_lm(self.config.model, torch.device("cpu"))
-        reference.eval().requires_grad_(False)
         mesh = device_mesh(self.world, self.config.parallel.strategy, self.device)
-        return shard_model(reference, mesh, self.config.precision)
-
-    @property
-    def keeps_master_weights(self) -> bool:
-        """Whether checkpoints carry the fp32 trainable weights in the trainer state: when the model
-        folder holds them in a narrower dtype, or holds merged weights (LoRA)."""
-        return self.peft is not None or self.model_dtype != torch.float32
+        return loading.sharded_pretrained(
+            self.config.model, self.world, mesh, self.config.precision, self.device, frozen=True
+        )
 
     def _open_tracker(self) -> Any:
         if not self.config.report_to:
@@ -592,7 +586,7 @@ class Trainer:
             )
             for row, advantage in kept
         ]
-        ordered = sorted(sequences, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        ordered = sorted(sequences, key=_length)
         return ordered, len(rows) - len(kept)
 
     def _step_batch(
@@ -813,49 +807,55 @@ class Trainer:
     # --- checkpoints ------------------------------------------------------------------------------
 
     def save_checkpoint(self) -> None:
-        """Write the checkpoint of the current step: every rank gathers the weights and optimizer
-        state from its shards, rank 0 writes them with every rank's data position."""
+        """Write the checkpoint of the current step (`genesys.train.checkpoint`): every rank its shards
+        of the weights and optimizer state, rank 0 the model folder (gathered a file at a time) and
+        the trainer state with every rank's data position."""
         directory = ckpt.step_dir(self.checkpoints, self.step)
         ckpt.check_finite(self.model, f"checkpoint {directory}", self.world)  # all ranks refuse together
-        per_rank = {
-            "data": self.rollouts.state(),
-            "batch": _batch_state(self.batch),
-            "rng": ckpt.rng_states(),
-        }
-        ranks = self.world.gather(per_rank)
-        main = self.world.is_main
-        weights = export.model_state(self.model, self.model_dtype, keep=main)
-        optimizer = get_optimizer_state_dict(
-            self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
-        master = export.trainable_state(self.model, keep=main) if self.keeps_master_weights else None
-        if main:
-            state = {
+        tensors, groups = self._sharded_state()
+
+        def write_parts(path: Path) -> None:
+            ckpt.save_shards(path / ckpt.SHARDS_DIR, tensors, self.world)
+            export.write_model(path, self.model, self.model_dtype, self.tokenizer, self.world.is_main)
+
+        def state() -> dict[str, Any]:
+            ranks = self.world.gather(
+                {"data": self.rollouts.state(), "batch": _batch_state(self.batch), "rng": ckpt.rng_states()}
+            )
+            return {
                 "step": self.step,
                 "world_size": self.world.size,
                 "skipped_steps": self.skipped_steps,
                 "nonfinite_in_a_row": self.nonfinite_in_a_row,
                 "no_signal_in_a_row": self.no_signal_in_a_row,
-                "optimizer": optimizer,
+                "optimizer_groups": groups,
                 "scheduler": self.scheduler.state_dict(),
                 "ranks": ranks,
             }
-            if master is not None:
-                state["master_weights"] = master
-            ckpt.save_checkpoint(
-                self.checkpoints,
-                self.step,
-                lambda path: self._write_model(path, weights),
-                state,
-                self.config.checkpoint.keep,
-            )
-        self.world.barrier()
 
-    def _write_model(self, path: Path, weights: dict[str, torch.Tensor]) -> None:
-        model = self.model
-        export.save_model(
-            path, weights, model.config, model.generation_config, self.tokenizer, self.model_dtype
+        ckpt.save_checkpoint(
+            self.checkpoints, self.step, self.world, write_parts, state, self.config.checkpoint.keep
         )
+
+    def _sharded_state(self) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+        """This rank's shards of what a checkpoint keeps, by name: `model.NAME` for the fp32 weights
+        it trains and the persistent buffers (not the frozen weights of a LoRA base, which come from
+        the pretrained model), `optimizer.NAME.KEY` for AdamW's moments and step counts; and the
+        optimizer's parameter groups (hyperparameters, parameters by name). The tensors are the
+        model's and optimizer's own (an optimizer without state yet gets it, all zeros)."""
+        model_state, optimizer_state = get_state_dict(
+            self.model, self.optimizer, options=StateDictOptions(ignore_frozen_params=True)
+        )
+        own = {name for name, _ in self.model.named_parameters()} | {
+            name for name, _ in self.model.named_buffers()
+        }  # an output layer tied to the embeddings is kept once, under the embeddings' name
+        tensors = {f"model.{name}": value for name, value in model_state.items() if name in own}
+        for name, values in optimizer_state["state"].items():
+            tensors.update({f"optimizer.{name}.{key}": value for key, value in values.items()})
+        return tensors, optimizer_state["param_groups"]
+
+    def _write_model(self, path: Path) -> None:
+        export.write_model(path, self.model, self.model_dtype, self.tokenizer, self.world.is_main)
 
     def _save_final(self, final: Path) -> None:
         """`final/`: the model (LoRA merged into it), or with `lora.save = "adapter"` the adapter alone."""
@@ -869,53 +869,79 @@ class Trainer:
             if main:
                 export.save_adapter(final, self.peft, adapter, self.tokenizer, self.model_dtype)
             return
-        weights = export.model_state(self.model, self.model_dtype, keep=main)
-        if main:
-            self._write_model(final, weights)
+        self._write_model(final)
 
     def _restore(self, state: dict[str, Any]) -> None:
-        optimizer = _named_optimizer_state(state["optimizer"], self.model)
-        set_optimizer_state_dict(
-            self.model, self.optimizer, optimizer, options=StateDictOptions(full_state_dict=True)
+        """Continue from the checkpoint being resumed: the weights and optimizer state from its
+        shards (resharded when it was written by another number of processes), the schedule, and this
+        rank's data position, unfinished batch and RNG states (`_rank_state`)."""
+        tensors, _ = self._sharded_state()
+        ckpt.load_shards(self.resume, tensors)
+        model_state: dict[str, torch.Tensor] = {}
+        optimizer_state: dict[str, dict[str, torch.Tensor]] = {}
+        for key, value in tensors.items():  # the names of `_sharded_state`, taken apart
+            part, _, name = key.partition(".")
+            if part == "model":
+                model_state[name] = value
+            else:
+                parameter, _, field = name.rpartition(".")
+                optimizer_state.setdefault(parameter, {})[field] = value
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=model_state,
+            optim_state_dict={"state": optimizer_state, "param_groups": state["optimizer_groups"]},
+            options=StateDictOptions(strict=False),  # the tied output layer and a LoRA base are not in it
         )
         self.scheduler.load_state_dict(state["scheduler"])
-        mine = state["ranks"][self.world.rank]
+        mine = self._rank_state(state)
         self.rollouts.load_state(mine["data"])
         self.batch = _batch_from_state(mine["batch"])
+        if self.batch is not None and state["world_size"] != self.world.size:
+            used = self.batch.used  # its sequences were dealt out anew: its slices' totals change
+            self.batch = self._step_batch(
+                sorted(self.batch.sequences, key=_length), self.batch.stats, self.batch.extra
+            )
+            self.batch.used = used
         ckpt.restore_rng_states(mine["rng"])
 
-
-def _load_master_weights(
-    model: torch.nn.Module, master: dict[str, torch.Tensor], resume: Path | None
-) -> None:
-    """Copy a checkpoint's fp32 master weights into the (not yet sharded) model; an InputError when
-    they do not fit it."""
-    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
-    missing, unknown = sorted(trainable - master.keys()), sorted(master.keys() - trainable)
-    if missing or unknown:
-        raise InputError(
-            f"{resume}: the master weights of the trainer state do not fit the model "
-            f"(missing {missing[:3]}, unknown {unknown[:3]}); resume with the settings that wrote it"
+    def _rank_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This rank's part of the checkpoint's `ranks`: its own when as many processes wrote it;
+        otherwise the data position carried over (`reshard_states`), the unfinished batch's sequences
+        dealt out in turn (its summed statistics on rank 0) and the RNG states of rank `rank % old`."""
+        ranks, rank, size = state["ranks"], self.world.rank, self.world.size
+        if state["world_size"] == size:
+            return ranks[rank]
+        log.warning(
+            "resuming a checkpoint of %d processes with %d: the data position carries over", len(ranks), size
         )
-    with torch.no_grad():
-        parameters = dict(model.named_parameters())
-        for name, tensor in master.items():
-            parameters[name].copy_(tensor)
+        batch = None
+        if ranks[0]["batch"] is not None:
+            old = [part["batch"] for part in ranks]
+            sequences = [sequence for part in old for sequence in part["sequences"]]
+            stats = {
+                key: sum(part["stats"][key] for part in old) if rank == 0 else 0.0 for key in old[0]["stats"]
+            }
+            batch = {**old[0], "sequences": sequences[rank::size], "stats": stats}
+        return {
+            "data": reshard_states([part["data"] for part in ranks], rank, size),
+            "batch": batch,
+            "rng": ranks[rank % len(ranks)]["rng"],
+        }
 
 
-def _named_optimizer_state(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
-    """An optimizer state keyed by parameter name; one of an older genesys, keyed by position among
-    the trained parameters (`torch.optim.Optimizer.state_dict`), is renamed."""
-    if all(isinstance(name, str) for group in state["param_groups"] for name in group["params"]):
-        return state
-    names = [name for name, parameter in model.named_parameters() if parameter.requires_grad]
-    return {
-        "state": {names[index]: value for index, value in state["state"].items()},
-        "param_groups": [
-            {**group, "params": [names[index] for index in group["params"]]}
-            for group in state["param_groups"]
-        ],
-    }
+def _same_adapters(lora_config: Any, rng: torch.Tensor, model: torch.nn.Module) -> None:
+    """Add to `model` (rank 0's copy of the pretrained model) the adapters the trained model got,
+    initialised from the same random state `rng`, without moving this process's random state."""
+    from genesys.train.lora import add_adapters
+
+    with torch.random.fork_rng(devices=[]):
+        torch.set_rng_state(rng)
+        add_adapters(model, lora_config)
+
+
+def _length(sequence: TrainingSequence) -> int:
+    return len(sequence.prompt_ids) + len(sequence.completion_ids)
 
 
 def _check_memory(config: TrainConfig, world: World, device: torch.device) -> None:

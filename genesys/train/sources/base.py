@@ -8,7 +8,9 @@ The trainer calls a source through these methods only, whichever it is:
 - `publish(named_parameters, version)` after each batch's optimizer steps: the new weights, to
   whatever generates (in place, or through Ray's object store; recorded rollouts take none);
 - `state()` / `load_state(state)`: the data position, saved with each checkpoint, so a resumed run
-  reads on exactly where it stopped;
+  reads on exactly where it stopped: a dict whose `taken` counts what this rank took from its
+  `genesys.train.order.ItemOrder` and whose other values are lists of what it holds back for later
+  (`reshard_states` deals them out when a run resumes on another number of processes);
 - `close()`: stop what it started.
 """
 
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 from genesys.errors import InputError
 from genesys.schema import Row
 from genesys.train.config import TrainConfig
+from genesys.train.order import resumed_taken
 
 DRAW_COLUMN = "train_draw"  # the task's position in the run's task stream: one group per draw
 POLICY_STEP_COLUMN = "policy_step"  # the weights version that sampled a rollout (asynchronous mode)
@@ -101,6 +104,18 @@ class FileSource:
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.order.taken = state["taken"]
+
+
+def reshard_states(states: list[dict[str, Any]], rank: int, world: int) -> dict[str, Any]:
+    """The source state of rank `rank` of `world` ranks resuming from `states`, the states of the
+    ranks that wrote the checkpoint (see the module's docstring): the stream goes on after the last
+    position any of them read (`resumed_taken`), and what they held back is dealt out in turn."""
+    state: dict[str, Any] = {"taken": resumed_taken([old["taken"] for old in states], rank, world)}
+    for key in states[0]:
+        if key != "taken":
+            held = [item for old in states for item in old[key]]
+            state[key] = held[rank::world]
+    return state
 
 
 def usable(group: Sequence[Row]) -> list[Row]:
