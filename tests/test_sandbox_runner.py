@@ -124,3 +124,16 @@ def test_a_python_test_runs_only_its_own_exit_hooks(tmp_path: Path) -> None:
     source = "import atexit\natexit.register(print, 'bye')\nprint('hello')"
     [reply] = zygote_replies(source, 1, tmp_path, before)
     assert (reply["status"], reply["stdout"]) == ("ok", "hello\nbye\n"), reply
+
+
+def test_each_test_of_a_submission_runs_with_its_own_arguments(tmp_path: Path) -> None:
+    # The zygote keeps the spec of a submission's last test and is sent a new one only when it
+    # differs: arguments equal under == but of another type (1, True, 1.0) are different tests.
+    source = "def kind(value):\n    return type(value).__name__ + ':' + repr(value)"
+    arguments = [[1], [True], [1.0], [1], [[1]], [1]]
+    tests = [{"type": "function_call", "fn_name": "kind", "input": value} for value in arguments]
+    tests.insert(3, {"type": "stdin_stdout", "input": "between"})
+    replies = zygote_replies(source, 0, tmp_path, tests=tests)
+    assert [reply["status"] for reply in replies] == ["ok"] * len(tests), replies
+    results = [json.loads(reply["result"]) for reply in replies if "result" in reply]
+    assert results == ["int:1", "bool:True", "float:1.0", "int:1", "list:[1]", "int:1"]

@@ -476,9 +476,11 @@ class ZygoteSetup:
     template: each zygote then only makes the system calls. A page it writes is a page it copies.
 
     Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts`; the working directory,
-    made as the programs' `uid` in their /tmp; an empty bounding set, SETUID and SETGID only (for
-    the tests to drop to `uid`), no supplementary groups; the system call filter. Always: a
-    subreaper (what tests leave comes here) whose tests the kernel takes first under memory pressure."""
+    made as the programs' `uid` in their /tmp; SETUID and SETGID only (for the tests to drop to
+    `uid`); the system call filter. (The empty bounding set and the empty supplementary groups come
+    from the template, see `prepare_template`.) What tests leave comes to the zygote: pid 1 of its
+    namespace in a sandbox, a subreaper outside one. The kernel takes its tests first under
+    memory pressure."""
 
     def __init__(self, workdir, sandboxed, uid, scratch_bytes):
         self.sandboxed, self.uid = sandboxed, uid
@@ -496,17 +498,16 @@ class ZygoteSetup:
         if self.uid is None:
             self._make_directories()
         else:
-            os.setgroups([])
             os.setresuid(-1, self.uid, -1)  # made as the programs' uid, in their /tmp; back to root after
             try:
                 self._make_directories()
             finally:
                 os.setresuid(-1, 0, -1)
         if self.sandboxed:
-            drop_from_bounding_set(RUNNER_CAPABILITIES)  # the runner left no others
             keep_capabilities((), self.capabilities)
             confine(self.filter)
-        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        else:
+            _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         try:
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         except OSError:
@@ -788,23 +789,32 @@ class Zygote:
         self._leftovers = False
         self._counted_from = None
         self._stat = None  # an fd on its /proc stat file, opened for the first test that runs long
+        self._spec = None  # the spec the zygote holds, marshalled (see `_serve_tests`)
 
     def fork_test(self, wiring, spec):
-        """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec)."""
-        spec_fd = os.memfd_create("test", 0)
+        """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec),
+        sent to the zygote only when it is not the one the zygote holds already (compared as
+        marshalled bytes, which tell True from 1 and 1.0, as == does not)."""
         try:
-            os.write(spec_fd, marshal.dumps(spec))
-            rights = (
-                _socket.SOL_SOCKET,
-                _socket.SCM_RIGHTS,
-                struct.pack("%di" % (len(wiring) + 1), *wiring, spec_fd),
-            )
+            data = marshal.dumps(spec)
+            if data != self._spec:
+                self._send_spec(data)
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(wiring), *wiring))
             self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
         except OSError:
             raise ZygoteLost() from None
+        self._counted_from = None
+
+    def _send_spec(self, data):
+        self._spec = None  # until the zygote has it
+        spec_fd = os.memfd_create("test", 0)
+        try:
+            os.write(spec_fd, data)
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", spec_fd))
+            self.sock.sendmsg([b"S"], [rights], _socket.MSG_NOSIGNAL)
         finally:
             os.close(spec_fd)
-        self._counted_from = None
+        self._spec = data
 
     def report(self):
         """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it."""
@@ -908,23 +918,35 @@ def _exited(pid, pidfd, timeout):
     return (_stat(pid) or [b"X"])[0] in (b"Z", b"X")
 
 
+def prepare_template(sandboxed, uid):
+    """What the template does to itself once, for every zygote it forks: in a sandbox it empties
+    its bounding set (the runner left only RUNNER_CAPABILITIES there; the template keeps them in
+    its permitted set, which is all it needs) and, with a programs' `uid`, its supplementary groups."""
+    if sandboxed:
+        drop_from_bounding_set(RUNNER_CAPABILITIES)
+        if uid is not None:
+            os.setgroups([])
+
+
 def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
     """Serve the runner until it goes away: for each request, fork a zygote (in a fresh pid
     namespace when `sandboxed`) and send its pid (or -errno). The runner orders the next zygote
     while a submission runs, and waits for the last one to be gone before the next one's tests."""
     atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
+    prepare_template(sandboxed, uid)
     _install_test_main(workdir)
     setup = ZygoteSetup(workdir, sandboxed, uid, scratch_bytes)
+    buffers = ReportBuffers()
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if sandboxed else -1
     # Bound once, as in the zygote's loop: after each fork, every page written here is a fault.
     answer = ctypes.c_int()
-    setns, unshare, waitpid, fork, close = _libc.setns, _libc.unshare, _libc.waitpid, os.fork, os.close
-    recvmsg, send, space = requests.recvmsg, requests.send, _socket.CMSG_SPACE(4)
+    setns, unshare, waitpid, fork = _libc.setns, _libc.unshare, _libc.waitpid, os.fork
+    recvmsg, send, space, socket = requests.recvmsg, requests.send, _socket.CMSG_SPACE(4), _socket.socket
     while True:
         data, ancillary, _, _ = recvmsg(1, space)
         if not data:
             return 0
-        sock_fd = memoryview(ancillary[0][2]).cast("i")[0]
+        sock = socket(fileno=memoryview(ancillary[0][2]).cast("i")[0])  # made here, once, not in the zygote
         while waitpid(-1, None, WNOHANG) > 0:
             pass  # zygotes the runner has killed
         if sandboxed and (setns(own_pid_namespace, CLONE_NEWPID) or unshare(CLONE_NEWPID)):
@@ -941,25 +963,49 @@ def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
                 if own_pid_namespace >= 0:
                     os.close(own_pid_namespace)
                 setup.apply()
-                code = _serve_tests(_socket.socket(fileno=sock_fd))
+                code = _serve_tests(sock, buffers)
             finally:
                 os._exit(code)
-        close(sock_fd)
+        sock.close()
         answer.value = pid
         send(answer)
 
 
-def _serve_tests(sock):
+class ReportBuffers:
+    """Where a zygote's kernel calls write how a test ended (see REPORT), and the C functions that
+    write there, made once in the template for every zygote it forks: a zygote then makes nothing
+    to serve its tests (ctypes makes a function the first time it is named, and a buffer is many
+    objects)."""
+
+    def __init__(self):
+        self.report = ctypes.create_string_buffer(REPORT.size)
+        self.status = ctypes.c_int.from_buffer(self.report, 0)
+        self.leftovers = ctypes.c_int.from_buffer(self.report, 4)
+        self.usage, self.reaped = ctypes.byref(self.report, 8), ctypes.byref(self.report, 8 + RUSAGE.size)
+        self.at_status = ctypes.byref(self.status)
+        self.wait4, self.waitpid, self.getrusage = _libc.wait4, _libc.waitpid, _libc.getrusage
+
+
+def _serve_tests(sock, buffers):
     """One submission's zygote, once set up: for each request fork a test, reap it and everything it
     started (orphans come here), and report how it ended. After each fork, every page
-    this loop writes is a copy-on-write fault: it works in buffers made once, through functions
-    bound once, and the kernel writes its answers into the report itself."""
-    report = ctypes.create_string_buffer(REPORT.size)
-    status, leftovers = ctypes.c_int.from_buffer(report, 0), ctypes.c_int.from_buffer(report, 4)
-    usage, reaped = ctypes.byref(report, 8), ctypes.byref(report, 8 + RUSAGE.size)
-    at_status = ctypes.byref(status)
-    wait4, waitpid, getrusage, fork, close = _libc.wait4, _libc.waitpid, _libc.getrusage, os.fork, os.close
+    this loop writes is a copy-on-write fault: it works in `buffers` made once, through functions
+    bound once, and the kernel writes its answers into the report itself.
+
+    Requests: "S" with a memfd holding a test spec (see `test_spec`), which the zygote loads and
+    keeps for the tests after it (a submission's tests mostly share theirs: each test then has
+    nothing to load); "F" with a test's fds 0-2 (and 3), which forks a test running the spec kept
+    last; "R", which reaps what the last test left once the runner has killed it."""
+    report, leftovers, usage, reaped = buffers.report, buffers.leftovers, buffers.usage, buffers.reaped
+    at_status, wait4, waitpid, getrusage = (
+        buffers.at_status,
+        buffers.wait4,
+        buffers.waitpid,
+        buffers.getrusage,
+    )
+    fork, close = os.fork, os.close
     recvmsg, send, space = sock.recvmsg, sock.send, _socket.CMSG_SPACE(8 * 4)
+    spec = None
     while True:
         data, ancillary, _, _ = recvmsg(1, space)
         if not data:
@@ -971,9 +1017,13 @@ def _serve_tests(sock):
             send(report[8 + RUSAGE.size :])
             continue
         fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
+        if data == b"S":
+            spec = marshal.loads(os.pread(fds[0], os.lseek(fds[0], 0, os.SEEK_END), 0))
+            close(fds[0])
+            continue
         pid = fork()
         if pid == 0:
-            _become_test(fds)
+            _become_test(fds, spec)
         for fd in fds:
             close(fd)
         while wait4(-1, at_status, 0, usage) not in (pid, -1):
@@ -1005,30 +1055,37 @@ def test_spec(kind, body, limits, language, uid, workdir, call=None, files=()):
     return (kind, body, call, rlimits(limits, language), uid, workdir, tuple(files))
 
 
-def _become_test(fds):
-    """In a test the zygote forked: load its spec from the memfd, then run it. Never returns."""
-    *wiring, spec_fd = fds
-    try:
-        spec = marshal.loads(os.pread(spec_fd, os.lseek(spec_fd, 0, os.SEEK_END), 0))
-    except BaseException:  # noqa: BLE001 - never return into the zygote
-        os._exit(127)
-    become_child(wiring[0], wiring[1:], _test_main(*spec))
+def _become_test(wiring, spec):
+    """In a test the zygote forked: its own process group, fds 0/1/2 (and 3) `wiring` and nothing
+    else open, the rlimits and uid of `spec` (see `test_spec`); then the spec runs. Never returns.
 
-
-def become_child(stdin_fd, write_ends, child_main):
-    """In a new child: own process group, fds 0/1/2 (and 3) wired and nothing else open, the
-    signal dispositions a fresh program has; then `child_main()`. Never returns."""
+    One function with no closures, and the signal dispositions a fresh program has are the
+    runner's own (see `main`): after the fork every page a test writes is a page it copies."""
     code = 127
     try:
+        kind, body, call, limits, uid, workdir, files = spec
         os.setpgid(0, 0)
-        os.dup2(stdin_fd, 0)
-        for target, fd in enumerate(write_ends, start=1):
+        for target, fd in enumerate(wiring):
             os.dup2(fd, target)
-        os.closerange(len(write_ends) + 1, 65536)
-        _signal.signal(
-            _signal.SIGCHLD, _signal.SIG_DFL
-        )  # not signal.signal: its enums cost a forked test page copies
-        code = child_main()
+        os.closerange(len(wiring), 65536)
+        for resource_kind, value in limits:
+            resource.setrlimit(resource_kind, value)
+        if uid is not None:  # the zygote has no supplementary groups left to drop
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        if kind == "python":
+            code = run_python(body, call, workdir)
+        elif kind in HARNESSES:
+            code = HARNESSES[kind](body, call, workdir)()
+        else:
+            os.chdir(workdir)
+            for path, text in files:
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+            _signal.signal(  # not signal.signal: its enums cost a forked test page copies
+                _signal.SIGXFSZ, _signal.SIG_DFL
+            )  # Python ignores it; a program past its file size limit dies of it
+            os.execve(body[0], body, CLEAN_ENV)
     except BaseException as exc:  # noqa: BLE001 - the child must never return into the zygote
         try:
             os.write(2, ("runner: %r\n" % (exc,)).encode())
@@ -1037,58 +1094,31 @@ def become_child(stdin_fd, write_ends, child_main):
     os._exit(code)
 
 
-def _test_main(kind, body, call, limits, uid, workdir, files):
-    def main():
-        for resource_kind, value in limits:
-            resource.setrlimit(resource_kind, value)
-        if uid is not None:  # the zygote has no supplementary groups left to drop
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        if kind == "python":
-            return python_child(body, call, workdir)()
-        if kind in HARNESSES:
-            return HARNESSES[kind](body, call, workdir)()
-        os.chdir(workdir)
-        for path, text in files:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        _signal.signal(
-            _signal.SIGXFSZ, _signal.SIG_DFL
-        )  # Python ignores it; a program past its file size limit dies of it
-        os.execve(body[0], body, CLEAN_ENV)
-
-    return main
-
-
 # --- languages ------------------------------------------------------------------------------------
 
 
-def python_child(code, call, workdir):
-    """Child body for a Python test: run the compiled module as __main__ in this forked interpreter;
-    `call` is None (a stdin/stdout test) or the (name, arguments) of the function to call."""
+def run_python(code, call, workdir):
+    """In a Python test: run the compiled module as __main__ in this forked interpreter; `call` is
+    None (a stdin/stdout test) or the (name, arguments) of the function to call. The exit code."""
+    os.chdir(workdir)
+    module = sys.modules["__main__"]  # empty: see _install_test_main; argv and streams are set too
+    exit_code = 0
+    try:
+        exec(code, module.__dict__)
+        if call is not None:
+            value = call_function(module, *call)
+            os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
+    except SystemExit as exc:
+        exit_code = _system_exit_code(exc)
+    except MemoryError:
+        sys.stderr.write("MemoryError\n")
+        exit_code = MEMORY_ERROR_EXIT
+    except BaseException:  # noqa: BLE001 - report the program's own error like python would
+        import traceback
 
-    def main():
-        os.chdir(workdir)
-        module = sys.modules["__main__"]  # empty: see _install_test_main; argv and streams are set too
-        exit_code = 0
-        try:
-            exec(code, module.__dict__)
-            if call is not None:
-                value = call_function(module, *call)
-                os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
-        except SystemExit as exc:
-            exit_code = _system_exit_code(exc)
-        except MemoryError:
-            sys.stderr.write("MemoryError\n")
-            exit_code = MEMORY_ERROR_EXIT
-        except BaseException:  # noqa: BLE001 - report the program's own error like python would
-            import traceback
-
-            traceback.print_exc()
-            exit_code = 1
-        return _exit_like_python(exit_code)
-
-    return main
+        traceback.print_exc()
+        exit_code = 1
+    return _exit_like_python(exit_code)
 
 
 def _prepare_python_tests():
@@ -2291,9 +2321,11 @@ def main(argv):
             uid = None  # everything runs as it already
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/PID/mem; what we fork inherits it
-    # Forked tests inherit these: default dispositions, as a fresh program would have them.
+    # Forked tests inherit these: default dispositions, as a fresh program would have them (and
+    # SIGCHLD's, whatever started the runner left it, lets the zygotes wait for their tests).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     in_fd, out_fd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):

@@ -461,12 +461,17 @@ class VerificationEngine(VerificationPool):
 def preload_modules(
     classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None
 ) -> list[str]:
-    """Modules the fork server imports before workers fork: the worker's own, and the `preload` of
-    the verifiers of `expected_types` (all of them when None)."""
+    """Modules the fork server imports before workers fork: the worker's own, those that define the
+    verifier classes (every worker unpickles every class, so each would import them again), and the
+    `preload` of the verifiers of `expected_types` (all of them when None)."""
     wanted = [
         cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types
     ]
-    return ["genesys.verification.worker", *sorted({module for cls in wanted for module in cls.preload})]
+    defining = {cls.__module__ for cls in classes.values()} - {"__main__"}
+    return [
+        "genesys.verification.worker",
+        *sorted(defining | {module for cls in wanted for module in cls.preload}),
+    ]
 
 
 _fork_server_environ: dict[str, str] | None = None  # os.environ when this process's fork server started
