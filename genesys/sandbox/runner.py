@@ -7,7 +7,8 @@ it uses the standard library only. It serves submissions one after another over 
     request:  one frame  {"language", "source", "tests", "limits", "compile_limits", "budget_s"}
     replies:  {"event": "compiled", ...}, one {"event": "test", ...} per test, then {"event": "done"}
 
-    (the done frame carries "error" when the sandbox itself failed during the submission)
+    (the done frame carries "error" when the sandbox itself failed during the submission; frames
+    are written together while the tests are quick, see `Replies`)
 
 A frame is a 4-byte big-endian length and a UTF-8 JSON document. Expected outputs enter the
 sandbox only for a task with a checker, and then only its process (see "checkers"); otherwise the
@@ -76,6 +77,8 @@ SECCOMP_MODE_FILTER = 2
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
 QUIET_S = 0.01  # how long a test's output is left in its pipes before the runner reads it as it comes
+FRAME_HOLD_S = 0.1  # how long a reply frame may wait to be written with the next ones (see Replies)
+FRAME_HOLD_BYTES = 1 << 16
 TREE_CHECK_S = 0.05  # how often the runner sums the CPU time and memory of a running test's processes
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (
@@ -118,11 +121,45 @@ def read_frame(fd):
 
 
 def write_frame(fd, message):
+    _write_all(fd, _frame_bytes(message))
+
+
+def _frame_bytes(message):
     body = json.dumps(message).encode("utf-8")
-    data = struct.pack(">I", len(body)) + body
+    return struct.pack(">I", len(body)) + body
+
+
+def _write_all(fd, data):
     while data:
         written = os.write(fd, data)
         data = data[written:]
+
+
+class Replies:
+    """A submission's reply frames, written together: most submissions end within milliseconds,
+    and one write wakes the host once instead of at every test. A frame waits at most until the
+    runner would otherwise wait for a test past QUIET_S (`_await_end` flushes then), FRAME_HOLD_S
+    has passed since the oldest one waiting, or FRAME_HOLD_BYTES wait."""
+
+    def __init__(self, fd):
+        self.fd, self.pending, self.size, self.since = fd, [], 0, 0.0
+
+    def add(self, message):
+        frame = _frame_bytes(message)
+        if not self.pending:
+            self.since = time.monotonic()
+        self.pending.append(frame)
+        self.size += len(frame)
+        if self.size >= FRAME_HOLD_BYTES or time.monotonic() - self.since >= FRAME_HOLD_S:
+            self.flush()
+
+    def flush(self):
+        if self.pending:
+            data, self.pending, self.size = b"".join(self.pending), [], 0
+            _write_all(self.fd, data)
+
+
+_replies = None  # this runner's Replies (see `main`); None where run_process runs without one
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -603,6 +640,8 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
             poller.register(fd, select.POLLIN)
         if quiet:
             return zygote.report()
+        if _replies is not None:  # the host hears of the tests before this one while it runs
+            _replies.flush()
         zygote.start_counting()
         next_check = time.monotonic() + TREE_CHECK_S
         while outcome.killed_for is None:
@@ -2236,54 +2275,62 @@ def _call_args(value):
 # --- serving --------------------------------------------------------------------------------------
 
 
-def serve_one(job, toolchains, zygote, out_fd, uid):
-    """Compile and run one submission in its own zygote, replying frame by frame."""
-    deadline = time.monotonic() + float(job.get("budget_s", 1e9))
-    workdir = zygote.workdir
+def serve_one(job, toolchains, zygote, replies, uid):
+    """Compile and run one submission in its own zygote, replying frame by frame (see `Replies`)."""
     done = {"event": "done"}
     try:
-        checker, checker_error = None, None
-        if job.get("checker"):  # built before the program is compiled, let alone run
-            built, checker_error = build_checker(
-                job["checker"], toolchains, job["compile_limits"], zygote, uid, workdir
-            )
-            checker = (job["checker"]["language"], built, job["checker"]["limits"])
-        program, error, seconds = None, None, 0.0
-        if checker_error is None:
-            program, error, seconds = compile_submission(
-                job["language"],
-                job["source"],
-                workdir,
-                toolchains,
-                job["compile_limits"],
-                job["limits"],
-                zygote,
-                uid,
-            )
-        compiled = {"event": "compiled", "ok": error is None and checker_error is None, "message": error}
-        if checker_error is not None:
-            compiled["checker_error"] = checker_error
-        write_frame(out_fd, dict(compiled, time_s=round(seconds, 4)))
-        # Time the budget keeps back, per test, for the checker's run after the program's.
-        reserve = float(checker[2]["wall_limit"]) if checker is not None else 0.0
-        if compiled["ok"]:
-            for index, test in enumerate(job["tests"]):
-                limits = dict(job["limits"])
-                left = deadline - time.monotonic() - reserve
-                if left <= 0.05:
-                    reply = {
-                        "event": "test",
-                        "status": "time_limit",
-                        "message": "the submission's time budget ran out",
-                    }
-                else:
-                    limits["wall_limit"] = min(float(limits["wall_limit"]), left)
-                    reply = run_test(job["language"], program, test, workdir, limits, zygote, uid, checker)
-                reply["index"] = index
-                write_frame(out_fd, reply)
+        _compile_and_run(job, toolchains, zygote, replies, uid)
     except ZygoteLost:
         done["error"] = "the sandbox lost the zygote of this submission"
-    write_frame(out_fd, done)
+    except BaseException:
+        replies.flush()  # what was done reaches the host before the runner goes
+        raise
+    replies.add(done)
+    replies.flush()
+
+
+def _compile_and_run(job, toolchains, zygote, replies, uid):
+    deadline = time.monotonic() + float(job.get("budget_s", 1e9))
+    workdir = zygote.workdir
+    checker, checker_error = None, None
+    if job.get("checker"):  # built before the program is compiled, let alone run
+        built, checker_error = build_checker(
+            job["checker"], toolchains, job["compile_limits"], zygote, uid, workdir
+        )
+        checker = (job["checker"]["language"], built, job["checker"]["limits"])
+    program, error, seconds = None, None, 0.0
+    if checker_error is None:
+        program, error, seconds = compile_submission(
+            job["language"],
+            job["source"],
+            workdir,
+            toolchains,
+            job["compile_limits"],
+            job["limits"],
+            zygote,
+            uid,
+        )
+    compiled = {"event": "compiled", "ok": error is None and checker_error is None, "message": error}
+    if checker_error is not None:
+        compiled["checker_error"] = checker_error
+    replies.add(dict(compiled, time_s=round(seconds, 4)))
+    # Time the budget keeps back, per test, for the checker's run after the program's.
+    reserve = float(checker[2]["wall_limit"]) if checker is not None else 0.0
+    if compiled["ok"]:
+        for index, test in enumerate(job["tests"]):
+            limits = dict(job["limits"])
+            left = deadline - time.monotonic() - reserve
+            if left <= 0.05:
+                reply = {
+                    "event": "test",
+                    "status": "time_limit",
+                    "message": "the submission's time budget ran out",
+                }
+            else:
+                limits["wall_limit"] = min(float(limits["wall_limit"]), left)
+                reply = run_test(job["language"], program, test, workdir, limits, zygote, uid, checker)
+            reply["index"] = index
+            replies.add(reply)
 
 
 def main(argv):
@@ -2335,6 +2382,8 @@ def main(argv):
     template = Template(workdir, sandboxed, uid, scratch_bytes)  # before anything a program wrote is read
     zygote = template.zygote()  # made now, so that a sandbox that cannot make one fails at its start
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
+    global _replies
+    replies = _replies = Replies(out_fd)
     last = None
     while True:
         job = read_frame(in_fd)
@@ -2345,7 +2394,7 @@ def main(argv):
         if sandboxed:
             kill_strangers({os.getpid(), template.pid, zygote.pid})
         template.order()  # the next submission's zygote, made and set up while this one runs
-        serve_one(job, toolchains, zygote, out_fd, uid if sandboxed else None)
+        serve_one(job, toolchains, zygote, replies, uid if sandboxed else None)
         zygote.close()
         last, zygote = zygote, template.zygote()
 
