@@ -586,8 +586,7 @@ def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
     wall deadline, the output cap and the CPU time and memory of all its processes together."""
     output_limit = int(limits["output_limit"])
     stdin_fd = os.memfd_create("stdin", 0)
-    os.write(stdin_fd, stdin_data)
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    os.pwrite(stdin_fd, stdin_data, 0)  # the test reads it from the start
     pipes = [os.pipe() for _ in range(3 if with_result_pipe else 2)]
     started = time.monotonic()
     try:
@@ -639,7 +638,7 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
         for fd in sinks:
             poller.register(fd, select.POLLIN)
         if quiet:
-            return zygote.report()
+            return zygote.report(ready=True)
         if _replies is not None:  # the host hears of the tests before this one while it runs
             _replies.flush()
         zygote.start_counting()
@@ -656,7 +655,7 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
                     outcome.killed_for = "output_limit"
             if any(fd == ended for fd, _ in events):
                 outcome.wall_s = time.monotonic() - started
-                return zygote.report()
+                return zygote.report(ready=True)
             if time.monotonic() >= next_check:
                 next_check += TREE_CHECK_S
                 cpu_s, memory_kb = zygote.usage_so_far()
@@ -758,9 +757,9 @@ def _ask(sock, request, fds, size):
     return _answer(sock, size)
 
 
-def _answer(sock, size):
+def _answer(sock, size, ready=False):
     try:
-        if not select.select([sock], [], [], ZYGOTE_ANSWER_S)[0]:
+        if not ready and not select.select([sock], [], [], ZYGOTE_ANSWER_S)[0]:
             raise ZygoteLost()
         answer = sock.recv(size + 1)
     except OSError:
@@ -828,36 +827,38 @@ class Zygote:
         self._leftovers = False
         self._counted_from = None
         self._stat = None  # an fd on its /proc stat file, opened for the first test that runs long
-        self._spec = None  # the spec the zygote holds, marshalled (see `_serve_tests`)
+        self._spec_body = self._spec_rest = None  # the spec the zygote holds (see `fork_test`)
 
     def fork_test(self, wiring, spec):
         """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec),
-        sent to the zygote only when it is not the one the zygote holds already (compared as
-        marshalled bytes, which tell True from 1 and 1.0, as == does not)."""
+        sent to the zygote only when it is not the one the zygote holds already: the same body
+        (a compiled program or an argv, never changed once made) and the same rest, compared as
+        marshalled bytes, which tell True from 1 and 1.0 as == does not."""
+        body, rest = spec[1], marshal.dumps((spec[0], *spec[2:]))
         try:
-            data = marshal.dumps(spec)
-            if data != self._spec:
-                self._send_spec(data)
+            if body is not self._spec_body or rest != self._spec_rest:
+                self._send_spec(spec, body, rest)
             rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(wiring), *wiring))
             self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
         except OSError:
             raise ZygoteLost() from None
         self._counted_from = None
 
-    def _send_spec(self, data):
-        self._spec = None  # until the zygote has it
+    def _send_spec(self, spec, body, rest):
+        self._spec_body = self._spec_rest = None  # until the zygote has it
         spec_fd = os.memfd_create("test", 0)
         try:
-            os.write(spec_fd, data)
+            os.write(spec_fd, marshal.dumps(spec))
             rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", spec_fd))
             self.sock.sendmsg([b"S"], [rights], _socket.MSG_NOSIGNAL)
         finally:
             os.close(spec_fd)
-        self._spec = data
+        self._spec_body, self._spec_rest = body, rest
 
-    def report(self):
-        """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it."""
-        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size))
+    def report(self, ready=False):
+        """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it
+        (`ready`: its socket is known to be readable, or closed)."""
+        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size, ready))
         self._leftovers, self._reported_cpu_us = bool(leftovers), _cpu_us(reaped)
         return status, RUSAGE.unpack(usage)[4]
 
@@ -1063,10 +1064,10 @@ def _serve_tests(sock, buffers):
         pid = fork()
         if pid == 0:
             _become_test(fds, spec)
-        for fd in fds:
-            close(fd)
         while wait4(-1, at_status, 0, usage) not in (pid, -1):
             pass  # an orphan of an earlier test
+        for fd in fds:  # closed once the test has ended: the pages this writes are no longer shared
+            close(fd)
         leftovers.value = 0
         while True:
             done = waitpid(-1, None, WNOHANG)
