@@ -1105,8 +1105,11 @@ def _become_test(wiring, spec):
     try:
         kind, body, call, limits, uid, workdir, files = spec
         os.setpgid(0, 0)
-        for target, fd in enumerate(wiring):
-            os.dup2(fd, target)
+        os.dup2(wiring[0], 0)
+        os.dup2(wiring[1], 1)
+        os.dup2(wiring[2], 2)
+        if len(wiring) > 3:
+            os.dup2(wiring[3], 3)
         os.closerange(len(wiring), 65536)
         for resource_kind, value in limits:
             resource.setrlimit(resource_kind, value)
@@ -1244,18 +1247,23 @@ def _exit_like_python(exit_code):
         _finish_threads()
     except BaseException:  # noqa: BLE001 - as in python, trouble at exit does not change the outcome
         pass
-    streams = [(sys.stdout, True)]
-    if _test_stdio[1] is not sys.stdout:  # the program swapped it
-        streams.append((_test_stdio[1], False))
-    for stream, failure_counts in streams:
-        try:
-            if stream is None or stream.closed:
-                continue
-            stream.flush()
-        except BaseException:  # noqa: BLE001
-            if failure_counts:
-                exit_code = exit_code or 1
+    stdout, original = sys.stdout, _test_stdio[1]
+    if not _flushed(stdout):
+        exit_code = exit_code or 1
+    if original is not stdout:  # the program swapped it
+        _flushed(original)
     return exit_code
+
+
+def _flushed(stream):
+    """Flush `stream` as interpreter shutdown does (None and closed streams are left alone);
+    False when that failed."""
+    try:
+        if stream is not None and not stream.closed:
+            stream.flush()
+    except BaseException:  # noqa: BLE001
+        return False
+    return True
 
 
 def _finish_threads():
