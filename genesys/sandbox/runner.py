@@ -830,30 +830,42 @@ class Zygote:
         self._spec_body = self._spec_rest = None  # the spec the zygote holds (see `fork_test`)
 
     def fork_test(self, wiring, spec):
-        """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec),
-        sent to the zygote only when it is not the one the zygote holds already: the same body
-        (a compiled program or an argv, never changed once made) and the same rest, compared as
-        marshalled bytes, which tell True from 1 and 1.0 as == does not."""
-        body, rest = spec[1], marshal.dumps((spec[0], *spec[2:]))
+        """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec).
+
+        The zygote keeps what a submission's tests share, the spec but its `call`, and is sent it
+        only when it is not the one it holds: the same body (a compiled program or an argv, never
+        changed once made) and the same rest, compared as marshalled bytes, which tell True from 1
+        and 1.0 as == does not. A `call` (a function's arguments, a judged test's name) goes to
+        the test alone, in a memfd of its own: the zygote never holds one test's inputs while it
+        forks another."""
+        shared = (spec[0], spec[1], None, *spec[3:])
+        body, rest = spec[1], marshal.dumps((spec[0], *spec[3:]))
+        call_fd = None
         try:
             if body is not self._spec_body or rest != self._spec_rest:
-                self._send_spec(spec, body, rest)
-            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(wiring), *wiring))
-            self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
+                self._send(b"S", [_memfd("spec", marshal.dumps(shared))], close=True)
+                self._spec_body, self._spec_rest = body, rest
+            if spec[2] is None:
+                self._send(b"F", wiring)
+            else:
+                call_fd = _memfd("call", marshal.dumps(spec[2]))
+                self._send(b"C", [*wiring, call_fd])
         except OSError:
+            self._spec_body = self._spec_rest = None  # what the zygote holds is unknown
             raise ZygoteLost() from None
+        finally:
+            if call_fd is not None:
+                os.close(call_fd)
         self._counted_from = None
 
-    def _send_spec(self, spec, body, rest):
-        self._spec_body = self._spec_rest = None  # until the zygote has it
-        spec_fd = os.memfd_create("test", 0)
+    def _send(self, request, fds, close=False):
         try:
-            os.write(spec_fd, marshal.dumps(spec))
-            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", spec_fd))
-            self.sock.sendmsg([b"S"], [rights], _socket.MSG_NOSIGNAL)
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))
+            self.sock.sendmsg([request], [rights], _socket.MSG_NOSIGNAL)
         finally:
-            os.close(spec_fd)
-        self._spec_body, self._spec_rest = body, rest
+            if close:
+                for fd in fds:
+                    os.close(fd)
 
     def report(self, ready=False):
         """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it
@@ -941,6 +953,17 @@ class Zygote:
             if self._exited is not None:
                 os.close(self._exited)
                 self._exited = None
+
+
+def _memfd(name, data):
+    """A memfd holding `data`, read from its start."""
+    fd = os.memfd_create(name, 0)
+    try:
+        os.pwrite(fd, data, 0)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _pidfd(pid):
@@ -1032,10 +1055,11 @@ def _serve_tests(sock, buffers):
     this loop writes is a copy-on-write fault: it works in `buffers` made once, through functions
     bound once, and the kernel writes its answers into the report itself.
 
-    Requests: "S" with a memfd holding a test spec (see `test_spec`), which the zygote loads and
-    keeps for the tests after it (a submission's tests mostly share theirs: each test then has
-    nothing to load); "F" with a test's fds 0-2 (and 3), which forks a test running the spec kept
-    last; "R", which reaps what the last test left once the runner has killed it."""
+    Requests: "S" with a memfd holding a test spec (see `test_spec`) without its `call`, which the
+    zygote loads and keeps for the tests after it (a submission's tests mostly share theirs: each
+    test then has nothing to load); "F" with a test's fds 0-2 (and 3), which forks a test running
+    the spec kept last; "C", the same with a last fd, a memfd holding the test's own `call`, which
+    only the test reads; "R", which reaps what the last test left once the runner has killed it."""
     report, leftovers, usage, reaped = buffers.report, buffers.leftovers, buffers.usage, buffers.reaped
     at_status, wait4, waitpid, getrusage = (
         buffers.at_status,
@@ -1063,7 +1087,7 @@ def _serve_tests(sock, buffers):
             continue
         pid = fork()
         if pid == 0:
-            _become_test(fds, spec)
+            _become_test(fds, spec, data == b"C")
         while wait4(-1, at_status, 0, usage) not in (pid, -1):
             pass  # an orphan of an earlier test
         for fd in fds:  # closed once the test has ended: the pages this writes are no longer shared
@@ -1095,15 +1119,19 @@ def test_spec(kind, body, limits, language, uid, workdir, call=None, files=()):
     return (kind, body, call, rlimits(limits, language), uid, workdir, tuple(files))
 
 
-def _become_test(wiring, spec):
+def _become_test(wiring, spec, with_call):
     """In a test the zygote forked: its own process group, fds 0/1/2 (and 3) `wiring` and nothing
-    else open, the rlimits and uid of `spec` (see `test_spec`); then the spec runs. Never returns.
+    else open, the rlimits and uid of `spec` (see `test_spec`); then the spec runs, with the `call`
+    from the memfd last in `wiring` when `with_call`. Never returns.
 
     One function with no closures, and the signal dispositions a fresh program has are the
     runner's own (see `main`): after the fork every page a test writes is a page it copies."""
     code = 127
     try:
         kind, body, call, limits, uid, workdir, files = spec
+        if with_call:  # read before any dup2 could put another fd where it is
+            call_fd = wiring.pop()
+            call = marshal.loads(os.pread(call_fd, os.lseek(call_fd, 0, os.SEEK_END), 0))
         os.setpgid(0, 0)
         os.dup2(wiring[0], 0)
         os.dup2(wiring[1], 1)
