@@ -192,3 +192,20 @@ def test_a_container_stopped_from_outside_is_a_sandbox_error(docker_backend: Non
         # A fresh container takes its place.
         result = sandbox.run(Submission("python", "print(7)", [{"type": "stdin_stdout", "input": ""}]))
         assert result.tests[0]["stdout"] == "7\n"
+
+
+def test_the_host_hears_of_a_test_while_a_later_one_runs() -> None:
+    # The runner writes a submission's reports together while its tests are quick, but a test
+    # that runs long sends the reports before it first: the host judges them as they come.
+    heard: list[float] = []
+
+    def on_test(index: int, report: dict) -> dict:
+        heard.append(time.monotonic())
+        return report
+
+    program = "import sys, time\ntime.sleep(float(sys.stdin.read() or 0))\nprint('done')"
+    tests = [{"type": "stdin_stdout", "input": seconds} for seconds in ("", "", "3")]
+    with open_sandbox("subprocess") as sandbox:
+        result = sandbox.run(Submission("python", program, tests, on_test=on_test))
+    assert [test["status"] for test in result.tests] == ["ok"] * 3, result.tests
+    assert heard[2] - heard[1] > 1.5  # the quick tests' reports did not wait for the slow one

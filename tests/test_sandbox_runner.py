@@ -21,20 +21,25 @@ LIMITS = {
 }
 
 
-def zygote_replies(source: str, runs: int, workdir: Path, before: str = "", **request: object) -> list[dict]:
+def zygote_replies(
+    source: str, runs: int, workdir: Path, before: str = "", tests: list | None = None, **request: object
+) -> list[dict]:
     """The replies to `runs` runs of `source` as a Python test (or of `argv=[...]`), forked from a
     zygote of a fresh interpreter that first ran `before` (see support/fresh_zygote.py for why not
-    this process); `limits=`, `stdin=` as the request takes them."""
+    this process); `limits=`, `stdin=` as the request takes them; `tests`: one submission's tests
+    instead, which reach the runner once its template is made."""
     request = {
         "source": source,
         "runs": runs,
         "limits": LIMITS,
         "workdir": str(workdir),
         "before": before,
+        "tests": tests is not None,
         **request,
     }
     done = subprocess.run(
         [sys.executable, str(SUPPORT / "fresh_zygote.py"), json.dumps(request)],
+        input=json.dumps(tests or []),
         capture_output=True,
         text=True,
         timeout=60,
@@ -124,3 +129,42 @@ def test_a_python_test_runs_only_its_own_exit_hooks(tmp_path: Path) -> None:
     source = "import atexit\natexit.register(print, 'bye')\nprint('hello')"
     [reply] = zygote_replies(source, 1, tmp_path, before)
     assert (reply["status"], reply["stdout"]) == ("ok", "hello\nbye\n"), reply
+
+
+def test_each_test_of_a_submission_runs_with_its_own_arguments(tmp_path: Path) -> None:
+    # The zygote keeps the spec of a submission's last test and is sent a new one only when it
+    # differs: arguments equal under == but of another type (1, True, 1.0) are different tests.
+    source = "def kind(value):\n    return type(value).__name__ + ':' + repr(value)"
+    arguments = [[1], [True], [1.0], [1], [[1]], [1]]
+    tests = [{"type": "function_call", "fn_name": "kind", "input": value} for value in arguments]
+    tests.insert(3, {"type": "stdin_stdout", "input": "between"})
+    replies = zygote_replies(source, 0, tmp_path, tests=tests)
+    assert [reply["status"] for reply in replies] == ["ok"] * len(tests), replies
+    results = [json.loads(reply["result"]) for reply in replies if "result" in reply]
+    assert results == ["int:1", "bool:True", "float:1.0", "int:1", "list:[1]", "int:1"]
+
+
+MEMORY_PROBE = """
+import ctypes, re
+
+def probe(mine):
+    # Every other test's marker this process's writable memory holds, live or freed.
+    mine = mine.split()[0]
+    found = set()
+    for line in open("/proc/self/maps"):
+        span, perms = line.split()[:2]
+        if perms.startswith("rw"):
+            start, end = (int(part, 16) for part in span.split("-"))
+            found.update(m.decode() for m in re.findall(rb"zygote-marker-[0-9]+", ctypes.string_at(start, end - start)))
+    return sorted(found - {mine})
+"""
+
+
+def test_a_test_holds_no_other_tests_arguments(tmp_path: Path) -> None:
+    # The zygote keeps what a submission's tests share; a function's arguments go to their test
+    # alone, so no test finds another's in its memory, live or freed.
+    arguments = [" ".join([f"zygote-marker-{n}"] * (1 + 400 * (n % 2 == 0))) for n in range(4)]  # long, short
+    tests = [{"type": "function_call", "fn_name": "probe", "input": [argument]} for argument in arguments]
+    replies = zygote_replies(MEMORY_PROBE, 0, tmp_path, tests=tests)
+    assert [reply["status"] for reply in replies] == ["ok"] * 4, replies
+    assert [json.loads(reply["result"]) for reply in replies] == [[]] * 4

@@ -7,7 +7,8 @@ it uses the standard library only. It serves submissions one after another over 
     request:  one frame  {"language", "source", "tests", "limits", "compile_limits", "budget_s"}
     replies:  {"event": "compiled", ...}, one {"event": "test", ...} per test, then {"event": "done"}
 
-    (the done frame carries "error" when the sandbox itself failed during the submission)
+    (the done frame carries "error" when the sandbox itself failed during the submission; frames
+    are written together while the tests are quick, see `Replies`)
 
 A frame is a 4-byte big-endian length and a UTF-8 JSON document. Expected outputs enter the
 sandbox only for a task with a checker, and then only its process (see "checkers"); otherwise the
@@ -76,6 +77,8 @@ SECCOMP_MODE_FILTER = 2
 STDERR_TAIL = 4096
 READ_CHUNK = 1 << 16
 QUIET_S = 0.01  # how long a test's output is left in its pipes before the runner reads it as it comes
+FRAME_HOLD_S = 0.1  # how long a reply frame may wait to be written with the next ones (see Replies)
+FRAME_HOLD_BYTES = 1 << 16
 TREE_CHECK_S = 0.05  # how often the runner sums the CPU time and memory of a running test's processes
 MEMORY_ERROR_EXIT = 3
 MEMORY_MARKERS = (
@@ -118,11 +121,45 @@ def read_frame(fd):
 
 
 def write_frame(fd, message):
+    _write_all(fd, _frame_bytes(message))
+
+
+def _frame_bytes(message):
     body = json.dumps(message).encode("utf-8")
-    data = struct.pack(">I", len(body)) + body
+    return struct.pack(">I", len(body)) + body
+
+
+def _write_all(fd, data):
     while data:
         written = os.write(fd, data)
         data = data[written:]
+
+
+class Replies:
+    """A submission's reply frames, written together: most submissions end within milliseconds,
+    and one write wakes the host once instead of at every test. A frame waits at most until the
+    runner would otherwise wait for a test past QUIET_S (`_await_end` flushes then), FRAME_HOLD_S
+    has passed since the oldest one waiting, or FRAME_HOLD_BYTES wait."""
+
+    def __init__(self, fd):
+        self.fd, self.pending, self.size, self.since = fd, [], 0, 0.0
+
+    def add(self, message):
+        frame = _frame_bytes(message)
+        if not self.pending:
+            self.since = time.monotonic()
+        self.pending.append(frame)
+        self.size += len(frame)
+        if self.size >= FRAME_HOLD_BYTES or time.monotonic() - self.since >= FRAME_HOLD_S:
+            self.flush()
+
+    def flush(self):
+        if self.pending:
+            data, self.pending, self.size = b"".join(self.pending), [], 0
+            _write_all(self.fd, data)
+
+
+_replies = None  # this runner's Replies (see `main`); None where run_process runs without one
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -476,9 +513,11 @@ class ZygoteSetup:
     template: each zygote then only makes the system calls. A page it writes is a page it copies.
 
     Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts`; the working directory,
-    made as the programs' `uid` in their /tmp; an empty bounding set, SETUID and SETGID only (for
-    the tests to drop to `uid`), no supplementary groups; the system call filter. Always: a
-    subreaper (what tests leave comes here) whose tests the kernel takes first under memory pressure."""
+    made as the programs' `uid` in their /tmp; SETUID and SETGID only (for the tests to drop to
+    `uid`); the system call filter. (The empty bounding set and the empty supplementary groups come
+    from the template, see `prepare_template`.) What tests leave comes to the zygote: pid 1 of its
+    namespace in a sandbox, a subreaper outside one. The kernel takes its tests first under
+    memory pressure."""
 
     def __init__(self, workdir, sandboxed, uid, scratch_bytes):
         self.sandboxed, self.uid = sandboxed, uid
@@ -496,17 +535,16 @@ class ZygoteSetup:
         if self.uid is None:
             self._make_directories()
         else:
-            os.setgroups([])
             os.setresuid(-1, self.uid, -1)  # made as the programs' uid, in their /tmp; back to root after
             try:
                 self._make_directories()
             finally:
                 os.setresuid(-1, 0, -1)
         if self.sandboxed:
-            drop_from_bounding_set(RUNNER_CAPABILITIES)  # the runner left no others
             keep_capabilities((), self.capabilities)
             confine(self.filter)
-        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        else:
+            _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         try:
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         except OSError:
@@ -548,8 +586,7 @@ def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
     wall deadline, the output cap and the CPU time and memory of all its processes together."""
     output_limit = int(limits["output_limit"])
     stdin_fd = os.memfd_create("stdin", 0)
-    os.write(stdin_fd, stdin_data)
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    os.pwrite(stdin_fd, stdin_data, 0)  # the test reads it from the start
     pipes = [os.pipe() for _ in range(3 if with_result_pipe else 2)]
     started = time.monotonic()
     try:
@@ -601,7 +638,9 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
         for fd in sinks:
             poller.register(fd, select.POLLIN)
         if quiet:
-            return zygote.report()
+            return zygote.report(ready=True)
+        if _replies is not None:  # the host hears of the tests before this one while it runs
+            _replies.flush()
         zygote.start_counting()
         next_check = time.monotonic() + TREE_CHECK_S
         while outcome.killed_for is None:
@@ -616,7 +655,7 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
                     outcome.killed_for = "output_limit"
             if any(fd == ended for fd, _ in events):
                 outcome.wall_s = time.monotonic() - started
-                return zygote.report()
+                return zygote.report(ready=True)
             if time.monotonic() >= next_check:
                 next_check += TREE_CHECK_S
                 cpu_s, memory_kb = zygote.usage_so_far()
@@ -718,9 +757,9 @@ def _ask(sock, request, fds, size):
     return _answer(sock, size)
 
 
-def _answer(sock, size):
+def _answer(sock, size, ready=False):
     try:
-        if not select.select([sock], [], [], ZYGOTE_ANSWER_S)[0]:
+        if not ready and not select.select([sock], [], [], ZYGOTE_ANSWER_S)[0]:
             raise ZygoteLost()
         answer = sock.recv(size + 1)
     except OSError:
@@ -788,27 +827,50 @@ class Zygote:
         self._leftovers = False
         self._counted_from = None
         self._stat = None  # an fd on its /proc stat file, opened for the first test that runs long
+        self._spec_body = self._spec_rest = None  # the spec the zygote holds (see `fork_test`)
 
     def fork_test(self, wiring, spec):
-        """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec)."""
-        spec_fd = os.memfd_create("test", 0)
+        """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec).
+
+        The zygote keeps what a submission's tests share, the spec but its `call`, and is sent it
+        only when it is not the one it holds: the same body (a compiled program or an argv, never
+        changed once made) and the same rest, compared as marshalled bytes, which tell True from 1
+        and 1.0 as == does not. A `call` (a function's arguments, a judged test's name) goes to
+        the test alone, in a memfd of its own: the zygote never holds one test's inputs while it
+        forks another."""
+        shared = (spec[0], spec[1], None, *spec[3:])
+        body, rest = spec[1], marshal.dumps((spec[0], *spec[3:]))
+        call_fd = None
         try:
-            os.write(spec_fd, marshal.dumps(spec))
-            rights = (
-                _socket.SOL_SOCKET,
-                _socket.SCM_RIGHTS,
-                struct.pack("%di" % (len(wiring) + 1), *wiring, spec_fd),
-            )
-            self.sock.sendmsg([b"F"], [rights], _socket.MSG_NOSIGNAL)
+            if body is not self._spec_body or rest != self._spec_rest:
+                self._send(b"S", [_memfd("spec", marshal.dumps(shared))], close=True)
+                self._spec_body, self._spec_rest = body, rest
+            if spec[2] is None:
+                self._send(b"F", wiring)
+            else:
+                call_fd = _memfd("call", marshal.dumps(spec[2]))
+                self._send(b"C", [*wiring, call_fd])
         except OSError:
+            self._spec_body = self._spec_rest = None  # what the zygote holds is unknown
             raise ZygoteLost() from None
         finally:
-            os.close(spec_fd)
+            if call_fd is not None:
+                os.close(call_fd)
         self._counted_from = None
 
-    def report(self):
-        """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it."""
-        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size))
+    def _send(self, request, fds, close=False):
+        try:
+            rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))
+            self.sock.sendmsg([request], [rights], _socket.MSG_NOSIGNAL)
+        finally:
+            if close:
+                for fd in fds:
+                    os.close(fd)
+
+    def report(self, ready=False):
+        """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it
+        (`ready`: its socket is known to be readable, or closed)."""
+        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size, ready))
         self._leftovers, self._reported_cpu_us = bool(leftovers), _cpu_us(reaped)
         return status, RUSAGE.unpack(usage)[4]
 
@@ -893,6 +955,17 @@ class Zygote:
                 self._exited = None
 
 
+def _memfd(name, data):
+    """A memfd holding `data`, read from its start."""
+    fd = os.memfd_create(name, 0)
+    try:
+        os.pwrite(fd, data, 0)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _pidfd(pid):
     """A pidfd of `pid` (None where this kernel or Python has none: /proc is read instead)."""
     try:
@@ -908,23 +981,35 @@ def _exited(pid, pidfd, timeout):
     return (_stat(pid) or [b"X"])[0] in (b"Z", b"X")
 
 
+def prepare_template(sandboxed, uid):
+    """What the template does to itself once, for every zygote it forks: in a sandbox it empties
+    its bounding set (the runner left only RUNNER_CAPABILITIES there; the template keeps them in
+    its permitted set, which is all it needs) and, with a programs' `uid`, its supplementary groups."""
+    if sandboxed:
+        drop_from_bounding_set(RUNNER_CAPABILITIES)
+        if uid is not None:
+            os.setgroups([])
+
+
 def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
     """Serve the runner until it goes away: for each request, fork a zygote (in a fresh pid
     namespace when `sandboxed`) and send its pid (or -errno). The runner orders the next zygote
     while a submission runs, and waits for the last one to be gone before the next one's tests."""
     atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
+    prepare_template(sandboxed, uid)
     _install_test_main(workdir)
     setup = ZygoteSetup(workdir, sandboxed, uid, scratch_bytes)
+    buffers = ReportBuffers()
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if sandboxed else -1
     # Bound once, as in the zygote's loop: after each fork, every page written here is a fault.
     answer = ctypes.c_int()
-    setns, unshare, waitpid, fork, close = _libc.setns, _libc.unshare, _libc.waitpid, os.fork, os.close
-    recvmsg, send, space = requests.recvmsg, requests.send, _socket.CMSG_SPACE(4)
+    setns, unshare, waitpid, fork = _libc.setns, _libc.unshare, _libc.waitpid, os.fork
+    recvmsg, send, space, socket = requests.recvmsg, requests.send, _socket.CMSG_SPACE(4), _socket.socket
     while True:
         data, ancillary, _, _ = recvmsg(1, space)
         if not data:
             return 0
-        sock_fd = memoryview(ancillary[0][2]).cast("i")[0]
+        sock = socket(fileno=memoryview(ancillary[0][2]).cast("i")[0])  # made here, once, not in the zygote
         while waitpid(-1, None, WNOHANG) > 0:
             pass  # zygotes the runner has killed
         if sandboxed and (setns(own_pid_namespace, CLONE_NEWPID) or unshare(CLONE_NEWPID)):
@@ -941,25 +1026,50 @@ def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
                 if own_pid_namespace >= 0:
                     os.close(own_pid_namespace)
                 setup.apply()
-                code = _serve_tests(_socket.socket(fileno=sock_fd))
+                code = _serve_tests(sock, buffers)
             finally:
                 os._exit(code)
-        close(sock_fd)
+        sock.close()
         answer.value = pid
         send(answer)
 
 
-def _serve_tests(sock):
+class ReportBuffers:
+    """Where a zygote's kernel calls write how a test ended (see REPORT), and the C functions that
+    write there, made once in the template for every zygote it forks: a zygote then makes nothing
+    to serve its tests (ctypes makes a function the first time it is named, and a buffer is many
+    objects)."""
+
+    def __init__(self):
+        self.report = ctypes.create_string_buffer(REPORT.size)
+        self.status = ctypes.c_int.from_buffer(self.report, 0)
+        self.leftovers = ctypes.c_int.from_buffer(self.report, 4)
+        self.usage, self.reaped = ctypes.byref(self.report, 8), ctypes.byref(self.report, 8 + RUSAGE.size)
+        self.at_status = ctypes.byref(self.status)
+        self.wait4, self.waitpid, self.getrusage = _libc.wait4, _libc.waitpid, _libc.getrusage
+
+
+def _serve_tests(sock, buffers):
     """One submission's zygote, once set up: for each request fork a test, reap it and everything it
     started (orphans come here), and report how it ended. After each fork, every page
-    this loop writes is a copy-on-write fault: it works in buffers made once, through functions
-    bound once, and the kernel writes its answers into the report itself."""
-    report = ctypes.create_string_buffer(REPORT.size)
-    status, leftovers = ctypes.c_int.from_buffer(report, 0), ctypes.c_int.from_buffer(report, 4)
-    usage, reaped = ctypes.byref(report, 8), ctypes.byref(report, 8 + RUSAGE.size)
-    at_status = ctypes.byref(status)
-    wait4, waitpid, getrusage, fork, close = _libc.wait4, _libc.waitpid, _libc.getrusage, os.fork, os.close
+    this loop writes is a copy-on-write fault: it works in `buffers` made once, through functions
+    bound once, and the kernel writes its answers into the report itself.
+
+    Requests: "S" with a memfd holding a test spec (see `test_spec`) without its `call`, which the
+    zygote loads and keeps for the tests after it (a submission's tests mostly share theirs: each
+    test then has nothing to load); "F" with a test's fds 0-2 (and 3), which forks a test running
+    the spec kept last; "C", the same with a last fd, a memfd holding the test's own `call`, which
+    only the test reads; "R", which reaps what the last test left once the runner has killed it."""
+    report, leftovers, usage, reaped = buffers.report, buffers.leftovers, buffers.usage, buffers.reaped
+    at_status, wait4, waitpid, getrusage = (
+        buffers.at_status,
+        buffers.wait4,
+        buffers.waitpid,
+        buffers.getrusage,
+    )
+    fork, close = os.fork, os.close
     recvmsg, send, space = sock.recvmsg, sock.send, _socket.CMSG_SPACE(8 * 4)
+    spec = None
     while True:
         data, ancillary, _, _ = recvmsg(1, space)
         if not data:
@@ -971,13 +1081,17 @@ def _serve_tests(sock):
             send(report[8 + RUSAGE.size :])
             continue
         fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
+        if data == b"S":
+            spec = marshal.loads(os.pread(fds[0], os.lseek(fds[0], 0, os.SEEK_END), 0))
+            close(fds[0])
+            continue
         pid = fork()
         if pid == 0:
-            _become_test(fds)
-        for fd in fds:
-            close(fd)
+            _become_test(fds, spec, data == b"C")
         while wait4(-1, at_status, 0, usage) not in (pid, -1):
             pass  # an orphan of an earlier test
+        for fd in fds:  # closed once the test has ended: the pages this writes are no longer shared
+            close(fd)
         leftovers.value = 0
         while True:
             done = waitpid(-1, None, WNOHANG)
@@ -1005,30 +1119,44 @@ def test_spec(kind, body, limits, language, uid, workdir, call=None, files=()):
     return (kind, body, call, rlimits(limits, language), uid, workdir, tuple(files))
 
 
-def _become_test(fds):
-    """In a test the zygote forked: load its spec from the memfd, then run it. Never returns."""
-    *wiring, spec_fd = fds
-    try:
-        spec = marshal.loads(os.pread(spec_fd, os.lseek(spec_fd, 0, os.SEEK_END), 0))
-    except BaseException:  # noqa: BLE001 - never return into the zygote
-        os._exit(127)
-    become_child(wiring[0], wiring[1:], _test_main(*spec))
+def _become_test(wiring, spec, with_call):
+    """In a test the zygote forked: its own process group, fds 0/1/2 (and 3) `wiring` and nothing
+    else open, the rlimits and uid of `spec` (see `test_spec`); then the spec runs, with the `call`
+    from the memfd last in `wiring` when `with_call`. Never returns.
 
-
-def become_child(stdin_fd, write_ends, child_main):
-    """In a new child: own process group, fds 0/1/2 (and 3) wired and nothing else open, the
-    signal dispositions a fresh program has; then `child_main()`. Never returns."""
+    One function with no closures, and the signal dispositions a fresh program has are the
+    runner's own (see `main`): after the fork every page a test writes is a page it copies."""
     code = 127
     try:
+        kind, body, call, limits, uid, workdir, files = spec
+        if with_call:  # read before any dup2 could put another fd where it is
+            call_fd = wiring.pop()
+            call = marshal.loads(os.pread(call_fd, os.lseek(call_fd, 0, os.SEEK_END), 0))
         os.setpgid(0, 0)
-        os.dup2(stdin_fd, 0)
-        for target, fd in enumerate(write_ends, start=1):
-            os.dup2(fd, target)
-        os.closerange(len(write_ends) + 1, 65536)
-        _signal.signal(
-            _signal.SIGCHLD, _signal.SIG_DFL
-        )  # not signal.signal: its enums cost a forked test page copies
-        code = child_main()
+        os.dup2(wiring[0], 0)
+        os.dup2(wiring[1], 1)
+        os.dup2(wiring[2], 2)
+        if len(wiring) > 3:
+            os.dup2(wiring[3], 3)
+        os.closerange(len(wiring), 65536)
+        for resource_kind, value in limits:
+            resource.setrlimit(resource_kind, value)
+        if uid is not None:  # the zygote has no supplementary groups left to drop
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        if kind == "python":
+            code = run_python(body, call, workdir)
+        elif kind in HARNESSES:
+            code = HARNESSES[kind](body, call, workdir)()
+        else:
+            os.chdir(workdir)
+            for path, text in files:
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+            _signal.signal(  # not signal.signal: its enums cost a forked test page copies
+                _signal.SIGXFSZ, _signal.SIG_DFL
+            )  # Python ignores it; a program past its file size limit dies of it
+            os.execve(body[0], body, CLEAN_ENV)
     except BaseException as exc:  # noqa: BLE001 - the child must never return into the zygote
         try:
             os.write(2, ("runner: %r\n" % (exc,)).encode())
@@ -1037,58 +1165,31 @@ def become_child(stdin_fd, write_ends, child_main):
     os._exit(code)
 
 
-def _test_main(kind, body, call, limits, uid, workdir, files):
-    def main():
-        for resource_kind, value in limits:
-            resource.setrlimit(resource_kind, value)
-        if uid is not None:  # the zygote has no supplementary groups left to drop
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        if kind == "python":
-            return python_child(body, call, workdir)()
-        if kind in HARNESSES:
-            return HARNESSES[kind](body, call, workdir)()
-        os.chdir(workdir)
-        for path, text in files:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        _signal.signal(
-            _signal.SIGXFSZ, _signal.SIG_DFL
-        )  # Python ignores it; a program past its file size limit dies of it
-        os.execve(body[0], body, CLEAN_ENV)
-
-    return main
-
-
 # --- languages ------------------------------------------------------------------------------------
 
 
-def python_child(code, call, workdir):
-    """Child body for a Python test: run the compiled module as __main__ in this forked interpreter;
-    `call` is None (a stdin/stdout test) or the (name, arguments) of the function to call."""
+def run_python(code, call, workdir):
+    """In a Python test: run the compiled module as __main__ in this forked interpreter; `call` is
+    None (a stdin/stdout test) or the (name, arguments) of the function to call. The exit code."""
+    os.chdir(workdir)
+    module = sys.modules["__main__"]  # empty: see _install_test_main; argv and streams are set too
+    exit_code = 0
+    try:
+        exec(code, module.__dict__)
+        if call is not None:
+            value = call_function(module, *call)
+            os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
+    except SystemExit as exc:
+        exit_code = _system_exit_code(exc)
+    except MemoryError:
+        sys.stderr.write("MemoryError\n")
+        exit_code = MEMORY_ERROR_EXIT
+    except BaseException:  # noqa: BLE001 - report the program's own error like python would
+        import traceback
 
-    def main():
-        os.chdir(workdir)
-        module = sys.modules["__main__"]  # empty: see _install_test_main; argv and streams are set too
-        exit_code = 0
-        try:
-            exec(code, module.__dict__)
-            if call is not None:
-                value = call_function(module, *call)
-                os.write(3, json.dumps(value, default=json_default).encode("utf-8"))
-        except SystemExit as exc:
-            exit_code = _system_exit_code(exc)
-        except MemoryError:
-            sys.stderr.write("MemoryError\n")
-            exit_code = MEMORY_ERROR_EXIT
-        except BaseException:  # noqa: BLE001 - report the program's own error like python would
-            import traceback
-
-            traceback.print_exc()
-            exit_code = 1
-        return _exit_like_python(exit_code)
-
-    return main
+        traceback.print_exc()
+        exit_code = 1
+    return _exit_like_python(exit_code)
 
 
 def _prepare_python_tests():
@@ -1174,18 +1275,23 @@ def _exit_like_python(exit_code):
         _finish_threads()
     except BaseException:  # noqa: BLE001 - as in python, trouble at exit does not change the outcome
         pass
-    streams = [(sys.stdout, True)]
-    if _test_stdio[1] is not sys.stdout:  # the program swapped it
-        streams.append((_test_stdio[1], False))
-    for stream, failure_counts in streams:
-        try:
-            if stream is None or stream.closed:
-                continue
-            stream.flush()
-        except BaseException:  # noqa: BLE001
-            if failure_counts:
-                exit_code = exit_code or 1
+    stdout, original = sys.stdout, _test_stdio[1]
+    if not _flushed(stdout):
+        exit_code = exit_code or 1
+    if original is not stdout:  # the program swapped it
+        _flushed(original)
     return exit_code
+
+
+def _flushed(stream):
+    """Flush `stream` as interpreter shutdown does (None and closed streams are left alone);
+    False when that failed."""
+    try:
+        if stream is not None and not stream.closed:
+            stream.flush()
+    except BaseException:  # noqa: BLE001
+        return False
+    return True
 
 
 def _finish_threads():
@@ -2206,54 +2312,62 @@ def _call_args(value):
 # --- serving --------------------------------------------------------------------------------------
 
 
-def serve_one(job, toolchains, zygote, out_fd, uid):
-    """Compile and run one submission in its own zygote, replying frame by frame."""
-    deadline = time.monotonic() + float(job.get("budget_s", 1e9))
-    workdir = zygote.workdir
+def serve_one(job, toolchains, zygote, replies, uid):
+    """Compile and run one submission in its own zygote, replying frame by frame (see `Replies`)."""
     done = {"event": "done"}
     try:
-        checker, checker_error = None, None
-        if job.get("checker"):  # built before the program is compiled, let alone run
-            built, checker_error = build_checker(
-                job["checker"], toolchains, job["compile_limits"], zygote, uid, workdir
-            )
-            checker = (job["checker"]["language"], built, job["checker"]["limits"])
-        program, error, seconds = None, None, 0.0
-        if checker_error is None:
-            program, error, seconds = compile_submission(
-                job["language"],
-                job["source"],
-                workdir,
-                toolchains,
-                job["compile_limits"],
-                job["limits"],
-                zygote,
-                uid,
-            )
-        compiled = {"event": "compiled", "ok": error is None and checker_error is None, "message": error}
-        if checker_error is not None:
-            compiled["checker_error"] = checker_error
-        write_frame(out_fd, dict(compiled, time_s=round(seconds, 4)))
-        # Time the budget keeps back, per test, for the checker's run after the program's.
-        reserve = float(checker[2]["wall_limit"]) if checker is not None else 0.0
-        if compiled["ok"]:
-            for index, test in enumerate(job["tests"]):
-                limits = dict(job["limits"])
-                left = deadline - time.monotonic() - reserve
-                if left <= 0.05:
-                    reply = {
-                        "event": "test",
-                        "status": "time_limit",
-                        "message": "the submission's time budget ran out",
-                    }
-                else:
-                    limits["wall_limit"] = min(float(limits["wall_limit"]), left)
-                    reply = run_test(job["language"], program, test, workdir, limits, zygote, uid, checker)
-                reply["index"] = index
-                write_frame(out_fd, reply)
+        _compile_and_run(job, toolchains, zygote, replies, uid)
     except ZygoteLost:
         done["error"] = "the sandbox lost the zygote of this submission"
-    write_frame(out_fd, done)
+    except BaseException:
+        replies.flush()  # what was done reaches the host before the runner goes
+        raise
+    replies.add(done)
+    replies.flush()
+
+
+def _compile_and_run(job, toolchains, zygote, replies, uid):
+    deadline = time.monotonic() + float(job.get("budget_s", 1e9))
+    workdir = zygote.workdir
+    checker, checker_error = None, None
+    if job.get("checker"):  # built before the program is compiled, let alone run
+        built, checker_error = build_checker(
+            job["checker"], toolchains, job["compile_limits"], zygote, uid, workdir
+        )
+        checker = (job["checker"]["language"], built, job["checker"]["limits"])
+    program, error, seconds = None, None, 0.0
+    if checker_error is None:
+        program, error, seconds = compile_submission(
+            job["language"],
+            job["source"],
+            workdir,
+            toolchains,
+            job["compile_limits"],
+            job["limits"],
+            zygote,
+            uid,
+        )
+    compiled = {"event": "compiled", "ok": error is None and checker_error is None, "message": error}
+    if checker_error is not None:
+        compiled["checker_error"] = checker_error
+    replies.add(dict(compiled, time_s=round(seconds, 4)))
+    # Time the budget keeps back, per test, for the checker's run after the program's.
+    reserve = float(checker[2]["wall_limit"]) if checker is not None else 0.0
+    if compiled["ok"]:
+        for index, test in enumerate(job["tests"]):
+            limits = dict(job["limits"])
+            left = deadline - time.monotonic() - reserve
+            if left <= 0.05:
+                reply = {
+                    "event": "test",
+                    "status": "time_limit",
+                    "message": "the submission's time budget ran out",
+                }
+            else:
+                limits["wall_limit"] = min(float(limits["wall_limit"]), left)
+                reply = run_test(job["language"], program, test, workdir, limits, zygote, uid, checker)
+            reply["index"] = index
+            replies.add(reply)
 
 
 def main(argv):
@@ -2291,9 +2405,11 @@ def main(argv):
             uid = None  # everything runs as it already
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/PID/mem; what we fork inherits it
-    # Forked tests inherit these: default dispositions, as a fresh program would have them.
+    # Forked tests inherit these: default dispositions, as a fresh program would have them (and
+    # SIGCHLD's, whatever started the runner left it, lets the zygotes wait for their tests).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     in_fd, out_fd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
@@ -2303,6 +2419,8 @@ def main(argv):
     template = Template(workdir, sandboxed, uid, scratch_bytes)  # before anything a program wrote is read
     zygote = template.zygote()  # made now, so that a sandbox that cannot make one fails at its start
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
+    global _replies
+    replies = _replies = Replies(out_fd)
     last = None
     while True:
         job = read_frame(in_fd)
@@ -2313,7 +2431,7 @@ def main(argv):
         if sandboxed:
             kill_strangers({os.getpid(), template.pid, zygote.pid})
         template.order()  # the next submission's zygote, made and set up while this one runs
-        serve_one(job, toolchains, zygote, out_fd, uid if sandboxed else None)
+        serve_one(job, toolchains, zygote, replies, uid if sandboxed else None)
         zygote.close()
         last, zygote = zygote, template.zygote()
 

@@ -47,7 +47,11 @@ from genesys.verification.worker import (
 DEADLINE_GRACE_S = 0.05
 SETUP_TIMEOUT_S = 300.0
 TICK_S = 0.05
-TARGET_BATCH_S = 0.05  # batches sized to take about this long, from measured per-row cost
+# Batches are sized to take about this long, from the measured per-row cost (wall clock). Each batch
+# costs the engine and its worker a pickle, a send and two wake-ups; rows of a few ms each (sandboxed
+# code on a busy machine) made batches of one or two rows at 0.05 s, and that overhead most of the
+# engine's CPU per row. A caller with few rows still gets small batches (their fair share).
+TARGET_BATCH_S = 0.2
 MAX_BATCH_ROWS = 512
 ASYNC_BATCH_ROWS = 64  # rows an async verifier runs at once per worker, unless max_parallel says
 BATCHES_AHEAD = 2  # batches queued per worker so it never waits for the engine
@@ -461,12 +465,17 @@ class VerificationEngine(VerificationPool):
 def preload_modules(
     classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None
 ) -> list[str]:
-    """Modules the fork server imports before workers fork: the worker's own, and the `preload` of
-    the verifiers of `expected_types` (all of them when None)."""
+    """Modules the fork server imports before workers fork: the worker's own, those that define the
+    verifier classes (every worker unpickles every class, so each would import them again), and the
+    `preload` of the verifiers of `expected_types` (all of them when None)."""
     wanted = [
         cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types
     ]
-    return ["genesys.verification.worker", *sorted({module for cls in wanted for module in cls.preload})]
+    defining = {cls.__module__ for cls in classes.values()} - {"__main__"}
+    return [
+        "genesys.verification.worker",
+        *sorted(defining | {module for cls in wanted for module in cls.preload}),
+    ]
 
 
 _fork_server_environ: dict[str, str] | None = None  # os.environ when this process's fork server started

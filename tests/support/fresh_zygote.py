@@ -8,7 +8,9 @@ comes from an interpreter that has loaded only the runner, as in a sandbox.
     python fresh_zygote.py REQUEST_JSON  ->  one reply per line on stdout
 
 REQUEST_JSON: {"source": Python source, or "argv": a program to exec, "runs": N, "limits": {...},
-"workdir": ..., "stdin": text, "before": code run before the template is made}.
+"workdir": ..., "stdin": text, "before": code run before the template is made}; or, instead of
+"runs" and "stdin", "tests": true and the test dicts of one submission as JSON on stdin, read (as
+the runner reads its requests) once the template is made, and run in order.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ def main(request: dict) -> None:
         language, program = "cpp", request["argv"]
     else:
         language, program = "python", compile(request["source"], "main.py", "exec")
-    test = {"type": "stdin_stdout", "input": request.get("stdin", "")}
+    if request.get("tests"):
+        tests = json.loads(runner.read_to_end(0))
+    else:
+        tests = [{"type": "stdin_stdout", "input": request.get("stdin", "")}] * request["runs"]
     try:
-        for _ in range(request["runs"]):
+        for test in tests:
             reply = runner.run_test(language, program, test, workdir, limits, zygote)
             os.write(replies, (json.dumps(reply) + "\n").encode())
     finally:
