@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from genesys.train.threads import ThreadTuner, choose  # noqa: E402
+from genesys.threads import ThreadTuner, choose  # noqa: E402
 
 
 def test_the_fewest_threads_within_the_margin_of_the_fastest_are_chosen():
@@ -45,3 +45,20 @@ def test_no_tuner_where_the_count_is_not_ours_to_choose(monkeypatch):
     assert ThreadTuner.for_device(torch.device("cpu"), lambda: None) is None
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert ThreadTuner.for_device(torch.device("cuda"), lambda: None) is None
+
+
+def test_the_forward_probe_runs_the_model_in_eval_mode_and_restores_its_mode():
+    from genesys.threads import forward_probe
+
+    modes: list[bool] = []
+
+    class Model(torch.nn.Module):
+        def forward(self, input_ids, use_cache):
+            modes.append(self.training)
+            assert input_ids.shape == (4, 64) and int(input_ids.max()) < 10 and not use_cache
+
+    model = Model().train()
+    probe = forward_probe(model, 10, "cpu")
+    probe()
+    probe()
+    assert modes == [False, False] and model.training
