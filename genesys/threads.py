@@ -4,9 +4,12 @@ torch runs each CPU operation on all cores by default. When other processes keep
 every parallel operation waits for its slowest thread to be scheduled again: on a 2-core machine at
 load average 13, a small linear layer took 10.5 ms on 2 threads against 0.64 ms on one (16x), and
 the toy training run spent most of its time so. `ThreadTuner` times a forward pass of the model at
-each candidate thread count (alternating, the best of a few rounds each) and keeps the fastest; it
+each candidate thread count (alternating, the median of a few rounds each) and keeps the fastest; it
 measures again every `every` steps, as the machine's load changes. More threads are kept only when
-clearly faster (by `margin`), since each extra thread also takes a core from the other work.
+clearly faster (by `margin`), since each extra thread also takes a core from the other work. The
+median, not the best round: on a busy machine two threads have lucky rounds, and a GRPO run that
+kept two threads on the strength of one (best of 3) took 25-70 s per step for ten steps, against
+1.5-5 s on one thread before and after.
 
 The trainer tunes its own thread; the transformers generation backend tunes the worker thread it
 generates in (`genesys.generate.hf`), every few batches.
@@ -18,14 +21,15 @@ CPU runs) and on other devices than the CPU.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 
 import torch
 
-ROUNDS = 3
+ROUNDS = 5
 MARGIN = 0.15
-EVERY = 10
+EVERY = 5
 
 
 class ThreadTuner:
@@ -62,16 +66,16 @@ class ThreadTuner:
 
     def tune(self) -> int:
         """Time the probe at each candidate count, set and return the fastest."""
-        best: dict[int, float] = dict.fromkeys(self.candidates, float("inf"))
+        rounds: dict[int, list[float]] = {threads: [] for threads in self.candidates}
         with torch.no_grad():
             for _ in range(ROUNDS):
                 for threads in self.candidates:
                     torch.set_num_threads(threads)
                     started = time.perf_counter()
                     self.probe()
-                    best[threads] = min(best[threads], time.perf_counter() - started)
-        self.last_timings = best
-        self.threads = choose(best, self.margin)
+                    rounds[threads].append(time.perf_counter() - started)
+        self.last_timings = {threads: statistics.median(times) for threads, times in rounds.items()}
+        self.threads = choose(self.last_timings, self.margin)
         torch.set_num_threads(self.threads)
         return self.threads
 
