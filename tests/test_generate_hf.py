@@ -310,3 +310,31 @@ def test_the_sampler_without_a_generator_takes_the_most_likely_token():
         torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])
     ).argmax(dim=-1)
     assert tokens.tolist() == [1, 0]
+
+
+def test_the_worker_thread_measures_its_cpu_thread_count_every_few_batches_and_the_caller_keeps_its_own(
+    tiny_model, monkeypatch
+):
+    from genesys.generate import hf
+
+    tuned: list[tuple[int, int]] = []  # (thread, batches run) at each call
+
+    class RecordingTuner:
+        @classmethod
+        def for_device(cls, device, probe, every):
+            assert device.type == "cpu" and every == hf.TUNE_EVERY
+            probe()  # the probe runs the model
+            return cls()
+
+        def maybe_tune(self, batches: int) -> None:
+            tuned.append((threading.get_ident(), batches))
+
+    monkeypatch.setattr(hf, "ThreadTuner", RecordingTuner)
+    threaded = _backend(tiny_model)
+    worker = threaded._worker.submit(threading.get_ident).result()
+    _generate(threaded, [_request("a", "Tell me a story.", 10)])  # 3 batches of at most 4
+    assert tuned == [(worker, 0), (worker, 1), (worker, 2)]
+    tuned.clear()
+    inline = TransformersBackend(tiny_model, PromptStyle(), batch_size=4, worker_thread=False)
+    _generate(inline, [_request("a", "Tell me a story.", 10)])
+    assert inline._threads is None and tuned == []

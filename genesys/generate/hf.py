@@ -36,8 +36,10 @@ from genesys.generate.backend import (
     next_weights_version,
 )
 from genesys.models import load_causal_lm, sampling_warpers, stop_token_ids
+from genesys.threads import ThreadTuner, forward_probe
 
 T = TypeVar("T")
+TUNE_EVERY = 4  # batches between two measurements of the worker's CPU thread count
 
 
 class TokenSampler(LogitsProcessor):
@@ -109,8 +111,10 @@ class TransformersBackend:
     should ask for that, as torch's CPU thread pool is per calling thread and two pools on the same
     cores (the trainer's and the worker's) slow each other down. The worker is always the same
     thread, which also loads the model: a new thread per batch builds a new pool each time, and ran a
-    small model three times slower on 2 cores. `update_weights` copies new weights into the model
-    between two batches. `proofs` turns on TOPLOC proofs of every completion.
+    small model three times slower on 2 cores. On the CPU the worker measures its thread count every
+    few batches (`genesys.threads.ThreadTuner`: on a busy 2-core machine one thread generated 7x
+    faster than two); without a worker the caller's count stands. `update_weights` copies new
+    weights into the model between two batches. `proofs` turns on TOPLOC proofs of every completion.
     """
 
     name = "transformers"
@@ -140,6 +144,16 @@ class TransformersBackend:
             load() if self._worker is None else self._worker.submit(load).result()
         )
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
+        self._threads = (
+            ThreadTuner.for_device(
+                torch.device(self.device),
+                forward_probe(self.model, len(self.tokenizer), self.device),
+                TUNE_EVERY,
+            )
+            if worker_thread
+            else None
+        )
+        self._batches_run = 0
         self.weights_version = 0
         self._model_lock = threading.Lock()  # one batch or one weight update at a time
         self.proofs = proofs
@@ -251,6 +265,9 @@ class TransformersBackend:
     ) -> tuple[list[Completion], int]:
         """One batch with the model to itself: its completions and the weights version that made them."""
         with self._model_lock:
+            if self._threads is not None:
+                self._threads.maybe_tune(self._batches_run)
+            self._batches_run += 1
             return self.generate_batch(prompts, seed, sampling, keys), self.weights_version
 
     def generate_batch(

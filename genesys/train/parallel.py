@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -26,6 +27,13 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from genesys.train.distributed import World
+
+# FSDP2 warns, at every forward pass, that the model's output is a view an in-place op would detach
+# from its backward hook; genesys only reads the hidden states (`genesys.train.logprobs`), never
+# changes them in place, so the warning says nothing and buried the training logs.
+warnings.filterwarnings(
+    "ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning
+)
 
 STRATEGIES = ("fsdp2", "ddp")
 COMPUTE_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # None: the parameters' own dtype (fp32)

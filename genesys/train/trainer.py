@@ -46,6 +46,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from genesys.errors import InputError, TrainingError
 from genesys.schema import Row
+from genesys.threads import ThreadTuner, forward_probe
 from genesys.train import checkpoint as ckpt
 from genesys.train import export, loading
 from genesys.train.batch import (
@@ -81,7 +82,6 @@ from genesys.train.sources.base import (
     reshard_states,
     usable,
 )
-from genesys.train.threads import ThreadTuner
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.toml"
@@ -206,7 +206,9 @@ class Trainer:
             else self.tokenizer.eos_token_id
         )
         self._prepare_model()
-        self.threads = ThreadTuner.for_device(self.device, self._thread_probe)
+        self.threads = ThreadTuner.for_device(
+            self.device, forward_probe(self.model, len(self.tokenizer), self.device)
+        )
         self.steps_run = 0  # steps of this process (the thread count is measured from its first)
         self.reference = self._reference_model()
         self.optimizer = torch.optim.AdamW(
@@ -317,18 +319,6 @@ class Trainer:
             self.output_dir.name,
             resume=self.state is not None,
         )
-
-    def _thread_probe(self) -> None:
-        """A small forward pass of the model, for `ThreadTuner` to time (no RNG drawn, mode kept)."""
-        training = self.model.training
-        self.model.eval()
-        tokens = torch.randint(
-            0, len(self.tokenizer), (4, 64), generator=torch.Generator().manual_seed(0)
-        ).to(self.device)
-        try:
-            self.model(input_ids=tokens, use_cache=False)
-        finally:
-            self.model.train(training)
 
     def _open_evaluator(self) -> Any:
         if not self.config.eval.tasks:

@@ -1,12 +1,18 @@
-"""The CPU trainer's intra-op thread count, chosen by measuring, not assumed.
+"""The intra-op thread count of CPU training and generation, chosen by measuring, not assumed.
 
 torch runs each CPU operation on all cores by default. When other processes keep those cores busy,
 every parallel operation waits for its slowest thread to be scheduled again: on a 2-core machine at
 load average 13, a small linear layer took 10.5 ms on 2 threads against 0.64 ms on one (16x), and
 the toy training run spent most of its time so. `ThreadTuner` times a forward pass of the model at
-each candidate thread count (alternating, the best of a few rounds each) and keeps the fastest; it
+each candidate thread count (alternating, the median of a few rounds each) and keeps the fastest; it
 measures again every `every` steps, as the machine's load changes. More threads are kept only when
-clearly faster (by `margin`), since each extra thread also takes a core from the other work.
+clearly faster (by `margin`), since each extra thread also takes a core from the other work. The
+median, not the best round: on a busy machine two threads have lucky rounds, and a GRPO run that
+kept two threads on the strength of one (best of 3) took 25-70 s per step for ten steps, against
+1.5-5 s on one thread before and after.
+
+The trainer tunes its own thread; the transformers generation backend tunes the worker thread it
+generates in (`genesys.generate.hf`), every few batches.
 
 It is off when `OMP_NUM_THREADS` is set (the user's choice stands, e.g. for bit-for-bit reproducible
 CPU runs) and on other devices than the CPU.
@@ -15,14 +21,15 @@ CPU runs) and on other devices than the CPU.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 
 import torch
 
-ROUNDS = 3
+ROUNDS = 5
 MARGIN = 0.15
-EVERY = 10
+EVERY = 5
 
 
 class ThreadTuner:
@@ -44,29 +51,31 @@ class ThreadTuner:
         self.last_timings: dict[int, float] = {}
 
     @classmethod
-    def for_device(cls, device: torch.device, probe: Callable[[], object]) -> ThreadTuner | None:
-        """A tuner for training on `device`, or None where the thread count is not ours to choose."""
+    def for_device(
+        cls, device: torch.device, probe: Callable[[], object], every: int = EVERY
+    ) -> ThreadTuner | None:
+        """A tuner for work on `device`, or None where the thread count is not ours to choose."""
         if device.type != "cpu" or os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads() < 2:
             return None
-        return cls(probe)
+        return cls(probe, every=every)
 
     def maybe_tune(self, step: int) -> None:
-        """Measure and set the thread count at step 0 and every `every` steps."""
+        """Measure and set the thread count at step 0 and every `every` steps (or batches)."""
         if step % self.every == 0:
             self.tune()
 
     def tune(self) -> int:
         """Time the probe at each candidate count, set and return the fastest."""
-        best: dict[int, float] = dict.fromkeys(self.candidates, float("inf"))
+        rounds: dict[int, list[float]] = {threads: [] for threads in self.candidates}
         with torch.no_grad():
             for _ in range(ROUNDS):
                 for threads in self.candidates:
                     torch.set_num_threads(threads)
                     started = time.perf_counter()
                     self.probe()
-                    best[threads] = min(best[threads], time.perf_counter() - started)
-        self.last_timings = best
-        self.threads = choose(best, self.margin)
+                    rounds[threads].append(time.perf_counter() - started)
+        self.last_timings = {threads: statistics.median(times) for threads, times in rounds.items()}
+        self.threads = choose(self.last_timings, self.margin)
         torch.set_num_threads(self.threads)
         return self.threads
 
@@ -75,3 +84,19 @@ def choose(timings: dict[int, float], margin: float = MARGIN) -> int:
     """The fewest threads whose time is within `margin` of the fastest's."""
     fastest = min(timings.values())
     return min(threads for threads, seconds in timings.items() if seconds <= fastest * (1 + margin))
+
+
+def forward_probe(model: torch.nn.Module, vocab_size: int, device: torch.device | str) -> Callable[[], None]:
+    """A probe for `ThreadTuner`: a small forward pass of `model` on fixed random tokens, in eval mode
+    (the model's mode is restored; no global RNG is drawn)."""
+    tokens = torch.randint(0, vocab_size, (4, 64), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def probe() -> None:
+        training = model.training
+        model.eval()
+        try:
+            model(input_ids=tokens, use_cache=False)
+        finally:
+            model.train(training)
+
+    return probe
