@@ -1,8 +1,8 @@
 """Checkpoints hold the trainer state as JSON and safetensors and the training state as safetensors
 shards: nothing is unpickled on resume (a planted pickle is refused or ignored, never run), the state
 round-trips exactly, a resumed run ends with the weights of an uninterrupted one, reading its shards
-and not the model folder, and checkpoints of an older genesys or with a missing shard file are
-refused by path."""
+and not the model folder, checkpoints of an older genesys or with a missing or cut shard file are
+refused by path, and a model larger than one file is written as indexed files that load as they are."""
 
 from __future__ import annotations
 
@@ -198,3 +198,25 @@ def test_a_checkpoint_missing_a_shard_file_or_with_one_cut_short_is_refused_by_p
     file.write_bytes(content[: len(content) // 2])
     with pytest.raises(InputError, match=rf"{shards}: the shards cannot be read"):
         train(config(tiny_model, out, rollouts, 3))
+
+
+def test_a_model_larger_than_one_file_is_written_a_file_at_a_time_and_loads_as_it_is(
+    tiny_model, tmp_path, rollouts, monkeypatch
+):
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from genesys.train import export
+
+    whole = train(config(tiny_model, tmp_path / "whole", rollouts, 1)).final_dir
+    monkeypatch.setattr(export, "MAX_SHARD_BYTES", 100_000)  # the tiny model's 428 KB in several files
+    split = train(config(tiny_model, tmp_path / "split", rollouts, 1)).final_dir
+    files = sorted(split.glob("model-*-of-*.safetensors"))
+    assert len(files) > 2 and not (split / "model.safetensors").exists()
+    index = json.loads((split / "model.safetensors.index.json").read_text())
+    for file in files:
+        with safe_open(file, "pt") as handle:
+            assert all(index["weight_map"][name] == file.name for name in handle.keys())
+    a, b = (AutoModelForCausalLM.from_pretrained(path) for path in (whole, split))
+    assert a.state_dict().keys() == b.state_dict().keys()
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())

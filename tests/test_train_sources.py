@@ -105,14 +105,15 @@ def test_the_trainer_drives_any_rollout_source_through_the_protocol(
         ("publish", 3),
         ("close", None),
     ]
-    # Resumed from the step-2 checkpoint (the final model removed, as after a crash): the source gets
-    # its state back before it starts, with the checkpoint's weights, at step 2.
+    # Resumed from the step-2 checkpoint (the final model removed, as after a crash): the source opens
+    # the run's model (not the checkpoint's folder, which resuming never reads), gets its state back
+    # before it starts, and starts with the checkpoint's weights, at step 2.
     shutil.rmtree(tmp_path / "run" / "final")
     metrics = tmp_path / "run" / "metrics.jsonl"
     metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:2]))
     resumed = run(tiny_model, tmp_path / "run", tasks, 3, monkeypatch)
     assert resumed == [
-        ("open", (6, "step-000002")),
+        ("open", (6, Path(tiny_model).name)),
         ("load_state", 4),
         ("start", (2, True)),
         ("next_batch", 2),
