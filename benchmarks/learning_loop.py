@@ -5,10 +5,11 @@
 Runs the whole demo (a tiny model built and trained from nothing: `genesys sft`, held-out
 evaluation, `genesys filter`, `genesys train` with GRPO, evaluation again), then the control: the
 same GRPO run from the same SFT model on the same tasks with `optim.lr = 0`, evaluated on the same
-held-out tasks. The stages both runs share (model, SFT, evaluations, task pool) run once: each
-genesys command resumes what is already done. Prints the accuracies and each stage's time, and
-exits 1 unless RL gains at least `--min-gain` points over SFT on at least 200 held-out tasks and the
-control gains at most `--max-control-gain` points.
+held-out tasks (OUT/summary-lr0.json, OUT/report-lr0/). The stages both runs share (model, SFT,
+evaluations, task pool) run once: each genesys command resumes what is already done. Prints the accuracies (with their standard errors
+over tasks) and each stage's time, writes OUT/learning_loop.json, and exits 1 unless, on at least
+200 held-out tasks, RL gains at least `--min-gain` points over SFT and the control gains at most
+`--max-control-gain` points.
 """
 
 from __future__ import annotations
@@ -36,16 +37,25 @@ def main() -> int:
     learned = Demo(args.out, TINY).run()
     print_summary(learned)
     control = Demo(args.out, TINY).run(rl_lr=0.0)
-    gain = 100 * (learned["accuracy_after_rl"] - learned["accuracy_after_sft"])
-    control_gain = 100 * (control["accuracy_after_rl"] - control["accuracy_after_sft"])
+    print_summary(control)
+    gain, control_gain = learned["rl_gain_points"], control["rl_gain_points"]
     report = {
         "heldout_tasks": learned["heldout_tasks"],
-        "accuracy_before_sft": learned["accuracy_before_sft"],
-        "accuracy_after_sft": learned["accuracy_after_sft"],
-        "accuracy_after_rl": learned["accuracy_after_rl"],
+        "samples_per_task": learned["samples_per_task"],
+        **{
+            key: learned[key]
+            for stage in ("before_sft", "after_sft", "after_rl")
+            for key in (f"accuracy_{stage}", f"accuracy_{stage}_stderr")
+        },
         "accuracy_after_rl_lr0": control["accuracy_after_rl"],
+        "accuracy_after_rl_lr0_stderr": control["accuracy_after_rl_stderr"],
         "rl_gain_points": gain,
+        "rl_gain_stderr_points": learned["rl_gain_stderr_points"],
         "control_gain_points": control_gain,
+        "control_gain_stderr_points": control["rl_gain_stderr_points"],
+        "stages": learned["stages"]
+        + [s for s in control["stages"] if "lr 0" in s["name"] or "lr0" in s["name"]],
+        "load_average": learned["load_average"] + control["load_average"],
     }
     print(json.dumps(report, indent=2))
     (args.out / "learning_loop.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -11,21 +11,26 @@ Each stage runs a real `genesys` command (or the tiny-model builder) in a subpro
 4. evaluate: accuracy after SFT;
 5. `genesys generate --verify` on a pool of other training tasks, then `genesys filter` keeps those
    of useful difficulty (pass rate strictly between 0 and 1);
-6. `genesys train` (GRPO, online) on them;
-7. evaluate: accuracy after RL; `genesys report` draws the training curves, and this module the
-   held-out accuracy of each stage.
+6. `genesys train` (GRPO, online) on them, evaluating the first held-out tasks every few steps;
+7. evaluate: accuracy after RL; `genesys report` draws the training curves (reward, held-out
+   accuracy, completion length, optimizer), and this module the held-out accuracy of each stage.
 
 The held-out tasks come from `arithmetic:split=heldout`, which shares no problem with any
 `split=train` set (`genesys.tasks.arithmetic`). Accuracy is the mean score of `samples` completions
-per held-out task, sampled at the training temperature. `summary.json` holds the accuracies, the
-number of held-out tasks and each stage's wall-clock and CPU seconds. `--rl-lr 0` is the control:
-the same RL run that cannot change the weights, which must gain nothing.
+per held-out task, sampled at the training temperature, with its standard error over tasks.
+`summary.json` holds the accuracies (`accuracy_before_sft`, `accuracy_after_sft`,
+`accuracy_after_rl`, each with `_stderr`), `rl_gain_points` (paired over the tasks, with its
+standard error), `heldout_tasks`, and each stage's wall-clock and CPU seconds beside the load
+average. `--rl-lr 0` is the control: the same RL run that cannot change the weights, which must
+gain nothing (`benchmarks/learning_loop.py` runs both).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import resource
 import subprocess
 import sys
@@ -35,31 +40,37 @@ from pathlib import Path
 from typing import Any
 
 ARITHMETIC = "arithmetic:digits=2,ops=+-"
+TRAIN = f"{ARITHMETIC},split=train"
 HELDOUT = f"{ARITHMETIC},split=heldout,seed=0"
+TOKENIZER_TASKS = 2000  # training tasks whose text the tiny model's tokenizer is trained on
 
 
 @dataclass(frozen=True)
 class Settings:
     """The demo's sizes and learning rates; `TINY` trains a model from nothing on 2 CPU cores."""
 
-    heldout_tasks: int = 200
+    heldout_tasks: int = 300
     samples: int = 4  # completions per held-out task
     max_tokens: int = 64
     temperature: float = 1.0
     sft_tasks: int = 4000
-    sft_steps: int = 400
+    sft_steps: int = 600
     sft_examples_per_step: int = 32
     sft_lr: float = 5e-3
     pool_tasks: int = 400  # training tasks whose pass rate decides which ones RL trains on
     pool_samples: int = 4
     min_pass_rate: float = 0.01  # RL trains on the pool's tasks solved sometimes but not always
     max_pass_rate: float = 0.99
-    rl_steps: int = 40
+    rl_steps: int = 80
     rl_prompts_per_step: int = 16
     rl_group_size: int = 8
-    rl_lr: float = 1e-3
+    rl_lr: float = 3e-4
+    rl_warmup_steps: int = 3
+    eval_every: int = 10  # steps between evaluations during RL (the accuracy curve of the report)
+    eval_tasks: int = 100  # the first held-out tasks, evaluated during RL
+    eval_samples: int = 2
     micro_batch_size: int = 32
-    batch_size: int = 128  # sequences per generation batch (transformers)
+    batch_size: int = 256  # sequences per generation batch (transformers)
     backend: str = "transformers"
 
 
@@ -95,6 +106,19 @@ class Demo:
             subprocess.run(command, check=True)
         self.stages.append(Stage(name, time.perf_counter() - started, _children_cpu() - cpu))
 
+    @property
+    def tasks(self) -> dict[str, str]:
+        """The task sources of each use: the training split for the tokenizer, SFT and the RL pool
+        (other seeds, so other problems), the held-out split for every evaluation."""
+        s = self.settings
+        return {
+            "tokenizer": f"{TRAIN},count={TOKENIZER_TASKS},seed=0",
+            "sft": f"{TRAIN},count={s.sft_tasks},seed=0",
+            "pool": f"{TRAIN},count={s.pool_tasks},seed=1",
+            "heldout": f"{HELDOUT},count={s.heldout_tasks}",
+            "heldout_during_rl": f"{HELDOUT},count={min(s.eval_tasks, s.heldout_tasks)}",
+        }
+
     def genesys(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "genesys.cli", *args]
 
@@ -114,7 +138,7 @@ class Demo:
                     "genesys.generate.tiny_model",
                     str(path),
                     "--tasks",
-                    f"{ARITHMETIC},count=2000,seed=0",
+                    self.tasks["tokenizer"],
                     "--split-digits",
                     "--vocab-size",
                     "384",
@@ -126,8 +150,8 @@ class Demo:
             )
         return str(path)
 
-    def evaluate(self, name: str, model: str) -> float:
-        """Mean score on the held-out tasks; the rollouts are kept in `eval-NAME.jsonl`."""
+    def evaluate(self, name: str, model: str) -> Path:
+        """Generate and verify the held-out tasks' samples into `eval-NAME.jsonl` (returned)."""
         s = self.settings
         output = self.out / f"eval-{name}.jsonl"
         self.run_stage(
@@ -135,7 +159,7 @@ class Demo:
             self.genesys(
                 "generate",
                 "--tasks",
-                f"{HELDOUT},count={s.heldout_tasks}",
+                self.tasks["heldout"],
                 "--model",
                 model,
                 "-o",
@@ -147,7 +171,7 @@ class Demo:
                 "--no-progress",
             ),
         )
-        return mean_score(output)
+        return output
 
     def sft(self, model: str) -> str:
         s = self.settings
@@ -156,7 +180,7 @@ class Demo:
             "model": model,
             "output_dir": str(run),
             "progress": False,
-            "data": {"tasks": [f"{ARITHMETIC},count={s.sft_tasks},seed=0"]},
+            "data": {"tasks": [self.tasks["sft"]]},
             "sft": {"examples_per_step": s.sft_examples_per_step},
             "optim": {
                 "steps": s.sft_steps,
@@ -181,7 +205,7 @@ class Demo:
             self.genesys(
                 "generate",
                 "--tasks",
-                f"{ARITHMETIC},count={s.pool_tasks},seed=1",
+                self.tasks["pool"],
                 "--model",
                 model,
                 "-o",
@@ -201,13 +225,14 @@ class Demo:
                 str(s.min_pass_rate),
                 "--max-pass-rate",
                 str(s.max_pass_rate),
+                "--overwrite",  # the same tasks again when the loop is rerun
             ),
         )
         return tasks
 
     def grpo(self, model: str, tasks: Path, lr: float) -> str:
         s = self.settings
-        run = self.out / ("grpo" if lr == s.rl_lr else f"grpo-lr{lr:g}")
+        run = self.out / f"grpo{self._variant(lr)}"
         config = {
             "model": model,
             "output_dir": str(run),
@@ -219,16 +244,27 @@ class Demo:
             "optim": {
                 "steps": s.rl_steps,
                 "lr": lr,
+                "warmup_steps": s.rl_warmup_steps,
                 "max_grad_norm": 1.0,
                 "micro_batch_size": s.micro_batch_size,
             },
             "backend_options": {"batch_size": s.batch_size} if s.backend == "transformers" else {},
             "checkpoint": {"every": 20},
             "verify": {"workers": 2},
+            "eval": {
+                "tasks": [self.tasks["heldout_during_rl"]],
+                "every": s.eval_every,
+                "samples": s.eval_samples,
+            },
         }
         toml = _write_toml(self.out / f"{run.name}.toml", config)
         self.run_stage(f"genesys train (GRPO, lr {lr:g})", self.genesys("train", str(toml)))
         return str(run / "final")
+
+    def _variant(self, lr: float) -> str:
+        """What names the outputs of an RL run at another learning rate than the settings' (the
+        control): `-lr0` for lr 0, nothing for the settings' own."""
+        return "" if lr == self.settings.rl_lr else f"-lr{lr:g}"
 
     def _sampling(self, n: int) -> list[str]:
         s = self.settings
@@ -242,7 +278,7 @@ class Demo:
     def run(self, rl_lr: float | None = None) -> dict[str, Any]:
         """The whole loop; returns (and writes) the summary."""
         self.out.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
+        started, load_before = time.perf_counter(), os.getloadavg()[0]
         lr = self.settings.rl_lr if rl_lr is None else rl_lr
         base = self.base_model()
         before_sft = self.evaluate("base", base)
@@ -250,34 +286,77 @@ class Demo:
         after_sft = self.evaluate("sft", sft_model)
         tasks = self.rl_tasks(sft_model)
         rl_model = self.grpo(sft_model, tasks, lr)
-        after_rl = self.evaluate("rl" if lr == self.settings.rl_lr else f"rl-lr{lr:g}", rl_model)
+        after_rl = self.evaluate(f"rl{self._variant(lr)}", rl_model)
+        report = self.out / f"report{self._variant(lr)}"
         self.run_stage(
-            "genesys report",
-            self.genesys("report", str(Path(rl_model).parent), "-o", str(self.out / "report")),
+            "genesys report", self.genesys("report", str(Path(rl_model).parent), "-o", str(report))
         )
-        summary = {
+        scores = {
+            name: task_scores(path)
+            for name, path in (("before_sft", before_sft), ("after_sft", after_sft), ("after_rl", after_rl))
+        }
+        gain, gain_stderr = paired_gain(scores["after_sft"], scores["after_rl"])
+        errors = sum(verification_errors(path) for path in (before_sft, after_sft, after_rl))
+        summary: dict[str, Any] = {
             "model": self.model or "tiny model trained from nothing",
-            "heldout_tasks": self.settings.heldout_tasks,
+            "heldout_tasks": len(scores["after_rl"]),
             "samples_per_task": self.settings.samples,
             "temperature": self.settings.temperature,
-            "accuracy_before_sft": before_sft,
-            "accuracy_after_sft": after_sft,
-            "accuracy_after_rl": after_rl,
+        }
+        for name, per_task in scores.items():
+            summary[f"accuracy_{name}"], summary[f"accuracy_{name}_stderr"] = mean_and_stderr(per_task)
+        summary |= {
+            "rl_gain_points": 100 * gain,
+            "rl_gain_stderr_points": 100 * gain_stderr,
+            "verification_errors": errors,
             "rl_lr": lr,
             "rl_tasks": sum(1 for _ in tasks.open()),
             "stages": [asdict(stage) for stage in self.stages],
             "total_seconds": time.perf_counter() - started,
+            "load_average": [load_before, os.getloadavg()[0]],  # 1-minute load at the start and the end
+            "cpus": os.cpu_count(),
             "settings": asdict(self.settings),
         }
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        plot_accuracy(summary, self.out / "report" / "heldout_accuracy.png")
+        (self.out / f"summary{self._variant(lr)}.json").write_text(json.dumps(summary, indent=2) + "\n")
+        plot_accuracy(summary, report / "heldout_accuracy.png")
         return summary
 
 
-def mean_score(path: Path) -> float:
-    """The mean score of the verified rollouts in `path` (a failed verification counts as 0)."""
-    scores = [json.loads(line).get("score") for line in path.open() if line.strip()]
-    return sum(score or 0.0 for score in scores) / len(scores) if scores else 0.0
+def task_scores(path: Path) -> dict[str, float]:
+    """Each task's mean score over its verified rollouts in `path`. A rollout whose verification
+    failed (no score: an infrastructure error, never a wrong answer) is left out, as `verification_errors`
+    counts it; a task with none verified is left out."""
+    scores: dict[str, list[float]] = {}
+    for row in _rows(path):
+        if row.get("score") is not None:
+            scores.setdefault(row["problem_id"], []).append(float(row["score"]))
+    return {task: sum(values) / len(values) for task, values in scores.items() if values}
+
+
+def verification_errors(path: Path) -> int:
+    """The rollouts in `path` whose verification failed."""
+    return sum(row.get("score") is None for row in _rows(path))
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.open() if line.strip()]
+
+
+def mean_and_stderr(per_task: dict[str, float]) -> tuple[float, float]:
+    """The mean over tasks and its standard error (tasks are the sampled unit: the spread of their
+    means over the square root of their number)."""
+    values = list(per_task.values())
+    if not values:
+        return 0.0, 0.0
+    mean = sum(values) / len(values)
+    variance = sum((value - mean) ** 2 for value in values) / max(len(values) - 1, 1)
+    return mean, math.sqrt(variance / len(values))
+
+
+def paired_gain(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
+    """The mean per-task gain from `before` to `after` over the tasks both scored, and its standard
+    error (paired: each task is compared with itself)."""
+    return mean_and_stderr({task: after[task] - before[task] for task in after.keys() & before.keys()})
 
 
 def _children_cpu() -> float:
@@ -297,17 +376,19 @@ def _write_toml(path: Path, config: dict[str, Any]) -> Path:
 
 
 def plot_accuracy(summary: dict[str, Any], path: Path) -> None:
-    """Held-out accuracy before SFT, after SFT and after RL, as a bar chart."""
+    """Held-out accuracy before SFT, after SFT and after RL, as bars with their standard errors."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = ["before SFT", "after SFT", "after RL"]
-    values = [summary[f"accuracy_{key}"] * 100 for key in ("before_sft", "after_sft", "after_rl")]
+    keys = ("before_sft", "after_sft", "after_rl")
+    labels = ["before SFT", "after SFT", "after RL" if summary["rl_lr"] else "after RL (lr 0)"]
+    values = [summary[f"accuracy_{key}"] * 100 for key in keys]
+    errors = [summary[f"accuracy_{key}_stderr"] * 100 for key in keys]
     figure, axes = plt.subplots(figsize=(5, 3.5))
-    bars = axes.bar(labels, values, color=["#999999", "#4c72b0", "#55a868"])
-    axes.bar_label(bars, fmt="%.1f%%")
+    bars = axes.bar(labels, values, yerr=errors, capsize=4, color=["#999999", "#4c72b0", "#55a868"])
+    axes.bar_label(bars, fmt="%.1f%%", padding=3)
     axes.set_ylabel("held-out accuracy (%)")
     axes.set_ylim(0, 100)
     axes.set_title(f"{summary['heldout_tasks']} held-out tasks, {summary['samples_per_task']} samples each")
@@ -324,15 +405,24 @@ def print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"held-out accuracy ({summary['heldout_tasks']} tasks never trained on)")
     table.add_column("stage")
     table.add_column("accuracy", justify="right")
+    table.add_column("std. error", justify="right")
     for key in ("accuracy_before_sft", "accuracy_after_sft", "accuracy_after_rl"):
-        table.add_row(key, f"{summary[key] * 100:.1f}%")
+        table.add_row(key, f"{summary[key] * 100:.1f}%", f"{summary[key + '_stderr'] * 100:.1f}")
+    table.add_row(
+        f"RL gain (lr {summary['rl_lr']:g})",
+        f"{summary['rl_gain_points']:+.1f} points",
+        f"{summary['rl_gain_stderr_points']:.1f}",
+    )
     times = Table(title="time per stage")
     times.add_column("stage")
     times.add_column("wall s", justify="right")
     times.add_column("CPU s", justify="right")
     for stage in summary["stages"]:
         times.add_row(stage["name"], f"{stage['seconds']:.0f}", f"{stage['cpu_seconds']:.0f}")
-    times.add_row("total", f"{summary['total_seconds']:.0f}", "")
+    load = " -> ".join(f"{value:.1f}" for value in summary["load_average"])
+    times.add_row(
+        f"total ({summary['cpus']} CPUs, load average {load})", f"{summary['total_seconds']:.0f}", ""
+    )
     console = Console()
     console.print(table)
     console.print(times)
@@ -340,7 +430,11 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The learning demo (see python -m genesys.demo --help).")
-    parser.add_argument("out", type=Path, help="output directory (summary.json, report/, runs)")
+    parser.add_argument(
+        "out",
+        type=Path,
+        help="output directory (summary.json, report/, runs; summary-lr0.json, report-lr0/ for --rl-lr 0)",
+    )
     parser.add_argument("--model", help="start from this model (hub name or path) instead of a tiny one")
     parser.add_argument("--rl-lr", type=float, help="GRPO learning rate (0: the control run)")
     parser.add_argument("--summary", type=Path, help="where summary.json goes (default: OUT/summary.json)")

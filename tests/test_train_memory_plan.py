@@ -97,6 +97,32 @@ def test_a_run_that_cannot_fit_is_refused_with_the_numbers(tiny_model, tmp_path)
         train(config)  # refused before any weight is read (there are none to read)
 
 
+def test_an_sft_run_gets_the_same_estimate_and_is_refused_before_any_weight_is_read(tiny_model, tmp_path):
+    from genesys.config import SftConfig
+    from genesys.train.memory_plan import ASSUMED_PROMPT_TOKENS, ASSUMED_SFT_COMPLETION_TOKENS, plan_memory
+    from genesys.train.sft import sft
+
+    model = _config_only(
+        tiny_model, tmp_path / "model", **SEVEN_B, num_attention_heads=28, num_key_value_heads=4
+    )
+    config = SftConfig.load(
+        None,
+        {
+            "model": str(model),
+            "output_dir": str(tmp_path / "run"),
+            "data": {"tasks": ["arithmetic:count=10"]},
+            "optim": {"micro_batch_size": 2},
+        },
+    )
+    plan = plan_memory(config, 1, torch.device("cpu"))
+    assert plan.layout.tokens == 2 * (ASSUMED_PROMPT_TOKENS + ASSUMED_SFT_COMPLETION_TOKENS)
+    assert plan.parts["engine"] == 0 and "no generation engine" in plan.table()
+    with pytest.raises(
+        InputError, match=r"this run needs about [\d.]+ GiB per rank but this machine's RAM has"
+    ):
+        sft(config)
+
+
 FACTS = ModelFacts(
     params=1_000_000_000,
     trainable=1_000_000_000,

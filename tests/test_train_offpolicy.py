@@ -177,6 +177,27 @@ def test_evaluation_during_training_writes_metrics_per_source_and_draws_them(
     assert "evaluation" in {path.stem for path in report.plots}
 
 
+def test_every_evaluation_draws_the_same_random_numbers_so_unchanged_weights_score_the_same(
+    tiny_model, tmp_path, plugin_env
+):
+    tasks = digit_tasks(tmp_path / "tasks.jsonl")
+    held_out = digit_tasks(tmp_path / "held_out.jsonl", count=6)
+    result = train(
+        config(
+            tiny_model,
+            tmp_path / "run",
+            tasks,
+            sampling={"n": 8, "max_tokens": 16, "seed": 0, "temperature": 1.5},
+            optim={"steps": 3, "lr": 0.0},
+            eval={"tasks": [str(held_out)], "every": 1, "samples": 4},
+        )
+    )
+    evaluated = [{k: v for k, v in m.items() if k.startswith("eval/")} for m in result.metrics]
+    assert len(evaluated) == 3 and 0.0 < evaluated[0]["eval/held_out/avg@4"] < 1.0
+    # a curve of evaluations moves with the weights only, never with the sampling noise
+    assert evaluated[1] == evaluated[0] and evaluated[2] == evaluated[0]
+
+
 def test_eval_is_refused_without_the_trainers_own_backend(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="eval.tasks evaluates with the trainer's own generation backend"):
         TrainConfig.load(

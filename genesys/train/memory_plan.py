@@ -11,12 +11,14 @@
 - activations at the token budget: what autograd saves for the backward pass, counted by running the
   model's own forward on the meta device (`saved_tensors_hooks`), per token and per layer, times the
   tokens of one micro-batch (`optim.micro_batch_tokens`, or `micro_batch_size` sequences of
-  `ASSUMED_PROMPT_TOKENS + sampling.max_tokens`); with gradient checkpointing, each layer's input plus
+  `ASSUMED_PROMPT_TOKENS + sampling.max_tokens`, or of `ASSUMED_PROMPT_TOKENS +
+  ASSUMED_SFT_COMPLETION_TOKENS` for `genesys sft`, whose examples are read after the check); with gradient checkpointing, each layer's input plus
   one layer recomputed. Attention's saved mask is added by rule (`attention_mask_bytes`), as the meta
   device runs another attention kernel than the device would; plus the backward's transient: one
   layer's activation gradients, four chunks of vocabulary logits (`genesys.train.logprobs`) and two
   vocabulary-sized weight gradients (a chunk's and the embedding's, before they are accumulated);
-- engine: the generation backend that shares the rank's device (none offline or with Ray workers).
+- engine: the generation backend that shares the rank's device (none offline, with Ray workers or
+  for `genesys sft`).
 
 Two moments outside the training steps can need more (`outside_steps`): while the model loads,
 rank 0 holds the pretrained model it reads (in its own dtype) beside its fp32 shards
@@ -38,6 +40,7 @@ from typing import Any
 
 import torch
 
+from genesys.config import SftConfig
 from genesys.errors import InputError
 from genesys.train.checkpoint import SHARD_FILE_BYTES
 from genesys.train.config import TrainConfig
@@ -46,6 +49,7 @@ from genesys.train.logprobs import chunk_tokens
 
 GIB = 2**30
 ASSUMED_PROMPT_TOKENS = 256  # prompt length assumed for padded micro-batches, whose prompts are unknown here
+ASSUMED_SFT_COMPLETION_TOKENS = 1024  # the same for supervised examples' completions
 PROBE_TOKENS = 97  # tokens of the meta forward: a prime, so no model dimension has its size
 ADAM_MOMENTS = 2
 FP32 = 4
@@ -138,7 +142,7 @@ def size(value: int) -> str:
     return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / 2**20:.1f} MiB"
 
 
-def layout(config: TrainConfig, world_size: int, device_type: str) -> Layout:
+def layout(config: TrainConfig | SftConfig, world_size: int, device_type: str) -> Layout:
     """The run's layout from its config: `[parallel] strategy` (default fsdp2 with several processes),
     `precision`, `[lora] rank` and `target_modules`, the micro-batch's tokens."""
     parallel = getattr(config, "parallel", None)
@@ -153,7 +157,7 @@ def layout(config: TrainConfig, world_size: int, device_type: str) -> Layout:
         tokens, sequences, packed = optim.micro_batch_tokens, 1, True
     else:
         sequences, packed = optim.micro_batch_size, False
-        tokens = sequences * (ASSUMED_PROMPT_TOKENS + config.sampling.max_tokens)
+        tokens = sequences * (ASSUMED_PROMPT_TOKENS + completion_tokens(config))
     options = config.backend_options
     return Layout(
         world_size=world_size,
@@ -341,9 +345,11 @@ def outside_steps(
 
 
 def engine_bytes(
-    config: TrainConfig, facts: ModelFacts, layout: Layout, capacity: int | None
+    config: TrainConfig | SftConfig, facts: ModelFacts, layout: Layout, capacity: int | None
 ) -> tuple[int, str]:
     """The generation backend's memory on this rank's device, and how it was reckoned."""
+    if _supervised(config):
+        return 0, "supervised fine-tuning: no generation engine"
     if config.offline:
         return 0, "offline: no generation engine"
     if config.cluster.ray:
@@ -371,6 +377,17 @@ def engine_bytes(
     return facts.params * element + kv, f"{backend}: its own copy of the weights and a KV cache of the batch"
 
 
+def completion_tokens(config: TrainConfig | SftConfig) -> int:
+    """The completion length a padded micro-batch is reckoned with: the sampling limit of a GRPO run,
+    `ASSUMED_SFT_COMPLETION_TOKENS` for supervised fine-tuning."""
+    return ASSUMED_SFT_COMPLETION_TOKENS if _supervised(config) else config.sampling.max_tokens
+
+
+def _supervised(config: TrainConfig | SftConfig) -> bool:
+    """Whether `config` is a `genesys sft` run's (it has examples, no sampling settings)."""
+    return getattr(config, "sampling", None) is None
+
+
 def device_capacity(device: torch.device, local_processes: int) -> tuple[str, int | None]:
     """(a name for the memory one rank may use, its bytes): the GPU's memory, or this machine's RAM
     divided among its local training processes."""
@@ -388,7 +405,9 @@ def device_capacity(device: torch.device, local_processes: int) -> tuple[str, in
     return str(device), None
 
 
-def plan_memory(config: TrainConfig, world_size: int = 1, device: torch.device | None = None) -> MemoryPlan:
+def plan_memory(
+    config: TrainConfig | SftConfig, world_size: int = 1, device: torch.device | None = None
+) -> MemoryPlan:
     """The memory plan of one rank of `config` run by `world_size` processes on `device`."""
     if device is None:
         device = torch.device(
@@ -403,7 +422,7 @@ def plan_memory(config: TrainConfig, world_size: int = 1, device: torch.device |
     if not run_layout.packed:
         notes.append(
             f"padded micro-batches: {run_layout.sequences} sequences of {ASSUMED_PROMPT_TOKENS} prompt + "
-            f"{config.sampling.max_tokens} completion tokens assumed; set optim.micro_batch_tokens for a bound"
+            f"{completion_tokens(config)} completion tokens assumed; set optim.micro_batch_tokens for a bound"
         )
     parts = estimate(run_layout, facts, engine)
     moments = outside_steps(run_layout, facts, parts, bool(config.checkpoint.every))

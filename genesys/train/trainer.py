@@ -448,7 +448,7 @@ class Trainer:
     def _log(self, metrics: dict[str, Any]) -> None:
         """Evaluate when due, then write the step's metrics to metrics.jsonl and the trackers."""
         if self.evaluator is not None and self.evaluator.due(self.step):
-            metrics.update(self.evaluator.evaluate(self.step))
+            metrics.update(self.evaluator.evaluate())
         if self.metrics is not None:
             self.metrics.write(metrics)
         if self.tracker is not None:
