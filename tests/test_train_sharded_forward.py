@@ -13,16 +13,16 @@ pytest.importorskip("transformers")
 
 
 def test_the_logprobs_of_a_sharded_model_warn_nothing_about_views(tiny_model):
-    from genesys.models import load_trainable_lm
     from genesys.train.batch import TrainingSequence, collate
     from genesys.train.distributed import close_world, init_world
+    from genesys.train.loading import sharded_pretrained
     from genesys.train.logprobs import completion_logprobs
-    from genesys.train.parallel import device_mesh, shard_model
+    from genesys.train.parallel import device_mesh
 
     world = init_world()
     try:
-        _, model = load_trainable_lm(tiny_model, torch.device("cpu"))
-        model = shard_model(model, device_mesh(world, "fsdp2", torch.device("cpu")), "fp32")
+        cpu = torch.device("cpu")
+        model = sharded_pretrained(tiny_model, world, device_mesh(world, "fsdp2", cpu), "fp32", cpu)
         micro = collate([TrainingSequence([5, 6, 7], [8, 9], [-1.0, -1.0], 1.0)], pad_id=0)
         with warnings.catch_warnings(record=True) as caught:
             for _ in range(2):
