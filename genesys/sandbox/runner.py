@@ -609,7 +609,7 @@ def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
         outcome.cpu_s = zygote.finish_test()  # what the test left is killed and reaped first
         for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
             while fd in sinks and select.select([fd], [], [], 0)[0]:
-                if _pump(fd, sinks, caps, poller) == "over" and outcome.killed_for is None:
+                if _pump(fd, sinks, caps, poller, final=True) == "over" and outcome.killed_for is None:
                     outcome.killed_for = "output_limit"
     finally:
         for fd in list(sinks):
@@ -634,11 +634,10 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
     wall_limit = float(limits["wall_limit"])
     poller.register(ended, select.POLLIN)
     try:
-        quiet = poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000)))
+        if poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000))):
+            return zygote.report(ready=True)
         for fd in sinks:
             poller.register(fd, select.POLLIN)
-        if quiet:
-            return zygote.report(ready=True)
         if _replies is not None:  # the host hears of the tests before this one while it runs
             _replies.flush()
         zygote.start_counting()
@@ -672,24 +671,25 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
     return zygote.report()
 
 
-def _pump(fd, sinks, caps, poller):
-    """Move one chunk from a pipe into its buffer: 'more', 'eof', or 'over' (past its cap)."""
+def _pump(fd, sinks, caps, poller, final=False):
+    """Move one chunk from a pipe into its buffer: 'more', 'eof', or 'over' (past its cap).
+    `final`: every writer has gone, so a short read has emptied the pipe for good."""
     if fd not in sinks:
         return "eof"
     chunk = os.read(fd, READ_CHUNK)
     if not chunk:
         _close_sink(fd, sinks, poller)
         return "eof"
-    sink = sinks[fd]
+    sink, cap = sinks[fd], caps[fd]
     sink += chunk
-    cap = caps[fd]
-    if cap is None:  # stderr: keep only its tail
-        if len(sink) > 2 * STDERR_TAIL:
-            del sink[: len(sink) - STDERR_TAIL]
-        return "more"
-    if len(sink) > cap:
+    if cap is not None and len(sink) > cap:
         _close_sink(fd, sinks, poller)
         return "over"
+    if cap is None and len(sink) > 2 * STDERR_TAIL:  # stderr: keep only its tail
+        del sink[: len(sink) - STDERR_TAIL]
+    if final and len(chunk) < READ_CHUNK:
+        _close_sink(fd, sinks, poller)
+        return "eof"
     return "more"
 
 
