@@ -310,3 +310,82 @@ def test_the_sampler_without_a_generator_takes_the_most_likely_token():
         torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])
     ).argmax(dim=-1)
     assert tokens.tolist() == [1, 0]
+
+
+def _generate_reference(
+    backend: TransformersBackend, prompts: list[list[int]], seed: int, sampling: SamplingConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What transformers' own `model.generate` samples with the backend's warpers and sampler:
+    (new tokens, their logprobs, the final hidden state of each step)."""
+    from transformers import LogitsProcessorList
+
+    from genesys.proofs.hf_capture import FinalHiddenStates
+
+    encoded = backend.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+    generator = torch.Generator().manual_seed(seed) if sampling.temperature > 0 else None
+    sampler = TokenSampler(generator)
+    with torch.inference_mode(), FinalHiddenStates(backend.model, last_only=True) as capture:
+        sequences = backend.model.generate(
+            **encoded,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            repetition_penalty=1.0,
+            max_new_tokens=sampling.max_tokens,
+            eos_token_id=sorted(backend.stop_ids),
+            pad_token_id=backend.tokenizer.pad_token_id,
+            logits_processor=LogitsProcessorList([*models.sampling_warpers(sampling), sampler]),
+        )
+    return sequences[:, encoded["input_ids"].shape[1] :], sampler.logprobs(), capture.per_step()
+
+
+@pytest.mark.parametrize(
+    ("texts", "temperature", "top_p"),
+    [
+        (["Hi.", "Compute the sum of the first 100 positive integers."], 0.7, 0.9),  # left padding
+        (["Tell me a story.", "Tell me a story."], 1.0, 1.0),  # no padding: no attention mask
+        (["Hi.", "Name a prime number."], 0.0, 1.0),  # greedy
+    ],
+)
+def test_decoding_samples_what_generate_samples_bit_for_bit(tiny_model, texts, temperature, top_p):
+    from genesys.generate.hf import TokenPicker, decode, left_padded
+    from genesys.proofs.hf_capture import FinalHiddenStates
+
+    backend = _backend(tiny_model)
+    stops = {*backend.stop_ids, 40, 41}  # frequent enough that some rows stop early
+    backend.stop_ids = stops
+    prompts = [
+        backend.tokenizer(render_text(backend.tokenizer, build_messages(t), PromptStyle()))["input_ids"]
+        for t in texts
+        for _ in range(4)
+    ]
+    sampling = SamplingConfig(max_tokens=24, temperature=temperature, top_p=top_p)
+    for seed in (0, 1, 2):
+        want_tokens, want_logprobs, want_hidden = _generate_reference(backend, prompts, seed, sampling)
+        generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        sampler = TokenSampler(generator)
+        pick = TokenPicker(
+            sampler,
+            models.sampling_warpers(sampling),
+            stops,
+            backend.tokenizer.pad_token_id,
+            len(prompts),
+            "cpu",
+        )
+        ids, mask = left_padded(prompts, backend.tokenizer.pad_token_id, "cpu")
+        with torch.inference_mode(), FinalHiddenStates(backend.model, last_only=True) as capture:
+            tokens = decode(backend.model, ids, mask, sampling.max_tokens, pick)
+        assert torch.equal(tokens, want_tokens)
+        assert torch.equal(sampler.logprobs(), want_logprobs)
+        assert torch.equal(capture.per_step(), want_hidden)  # what TOPLOC proofs are built from
+
+
+def test_the_backend_pads_prompts_as_the_tokenizer_does(tiny_model):
+    from genesys.generate.hf import left_padded
+
+    backend = _backend(tiny_model)
+    prompts = [[5, 6, 7], [8], [9, 10]]
+    ids, mask = left_padded(prompts, backend.tokenizer.pad_token_id, "cpu")
+    encoded = backend.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+    assert torch.equal(ids, encoded["input_ids"]) and torch.equal(mask, encoded["attention_mask"])
