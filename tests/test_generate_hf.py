@@ -17,7 +17,8 @@ from genesys.generate.backend import (
     SamplingConfig,
     iterate,
 )
-from genesys.generate.hf import TokenSampler, TransformersBackend, make_completion
+from genesys.generate.decoding import TokenSampler
+from genesys.generate.hf import TransformersBackend, make_completion
 from genesys.generate.tiny_model import build_tiny_model
 from genesys.tasks.prompts import build_messages, render_text
 
@@ -348,8 +349,9 @@ def _generate_reference(
         (["Hi.", "Name a prime number."], 0.0, 1.0),  # greedy
     ],
 )
-def test_decoding_samples_what_generate_samples_bit_for_bit(tiny_model, texts, temperature, top_p):
-    from genesys.generate.hf import TokenPicker, decode, left_padded
+@pytest.mark.parametrize("steps", ["forward", "layers"])
+def test_decoding_samples_what_generate_samples_bit_for_bit(tiny_model, texts, temperature, top_p, steps):
+    from genesys.generate.decoding import TokenPicker, decode, layers_step, left_padded
     from genesys.proofs.hf_capture import FinalHiddenStates
 
     backend = _backend(tiny_model)
@@ -374,15 +376,64 @@ def test_decoding_samples_what_generate_samples_bit_for_bit(tiny_model, texts, t
             "cpu",
         )
         ids, mask = left_padded(prompts, backend.tokenizer.pad_token_id, "cpu")
+        step = layers_step(backend.model) if steps == "layers" else None
         with torch.inference_mode(), FinalHiddenStates(backend.model, last_only=True) as capture:
-            tokens = decode(backend.model, ids, mask, sampling.max_tokens, pick)
+            tokens = decode(backend.model, ids, mask, sampling.max_tokens, pick, step)
         assert torch.equal(tokens, want_tokens)
         assert torch.equal(sampler.logprobs(), want_logprobs)
-        assert torch.equal(capture.per_step(), want_hidden)  # what TOPLOC proofs are built from
+        if steps == "forward":  # the layers' steps skip the base model's forward, and its hook
+            assert torch.equal(capture.per_step(), want_hidden)  # what TOPLOC proofs are built from
+
+
+def _tiny_llama(path: Path, tokenizer_from: str) -> str:
+    """A random-weight Llama (another decoder family) with the tiny model's tokenizer."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(path)
+    return str(path)
+
+
+def test_decode_steps_call_the_layers_directly_only_where_that_gives_the_forward_bit_for_bit(
+    tiny_model, tmp_path
+):
+    from genesys.generate.decoding import _same_logits, forward_step, layers_step, step_function
+
+    qwen = models.load_causal_lm(tiny_model, "cpu")[2]
+    llama = models.load_causal_lm(_tiny_llama(tmp_path / "llama", tiny_model), "cpu")[2]
+    for model in (qwen, llama):
+        assert _same_logits(model, layers_step(model))
+    # A model whose base forward does more than its modules (as Gemma scales its embeddings) steps
+    # through that forward: here a hook on it stands for the extra work.
+    qwen.base_model.register_forward_hook(
+        lambda module, args, output: output.__class__(
+            last_hidden_state=output.last_hidden_state * 2.0, past_key_values=output.past_key_values
+        )
+    )
+    assert not _same_logits(qwen, layers_step(qwen))
+    step = step_function(qwen)
+    from transformers import DynamicCache
+
+    ids = torch.tensor([[3, 4, 5]])
+    positions = torch.arange(3)[None]
+    with torch.inference_mode():
+        got = step(ids, None, positions, DynamicCache(config=qwen.config))
+        want = forward_step(qwen)(ids, None, positions, DynamicCache(config=qwen.config))
+    assert torch.equal(got, want)
 
 
 def test_the_backend_pads_prompts_as_the_tokenizer_does(tiny_model):
-    from genesys.generate.hf import left_padded
+    from genesys.generate.decoding import left_padded
 
     backend = _backend(tiny_model)
     prompts = [[5, 6, 7], [8], [9, 10]]

@@ -6,13 +6,8 @@ token is that of the sampled token under the distribution it was sampled from: t
 after temperature and top-p (the behaviour policy an importance ratio needs). Greedy decoding
 (temperature 0) keeps the logprob under the untempered logits.
 
-`decode` is the loop `model.generate` runs for sampling, without what it adds around it: one
-forward pass over the prompts, then one per new token with a KV cache (transformers' own
-`DynamicCache`, masks and positions, passed as `generate` passes them), each new token picked by
-`TokenPicker` from the [sampling] settings alone (nothing from the model's generation config). Its
-tokens and logprobs are those `generate` gives with the same processors, bit for bit (tested), at
-about four fifths of its CPU time on a small model, where the per-token bookkeeping around the
-model's forward pass is much of the cost.
+Each batch is decoded by `genesys.generate.decoding.decode`: what `model.generate` samples, bit for
+bit, with the [sampling] settings alone, at a fraction of its per-token CPU cost.
 
 With `proofs`, a forward hook records the final hidden state that produced each new token, and
 every completion gets its TOPLOC proofs (`genesys.proofs`) and the settings a validator needs.
@@ -31,7 +26,6 @@ from typing import Any, TypeVar
 
 import torch
 import transformers
-from transformers import LogitsProcessor
 
 from genesys.config import ProofConfig
 from genesys.generate.backend import (
@@ -43,159 +37,20 @@ from genesys.generate.backend import (
     Weights,
     next_weights_version,
 )
-from genesys.models import load_causal_lm, sampling_warpers, stop_token_ids, takes_logits_to_keep
+from genesys.generate.decoding import (
+    SeededSampler,
+    Step,
+    TokenPicker,
+    TokenSampler,
+    decode,
+    forward_step,
+    left_padded,
+    step_function,
+)
+from genesys.models import load_causal_lm, sampling_warpers, stop_token_ids
 from genesys.tasks.prompts import render_ids
 
 T = TypeVar("T")
-
-
-class TokenSampler(LogitsProcessor):
-    """The last logits processor: it draws each token itself and records the token's logprob.
-
-    It sees the scores after temperature and top-p, so the logprob it keeps is that of the
-    distribution the token was drawn from. It draws by inverse transform: one uniform number per
-    sequence, located in the cumulative probabilities (float32, as torch's own sampler sums them).
-    On CPU that costs about a tenth of `torch.multinomial` at a 400-token vocabulary and a fortieth at
-    150k tokens, where `multinomial` spends tens of milliseconds per step drawing one random number
-    per vocabulary entry. `draw` returns the tokens (what `TokenPicker` takes); as a logits
-    processor it returns scores that are -inf everywhere but at the drawn token, so that `generate`,
-    decoding greedily, takes it. Without a generator it picks the most likely token (greedy decoding).
-    """
-
-    def __init__(self, generator: torch.Generator | None) -> None:
-        self.generator = generator
-        self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        tokens = self.draw(scores)
-        return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
-
-    def draw(self, scores: torch.Tensor) -> torch.Tensor:
-        """The (batch,) tokens drawn from `scores` (batch, vocab), their logprobs recorded."""
-        logprobs = scores.float().log_softmax(dim=-1)
-        tokens = self.choose(scores, logprobs)
-        self.steps.append(logprobs.gather(1, tokens))
-        return tokens.squeeze(1)
-
-    def choose(self, scores: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-        """The (batch, 1) tokens of this step."""
-        return (
-            logprobs.argmax(dim=-1, keepdim=True)
-            if self.generator is None
-            else self._inverse_transform(logprobs.exp())
-        )
-
-    def _inverse_transform(self, probs: torch.Tensor) -> torch.Tensor:
-        """One token per row, token i with probability probs[i]; one of probability 0 never."""
-        cumulative = probs.cumsum(dim=-1)
-        total = cumulative[:, -1:]
-        uniform = torch.rand(total.shape, generator=self.generator, device=probs.device, dtype=probs.dtype)
-        # The first entry whose cumulative sum exceeds u: u below the total keeps it inside the
-        # vocabulary and off the zero-probability entries that end it.
-        u = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
-        return torch.searchsorted(cumulative, u, right=True)
-
-    def logprobs(self) -> torch.Tensor:
-        """The (batch, steps) logprobs of the tokens drawn so far."""
-        return torch.cat(self.steps, dim=1)
-
-
-class SeededSampler(TokenSampler):
-    """A `TokenSampler` drawing with the seeded Gumbel-max sampler a validator can check
-    (`genesys.proofs.sampling`): row i's noise comes from `keys[i]`, its (request seed, sample index),
-    and the step's position, whatever else is in the batch."""
-
-    def __init__(self, keys: list[tuple[int, int]], temperature: float) -> None:
-        super().__init__(None)
-        self.seeds = [seed for seed, _ in keys]
-        self.samples = [sample for _, sample in keys]
-        self.temperature = temperature
-
-    def choose(self, scores: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-        from genesys.proofs.sampling import choose, step_keys
-
-        position = [len(self.steps)] * len(self.seeds)
-        return choose(scores, step_keys(self.seeds, self.samples, position, scores.device), self.temperature)
-
-
-class TokenPicker:
-    """Picks each next token of a batch of sequences as `generate` does: the warpers (temperature,
-    top-p), then the sampler's draw; a finished sequence gets `pad_id` from then on. A sequence is
-    finished once it picked one of `stop_ids`. (`genesys.inference.stage` picks with it too.)"""
-
-    def __init__(
-        self,
-        sampler: TokenSampler,
-        warpers: list[LogitsProcessor],
-        stop_ids: Iterable[int],
-        pad_id: int,
-        batch: int,
-        device: Any,
-    ) -> None:
-        self.sampler = sampler
-        self.warpers = warpers
-        self.stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-        self.pad_id = pad_id
-        self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
-
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        """The (batch,) next tokens from the last position's (batch, vocab) logits."""
-        scores = logits.float()
-        for warper in self.warpers:
-            scores = warper(None, scores)
-        tokens = self.sampler.draw(scores)
-        tokens = torch.where(self.unfinished, tokens, self.pad_id)
-        self.unfinished &= ~torch.isin(tokens, self.stops)
-        return tokens
-
-    @property
-    def done(self) -> bool:
-        """Whether every sequence is finished."""
-        return not bool(self.unfinished.any())
-
-
-def decode(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_tokens: int, pick: TokenPicker
-) -> torch.Tensor:
-    """Up to `max_tokens` new tokens for each left-padded row of `input_ids`, as `generate` samples
-    them: the prompts in one forward pass, then one pass per token over the KV cache, until every
-    row is finished. Returns the (batch, new tokens) ids; a row's tokens after its stop token are pads."""
-    from transformers import DynamicCache
-
-    positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-    # Without padding `generate` passes no mask (attention takes its causal path): so do we.
-    mask = None if bool(attention_mask.all()) else attention_mask
-    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-    keep = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
-    inputs, tokens = input_ids, []
-    for _ in range(max_tokens):
-        output = model(
-            input_ids=inputs,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            **keep,
-        )
-        tokens.append(pick(output.logits[:, -1]))
-        if pick.done:
-            break
-        inputs = tokens[-1][:, None]
-        positions = positions[:, -1:] + 1
-        if mask is not None:
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-    return torch.stack(tokens, dim=1)
-
-
-def left_padded(prompts: list[list[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input ids, attention mask) of `prompts` padded on the left to the longest."""
-    width = max(len(prompt) for prompt in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids.to(device), mask.to(device)
 
 
 class TransformersBackend:
@@ -238,6 +93,7 @@ class TransformersBackend:
             load() if self._worker is None else self._worker.submit(load).result()
         )
         self.stop_ids = stop_token_ids(self.model.generation_config, self.tokenizer)
+        self._step: Step | None = None  # chosen at the first batch (`step_function`), in the model's thread
         self.weights_version = 0
         self._model_lock = threading.Lock()  # one batch or one weight update at a time
         self.proofs = proofs
@@ -373,7 +229,9 @@ class TransformersBackend:
         )
         capture = self._capture()
         with torch.inference_mode(), capture:
-            new_tokens = decode(self.model, input_ids, attention_mask, sampling.max_tokens, pick)
+            new_tokens = decode(
+                self.model, input_ids, attention_mask, sampling.max_tokens, pick, self._decode_step()
+            )
         logprobs = sampler.logprobs().cpu().tolist()
         completions = [
             make_completion(self.tokenizer, self.stop_ids, tokens, lps)
@@ -387,6 +245,15 @@ class TransformersBackend:
             for completion in completions:
                 completion.sampler = SAMPLER
         return completions
+
+    def _decode_step(self) -> Step:
+        """How each new token's forward pass runs: through the model's forward when proofs record
+        its base model's outputs (a hook on that forward), else the fastest exact step."""
+        if self.proofs is not None:
+            return forward_step(self.model)
+        if self._step is None:
+            self._step = step_function(self.model)
+        return self._step
 
     def _sampler(
         self, seed: int, sampling: SamplingConfig, keys: list[tuple[int, int]] | None

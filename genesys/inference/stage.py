@@ -5,8 +5,8 @@ A stage keeps the model's own base-model module with only its layers in it (renu
 that says so), so masks, rotary positions and the cache are built by transformers exactly as in the
 whole model: greedy output is the unsplit model's token for token. The first stage embeds token ids;
 the others take the previous stage's hidden states; the last applies the final norm and output layer
-and picks tokens as `genesys.generate.hf` does (its `TokenPicker`: the same warpers, `TokenSampler`
-and per-batch seed), so seeded samples match the transformers backend's batch for batch too.
+and picks tokens as the transformers backend does (`genesys.generate.decoding.TokenPicker`: the same
+warpers, `TokenSampler` and per-batch seed), so seeded samples match its batch for batch too.
 
 `python -m genesys.inference.stage --listen HOST:PORT` (or `genesys pipeline-stage`) serves one stage of
 one ring: it accepts the previous stage's connection, reads the setup message (model, its index, the
@@ -28,7 +28,7 @@ from torch import nn
 
 from genesys.config import ProofConfig, SamplingConfig
 from genesys.errors import InputError
-from genesys.generate.hf import TokenPicker, TokenSampler
+from genesys.generate.decoding import TokenPicker, TokenSampler
 from genesys.inference.transport import Closed, Inbox, Link, Message, accept, connect, listen
 from genesys.models import load_causal_lm, sampling_warpers
 

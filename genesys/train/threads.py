@@ -6,7 +6,10 @@ load average 13, a small linear layer took 10.5 ms on 2 threads against 0.64 ms 
 the toy training run spent most of its time so. `ThreadTuner` times a forward pass of the model at
 each candidate thread count (alternating, the best of a few rounds each) and keeps the fastest; it
 measures again every `every` steps, as the machine's load changes. More threads are kept only when
-clearly faster (by `margin`), since each extra thread also takes a core from the other work.
+clearly faster (by `margin`), since each extra thread also takes a core from the other work. A
+count already `PRUNE` times slower than the fastest after a round is not timed again: on a busy
+machine the parallel probes are the slow ones (43 ms against 3.4 on one thread at load 6), and the
+trainer's steps pay for the measuring.
 
 It is off when `OMP_NUM_THREADS` is set (the user's choice stands, e.g. for bit-for-bit reproducible
 CPU runs) and on other devices than the CPU.
@@ -23,6 +26,7 @@ import torch
 ROUNDS = 3
 MARGIN = 0.15
 EVERY = 10
+PRUNE = 3.0
 
 
 class ThreadTuner:
@@ -58,13 +62,16 @@ class ThreadTuner:
     def tune(self) -> int:
         """Time the probe at each candidate count, set and return the fastest."""
         best: dict[int, float] = dict.fromkeys(self.candidates, float("inf"))
+        timed = list(self.candidates)
         with torch.no_grad():
             for _ in range(ROUNDS):
-                for threads in self.candidates:
+                for threads in timed:
                     torch.set_num_threads(threads)
                     started = time.perf_counter()
                     self.probe()
                     best[threads] = min(best[threads], time.perf_counter() - started)
+                fastest = min(best.values())
+                timed = [threads for threads in timed if best[threads] <= fastest * PRUNE]
         self.last_timings = best
         self.threads = choose(best, self.margin)
         torch.set_num_threads(self.threads)
