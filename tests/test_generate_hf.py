@@ -293,24 +293,32 @@ def test_the_sampler_draws_from_the_processed_distribution_and_never_a_token_of_
     row = torch.tensor([2.0, 1.0, 0.0, float("-inf"), 0.5, float("-inf")])
     scores = row.expand(draws, -1).contiguous()
     sampler = TokenSampler(torch.Generator().manual_seed(0))
-    handed_back = sampler(torch.zeros((draws, 1), dtype=torch.long), scores)
-    tokens = handed_back.argmax(dim=-1)
-    assert torch.isfinite(handed_back).sum(dim=-1).eq(1).all()  # `generate` can only take the drawn token
+    tokens = sampler.draw(scores)
     frequencies = torch.bincount(tokens, minlength=len(row)) / draws
     expected = row.softmax(dim=-1)
     assert frequencies[3] == frequencies[5] == 0
     assert torch.allclose(frequencies, expected, atol=0.01)  # 4 standard deviations at 40k draws
     assert torch.allclose(sampler.logprobs().squeeze(1), expected.log()[tokens])
-    again = TokenSampler(torch.Generator().manual_seed(0))(torch.zeros((draws, 1), dtype=torch.long), scores)
-    assert torch.equal(again.argmax(dim=-1), tokens)
+    again = TokenSampler(torch.Generator().manual_seed(0)).draw(scores)
+    assert torch.equal(again, tokens)
 
 
 def test_the_sampler_without_a_generator_takes_the_most_likely_token():
     sampler = TokenSampler(None)
-    tokens = sampler(
-        torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])
-    ).argmax(dim=-1)
+    tokens = sampler.draw(torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]]))
     assert tokens.tolist() == [1, 0]
+
+
+class _AsLogitsProcessor:
+    """A `TokenSampler` as `generate`'s last logits processor: scores -inf everywhere but at the drawn
+    token, which `generate`, decoding greedily, then takes."""
+
+    def __init__(self, sampler: TokenSampler) -> None:
+        self.sampler = sampler
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        tokens = self.sampler.draw(scores)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
 
 
 def _generate_reference(
@@ -336,7 +344,9 @@ def _generate_reference(
             max_new_tokens=sampling.max_tokens,
             eos_token_id=sorted(backend.stop_ids),
             pad_token_id=backend.tokenizer.pad_token_id,
-            logits_processor=LogitsProcessorList([*models.sampling_warpers(sampling), sampler]),
+            logits_processor=LogitsProcessorList(
+                [*models.sampling_warpers(sampling), _AsLogitsProcessor(sampler)]
+            ),
         )
     return sequences[:, encoded["input_ids"].shape[1] :], sampler.logprobs(), capture.per_step()
 

@@ -30,26 +30,20 @@ from genesys.models import takes_logits_to_keep
 Step = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor, Any], torch.Tensor]
 
 
-class TokenSampler(LogitsProcessor):
-    """The last logits processor: it draws each token itself and records the token's logprob.
+class TokenSampler:
+    """Draws each token from the processed scores and records the token's logprob.
 
     It sees the scores after temperature and top-p, so the logprob it keeps is that of the
     distribution the token was drawn from. It draws by inverse transform: one uniform number per
     sequence, located in the cumulative probabilities (float32, as torch's own sampler sums them).
     On CPU that costs about a tenth of `torch.multinomial` at a 400-token vocabulary and a fortieth at
     150k tokens, where `multinomial` spends tens of milliseconds per step drawing one random number
-    per vocabulary entry. `draw` returns the tokens (what `TokenPicker` takes); as a logits
-    processor it returns scores that are -inf everywhere but at the drawn token, so that `generate`,
-    decoding greedily, takes it. Without a generator it picks the most likely token (greedy decoding).
+    per vocabulary entry. Without a generator it picks the most likely token (greedy decoding).
     """
 
     def __init__(self, generator: torch.Generator | None) -> None:
         self.generator = generator
         self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        tokens = self.draw(scores)
-        return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
 
     def draw(self, scores: torch.Tensor) -> torch.Tensor:
         """The (batch,) tokens drawn from `scores` (batch, vocab), their logprobs recorded."""
