@@ -4,16 +4,16 @@
 pass over the left-padded prompts, then one step per new token over transformers' own
 `DynamicCache`, with the masks and positions `generate` passes, each new token picked by
 `TokenPicker` from the [sampling] settings alone (nothing from the model's generation config). Its
-tokens, logprobs and final hidden states are those of `generate` with the same processors, bit for
-bit (tested).
+tokens and logprobs are those of `generate` with the same processors, bit for bit, and so are the
+final hidden states a proof hook records when every step runs the model's forward (tested).
 
-A decode step of a Llama-family decoder (Llama, Qwen2/3, Mistral without sliding windows, ...)
-calls the model's own modules directly: embedding, rotary table, each decoder layer over the cache,
-final norm, output layer: the order the model's forward runs them in, without the per-call wrapping
-around it (output capture, config defaults, the mask builder; a third of a small model's decode step
-on CPU). `step_function` uses that only for models whose layers all attend fully and for which it
-gives the model's own logits bit for bit on a check batch when the backend loads; every other model
-steps through its forward.
+A decode step of a Llama-family decoder (Llama, Qwen2/3, Mistral without sliding windows, ...) can
+call the model's own modules directly: embedding, rotary table, each decoder layer over the cache,
+final norm, output layer, in the order the model's forward runs them, without the per-call wrapping
+around them (output capture, config defaults, the mask builder: over a quarter of a small model's
+decode step on CPU). `step_function` takes that step only for models whose layers all attend fully
+and for which it gives the forward's logits bit for bit on a check batch; every other model steps
+through its forward.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Every run goes through here, one process or many: each decoder layer, then the whole model, is
 wrapped by `fully_shard` on a device mesh of the processes. One process training in fp32 is the
 exception: with nothing to shard and nothing to cast, the model stays a plain module on the device
-(FSDP2 would compute the same numbers, bit for bit, through per-layer copies of the weights, hooks
-and DTensor dispatch that took a quarter of a small model's forward and backward time). Everything
-downstream (`full_tensor`, `local_tensor`, `clip_grad_norm`, checkpoints) takes either.
+(FSDP2 would compute the same numbers, bit for bit, through per-layer copies of the weights,
+collectives of one process, hooks and DTensor dispatch: a fifth to a quarter of a small model's
+forward, backward, optimizer and weight export time on CPU). Everything downstream (`full_tensor`,
+`local_tensor`, `clip_grad_norm`, checkpoints) takes either.
 
 - `fsdp2` shards parameters, gradients and optimizer state over the processes (a 1-D mesh):
   a layer's full weights exist only while it computes.
