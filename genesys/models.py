@@ -3,13 +3,16 @@
 One place for what `genesys.generate`, `genesys.proofs` and `genesys.train` share: loading a model
 and its tokenizer for inference (`load_causal_lm`; training builds its sharded model itself,
 `genesys.train.loading`), `load_tokenizer` and `load_generation_config` for a process that holds
-part of a model, the tokens that end a completion (`stop_token_ids`), and the sampling distribution
-a token's logprob is taken under (`sampling_warpers`, `sampled_logprobs`). Importing this module
-imports torch and transformers.
+part of a model, the tokens that end a completion (`stop_token_ids`), whether a model's output layer
+can skip positions (`takes_logits_to_keep`), and the sampling distribution a token's logprob is
+taken under (`sampling_warpers`, `sampled_logprobs`). Importing this module imports torch and
+transformers.
 """
 
 from __future__ import annotations
 
+import inspect
+from functools import cache
 from typing import Any
 
 import torch
@@ -68,6 +71,16 @@ def load_causal_lm(
         AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **(model_kwargs or {})).to(device).eval()
     )
     return device, tokenizer, loaded
+
+
+@cache
+def _forward_takes(model_class: type, name: str) -> bool:
+    return name in inspect.signature(model_class.forward).parameters
+
+
+def takes_logits_to_keep(model: Any) -> bool:
+    """Whether `model`'s forward takes `logits_to_keep` (the positions its output layer projects)."""
+    return _forward_takes(type(model), "logits_to_keep")
 
 
 def stop_token_ids(generation_config: Any, tokenizer: Any) -> set[int]:

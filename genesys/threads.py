@@ -9,7 +9,10 @@ measures again every `every` steps, as the machine's load changes. More threads 
 clearly faster (by `margin`), since each extra thread also takes a core from the other work. The
 median, not the best round: on a busy machine two threads have lucky rounds, and a GRPO run that
 kept two threads on the strength of one (best of 3) took 25-70 s per step for ten steps, against
-1.5-5 s on one thread before and after.
+1.5-5 s on one thread before and after. From the second round on, a count whose fastest round is
+already `PRUNE` times slower than the fastest median is not timed again: on a busy machine the
+parallel probes are the slow ones (43 ms against 3.4 on one thread at load 6), and the trainer's
+steps pay for the measuring.
 
 The trainer tunes its own thread; the transformers generation backend tunes the worker thread it
 generates in (`genesys.generate.hf`), every few batches.
@@ -29,7 +32,8 @@ import torch
 
 ROUNDS = 5
 MARGIN = 0.15
-EVERY = 5
+EVERY = 10
+PRUNE = 3.0
 
 
 class ThreadTuner:
@@ -67,13 +71,17 @@ class ThreadTuner:
     def tune(self) -> int:
         """Time the probe at each candidate count, set and return the fastest."""
         rounds: dict[int, list[float]] = {threads: [] for threads in self.candidates}
+        timed = list(self.candidates)
         with torch.no_grad():
-            for _ in range(ROUNDS):
-                for threads in self.candidates:
+            for round_ in range(ROUNDS):
+                for threads in timed:
                     torch.set_num_threads(threads)
                     started = time.perf_counter()
                     self.probe()
                     rounds[threads].append(time.perf_counter() - started)
+                if round_ >= 1:  # one round is no median: a lucky one must not drop the others
+                    fastest = min(statistics.median(times) for times in rounds.values())
+                    timed = [threads for threads in timed if min(rounds[threads]) <= fastest * PRUNE]
         self.last_timings = {threads: statistics.median(times) for threads, times in rounds.items()}
         self.threads = choose(self.last_timings, self.margin)
         torch.set_num_threads(self.threads)

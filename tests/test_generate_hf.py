@@ -17,7 +17,8 @@ from genesys.generate.backend import (
     SamplingConfig,
     iterate,
 )
-from genesys.generate.hf import TokenSampler, TransformersBackend, make_completion
+from genesys.generate.decoding import TokenSampler
+from genesys.generate.hf import TransformersBackend, make_completion
 from genesys.generate.tiny_model import build_tiny_model
 from genesys.tasks.prompts import build_messages, render_text
 
@@ -292,23 +293,19 @@ def test_the_sampler_draws_from_the_processed_distribution_and_never_a_token_of_
     row = torch.tensor([2.0, 1.0, 0.0, float("-inf"), 0.5, float("-inf")])
     scores = row.expand(draws, -1).contiguous()
     sampler = TokenSampler(torch.Generator().manual_seed(0))
-    handed_back = sampler(torch.zeros((draws, 1), dtype=torch.long), scores)
-    tokens = handed_back.argmax(dim=-1)
-    assert torch.isfinite(handed_back).sum(dim=-1).eq(1).all()  # `generate` can only take the drawn token
+    tokens = sampler.draw(scores)
     frequencies = torch.bincount(tokens, minlength=len(row)) / draws
     expected = row.softmax(dim=-1)
     assert frequencies[3] == frequencies[5] == 0
     assert torch.allclose(frequencies, expected, atol=0.01)  # 4 standard deviations at 40k draws
     assert torch.allclose(sampler.logprobs().squeeze(1), expected.log()[tokens])
-    again = TokenSampler(torch.Generator().manual_seed(0))(torch.zeros((draws, 1), dtype=torch.long), scores)
-    assert torch.equal(again.argmax(dim=-1), tokens)
+    again = TokenSampler(torch.Generator().manual_seed(0)).draw(scores)
+    assert torch.equal(again, tokens)
 
 
 def test_the_sampler_without_a_generator_takes_the_most_likely_token():
     sampler = TokenSampler(None)
-    tokens = sampler(
-        torch.zeros((2, 1), dtype=torch.long), torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]])
-    ).argmax(dim=-1)
+    tokens = sampler.draw(torch.tensor([[0.1, 3.0, 0.2], [5.0, float("-inf"), 1.0]]))
     assert tokens.tolist() == [1, 0]
 
 
@@ -338,3 +335,146 @@ def test_the_worker_thread_measures_its_cpu_thread_count_every_few_batches_and_t
     inline = TransformersBackend(tiny_model, PromptStyle(), batch_size=4, worker_thread=False)
     _generate(inline, [_request("a", "Tell me a story.", 10)])
     assert inline._threads is None and tuned == []
+
+
+class _AsLogitsProcessor:
+    """A `TokenSampler` as `generate`'s last logits processor: scores -inf everywhere but at the drawn
+    token, which `generate`, decoding greedily, then takes."""
+
+    def __init__(self, sampler: TokenSampler) -> None:
+        self.sampler = sampler
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        tokens = self.sampler.draw(scores)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
+
+
+def _generate_reference(
+    backend: TransformersBackend, prompts: list[list[int]], seed: int, sampling: SamplingConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What transformers' own `model.generate` samples with the backend's warpers and sampler:
+    (new tokens, their logprobs, the final hidden state of each step)."""
+    from transformers import LogitsProcessorList
+
+    from genesys.proofs.hf_capture import FinalHiddenStates
+
+    encoded = backend.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+    generator = torch.Generator().manual_seed(seed) if sampling.temperature > 0 else None
+    sampler = TokenSampler(generator)
+    with torch.inference_mode(), FinalHiddenStates(backend.model, last_only=True) as capture:
+        sequences = backend.model.generate(
+            **encoded,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            repetition_penalty=1.0,
+            max_new_tokens=sampling.max_tokens,
+            eos_token_id=sorted(backend.stop_ids),
+            pad_token_id=backend.tokenizer.pad_token_id,
+            logits_processor=LogitsProcessorList(
+                [*models.sampling_warpers(sampling), _AsLogitsProcessor(sampler)]
+            ),
+        )
+    return sequences[:, encoded["input_ids"].shape[1] :], sampler.logprobs(), capture.per_step()
+
+
+@pytest.mark.parametrize(
+    ("texts", "temperature", "top_p"),
+    [
+        (["Hi.", "Compute the sum of the first 100 positive integers."], 0.7, 0.9),  # left padding
+        (["Tell me a story.", "Tell me a story."], 1.0, 1.0),  # no padding: no attention mask
+        (["Hi.", "Name a prime number."], 0.0, 1.0),  # greedy
+    ],
+)
+@pytest.mark.parametrize("steps", ["forward", "layers"])
+def test_decoding_samples_what_generate_samples_bit_for_bit(tiny_model, texts, temperature, top_p, steps):
+    from genesys.generate.decoding import TokenPicker, decode, layers_step, left_padded
+    from genesys.proofs.hf_capture import FinalHiddenStates
+
+    backend = _backend(tiny_model)
+    stops = {*backend.stop_ids, 40, 41}  # frequent enough that some rows stop early
+    backend.stop_ids = stops
+    prompts = [
+        backend.tokenizer(render_text(backend.tokenizer, build_messages(t), PromptStyle()))["input_ids"]
+        for t in texts
+        for _ in range(4)
+    ]
+    sampling = SamplingConfig(max_tokens=24, temperature=temperature, top_p=top_p)
+    for seed in (0, 1, 2):
+        want_tokens, want_logprobs, want_hidden = _generate_reference(backend, prompts, seed, sampling)
+        generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        sampler = TokenSampler(generator)
+        pick = TokenPicker(
+            sampler,
+            models.sampling_warpers(sampling),
+            stops,
+            backend.tokenizer.pad_token_id,
+            len(prompts),
+            "cpu",
+        )
+        ids, mask = left_padded(prompts, backend.tokenizer.pad_token_id, "cpu")
+        step = layers_step(backend.model) if steps == "layers" else None
+        with torch.inference_mode(), FinalHiddenStates(backend.model, last_only=True) as capture:
+            tokens = decode(backend.model, ids, mask, sampling.max_tokens, pick, step)
+        assert torch.equal(tokens, want_tokens)
+        assert torch.equal(sampler.logprobs(), want_logprobs)
+        if steps == "forward":  # the layers' steps skip the base model's forward, and its hook
+            assert torch.equal(capture.per_step(), want_hidden)  # what TOPLOC proofs are built from
+
+
+def _tiny_llama(path: Path, tokenizer_from: str) -> str:
+    """A random-weight Llama (another decoder family) with the tiny model's tokenizer."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(path)
+    return str(path)
+
+
+def test_decode_steps_call_the_layers_directly_only_where_that_gives_the_forward_bit_for_bit(
+    tiny_model, tmp_path
+):
+    from genesys.generate.decoding import _same_logits, forward_step, layers_step, step_function
+
+    qwen = models.load_causal_lm(tiny_model, "cpu")[2]
+    llama = models.load_causal_lm(_tiny_llama(tmp_path / "llama", tiny_model), "cpu")[2]
+    for model in (qwen, llama):
+        assert _same_logits(model, layers_step(model))
+    # A model whose base forward does more than its modules (as Gemma scales its embeddings) steps
+    # through that forward: here a hook on it stands for the extra work.
+    qwen.base_model.register_forward_hook(
+        lambda module, args, output: output.__class__(
+            last_hidden_state=output.last_hidden_state * 2.0, past_key_values=output.past_key_values
+        )
+    )
+    assert not _same_logits(qwen, layers_step(qwen))
+    step = step_function(qwen)
+    from transformers import DynamicCache
+
+    ids = torch.tensor([[3, 4, 5]])
+    positions = torch.arange(3)[None]
+    with torch.inference_mode():
+        got = step(ids, None, positions, DynamicCache(config=qwen.config))
+        want = forward_step(qwen)(ids, None, positions, DynamicCache(config=qwen.config))
+    assert torch.equal(got, want)
+
+
+def test_the_backend_pads_prompts_as_the_tokenizer_does(tiny_model):
+    from genesys.generate.decoding import left_padded
+
+    backend = _backend(tiny_model)
+    prompts = [[5, 6, 7], [8], [9, 10]]
+    ids, mask = left_padded(prompts, backend.tokenizer.pad_token_id, "cpu")
+    encoded = backend.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+    assert torch.equal(ids, encoded["input_ids"]) and torch.equal(mask, encoded["attention_mask"])

@@ -131,6 +131,7 @@ def test_the_merged_final_model_equals_peft_merging_the_saved_adapter(tiny_model
 def test_generation_receives_merged_weights_and_the_adapter_survives(tiny_model, tmp_path, rollouts):
     from genesys.train import export
     from genesys.train.distributed import close_world, init_world
+    from genesys.train.parallel import full_tensor
     from genesys.train.trainer import Trainer
 
     world = init_world()
@@ -138,12 +139,12 @@ def test_generation_receives_merged_weights_and_the_adapter_survives(tiny_model,
         with Trainer(offline(tiny_model, tmp_path / "run", rollouts, 2), world) as trainer:
             trainer.train_step()
             adapters = {
-                n: p.full_tensor().clone() for n, p in trainer.model.named_parameters() if p.requires_grad
+                n: full_tensor(p).clone() for n, p in trainer.model.named_parameters() if p.requires_grad
             }
             assert adapters and all(".lora_" in name for name in adapters)
             first = dict(export.full_parameters(trainer.model, torch.bfloat16))
             second = dict(export.full_parameters(trainer.model))
-            after = {n: p.full_tensor() for n, p in trainer.model.named_parameters() if p.requires_grad}
+            after = {n: full_tensor(p) for n, p in trainer.model.named_parameters() if p.requires_grad}
     finally:
         close_world(world)
     base = load_file(Path(tiny_model) / "model.safetensors")

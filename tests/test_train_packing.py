@@ -25,6 +25,7 @@ from genesys.train.batch import (  # noqa: E402
 )
 from genesys.train.distributed import init_world  # noqa: E402
 from genesys.train.logprobs import chunked_logprobs, token_entropy, token_logprobs  # noqa: E402
+from genesys.train.parallel import full_tensor  # noqa: E402
 from genesys.train.trainer import Trainer  # noqa: E402
 
 
@@ -154,7 +155,7 @@ def _gradients(model: str, tmp: Path, rollouts: Path, optim: dict[str, Any], los
         batch = trainer._next_batch()
         micro_batches = list(trainer._micro_batches(batch.sequences))
         totals = trainer._accumulate_gradients(batch, 0, record_mismatch=True)  # the one mini-batch
-        gradients = {name: p.grad.full_tensor() for name, p in trainer.model.named_parameters()}
+        gradients = {name: full_tensor(p.grad) for name, p in trainer.model.named_parameters()}
     return totals, gradients, micro_batches
 
 

@@ -1089,7 +1089,8 @@ class ParallelConfig:
 
     Both strategies run torch's FSDP2 (`fully_shard`): `fsdp2` shards parameters, gradients and
     optimizer state over the processes; `ddp` keeps a full replica on each and all-reduces gradients
-    (FSDP2 on a mesh whose shard dimension is 1). With one process they are the same.
+    (FSDP2 on a mesh whose shard dimension is 1). With one process they are the same (in fp32 the
+    model is trained unwrapped, bit for bit what FSDP2 would compute).
     """
 
     strategy: Literal["fsdp2", "ddp"] = setting(

@@ -1,10 +1,13 @@
-"""The transformers backend: batched `model.generate` on CPU or GPU, with per-token logprobs.
+"""The transformers backend: batched decoding on CPU or GPU, with per-token logprobs.
 
 Prompts are sorted by length and padded on the left, so a batch wastes little compute on padding;
 requests with other sampling settings go in other batches. The logprob kept for each completion
 token is that of the sampled token under the distribution it was sampled from: the model's logits
 after temperature and top-p (the behaviour policy an importance ratio needs). Greedy decoding
 (temperature 0) keeps the logprob under the untempered logits.
+
+Each batch is decoded by `genesys.generate.decoding.decode`: what `model.generate` samples, bit for
+bit, with the [sampling] settings alone, at a fraction of its per-token CPU cost.
 
 With `proofs`, a forward hook records the final hidden state that produced each new token, and
 every completion gets its TOPLOC proofs (`genesys.proofs`) and the settings a validator needs.
@@ -23,7 +26,6 @@ from typing import Any, TypeVar
 
 import torch
 import transformers
-from transformers import LogitsProcessor, LogitsProcessorList
 
 from genesys.config import ProofConfig
 from genesys.generate.backend import (
@@ -35,71 +37,21 @@ from genesys.generate.backend import (
     Weights,
     next_weights_version,
 )
+from genesys.generate.decoding import (
+    SeededSampler,
+    Step,
+    TokenPicker,
+    TokenSampler,
+    decode,
+    forward_step,
+    left_padded,
+    step_function,
+)
 from genesys.models import load_causal_lm, sampling_warpers, stop_token_ids
 from genesys.threads import ThreadTuner, forward_probe
 
 T = TypeVar("T")
 TUNE_EVERY = 4  # batches between two measurements of the worker's CPU thread count
-
-
-class TokenSampler(LogitsProcessor):
-    """The last logits processor: it draws each token itself and records the token's logprob.
-
-    It sees the scores after temperature and top-p, so the logprob it keeps is that of the
-    distribution the token was drawn from. It draws by inverse transform: one uniform number per
-    sequence, located in the cumulative probabilities (float32, as torch's own sampler sums them).
-    On CPU that costs about a tenth of `torch.multinomial` at a 400-token vocabulary and a fortieth at
-    150k tokens, where `multinomial` spends tens of milliseconds per step drawing one random number
-    per vocabulary entry. It hands `generate` scores that are -inf everywhere but at the drawn token,
-    so `generate` runs greedy and takes that token. Without a generator it picks the most likely
-    token (greedy decoding).
-    """
-
-    def __init__(self, generator: torch.Generator | None) -> None:
-        self.generator = generator
-        self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        logprobs = scores.float().log_softmax(dim=-1)
-        tokens = self.choose(scores, logprobs)
-        self.steps.append(logprobs.gather(1, tokens))
-        return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
-
-    def choose(self, scores: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-        """The (batch, 1) tokens of this step."""
-        return logprobs.argmax(dim=-1, keepdim=True) if self.generator is None else self._draw(logprobs.exp())
-
-    def _draw(self, probs: torch.Tensor) -> torch.Tensor:
-        """One token per row, token i with probability probs[i]; one of probability 0 never."""
-        cumulative = probs.cumsum(dim=-1)
-        total = cumulative[:, -1:]
-        uniform = torch.rand(total.shape, generator=self.generator, device=probs.device, dtype=probs.dtype)
-        # The first entry whose cumulative sum exceeds u: u below the total keeps it inside the
-        # vocabulary and off the zero-probability entries that end it.
-        u = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
-        return torch.searchsorted(cumulative, u, right=True)
-
-    def logprobs(self) -> torch.Tensor:
-        """The (batch, steps) logprobs of the tokens drawn so far."""
-        return torch.cat(self.steps, dim=1)
-
-
-class SeededSampler(TokenSampler):
-    """A `TokenSampler` drawing with the seeded Gumbel-max sampler a validator can check
-    (`genesys.proofs.sampling`): row i's noise comes from `keys[i]`, its (request seed, sample index),
-    and the step's position, whatever else is in the batch."""
-
-    def __init__(self, keys: list[tuple[int, int]], temperature: float) -> None:
-        super().__init__(None)
-        self.seeds = [seed for seed, _ in keys]
-        self.samples = [sample for _, sample in keys]
-        self.temperature = temperature
-
-    def choose(self, scores: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-        from genesys.proofs.sampling import choose, step_keys
-
-        position = [len(self.steps)] * len(self.seeds)
-        return choose(scores, step_keys(self.seeds, self.samples, position, scores.device), self.temperature)
 
 
 class TransformersBackend:
@@ -154,6 +106,7 @@ class TransformersBackend:
             else None
         )
         self._batches_run = 0
+        self._step: Step | None = None  # chosen at the first batch (`step_function`), in the model's thread
         self.weights_version = 0
         self._model_lock = threading.Lock()  # one batch or one weight update at a time
         self.proofs = proofs
@@ -277,31 +230,24 @@ class TransformersBackend:
         sampling: SamplingConfig,
         keys: list[tuple[int, int]] | None = None,
     ) -> list[Completion]:
-        """Sample one completion for each prompt (token ids) in one `model.generate` call; with
+        """Sample one completion for each prompt (token ids) in one batch (`decode`); with
         sampling proofs, prompt i's tokens are drawn by the seeded sampler from `keys[i]` (its request
         seed and sample index) instead of from `seed`."""
-        encoded = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(
-            self.device
-        )
+        input_ids, attention_mask = left_padded(prompts, self.tokenizer.pad_token_id, self.device)
         sampler = self._sampler(seed, sampling, keys)
+        pick = TokenPicker(
+            sampler,
+            sampling_warpers(sampling),
+            self.stop_ids,
+            self.tokenizer.pad_token_id,
+            len(prompts),
+            input_ids.device,
+        )
         capture = self._capture()
         with torch.inference_mode(), capture:
-            sequences = self.model.generate(
-                **encoded,
-                # The sampler draws the tokens (after our own temperature and top-p warpers), so
-                # `generate` decodes greedily; the unset sampling values keep the model's
-                # generation_config from adding warpers of its own.
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-                repetition_penalty=1.0,
-                max_new_tokens=sampling.max_tokens,
-                eos_token_id=sorted(self.stop_ids),
-                pad_token_id=self.tokenizer.pad_token_id,
-                logits_processor=LogitsProcessorList([*sampling_warpers(sampling), sampler]),
+            new_tokens = decode(
+                self.model, input_ids, attention_mask, sampling.max_tokens, pick, self._decode_step()
             )
-        new_tokens = sequences[:, encoded["input_ids"].shape[1] :]
         logprobs = sampler.logprobs().cpu().tolist()
         completions = [
             make_completion(self.tokenizer, self.stop_ids, tokens, lps)
@@ -315,6 +261,15 @@ class TransformersBackend:
             for completion in completions:
                 completion.sampler = SAMPLER
         return completions
+
+    def _decode_step(self) -> Step:
+        """How each new token's forward pass runs: through the model's forward when proofs record
+        its base model's outputs (a hook on that forward), else the fastest exact step."""
+        if self.proofs is not None:
+            return forward_step(self.model)
+        if self._step is None:
+            self._step = step_function(self.model)
+        return self._step
 
     def _sampler(
         self, seed: int, sampling: SamplingConfig, keys: list[tuple[int, int]] | None

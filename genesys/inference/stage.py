@@ -6,8 +6,8 @@ that says so), built and read from the checkpoint by `genesys.inference.shard` w
 model, so masks, rotary positions and the cache are built by transformers exactly as in the whole
 model: greedy output is the unsplit model's token for token. The first stage embeds token ids;
 the others take the previous stage's hidden states; the last applies the final norm and output layer
-and draws tokens as `genesys.generate.hf` does (the same warpers, `TokenSampler` and per-batch seed),
-so seeded samples match the transformers backend's batch for batch too.
+and picks tokens as the transformers backend does (`genesys.generate.decoding.TokenPicker`: the same
+warpers, `TokenSampler` and per-batch seed), so seeded samples match its batch for batch too.
 
 `python -m genesys.inference.stage --listen HOST:PORT` (or `genesys pipeline-stage`) serves one stage of
 one ring: it accepts the previous stage's connection, reads the setup message (model, its index, the
@@ -28,7 +28,7 @@ import torch
 
 from genesys.config import ProofConfig, SamplingConfig
 from genesys.errors import GenesysError
-from genesys.generate.hf import SeededSampler, TokenSampler
+from genesys.generate.decoding import SeededSampler, TokenPicker, TokenSampler
 from genesys.inference.auth import ring_secret
 from genesys.inference.errors import StageError
 from genesys.inference.shard import load_stage
@@ -56,9 +56,7 @@ class _Sequences:
     cache: Any
     attention_mask: torch.Tensor
     settings: dict[str, Any] = field(default_factory=dict)
-    sampler: TokenSampler | None = None
-    warpers: list[Any] = field(default_factory=list)
-    unfinished: torch.Tensor | None = None
+    pick: TokenPicker | None = None
     tokens: list[torch.Tensor] = field(default_factory=list)
     hidden: list[torch.Tensor] = field(default_factory=list)  # the final states, for proofs
 
@@ -131,40 +129,37 @@ class StageModel:
         )
         state.settings = settings
         if settings.get("keys") is not None:  # sampling proofs: the sampler a validator can check
-            state.sampler = SeededSampler([tuple(key) for key in settings["keys"]], sampling.temperature)
-        else:
-            generator = (
-                torch.Generator(self.device).manual_seed(settings["seed"])
-                if sampling.temperature > 0
-                else None
+            sampler: TokenSampler = SeededSampler(
+                [tuple(key) for key in settings["keys"]], sampling.temperature
             )
-            state.sampler = TokenSampler(generator)
-        state.warpers = sampling_warpers(sampling)
-        state.unfinished = torch.ones(state.attention_mask.shape[0], dtype=torch.bool, device=self.device)
+        else:
+            seeded = sampling.temperature > 0
+            sampler = TokenSampler(torch.Generator(self.device).manual_seed(settings["seed"]) if seeded else None)
+        pad = settings["pad_id"]
+        state.pick = TokenPicker(
+            sampler,
+            sampling_warpers(sampling),
+            settings["stop_ids"],
+            pad if pad is not None else 0,
+            state.attention_mask.shape[0],
+            self.device,
+        )
 
     @torch.inference_mode()
     def sample(self, mb: int, hidden: torch.Tensor) -> Message:
         """The next token of every sequence of `mb` (pad for finished ones), as `generate` picks it; the
         message says whether the micro-batch is done and then carries its logprobs (and proofs)."""
         state = self.batches[mb]
-        logits = self.output(hidden[:, -1:, :])[:, -1, :].to(dtype=torch.float32)
-        scores = logits
-        for warper in state.warpers:
-            scores = warper(None, scores)
-        scores = state.sampler(None, scores)
-        tokens = scores.argmax(dim=-1)
-        pad = state.settings["pad_id"]
-        tokens = torch.where(state.unfinished, tokens, torch.full_like(tokens, pad if pad is not None else 0))
-        stops = torch.tensor(state.settings["stop_ids"], dtype=tokens.dtype, device=tokens.device)
-        state.unfinished &= ~torch.isin(tokens, stops)
+        assert state.pick is not None
+        tokens = state.pick(self.output(hidden[:, -1:, :])[:, -1, :])
         state.tokens.append(tokens)
         if self.proofs is not None:
             state.hidden.append(hidden[:, -1, :].clone())
-        done = not bool(state.unfinished.any()) or len(state.tokens) >= state.settings["max_tokens"]
+        done = state.pick.done or len(state.tokens) >= state.settings["max_tokens"]
         header: dict[str, Any] = {"type": "token", "mb": mb, "done": done}
         tensors = [tokens.cpu()]
         if done:
-            tensors.append(state.sampler.logprobs().cpu().float())
+            tensors.append(state.pick.sampler.logprobs().cpu().float())
             if self.proofs is not None:
                 header["proofs"] = self._proofs(state)
             self.release(mb)

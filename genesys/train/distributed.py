@@ -3,9 +3,9 @@
 `torchrun --nproc-per-node N -m genesys.cli train CONFIG.toml` sets RANK, WORLD_SIZE, LOCAL_RANK and
 the rendezvous address; each process then generates, verifies and trains on its share of the
 batch, and rank 0 writes logs and checkpoints. Without those variables the process makes a group
-of its own (an in-memory store, no network), so that the model is sharded and trained by one code
-path whatever the number of processes (`genesys.train.parallel`). CPU tensors travel over gloo,
-CUDA tensors over nccl.
+of its own (an in-memory store, no network), so that collectives and the distributed checkpoint
+state dicts work the same whatever the number of processes (`genesys.train.parallel` decides how
+the model is spread over them). CPU tensors travel over gloo, CUDA tensors over nccl.
 """
 
 from __future__ import annotations

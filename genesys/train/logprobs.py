@@ -5,10 +5,13 @@ temperature): only the chosen token is gathered, so no full-vocabulary log-softm
 
 `completion_logprobs` runs the model for the final hidden states only (its vocabulary projection
 sees no position), takes the positions that predict completion tokens (`MicroBatch.targets`), and
-projects them onto the vocabulary in chunks of at most `LOGITS_CHUNK_BYTES` of fp32 logits. Each
-chunk is an activation checkpoint: its logits are freed once its logprobs and entropies are taken,
-and computed again, one chunk at a time, in the backward pass. So no `[tokens, vocab]` tensor of a
-micro-batch exists at once; the price is a second vocabulary projection in the backward pass.
+projects them onto the vocabulary in chunks of at most `LOGITS_CHUNK_BYTES` of fp32 logits. When
+there are several chunks, each is an activation checkpoint: its logits are freed once its logprobs
+and entropies are taken, and computed again, one chunk at a time, in the backward pass. So no
+`[tokens, vocab]` tensor of a micro-batch exists at once; the price is a second vocabulary
+projection in the backward pass. A micro-batch of one chunk keeps its logits instead: the backward
+pass starts with that chunk, so recomputing it would hold the same tensors at the same moment, and
+cost the projection again for nothing.
 
 Below `top_p = 1` a logprob is that of the sampler's nucleus, renormalised (`genesys.train.nucleus`);
 entropies are always those of the whole distribution at the temperature.
@@ -16,17 +19,24 @@ entropies are always those of the whole distribution at the temperature.
 
 from __future__ import annotations
 
-import inspect
-from functools import cache
+import warnings
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from genesys.models import takes_logits_to_keep
 from genesys.train.batch import MicroBatch
 from genesys.train.nucleus import outside_nucleus
 
 # The fp32 logits of one chunk: 128 MiB is 220 tokens of a 151,936-token vocabulary.
 LOGITS_CHUNK_BYTES = 128 * 2**20
+# FSDP2 warns, on every forward of a sharded model asked for its hidden states, that it "returned a
+# view tensor" (in-place changes to it would skip a backward hook). That view is hidden_states[0],
+# the first decoder layer's input, made a view by FSDP2's own pre-forward hook on that layer and
+# recorded by transformers as the first hidden state. `final_hidden_states` reads hidden_states[-1]
+# alone (the final norm's output, not a view) and nothing changes any output in place, so the
+# warning is about a tensor dropped unread: exactly it is silenced there.
+_FSDP_VIEW_WARNING = r"FSDP2-wrapped module \(.*\) returned a view tensor"
 
 
 def token_logprobs(
@@ -89,10 +99,12 @@ def chunked_logprobs(
     top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprobs, entropies) of `tokens` (n,) predicted from `hidden` (n, hidden) by the vocabulary
-    projection `head`, `chunk` positions at a time (by default `chunk_tokens` of its vocabulary), each
-    chunk recomputed in the backward pass when gradients are recorded."""
+    projection `head`, `chunk` positions at a time (by default `chunk_tokens` of its vocabulary); when
+    gradients are recorded and there are several chunks, each is recomputed in the backward pass."""
     chunk = chunk or chunk_tokens(_vocab_size(head))
-    recording = torch.is_grad_enabled() and (hidden.requires_grad or _has_trainable(head))
+    recording = (
+        len(tokens) > chunk and torch.is_grad_enabled() and (hidden.requires_grad or _has_trainable(head))
+    )
     logprobs, entropies = [], []
     for start in range(0, max(len(tokens), 1), chunk):
         part = (head, hidden[start : start + chunk], tokens[start : start + chunk], temperature, top_p)
@@ -114,11 +126,6 @@ def _has_trainable(module: torch.nn.Module) -> bool:
     return any(p.requires_grad for p in module.parameters())
 
 
-@cache
-def _takes_logits_to_keep(model_class: type) -> bool:
-    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
-
-
 def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     """The model inside a DistributedDataParallel wrapper (the model itself otherwise)."""
     return getattr(model, "module", model)
@@ -131,16 +138,18 @@ def final_hidden_states(model: torch.nn.Module, batch: MicroBatch) -> torch.Tens
     forward), asking for its hidden states and keeping no position for its vocabulary projection."""
     inner = unwrapped(model)
     kwargs = {}
-    if _takes_logits_to_keep(type(inner)):
+    if takes_logits_to_keep(inner):
         kwargs["logits_to_keep"] = torch.zeros(0, dtype=torch.long, device=batch.input_ids.device)
-    output = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-        output_hidden_states=True,
-        **kwargs,
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_FSDP_VIEW_WARNING, category=UserWarning)
+        output = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+            output_hidden_states=True,
+            **kwargs,
+        )
     hidden = output.hidden_states[-1]
     return hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch.targets)
 

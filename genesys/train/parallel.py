@@ -1,7 +1,12 @@
 """The trained model spread over the training processes with torch's FSDP2 (`fully_shard`).
 
 Every run goes through here, one process or many: each decoder layer, then the whole model, is
-wrapped by `fully_shard` on a device mesh of the processes.
+wrapped by `fully_shard` on a device mesh of the processes. One process training in fp32 is the
+exception: with nothing to shard and nothing to cast, the model stays a plain module on the device
+(FSDP2 would compute the same numbers, bit for bit, through per-layer copies of the weights,
+collectives of one process, hooks and DTensor dispatch: a fifth to a quarter of a small model's
+forward, backward, optimizer and weight export time on CPU). Everything downstream (`full_tensor`,
+`local_tensor`, `clip_grad_norm`, checkpoints) takes either.
 
 - `fsdp2` shards parameters, gradients and optimizer state over the processes (a 1-D mesh):
   a layer's full weights exist only while it computes.
@@ -10,15 +15,15 @@ wrapped by `fully_shard` on a device mesh of the processes.
 
 Mixed precision is FSDP2's own: the sharded parameters (the master weights, which the optimizer
 updates) stay fp32, the gathered parameters the forward and backward passes use are bf16 with
-`precision = "bf16"`, and gradients are reduced and kept in fp32. With `precision = "fp32"` one
-process computes exactly what an unwrapped model computes, bit for bit.
+`precision = "bf16"`, and gradients are reduced and kept in fp32 (one process in bf16 is wrapped
+for this). With `precision = "fp32"` one process computes exactly what an unwrapped model computes,
+bit for bit (tested), which is why it runs unwrapped.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Iterable
 
 import torch
@@ -27,13 +32,6 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from genesys.train.distributed import World
-
-# FSDP2 warns, at every forward pass, that the model's output is a view an in-place op would detach
-# from its backward hook; genesys only reads the hidden states (`genesys.train.logprobs`), never
-# changes them in place, so the warning says nothing and buried the training logs.
-warnings.filterwarnings(
-    "ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning
-)
 
 STRATEGIES = ("fsdp2", "ddp")
 COMPUTE_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # None: the parameters' own dtype (fp32)
@@ -61,15 +59,26 @@ def block_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [module for module in model.modules() if type(module).__name__ in names]
 
 
-def shard_model(model: torch.nn.Module, mesh: DeviceMesh, precision: str) -> FSDPModule:
+def shard_model(model: torch.nn.Module, mesh: DeviceMesh, precision: str) -> torch.nn.Module:
     """`model`, its blocks and then itself wrapped by `fully_shard` on `mesh`, in place; its parameters
     become DTensors (this rank's shard), moved to the mesh's device (a model loaded on the CPU
     reaches the GPU one block at a time, never whole). Frozen parameters (a LoRA base, a reference
-    model) are sharded the same way and get no gradients."""
+    model) are sharded the same way and get no gradients. On a mesh of one process in fp32 the model
+    is only moved to the device (see the module's docstring)."""
+    if mesh.size() == 1 and COMPUTE_DTYPES[precision] is None:
+        on_meta = any(parameter.is_meta for parameter in model.parameters())  # `materialize` moves it
+        return model if on_meta else model.to(_mesh_device(mesh))
     policy = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPES[precision], reduce_dtype=torch.float32)
     for block in block_modules(model):
         fully_shard(block, mesh=mesh, mp_policy=policy)
     return fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+def _mesh_device(mesh: DeviceMesh) -> torch.device:
+    """The device of this process in `mesh` (the current one of its type, as `fully_shard` takes it)."""
+    if mesh.device_type == "cpu":
+        return torch.device("cpu")
+    return torch.device(mesh.device_type, torch.get_device_module(mesh.device_type).current_device())
 
 
 def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -94,9 +103,10 @@ def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) ->
     return float(norm)
 
 
-def set_gradient_sync(model: FSDPModule, strategy: str, last_micro_batch: bool) -> None:
+def set_gradient_sync(model: torch.nn.Module, strategy: str, last_micro_batch: bool) -> None:
     """Before a micro-batch's backward pass: under `ddp`, gradients are all-reduced only after the
     last micro-batch of a step (they accumulate locally until then); under `fsdp2` every
-    micro-batch reduce-scatters its gradients, so that no rank ever holds a full gradient."""
-    if strategy == "ddp":
+    micro-batch reduce-scatters its gradients, so that no rank ever holds a full gradient. An
+    unwrapped model (one process) has nothing to synchronise."""
+    if strategy == "ddp" and isinstance(model, FSDPModule):
         model.set_requires_all_reduce(last_micro_batch)

@@ -3,10 +3,11 @@
 One step: take a batch of groups (generated, verified and rewarded now, or read from recorded
 rollouts), compute group advantages, then run micro-batches of forward/backward passes whose
 losses add up to the batch's mean loss (`[loss] type`, `genesys.train.loss`), clip the gradient norm
-and step AdamW. The model is sharded over the processes by FSDP2 (`genesys.train.parallel`, also for
-one process), optionally with LoRA adapters (`genesys.train.lora`); weights leave it through
-`genesys.train.export`. With `optim.updates_per_batch = U` and `optim.mini_batches = M`, one batch
-serves U x M consecutive optimizer steps: U passes over it, each in M slices. The ratio is taken
+and step AdamW. The model is sharded over the processes by FSDP2 (`genesys.train.parallel`; one
+process in fp32 trains it unwrapped, bit for bit the same), optionally with LoRA adapters
+(`genesys.train.lora`); weights leave it through `genesys.train.export`. With
+`optim.updates_per_batch = U` and `optim.mini_batches = M`, one batch serves U x M consecutive
+optimizer steps: U passes over it, each in M slices. The ratio is taken
 against the old policy's logprobs: the sampler's, or the trainer's own recomputed before the batch's
 first step (`loss.recompute_logprobs`, implied by `loss.importance_correction`, which then weighs the
 loss by trainer / sampler probability, `genesys.train.correction`). After the optimizer steps of a
@@ -372,11 +373,12 @@ class Trainer:
         return TrainResult(self.output_dir, final, self.metrics.records if self.metrics else [])
 
     def train_step(self) -> dict[str, Any]:
-        """One optimizer step (generating a new batch first when the last one is used up)."""
+        """One optimizer step (generating a new batch first when the last one is used up); its
+        `step_seconds` count all of it, the thread count's measuring included."""
+        started = time.perf_counter()
         if self.threads is not None:
             self.threads.maybe_tune(self.steps_run)
         self.steps_run += 1
-        started = time.perf_counter()
         first_update = self.batch is None
         if self.batch is None:
             self.batch = self._next_batch()
