@@ -45,7 +45,8 @@ steps/s is the count of timed steps over their summed time; generated tokens/s c
 tokens (the stop token included) over the same time. The whole run's wall time, loading included,
 is printed beside it. Each trainer runs `--rounds` times (2 by default), the order rotating, so that
 other work on a shared machine hits all alike; every round is printed, and the ratios of the first
-trainer's best round to each other trainer's best round (the least disturbed) close the report.
+trainer's rounds to each other trainer's (the median of the rounds' ratios, then the best rounds',
+the least disturbed) close the report.
 
 `--busy N` measures the same rounds twice: on the machine as it is, then beside N processes that
 burn CPU in a loop the whole time (a busy machine), and prints the ratios of both and each
@@ -380,6 +381,21 @@ def best_ratios(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, 
     }
 
 
+def median_ratios(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float | None]]:
+    """Each figure of `ratios`, per round (the trainers of one round ran side by side), then the median
+    over rounds; keyed "first / other"."""
+    per_round = [best_ratios([summaries]) for summaries in rounds]
+    return {
+        pair: {
+            key: statistics.median(values)
+            if (values := [r[pair][key] for r in per_round if r[pair][key]])
+            else None
+            for key in figures
+        }
+        for pair, figures in per_round[0].items()
+    }
+
+
 def burn() -> None:
     """Keep one core busy until terminated."""
     while True:
@@ -436,10 +452,15 @@ def print_report(setup: Setup, size: str, rounds: list[dict[str, dict[str, Any]]
             print(
                 f"  round {index} {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, {r['median_step']:.2f}x by median step"
             )
+    for pair, r in median_ratios(rounds).items():
+        print(
+            f"median over rounds, {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, "
+            f"{r['median_step']:.2f}x by median step (goal for genesys / TRL >= 1.5x steps/s)"
+        )
     for pair, r in best_ratios(rounds).items():
         print(
             f"best round of each, {pair}: {r['steps_per_s']:.2f}x steps/s, {r['tokens_per_s']:.2f}x tokens/s, "
-            f"{r['median_step']:.2f}x by median step (goal for genesys / TRL >= 1.5x steps/s)"
+            f"{r['median_step']:.2f}x by median step"
         )
 
 
@@ -480,10 +501,11 @@ def trainer_names(value: str) -> list[str]:
 def slowdowns(
     quiet: list[dict[str, dict[str, Any]]], busy: list[dict[str, dict[str, Any]]]
 ) -> dict[str, float | None]:
-    """Each trainer's best busy round over its best quiet round, in steps/s."""
+    """Each trainer's median steps/s over its busy rounds against the same over its quiet rounds."""
     return {
         name: ratio(
-            best([x[name] for x in busy])["steps_per_s"], best([x[name] for x in quiet])["steps_per_s"]
+            statistics.median(x[name]["steps_per_s"] or 0.0 for x in busy),
+            statistics.median(x[name]["steps_per_s"] or 0.0 for x in quiet),
         )
         for name in quiet[0]
     }
@@ -593,6 +615,7 @@ def main() -> None:
         "rounds": summaries,
         "rewards": {r.name: r.rewards for r in rounds[0]},
         "ratios_per_round": [best_ratios([x]) for x in summaries],
+        "ratios_median": median_ratios(summaries),
         "ratios_best_round": best_ratios(summaries),
         "load_average": load,
     }
@@ -601,6 +624,7 @@ def main() -> None:
             busy_processes=args.busy,
             busy_load_average=busy_load,
             busy_rounds=busy,
+            busy_ratios_median=median_ratios(busy),
             busy_ratios_best_round=best_ratios(busy),
             busy_over_quiet=slowdowns(summaries, busy),
         )
