@@ -72,8 +72,9 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# The whole suite; the 25 slowest tests are listed at the end (where to look when it grows).
 test: install sandbox lint docs
-	$(VENV)/bin/pytest -q -ra
+	$(VENV)/bin/pytest -q -ra --durations=25
 
 # The everyday subset, in under 3 minutes: lint, then every test that needs no Docker, bubblewrap,
 # GPU, vLLM engine, Ray or torchrun and takes less than about 3 s (markers in pyproject.toml).
