@@ -109,3 +109,18 @@ def test_a_sharded_forward_and_backward_warn_of_no_view(tiny_model, precision):
     messages = [str(w.message) for w in caught]
     assert not [m for m in messages if "returned a view tensor" in m], messages
     assert "another warning of the forward pass" in messages  # nothing else is silenced
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_loaded_model_keeps_its_output_layer_tied_to_the_embeddings(tiny_model, precision):
+    """One process in fp32 holds a plain module, whose meta parameters `to_empty` replaced one name at
+    a time: the output layer came out as a second, untied copy of the embeddings (the trained model
+    had more weights than the checkpoint, and saved both)."""
+    from genesys.train.loading import sharded_pretrained
+
+    world = init_world()
+    model = sharded_pretrained(tiny_model, world, device_mesh(world, "fsdp2", CPU), precision, CPU)
+    assert model.config.tie_word_embeddings
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    want = _load(tiny_model).model.embed_tokens.weight
+    assert torch.equal(full_tensor(model.lm_head.weight.detach()), want.detach())

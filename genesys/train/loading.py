@@ -59,12 +59,31 @@ def empty_model(path: str, gradient_checkpointing: bool = False) -> tuple[Any, t
 
 def materialize(model: torch.nn.Module, device: torch.device) -> None:
     """Give the (sharded) `model`'s meta parameters storage on `device`, uninitialised; its buffers
-    keep their values."""
+    keep their values and its tied parameters stay tied (an output layer tied to the embeddings:
+    `to_empty` gives a plain module a new parameter under each name)."""
     buffers = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
+    ties = _ties(model)
     model.to_empty(device=device)
+    for alias, source in ties.items():
+        parameter = model.get_parameter(source)
+        if model.get_parameter(alias) is not parameter:
+            owner, _, name = alias.rpartition(".")
+            setattr(model.get_submodule(owner), name, parameter)
     with torch.no_grad():
         for name, buffer in model.named_buffers():
             buffer.copy_(buffers[name])
+
+
+def _ties(model: torch.nn.Module) -> dict[str, str]:
+    """Each name of a parameter registered under several names -> the first of its names."""
+    first: dict[int, str] = {}
+    ties = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in first:
+            ties[name] = first[id(parameter)]
+        else:
+            first[id(parameter)] = name
+    return ties
 
 
 def load_pretrained(
