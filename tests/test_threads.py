@@ -96,4 +96,3 @@ def test_the_forward_probe_runs_the_model_in_eval_mode_and_restores_its_mode():
     probe()
     probe()
     assert modes == [False, False] and model.training
-

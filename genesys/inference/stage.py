@@ -134,7 +134,9 @@ class StageModel:
             )
         else:
             seeded = sampling.temperature > 0
-            sampler = TokenSampler(torch.Generator(self.device).manual_seed(settings["seed"]) if seeded else None)
+            sampler = TokenSampler(
+                torch.Generator(self.device).manual_seed(settings["seed"]) if seeded else None
+            )
         pad = settings["pad_id"]
         state.pick = TokenPicker(
             sampler,
