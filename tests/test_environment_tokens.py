@@ -224,24 +224,3 @@ def test_generate_writes_the_token_columns_of_trajectories(tiny_model, tmp_path,
         assert len(row["completion_ids"]) == len(row["completion_logprobs"]) == len(row["completion_mask"])
         assert set(row["completion_mask"]) == {0, 1} and row["completion_mask"][0] == 1
         assert row["prompt_ids"] and all(isinstance(t, int) for t in row["completion_ids"])
-
-
-def test_proofs_for_environment_tasks_are_refused_before_any_work(tmp_path, plugin_env):
-    from genesys.config import ProofConfig
-    from genesys.errors import InputError
-    from genesys.generate.runner import GenerateConfig, run_generation
-    from genesys.testing.digits import digit_tasks
-
-    config = GenerateConfig(
-        tasks=[str(digit_tasks(tmp_path / "tasks.jsonl", count=2, task_type="digit_turns"))],
-        model="m",
-        output=tmp_path / "out.jsonl",
-        backend="scripted",
-        proofs=ProofConfig(),
-        progress=False,
-    )
-    with pytest.raises(
-        InputError, match=r"--proofs: task 'p0' is of type 'digit_turns', played in an environment"
-    ):
-        run_generation(config)
-    assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()

@@ -22,8 +22,17 @@ from typing import Any
 from genesys.data.attestation import canonical_value
 from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS, Row
 
-# What the worker's row contributes: its response, its proofs, and the target length it was asked for.
-WORKER_COLUMNS = (*RESPONSE_COLUMNS, "toploc_proofs", "toploc_config", "sampling_proof", "target_length")
+# What the worker's row contributes: its response, its proofs, the target length it was asked for, and
+# a trajectory's columns (whose environment side validation replays, `genesys.proofs.trajectories`).
+TRAJECTORY_COLUMNS = ("messages", "turns", "trajectory_error", "completion_mask")
+WORKER_COLUMNS = (
+    *RESPONSE_COLUMNS,
+    "toploc_proofs",
+    "toploc_config",
+    "sampling_proof",
+    "target_length",
+    *TRAJECTORY_COLUMNS,
+)
 _SAMPLE_ID = re.compile(r"([0-9a-f]{20})-(\d+)")
 
 
