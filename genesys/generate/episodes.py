@@ -25,9 +25,17 @@ if TYPE_CHECKING:
     from genesys.schema import Row, Task
 
 
+class ContextFull(RuntimeError):
+    """A conversation has grown to the model's context length: no room for another model turn."""
+
+
 class TurnBatcher:
     """Model turns asked by many rollouts at once, sent to `backend.generate` in batches of at most
-    `max_batch`; one batch at a time, so a backend never runs two `generate`s together."""
+    `max_batch`; one batch at a time, so a backend never runs two `generate`s together.
+
+    A turn whose prompt fills the backend's context (`max_model_len`, where a token backend has one)
+    fails on its own with `ContextFull` (its rollout ends in an error naming the turn) and never
+    goes to the engine, where it would fail the whole batch."""
 
     def __init__(self, backend: Backend, max_batch: int = 256) -> None:
         self.backend = backend
@@ -58,6 +66,7 @@ class TurnBatcher:
             batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
             if not self._waiting:
                 self._wake.clear()
+            batch = [(request, future) for request, future in batch if self._fits(request, future)]
             if not batch:
                 continue
             futures = {request.key: future for request, future in batch}
@@ -74,6 +83,20 @@ class TurnBatcher:
                 for key, future in futures.items():
                     if not future.done():
                         future.set_exception(RuntimeError(f"the backend returned no completion for {key}"))
+
+    def _fits(self, request: GenerationRequest, future: asyncio.Future[Any]) -> bool:
+        """Whether the turn's prompt leaves room for a token in the backend's context; if not, its
+        future hears why."""
+        limit = getattr(self.backend, "max_model_len", None)
+        if limit is None or request.prompt_ids is None or len(request.prompt_ids) < limit:
+            return True
+        future.set_exception(
+            ContextFull(
+                f"the conversation has {len(request.prompt_ids)} tokens, the model's context "
+                f"(max_model_len) holds {limit}: no room for another model turn"
+            )
+        )
+        return False
 
 
 def completion_of(
