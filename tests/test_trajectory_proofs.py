@@ -327,3 +327,26 @@ def test_a_python_tool_trajectory_replays_and_a_forged_tool_result_does_not(toke
         Unsandboxed, task, tokenizer, PromptStyle(), (played.prompt_ids, ids, played.completion_mask), {stop}
     )
     assert tampered.difference is not None and f"completion position {forged}" in tampered.difference
+
+
+def test_a_trajectory_changed_after_validation_loses_its_attestation(honest, tiny_model, work, digits_plugin):
+    import orjson
+
+    from genesys.data.attestation import TrustKey
+
+    [row] = validate(tiny_model, honest[:1], work, "attested")
+    key = TrustKey.load(None)
+    assert key.problem(row) is None
+    assert (
+        key.problem({**row, "messages": orjson.dumps(row["messages"]).decode()}) is None
+    )  # as parquet holds it
+    answered = copy.deepcopy(row)
+    answered["messages"][1]["content"] = "0123456789"  # what the environment's score reads
+    for changed in (
+        answered,
+        {**row, "completion_mask": [1] * len(row["completion_mask"])},
+        {**row, "trajectory_error": "turn 1: step raised ValueError"},
+        {**row, "turns": 1},
+        {key: value for key, value in row.items() if key != "messages"},
+    ):
+        assert key.problem(changed) is not None
