@@ -350,3 +350,20 @@ def test_a_trajectory_changed_after_validation_loses_its_attestation(honest, tin
         {key: value for key, value in row.items() if key != "messages"},
     ):
         assert key.problem(changed) is not None
+
+
+def test_with_trusted_tasks_a_trajectory_claiming_another_task_or_target_length_is_rejected(
+    honest, tiny_model, work, digits_plugin
+) -> None:
+    others = {row["response_id"].rpartition("-")[0] for row in honest}
+    first = honest[0]
+    other_task = next(key for key in others if not first["response_id"].startswith(key))
+    moved = copy.deepcopy(first) | {"response_id": f"{other_task}-1"}  # another trusted task's id
+    lengthened = copy.deepcopy(honest[1]) | {"target_length": 4000}
+    rows = validate(
+        tiny_model, [moved, lengthened], work, "trusted-claims", data={"tasks": [str(work / "tasks.jsonl")]}
+    )
+    by_id = {row["response_id"]: row for row in rows}
+    assert_rejected([by_id[moved["response_id"]]], "environment")  # replayed on the trusted task
+    assert_rejected([by_id[lengthened["response_id"]]], "task")
+    assert by_id[lengthened["response_id"]].get("target_length") is None

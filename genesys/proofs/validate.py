@@ -145,7 +145,11 @@ class Validator:
         if isinstance(sampling_proof, Problem):
             problems.append(sampling_proof)
             sampling_proof = None
-        if is_trajectory(row, self.environments):
+        if is_trajectory(row, self.environments):  # its prompt is checked by the replay
+            if key is not None:
+                target = self._target_length(row, key, generation_config)
+                found = target if isinstance(target, Problem) else target.problem
+                problems += [found] if found is not None else []
             return self._prepare_trajectory(row, sampling, settings, sampling_proof, problems)
         if key is not None:
             problems += self._task_prompt_problems(row, key, prompt_ids, generation_config)
@@ -214,24 +218,13 @@ class Validator:
         self, row: dict[str, Any], key: str, prompt_ids: Sequence[int], generation_config: dict[str, Any]
     ) -> list[Problem]:
         """Whether `prompt_ids` are the trusted task's prompt as `genesys generate` renders it (system
-        prompt, target-length instruction, chat template, continuation prefix); the row's
-        `target_length` is set to the one the trusted settings give it."""
-        from genesys.tasks.prompts import pick_target_length
-
-        data, problems = self.config.data, []
-        claimed = row.pop("target_length", None)
-        target = None
-        if data.target_lengths:
-            seed = generation_config.get("seed")
-            if not isinstance(seed, int) or isinstance(seed, bool):
-                return [Problem("task", "generation_config has no integer seed to pick the target length by")]
-            target = row["target_length"] = pick_target_length(data.target_lengths, key, seed)
-        if claimed != target:
-            given = f"{target} for its task and seed" if target is not None else "none (no --target-lengths)"
-            problems.append(
-                Problem("task", f"target_length {claimed!r}, where the trusted settings give {given}")
-            )
-        if list(prompt_ids) != self._trusted_prompt_ids(key, row["prompt"], target):
+        prompt, target-length instruction, chat template, continuation prefix), and the row's
+        `target_length` the trusted one (`_target_length`)."""
+        target = self._target_length(row, key, generation_config)
+        if isinstance(target, Problem):
+            return [target]
+        problems = [] if target.problem is None else [target.problem]
+        if list(prompt_ids) != self._trusted_prompt_ids(key, row["prompt"], target.value):
             problems.append(
                 Problem(
                     "task",
@@ -240,6 +233,28 @@ class Validator:
                 )
             )
         return problems
+
+    def _target_length(
+        self, row: dict[str, Any], key: str, generation_config: dict[str, Any]
+    ) -> _Target | Problem:
+        """The target length the trusted settings give the row's task (set as its `target_length`),
+        and the problem when the row claimed another; a Problem when it cannot be picked."""
+        from genesys.tasks.prompts import pick_target_length
+
+        data = self.config.data
+        claimed = row.pop("target_length", None)
+        target = None
+        if data.target_lengths:
+            seed = generation_config.get("seed")
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                return Problem("task", "generation_config has no integer seed to pick the target length by")
+            target = row["target_length"] = pick_target_length(data.target_lengths, key, seed)
+        if claimed == target:
+            return _Target(target, None)
+        given = f"{target} for its task and seed" if target is not None else "none (no --target-lengths)"
+        return _Target(
+            target, Problem("task", f"target_length {claimed!r}, where the trusted settings give {given}")
+        )
 
     def _trusted_prompt_ids(self, key: str, prompt: str, target: int | None) -> list[int]:
         from genesys.tasks.prompts import build_messages, render_ids, target_instruction
@@ -293,6 +308,14 @@ class Validator:
             errors.update(measured)
             problems += [problem] if problem else []
         return _finish(item.row, not problems, problems, errors)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A trusted target length (None: none) and the problem with the row's claim."""
+
+    value: int | None
+    problem: Problem | None
 
 
 def _token_list(value: Any, vocab_size: int, allow_empty: bool = False) -> bool:
