@@ -226,22 +226,40 @@ def test_generate_writes_the_token_columns_of_trajectories(tiny_model, tmp_path,
         assert row["prompt_ids"] and all(isinstance(t, int) for t in row["completion_ids"])
 
 
-def test_proofs_for_environment_tasks_are_refused_before_any_work(tmp_path, plugin_env):
-    from genesys.config import ProofConfig
-    from genesys.errors import InputError
-    from genesys.generate.runner import GenerateConfig, run_generation
-    from genesys.testing.digits import digit_tasks
+class ContextOf(ScriptedTokens):
+    """A scripted token backend with a context length that, like vLLM, fails its whole batch when
+    one prompt fills the context."""
 
-    config = GenerateConfig(
-        tasks=[str(digit_tasks(tmp_path / "tasks.jsonl", count=2, task_type="digit_turns"))],
-        model="m",
-        output=tmp_path / "out.jsonl",
-        backend="scripted",
-        proofs=ProofConfig(),
-        progress=False,
-    )
-    with pytest.raises(
-        InputError, match=r"--proofs: task 'p0' is of type 'digit_turns', played in an environment"
-    ):
-        run_generation(config)
-    assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()
+    def __init__(self, tokenizer, replies, max_model_len: int) -> None:
+        super().__init__(tokenizer, replies)
+        self.max_model_len = max_model_len
+
+    async def generate(self, requests):
+        requests = list(requests)
+        longest = max(len(r.prompt_token_ids(self.tokenizer, self.style)) for r in requests)
+        if longest >= self.max_model_len:
+            raise ValueError(f"a prompt of {longest} tokens is longer than the maximum model length")
+        async for result in super().generate(requests):
+            yield result
+
+
+def test_a_conversation_that_fills_the_context_ends_its_rollout_alone(tokenizer):
+    long_prompt = "many words " * 40
+    opening = render_ids(tokenizer, [{"role": "user", "content": long_prompt}], PromptStyle())
+    limit = len(opening) + 2  # its first turn fits, its second does not; a short task's both do
+    backend = ContextOf(tokenizer, [(ids(tokenizer, "hi"), "length")] * 4, limit)
+    sampling = SamplingConfig(max_tokens=8)
+    requests = [GenerationRequest(key, [], [0], seed=1, sampling=sampling) for key in ("short", "long")]
+    episodes = {
+        "short": (Twice, genesys.Task(task_type="twice", prompt="start")),
+        "long": (Twice, genesys.Task(task_type="twice", prompt=long_prompt)),
+    }
+
+    async def collect():
+        return {r.request.key: r.completions[0] async for r in play_batched(backend, requests, episodes)}
+
+    played = asyncio.run(collect())
+    assert played["short"].trajectory["trajectory_error"] is None and played["short"].finish_reason == "done"
+    error = played["long"].trajectory["trajectory_error"]
+    assert error.startswith("turn 2: ") and f"max_model_len) holds {limit}" in error
+    assert sum(played["long"].completion_mask) == len(ids(tokenizer, "hi"))  # its first turn kept

@@ -30,11 +30,11 @@ LN = math.log
 
 def test_dr_grpo_divides_by_sequences_times_max_tokens_whatever_the_lengths():
     # 3 sequences of 2, 5 and 1 tokens, max_tokens 8: grpo divides by 8 tokens, dr_grpo by 3 * 8 = 24
-    assert loss_denominator("grpo", "token", tokens=8, sequences=3, max_tokens=8) == 8
-    assert loss_denominator("grpo", "sequence", tokens=8, sequences=3, max_tokens=8) == 3
-    assert loss_denominator("dr_grpo", "token", tokens=8, sequences=3, max_tokens=8) == 24
-    assert loss_denominator("dr_grpo", "token", tokens=20, sequences=3, max_tokens=8) == 24
-    assert loss_denominator("grpo", "token", tokens=0, sequences=0, max_tokens=8) == 1.0  # never 0
+    assert loss_denominator("grpo", "token", tokens=8, sequences=3, budget=24) == 8
+    assert loss_denominator("grpo", "sequence", tokens=8, sequences=3, budget=24) == 3
+    assert loss_denominator("dr_grpo", "token", tokens=8, sequences=3, budget=24) == 24
+    assert loss_denominator("dr_grpo", "token", tokens=20, sequences=3, budget=24) == 24
+    assert loss_denominator("grpo", "token", tokens=0, sequences=0, budget=0) == 1.0  # never 0
     token_loss = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
     mask = torch.tensor([[True, True, False], [True, False, False]])
     assert float(reduce_loss(token_loss, mask, "token", 24.0)) == pytest.approx(6 / 24)

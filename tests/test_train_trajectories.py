@@ -272,3 +272,66 @@ def test_a_tiny_model_learns_a_two_turn_task_and_does_not_without_a_learning_rat
         assert end >= 0.8, rewards
     else:
         assert end < 0.1, rewards
+
+
+# --- overlong masking and dr_grpo's constant on trajectories -----------------------------------------
+
+
+def _trajectory_row(finish_reason: str, mask: list[int]) -> dict[str, Any]:
+    return {
+        "task_type": TURNS_TASK_TYPE,
+        "prompt_ids": [1],
+        "completion_ids": list(range(len(mask))),
+        "completion_mask": mask,
+        "finish_reason": finish_reason,
+    }
+
+
+def test_a_trajectory_is_truncated_when_cut_at_max_turns_or_with_its_last_turn_at_the_token_limit():
+    from genesys.train.trainer import _truncated
+
+    assert _truncated(_trajectory_row("max_turns", [1, 1, 0, 1]), max_tokens=4)
+    assert _truncated(_trajectory_row("done", [1, 0, 0, 1, 1, 1, 1, 0]), max_tokens=4)  # last turn cut
+    assert not _truncated(_trajectory_row("done", [1, 1, 1, 1, 0, 1, 1, 0]), max_tokens=4)  # first turn only
+    assert not _truncated(_trajectory_row("error", [1, 0, 1]), max_tokens=4)
+
+
+class DenominatorTrainer(RecordingTrainer):
+    """Records the training sequences and the loss denominators of its steps."""
+
+    denominators: list[float] = []
+
+    def _loss_denominator(self, batch, part):
+        value = super()._loss_denominator(batch, part)
+        type(self).denominators.append(value)
+        return value
+
+
+def test_dr_grpos_constant_is_the_model_token_budget_of_the_trajectories(tiny_model, tmp_path, plugin_env):
+    DenominatorTrainer.denominators, RecordingTrainer.seen = [], []
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", task_type=TURNS_TASK_TYPE)
+    sections = {"loss": {"type": "dr_grpo", "scale_by_std": False}, "sampling": {"max_tokens": 6}}
+    train(config(tiny_model, tmp_path / "run", tasks, **sections), trainer=DenominatorTrainer)
+    [sequences] = RecordingTrainer.seen
+    # digit_turns plays two turns of at most 6 model tokens: 12 per trajectory, environment tokens aside
+    assert all(s.max_model_tokens == 12 for s in sequences)
+    assert DenominatorTrainer.denominators[0] == 12 * len(sequences)
+
+
+def test_mask_truncated_leaves_trajectories_with_a_cut_last_turn_out_of_the_loss(
+    tiny_model, tmp_path, plugin_env
+):
+    RecordingTrainer.seen = []
+    tasks = digit_tasks(tmp_path / "tasks.jsonl", task_type=TURNS_TASK_TYPE)
+    sections = {"sampling": {"max_tokens": 3}, "loss": {"mask_truncated": True}}
+    first = train(config(tiny_model, tmp_path / "run", tasks, **sections), trainer=RecordingTrainer).metrics[
+        0
+    ]
+    [kept] = RecordingTrainer.seen
+    assert first["truncated_masked"] > 0  # the random model rarely stops within 3 tokens
+    for s in kept:  # what is left ends its last turn on a stop token within the limit
+        last = [i for i, bit in enumerate(s.completion_mask) if bit]
+        end = last[-1] + 1
+        start = max(i for i in range(end) if i == 0 or not s.completion_mask[i - 1])
+        assert end - start < 3
+    assert first["tokens"] == sum(s.model_tokens for s in kept)

@@ -398,6 +398,40 @@ def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine, re
             assert torch.allclose(logprobs[mask], torch.tensor(completion.logprobs)[mask], atol=TOLERANCE)
 
 
+def test_a_conversation_beyond_max_model_len_ends_its_rollout_alone(engine):
+    """One rollout's conversation outgrows the engine's 512-token context at its second turn: that
+    rollout ends in an error naming the turn and the context; the others of its turn batch play on."""
+    import genesys
+    from genesys.generate.episodes import play_batched
+
+    class Grow(genesys.Environment):
+        task_type = "grow_turns"
+        max_turns = 2
+
+        def step(self, task, messages):
+            turn = sum(m["role"] == "assistant" for m in messages)
+            reply = "go on " * (300 if task.prompt == "long" else 1)
+            return genesys.Step([{"role": "user", "content": reply}], done=turn == 2)
+
+        def score(self, task, messages):
+            return genesys.Verdict(score=1.0)
+
+    assert engine.max_model_len == ENGINE_ARGS["max_model_len"]
+    sampling = SamplingConfig(max_tokens=4, temperature=1.0, seed=3)
+    requests = [GenerationRequest(key, [], [0, 1], seed=1, sampling=sampling) for key in ("short", "long")]
+    episodes = {r.key: (Grow, genesys.Task(task_type="grow_turns", prompt=r.key)) for r in requests}
+
+    async def collect():
+        return {r.request.key: r.completions async for r in play_batched(engine, requests, episodes)}
+
+    played = asyncio.run(collect())
+    for completion in played["short"]:
+        assert completion.trajectory["trajectory_error"] is None and completion.trajectory["turns"] == 2
+    for completion in played["long"]:
+        error = completion.trajectory["trajectory_error"]
+        assert error.startswith("turn 2: ") and "max_model_len) holds 512" in error, error
+
+
 def test_training_with_vllm_starts_on_policy(model, tmp_path, plugin_env):
     from genesys.train import train
 

@@ -311,3 +311,44 @@ def test_the_engine_s_seeded_sampler_follows_requests_through_batch_changes() ->
     assert taken[sample_name("r", 0)][0] == [expected[0]]
     assert taken[sample_name("r", 1)] is None  # positions 0 and 1 were never drawn here
     assert take_sampled({sample_name("r", 0): 1}) == {sample_name("r", 0): None}  # forgotten
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_trajectories_played_on_vllm_carry_proofs_of_every_turn_that_validate(
+    engine, model, tmp_path, plugin_env
+):
+    """digit_turns rollouts played on the engine with proofs: each model turn's proofs and sampling keys
+    check out, recomputed after the conversation before it, on transformers and on vLLM."""
+    from genesys.testing.digits import digit_tasks
+
+    rows = generate(
+        model,
+        digit_tasks(tmp_path / "tasks.jsonl", count=3, task_type="digit_turns"),
+        tmp_path / "rows.jsonl",
+        TINY_PROOFS,
+        n=2,
+        max_tokens=20,
+        backend=engine,
+    )
+    assert len(rows) == 6 and all(row["turns"] == 2 and 0 in row["completion_mask"] for row in rows)
+    on_transformers = validate(model, tmp_path / "rows.jsonl", tmp_path / "validated.jsonl")
+    assert all(row["toploc_valid"] and row["sampling_proven"] for row in on_transformers), [
+        row["toploc_reason"] for row in on_transformers
+    ]
+    validate_files(
+        ValidateCommand(
+            inputs=[str(tmp_path / "rows.jsonl")],
+            model=model,
+            output=str(tmp_path / "on-vllm.jsonl"),
+            backend="vllm",
+            backend_options=BackendOptions(args=ENGINE_ARGS),
+            progress=False,
+            proofs=TINY_PROOF_POLICY,
+            thresholds=TINY_THRESHOLDS,
+        )
+    )
+    on_vllm = read_rows(tmp_path / "on-vllm.jsonl")
+    assert all(row["toploc_valid"] and row["sampling_proven"] for row in on_vllm), [
+        row["toploc_reason"] for row in on_vllm
+    ]

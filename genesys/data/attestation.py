@@ -4,7 +4,8 @@ what `genesys validate` (and then `genesys verify`) wrote, unchanged.
 The trust key is a secret file only the trusted side holds (`TrustKey`). `genesys validate` writes
 each row with an `attestation`: an HMAC-SHA256 under that key over a canonical encoding of every
 column the row's use depends on (`ATTESTED_COLUMNS`: the task, the prompt and completion tokens and
-text, the logprobs, the sampling settings, the proof verdict and the score and reward). `genesys
+text, the logprobs, the sampling settings, the proof verdict and the score and reward; for a
+trajectory also its messages, turns, error and completion mask, `TRAJECTORY_ATTESTED`). `genesys
 verify` checks it before scoring and signs the scored row again; `--require-proofs` (filter, train)
 counts a row only when its attestation checks out under the same key. A worker never sees the key,
 so it can neither make an attestation nor change an attested row.
@@ -31,6 +32,7 @@ from genesys.schema import (
     JSON_COLUMNS,
     RESPONSE_COLUMNS,
     TASK_COLUMNS,
+    TRAJECTORY_COLUMNS,
     VERDICT_COLUMNS,
     SchemaError,
     parse_json_field,
@@ -41,6 +43,7 @@ ATTESTATION_COLUMN = "attestation"
 # the trusted task set, whether the sampling was proven.
 VALIDATION_COLUMNS = ("toploc_valid", "toploc_problems", "trusted_task", "sampling_proven")
 ATTESTED_COLUMNS = (*TASK_COLUMNS, *RESPONSE_COLUMNS, "target_length", *VALIDATION_COLUMNS, *VERDICT_COLUMNS)
+TRAJECTORY_ATTESTED = (*TRAJECTORY_COLUMNS, "completion_mask")
 _TEXT_COLUMNS = frozenset(
     (*TASK_COLUMNS, "llm_response", "response_id", "model_name", "finish_reason")
 ) - frozenset(JSON_COLUMNS)
@@ -127,11 +130,21 @@ class TrustKey:
 def canonical_bytes(row: Mapping[str, Any]) -> bytes:
     """The attested columns of `row`, encoded the same whatever file format carried them."""
     fields = {name: canonical_value(name, row.get(name)) for name in ATTESTED_COLUMNS}
+    # A trajectory's conversation and mask (what its score and its loss depend on); a row without
+    # them is attested as before they existed.
+    fields |= {
+        name: canonical_value(name, row[name]) for name in TRAJECTORY_ATTESTED if row.get(name) is not None
+    }
     return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
 
 
 def canonical_value(name: str, value: Any) -> Any:
     """One column's value as attested: JSON text as a dict, text as text, scores and logprobs as floats."""
+    if name == "messages":  # a list of dicts, or its JSON text
+        try:
+            return orjson.loads(value) if isinstance(value, (str, bytes)) else value
+        except orjson.JSONDecodeError:
+            return ["unparsed", str(value)]
     if name in JSON_COLUMNS:
         try:
             return parse_json_field(value, name)

@@ -66,16 +66,7 @@ async def play(environment: type[Environment], task: Task, chat: ChatFunction) -
     turn = 0
     host = host_for(environment)
     try:
-        try:
-            await host.start(environment.step_timeout)
-        except DeadlinePassed:
-            raise _Ended(
-                f"turn 0: {environment.__name__}() passed its {environment.step_timeout:g} s deadline"
-            ) from None
-        except Exception as exc:  # the environment's bug, recorded like one in reset
-            raise _Ended(f"turn 0: {environment.__name__}() raised {_one_line(exc)}") from exc
-        opening = await _environment_call(host, "reset", (task,), environment.step_timeout, turn)
-        messages = _messages(opening, "reset", turn)
+        messages = await _open(environment, host, task)
         while turn < environment.max_turns:
             turn += 1
             try:
@@ -99,6 +90,34 @@ async def play(environment: type[Environment], task: Task, chat: ChatFunction) -
     finally:
         host.close()
     return Trajectory(messages, turn, "max_turns")
+
+
+async def opening_messages(environment: type[Environment], task: Task) -> list[dict[str, Any]]:
+    """The messages a rollout of `task` opens with: `reset` of a fresh instance, run where and under
+    the deadline `play` runs it. Raises ValueError naming what went wrong (turn 0)."""
+    host = host_for(environment)
+    try:
+        return await _open(environment, host, task)
+    except _Ended as ended:
+        raise ValueError(str(ended)) from None
+    finally:
+        host.close()
+
+
+async def _open(
+    environment: type[Environment], host: InThreads | InProcess, task: Task
+) -> list[dict[str, Any]]:
+    """Start the environment's instance in `host` and return its opening messages."""
+    try:
+        await host.start(environment.step_timeout)
+    except DeadlinePassed:
+        raise _Ended(
+            f"turn 0: {environment.__name__}() passed its {environment.step_timeout:g} s deadline"
+        ) from None
+    except Exception as exc:  # the environment's bug, recorded like one in reset
+        raise _Ended(f"turn 0: {environment.__name__}() raised {_one_line(exc)}") from exc
+    opening = await _environment_call(host, "reset", (task,), environment.step_timeout, 0)
+    return _messages(opening, "reset", 0)
 
 
 def _messages(value: Any, what: str, turn: int) -> list[dict[str, Any]]:

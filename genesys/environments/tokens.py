@@ -18,17 +18,49 @@ with the last model message's content replaced by a placeholder: without the new
 generation prompt) and with them. The first must be the start of the second; a template that
 renders earlier messages differently once later ones follow is refused (`TemplateMismatch`),
 since no token sequence would then be both what the model saw and what the template writes.
+
+`play_on_tokens` plays a rollout this way with any source of model turns: a backend sampling them
+(`genesys.generate.episodes`), or the row a validator replays (`genesys.environments.replay`).
+Model turn t of sample s of a request seeded `seed` is sampled with the seed `turn_seed(seed, s, t)`
+(and sample index 0), so no two turns of a rollout, nor of two samples of a task, share their
+sampling keys (`genesys.proofs.sampling`: keyed by seed, sample index and position).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from genesys.config import PromptStyle
 from genesys.tasks.prompts import render_ids, render_text
 
+if TYPE_CHECKING:
+    from genesys.environments.rollout import Trajectory
+    from genesys.plugins.specs import Environment
+    from genesys.schema import Task
+
 # The content given to the last model message when the template renders what follows it.
 PLACEHOLDER = "GENESYS_MODEL_TURN_PLACEHOLDER"
+TURN_SEED_STRIDE = 1_000_003  # above any sample count: turn seeds of a task never coincide
+
+
+def turn_seed(seed: int, sample: int, turn: int) -> int:
+    """The sampling seed of model turn `turn` (from 0) of sample `sample` of a request seeded `seed`."""
+    if not 0 <= sample < TURN_SEED_STRIDE:
+        raise ValueError(f"sample index {sample} is outside 0..{TURN_SEED_STRIDE - 1}")
+    return seed + sample + turn * TURN_SEED_STRIDE
+
+
+def model_spans(mask: list[int]) -> list[tuple[int, int]]:
+    """The (start, end) of each run of 1s in a completion mask: the model turns' tokens."""
+    spans: list[tuple[int, int]] = []
+    for position, bit in enumerate(mask):
+        if bit == 1 and spans and spans[-1][1] == position:
+            spans[-1] = (spans[-1][0], position + 1)
+        elif bit == 1:
+            spans.append((position, position + 1))
+    return spans
 
 
 class TemplateMismatch(ValueError):
@@ -118,6 +150,45 @@ class TokenTrajectory:
             "logprobs": self.logprobs,
             "completion_mask": self.completion_mask,
         }
+
+
+@dataclass
+class ModelTurn:
+    """A model turn sampled on tokens: its ids, their logprobs, why it ended and its text."""
+
+    ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+    text: str
+
+
+# The model on tokens: (the turn's prompt ids, the messages so far, the tools' schemas) -> its turn.
+TurnFunction = Callable[[list[int], list[dict[str, Any]], list[dict[str, Any]]], Awaitable[ModelTurn]]
+
+
+async def play_on_tokens(
+    environment: type[Environment], task: Task, tokens: TokenTrajectory, model_turn: TurnFunction
+) -> Trajectory:
+    """Play `task` in `environment` (`genesys.environments.play`), each model turn asked of
+    `model_turn` after the trajectory's tokens so far, which `tokens` keeps; the messages after the
+    last model turn are rendered too, or the trajectory ends in an error saying why they cannot be."""
+    from genesys.environments.rollout import play
+    from genesys.environments.tools import tools_of
+
+    async def chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        turn = await model_turn(tokens.next_prompt(messages, tools or None), messages, tools)
+        tokens.add_model_turn(turn.ids, turn.logprobs, turn.finish_reason)
+        return {"role": "assistant", "content": turn.text}
+
+    trajectory = await play(environment, task, chat)
+    if trajectory.error is None:
+        schemas = [item.schema for item in tools_of(environment.tools).values()]
+        try:
+            tokens.finish(trajectory.messages, schemas or None)
+        except ValueError as exc:  # the closing messages cannot be rendered as appended
+            trajectory.finish_reason = "error"
+            trajectory.error = f"turn {trajectory.turns}: {exc}"
+    return trajectory
 
 
 def _placeholder(message: dict[str, Any]) -> dict[str, Any]:

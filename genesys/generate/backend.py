@@ -118,7 +118,8 @@ class Backend(Protocol):
     openai backend): `generate`'s results, each completion carrying its trajectory. A token backend
     (one sampling token ids, as transformers and vLLM do) has the `tokenizer` and prompt `style` it
     renders prompts with, and honours `GenerationRequest.prompt_ids`: environments played on it
-    (`genesys.generate.episodes`) then get token trajectories.
+    (`genesys.generate.episodes`) then get token trajectories. One with a context length gives it as
+    `max_model_len`: a conversation that fills it ends its own rollout in an error, not its batch.
     """
 
     name: str

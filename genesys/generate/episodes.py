@@ -21,15 +21,21 @@ from genesys.generate.backend import Backend, Completion, GenerationRequest, Gen
 
 if TYPE_CHECKING:
     from genesys.environments import Environment, Trajectory
-    from genesys.environments.tokens import TokenTrajectory
+    from genesys.environments.tokens import ModelTurn, TokenTrajectory
     from genesys.schema import Row, Task
 
-TURN_SEED_STRIDE = 1_000_003  # turn t of sample s is seeded request.seed + s + t * stride
+
+class ContextFull(RuntimeError):
+    """A conversation has grown to the model's context length: no room for another model turn."""
 
 
 class TurnBatcher:
     """Model turns asked by many rollouts at once, sent to `backend.generate` in batches of at most
-    `max_batch`; one batch at a time, so a backend never runs two `generate`s together."""
+    `max_batch`; one batch at a time, so a backend never runs two `generate`s together.
+
+    A turn whose prompt fills the backend's context (`max_model_len`, where a token backend has one)
+    fails on its own with `ContextFull` (its rollout ends in an error naming the turn) and never
+    goes to the engine, where it would fail the whole batch."""
 
     def __init__(self, backend: Backend, max_batch: int = 256) -> None:
         self.backend = backend
@@ -60,6 +66,7 @@ class TurnBatcher:
             batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
             if not self._waiting:
                 self._wake.clear()
+            batch = [(request, future) for request, future in batch if self._fits(request, future)]
             if not batch:
                 continue
             futures = {request.key: future for request, future in batch}
@@ -77,10 +84,28 @@ class TurnBatcher:
                     if not future.done():
                         future.set_exception(RuntimeError(f"the backend returned no completion for {key}"))
 
+    def _fits(self, request: GenerationRequest, future: asyncio.Future[Any]) -> bool:
+        """Whether the turn's prompt leaves room for a token in the backend's context; if not, its
+        future hears why."""
+        limit = getattr(self.backend, "max_model_len", None)
+        if limit is None or request.prompt_ids is None or len(request.prompt_ids) < limit:
+            return True
+        future.set_exception(
+            ContextFull(
+                f"the conversation has {len(request.prompt_ids)} tokens, the model's context "
+                f"(max_model_len) holds {limit}: no room for another model turn"
+            )
+        )
+        return False
 
-def completion_of(trajectory: Trajectory, tokens: TokenTrajectory | None = None) -> Completion:
+
+def completion_of(
+    trajectory: Trajectory, tokens: TokenTrajectory | None = None, turns: list[Completion] | None = None
+) -> Completion:
     """A trajectory as a completion: the last answer as its text, the trajectory's columns with it,
-    and with `tokens` its token ids, mask and logprobs."""
+    and with `tokens` its token ids, mask and logprobs. With proofs, the model `turns` (as the
+    backend returned them) give theirs: every turn's TOPLOC proofs in turn order, each turn's tokens
+    chunked on their own, and the seeded sampler when every turn was drawn by it."""
     completion = Completion(
         trajectory.final_answer, None, None, trajectory.finish_reason, trajectory=trajectory.columns()
     )
@@ -90,16 +115,21 @@ def completion_of(trajectory: Trajectory, tokens: TokenTrajectory | None = None)
         completion.completion_ids = columns["completion_ids"]
         completion.logprobs = columns["logprobs"]
         completion.completion_mask = columns["completion_mask"]
+    if turns and all(turn.proofs is not None for turn in turns):
+        completion.proofs = [proof for turn in turns for proof in turn.proofs or ()]
+        completion.proof_settings = turns[-1].proof_settings
+        samplers = {turn.sampler for turn in turns}
+        completion.sampler = samplers.pop() if len(samplers) == 1 else None
     return completion
 
 
 class _Rollout:
-    """One sample of a request played: its model turns asked through the batcher, each seeded apart,
-    and on a token backend its tokens kept (`TokenTrajectory`)."""
+    """One sample of a request played: its model turns asked through the batcher, each seeded apart
+    (`turn_seed`), and on a token backend its tokens kept (`TokenTrajectory`)."""
 
     def __init__(self, batcher: TurnBatcher, request: GenerationRequest, sample: int) -> None:
         self.batcher, self.request, self.sample = batcher, request, sample
-        self.turns = 0
+        self.turns: list[Completion] = []  # the backend's completion of each model turn
         self.version: int | None = None  # the oldest weights version that sampled one of its turns
         self.tokens: TokenTrajectory | None = None
         backend = batcher.backend
@@ -108,41 +138,51 @@ class _Rollout:
 
             self.tokens = TokenTrajectory(backend.tokenizer, backend.style)  # type: ignore[attr-defined]
 
-    async def ask(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        """The model's next message (`genesys.environments.ChatFunction`)."""
+    async def _sample(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], prompt_ids: list[int] | None
+    ) -> Completion:
+        from genesys.environments.tokens import turn_seed
+
         request = self.request
-        prompt_ids = None if self.tokens is None else self.tokens.next_prompt(messages, tools or None)
         turn = replace(
-            request, key=f"{request.key}-{self.sample}-{self.turns}", messages=list(messages),
-            sample_indices=[0], seed=request.seed + self.sample + self.turns * TURN_SEED_STRIDE,
+            request, key=f"{request.key}-{self.sample}-{len(self.turns)}", messages=list(messages),
+            sample_indices=[0], seed=turn_seed(request.seed, self.sample, len(self.turns)),
             tools=tools or None, prompt_ids=prompt_ids,
         )  # fmt: skip
-        self.turns += 1
         completion, version = await self.batcher.ask(turn)
+        self.turns.append(completion)
         self.version = version if self.version is None else min(self.version, version)
-        if self.tokens is not None:
-            if completion.completion_ids is None or completion.logprobs is None:
-                raise RuntimeError(
-                    f"backend {self.batcher.backend.name!r} returned a turn without token ids or logprobs"
-                )
-            self.tokens.add_model_turn(
-                completion.completion_ids, completion.logprobs, completion.finish_reason
-            )
+        return completion
+
+    async def ask(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The model's next message (`genesys.environments.ChatFunction`), on a backend without tokens."""
+        completion = await self._sample(messages, tools, None)
         return {"role": "assistant", "content": completion.text}
 
-    async def play(self, environment: type[Environment], task: Task) -> Completion:
-        """The whole rollout, as a completion carrying its trajectory (and tokens)."""
-        from genesys.environments import play, tools_of
+    async def turn_on_tokens(
+        self, prompt_ids: list[int], messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelTurn:
+        """The model's next turn after `prompt_ids` (`genesys.environments.tokens.TurnFunction`)."""
+        from genesys.environments.tokens import ModelTurn
 
-        trajectory = await play(environment, task, self.ask)
-        if self.tokens is not None and trajectory.error is None:
-            schemas = [item.schema for item in tools_of(environment.tools).values()]
-            try:
-                self.tokens.finish(trajectory.messages, schemas or None)
-            except ValueError as exc:  # the closing messages cannot be rendered as appended
-                trajectory.finish_reason = "error"
-                trajectory.error = f"turn {trajectory.turns}: {exc}"
-        return completion_of(trajectory, self.tokens)
+        completion = await self._sample(messages, tools, prompt_ids)
+        if completion.completion_ids is None or completion.logprobs is None:
+            raise RuntimeError(
+                f"backend {self.batcher.backend.name!r} returned a turn without token ids or logprobs"
+            )
+        return ModelTurn(
+            completion.completion_ids, completion.logprobs, completion.finish_reason, completion.text
+        )
+
+    async def play(self, environment: type[Environment], task: Task) -> Completion:
+        """The whole rollout, as a completion carrying its trajectory (and tokens, and proofs)."""
+        from genesys.environments import play
+        from genesys.environments.tokens import play_on_tokens
+
+        if self.tokens is None:
+            return completion_of(await play(environment, task, self.ask))
+        trajectory = await play_on_tokens(environment, task, self.tokens, self.turn_on_tokens)
+        return completion_of(trajectory, self.tokens, self.turns)
 
 
 async def play_batched(

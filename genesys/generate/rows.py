@@ -36,15 +36,24 @@ def requests(plans: Sequence[PlannedTask], config: GenerateConfig) -> Iterator[G
     """One request per planned task: its messages (with the target-length instruction) and the
     samples it lacks, seeded per task."""
     for plan in plans:
-        instruction = (
-            target_instruction(config.target_length_prompt, plan.target_length)
-            if plan.target_length is not None
-            else None
-        )
-        messages = build_messages(plan.row["prompt"], config.system_prompt, instruction)
         yield GenerationRequest(
-            plan.key, messages, plan.missing, request_seed(config.sampling.seed, plan.key), config.sampling
+            plan.key,
+            request_messages(plan, config),
+            plan.missing,
+            request_seed(config.sampling.seed, plan.key),
+            config.sampling,
         )
+
+
+def request_messages(plan: PlannedTask, config: GenerateConfig) -> list[dict[str, str]]:
+    """The messages a single-turn task is asked with: its prompt, the system prompt and the
+    target-length instruction."""
+    instruction = (
+        target_instruction(config.target_length_prompt, plan.target_length)
+        if plan.target_length is not None
+        else None
+    )
+    return build_messages(plan.row["prompt"], config.system_prompt, instruction)
 
 
 def generation_settings(config: GenerateConfig, backend_name: str) -> dict[str, Any]:

@@ -144,19 +144,6 @@ def check_rewardable(plans: Sequence[PlannedTask], reward: RewardConfig) -> None
             raise InputError(f"--verify {reward.describe()}: {problem}")
 
 
-def _check_provable(plans: Sequence[PlannedTask]) -> None:
-    """Refuse `--proofs` for tasks played in an environment: their trajectories get no proofs."""
-    from genesys.plugins.registry import environments
-
-    played = environments()
-    plan = next((p for p in plans if p.row["task_type"] in played), None)
-    if plan is not None:
-        raise InputError(
-            f"--proofs: task {plan.row.get('problem_id') or plan.key!r} is of type {plan.row['task_type']!r}, played in "
-            "an environment; TOPLOC proofs of trajectories are not supported: generate those tasks without --proofs"
-        )
-
-
 def _row_to_generate(plan: PlannedTask) -> dict[str, Any]:
     """What `RowBuilder` will make of `plan`, as far as rewards look at it (the ids come later)."""
     row = {**plan.row, "completion_ids": []}
@@ -232,8 +219,6 @@ def run_generation(config: GenerateConfig, backend: Backend | None = None) -> Ge
             summary.rewards = None if rewards.is_score else RewardMeans()
         summary.tasks = len(plans)
         todo = [p for p in plans if p.missing]
-        if config.proofs is not None:
-            _check_provable(todo)
         if run.retried:
             started = time.monotonic()
             _verify_again(list(run.retried.values()), config, run, summary, rewards)  # type: ignore[arg-type]

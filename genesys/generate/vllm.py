@@ -287,6 +287,11 @@ class VLLMBackend:
             LLM, model=model, tensor_parallel_size=tensor_parallel_size, **args
         ).result()
         self.tokenizer = self.llm.get_tokenizer()
+        # The most tokens a sequence may hold: a multi-turn conversation that fills it ends in an
+        # error of its own rollout (`genesys.generate.episodes.TurnBatcher`), not of its batch.
+        self.max_model_len: int | None = getattr(
+            getattr(getattr(self.llm, "llm_engine", None), "model_config", None), "max_model_len", None
+        )
         self.tensor_parallel_size = tensor_parallel_size
         self.weights_version = 0
         self.proofs = proofs

@@ -163,6 +163,11 @@ class Environment:
     killed when a call passes its deadline: for sync code that may hang for good. The class must then
     be importable by name and its arguments and results picklable. `score` always runs in the
     verification engine, killed at `timeout`.
+
+    `deterministic` says that `reset`, `step` and the tools answer the same messages with the same
+    messages every time: `genesys validate` then replays a trajectory's environment side and checks
+    the row's against it. An environment that draws randomness or reads the world must set it to
+    False; its trajectories are then refused by validation (never accepted unchecked).
     """
 
     task_type: ClassVar[str]
@@ -172,6 +177,7 @@ class Environment:
     tool_timeout: ClassVar[float] = 30.0
     timeout: ClassVar[float] = 30.0
     isolation: ClassVar[str] = "thread"
+    deterministic: ClassVar[bool] = True
 
     def reset(self, task: Task) -> list[dict[str, Any]]:
         """The opening messages: the task's prompt as the user's message."""

@@ -25,7 +25,11 @@ from genesys.proofs.toploc import ChunkErrors
 @dataclass
 class Pending:
     """A row waiting for the model: its ids, its decoded proofs (None when they cannot be checked),
-    problems so far, and the proof settings it recorded (None when they are not allowed)."""
+    problems so far, and the proof settings it recorded (None when they are not allowed).
+
+    A trajectory row is recomputed as its model turns, `parts` (one `Pending` each, see
+    `genesys.proofs.trajectories`); its `completion_ids` are then the model's tokens of every turn and
+    `claimed_logprobs` the row's logprobs of those tokens."""
 
     row: dict[str, Any]
     prompt_ids: list[int]
@@ -35,6 +39,8 @@ class Pending:
     problems: list[Problem]
     settings: ProofConfig | None = None
     sampling_key: SamplingKey | None = None  # None: no sampling proof to check
+    parts: list[Pending] | None = None
+    claimed_logprobs: Any = None  # None: the row's completion_logprobs
 
 
 @dataclass

@@ -20,10 +20,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from genesys.data.attestation import canonical_value
-from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS, Row
+from genesys.schema import RESPONSE_COLUMNS, TASK_COLUMNS, TRAJECTORY_COLUMNS, Row
 
-# What the worker's row contributes: its response, its proofs, and the target length it was asked for.
-WORKER_COLUMNS = (*RESPONSE_COLUMNS, "toploc_proofs", "toploc_config", "sampling_proof", "target_length")
+# What the worker's row contributes: its response, its proofs, the target length it was asked for, and
+# a trajectory's columns and mask (whose environment side validation replays, `genesys.proofs.trajectories`).
+WORKER_COLUMNS = (
+    *RESPONSE_COLUMNS,
+    "toploc_proofs",
+    "toploc_config",
+    "sampling_proof",
+    "target_length",
+    *TRAJECTORY_COLUMNS,
+    "completion_mask",
+)
 _SAMPLE_ID = re.compile(r"([0-9a-f]{20})-(\d+)")
 
 

@@ -30,10 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genesys.config import ExpectedSampling, ProofThresholds, SamplingConfig, ValidateCommand
+from genesys.config import ExpectedSampling, ProofConfig, ProofThresholds, SamplingConfig, ValidateCommand
 from genesys.data.attestation import ATTESTATION_COLUMN, TrustKey
 from genesys.data.identity import with_unique_response_ids
 from genesys.data.runs import FileRun, FileRunSummary
+from genesys.plugins.registry import environments
 from genesys.proofs.checks import (
     SAMPLING_KEYS,
     Expected,
@@ -50,8 +51,18 @@ from genesys.proofs.checks import (
     stop_problems,
 )
 from genesys.proofs.recompute import Pending, Recomputed, recomputer
-from genesys.proofs.sampling import margin_problem, sampling_key, sampling_proven
+from genesys.proofs.sampling import SamplingKey, margin_problem, sampling_key, sampling_proven
 from genesys.proofs.toploc import ChunkErrors, ProofError, decode_proofs, require_toploc
+from genesys.proofs.trajectories import (
+    environment_problem,
+    is_trajectory,
+    mask_problem,
+    merged,
+    replay_problems,
+    turn_parts,
+    turn_problems,
+    turn_proofs,
+)
 from genesys.proofs.trusted_tasks import TrustedTasks
 from genesys.schema import SchemaError, parse_json_field
 from genesys.ui.progress import RunProgress
@@ -93,6 +104,7 @@ class Validator:
             self.model.hidden_size,
         )
         self._prompt_ids: dict[tuple[str, int | None], list[int]] = {}
+        self.environments = environments()
 
     def prepare(self, row: dict[str, Any]) -> Pending | dict[str, Any]:
         """A row needing the model, or the row finished already (no proofs, or unusable ids). With a
@@ -125,58 +137,94 @@ class Validator:
         if key is not None:  # the trusted settings from here on, and in the row written
             sampling = RowSampling(**{name: getattr(self.expected.sampling, name) for name in SAMPLING_KEYS})
             row["generation_config"] = generation_config | asdict(sampling)
-            problems += self._task_prompt_problems(row, key, prompt_ids, generation_config)
-        else:
-            problems += [p for p in [prompt_problem(tokenizer, prompt_ids, row.get("prompt"))] if p]
         settings = proof_settings(toploc_config, self.expected)  # the row's own, if allowed
         if isinstance(settings, Problem):
             problems.append(settings)
+            settings = None
+        sampling_proof = sampling_key(row, self.config.expect, self.config.proofs.require_sampling)
+        if isinstance(sampling_proof, Problem):
+            problems.append(sampling_proof)
+            sampling_proof = None
+        if is_trajectory(row, self.environments):  # its prompt is checked by the replay
+            if key is not None:
+                target = self._target_length(row, key, generation_config)
+                found = target if isinstance(target, Problem) else target.problem
+                problems += [found] if found is not None else []
+            return self._prepare_trajectory(row, sampling, settings, sampling_proof, problems)
+        if key is not None:
+            problems += self._task_prompt_problems(row, key, prompt_ids, generation_config)
+        else:
+            problems += [p for p in [prompt_problem(tokenizer, prompt_ids, row.get("prompt"))] if p]
         problems += stop_problems(
             completion_ids, row.get("finish_reason"), sampling.max_tokens, self.model.stop_ids
         )
         problems += [p for p in [decode_problem(tokenizer, completion_ids, row.get("llm_response"))] if p]
         proofs = None
-        if not isinstance(settings, Problem):
+        if settings is not None:
             try:
                 proofs = decode_proofs(row["toploc_proofs"], len(completion_ids), settings)
             except ProofError as exc:
                 problems.append(Problem("proof_format", str(exc)))
-        key = sampling_key(row, self.config.expect, self.config.proofs.require_sampling)
-        if isinstance(key, Problem):
-            problems.append(key)
+        return Pending(
+            row, list(prompt_ids), list(completion_ids), sampling, proofs, problems, settings, sampling_proof
+        )
+
+    def _prepare_trajectory(
+        self,
+        row: dict[str, Any],
+        sampling: RowSampling,
+        settings: ProofConfig | None,
+        key: SamplingKey | None,
+        problems: list[Problem],
+    ) -> Pending | dict[str, Any]:
+        """A trajectory row needing the model, its environment side replayed and found to be the
+        row's (`genesys.proofs.trajectories`), or the row finished as invalid."""
+        environment = self.environments.get(row.get("task_type"))
+        prompt_ids, completion_ids = list(row["prompt_ids"]), list(row["completion_ids"])
+        claimed = row.get("completion_logprobs")
+        found = environment_problem(row, environment) or mask_problem(
+            row.get("completion_mask"), claimed, len(completion_ids)
+        )
+        if found is not None:
+            return _finish(row, False, [*problems, found], {})
+        turns, found_problems = replay_problems(
+            row, environment, self.model.tokenizer, self.config.style, self.model.stop_ids
+        )
+        problems += found_problems
+        if turns is None:
+            return _finish(row, False, problems, {})
+        problems += turn_problems(completion_ids, turns, sampling.max_tokens, self.model.stop_ids)
+        proofs = None if settings is None else turn_proofs(row["toploc_proofs"], turns, settings)
+        if isinstance(proofs, Problem):
+            problems.append(proofs)
+            proofs = None
+        model_positions = [position for start, end in turns for position in range(start, end)]
         return Pending(
             row,
-            list(prompt_ids),
-            list(completion_ids),
+            prompt_ids,
+            [completion_ids[position] for position in model_positions],
             sampling,
-            proofs,
+            None if proofs is None else [proof for turn in proofs for proof in turn],
             problems,
-            None if isinstance(settings, Problem) else settings,
-            None if isinstance(key, Problem) else key,
+            settings,
+            key,
+            parts=turn_parts(row, prompt_ids, completion_ids, turns, sampling, proofs, settings, key),
+            claimed_logprobs=claimed
+            if claimed_logprobs_problem(claimed, len(completion_ids))
+            else [claimed[position] for position in model_positions],
         )
 
     def _task_prompt_problems(
         self, row: dict[str, Any], key: str, prompt_ids: Sequence[int], generation_config: dict[str, Any]
     ) -> list[Problem]:
         """Whether `prompt_ids` are the trusted task's prompt as `genesys generate` renders it (system
-        prompt, target-length instruction, chat template, continuation prefix); the row's
-        `target_length` is set to the one the trusted settings give it."""
-        from genesys.tasks.prompts import pick_target_length
-
-        data, problems = self.config.data, []
-        claimed = row.pop("target_length", None)
-        target = None
-        if data.target_lengths:
-            seed = generation_config.get("seed")
-            if not isinstance(seed, int) or isinstance(seed, bool):
-                return [Problem("task", "generation_config has no integer seed to pick the target length by")]
-            target = row["target_length"] = pick_target_length(data.target_lengths, key, seed)
-        if claimed != target:
-            given = f"{target} for its task and seed" if target is not None else "none (no --target-lengths)"
-            problems.append(
-                Problem("task", f"target_length {claimed!r}, where the trusted settings give {given}")
-            )
-        if list(prompt_ids) != self._trusted_prompt_ids(key, row["prompt"], target):
+        prompt, target-length instruction, chat template, continuation prefix), and the row's
+        `target_length` the trusted one (`_target_length`)."""
+        target = self._target_length(row, key, generation_config)
+        if isinstance(target, Problem):
+            return [target]
+        problems = [] if target.problem is None else [target.problem]
+        if list(prompt_ids) != self._trusted_prompt_ids(key, row["prompt"], target.value):
             problems.append(
                 Problem(
                     "task",
@@ -185,6 +233,28 @@ class Validator:
                 )
             )
         return problems
+
+    def _target_length(
+        self, row: dict[str, Any], key: str, generation_config: dict[str, Any]
+    ) -> _Target | Problem:
+        """The target length the trusted settings give the row's task (set as its `target_length`),
+        and the problem when the row claimed another; a Problem when it cannot be picked."""
+        from genesys.tasks.prompts import pick_target_length
+
+        data = self.config.data
+        claimed = row.pop("target_length", None)
+        target = None
+        if data.target_lengths:
+            seed = generation_config.get("seed")
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                return Problem("task", "generation_config has no integer seed to pick the target length by")
+            target = row["target_length"] = pick_target_length(data.target_lengths, key, seed)
+        if claimed == target:
+            return _Target(target, None)
+        given = f"{target} for its task and seed" if target is not None else "none (no --target-lengths)"
+        return _Target(
+            target, Problem("task", f"target_length {claimed!r}, where the trusted settings give {given}")
+        )
 
     def _trusted_prompt_ids(self, key: str, prompt: str, target: int | None) -> list[int]:
         from genesys.tasks.prompts import build_messages, render_ids, target_instruction
@@ -199,8 +269,16 @@ class Validator:
         return self._prompt_ids[key, target]
 
     def run(self, batch: Sequence[Pending]) -> list[dict[str, Any]]:
-        """The batch recomputed at once; each row finished with its proof and logprob checks."""
-        return [self._judge(item, recomputed) for item, recomputed in zip(batch, self.model.recompute(batch))]
+        """The batch recomputed at once (a trajectory as its model turns); each row finished with its
+        proof and logprob checks."""
+        recomputed = iter(self.model.recompute([part for item in batch for part in item.parts or [item]]))
+        return [
+            self._judge(
+                item,
+                next(recomputed) if item.parts is None else merged([next(recomputed) for _ in item.parts]),
+            )
+            for item in batch
+        ]
 
     def _judge(self, item: Pending, recomputed: Recomputed) -> dict[str, Any]:
         problems = list(item.problems)
@@ -214,7 +292,9 @@ class Validator:
                         f"{errors['failed_chunks']} of {len(recomputed.chunks)} chunks beyond the TOPLOC thresholds",
                     )
                 )
-        claimed = item.row.get("completion_logprobs")
+        claimed = (
+            item.row.get("completion_logprobs") if item.claimed_logprobs is None else item.claimed_logprobs
+        )
         malformed = claimed_logprobs_problem(claimed, len(item.completion_ids))
         if malformed is not None:
             problems.append(malformed)
@@ -228,6 +308,14 @@ class Validator:
             errors.update(measured)
             problems += [problem] if problem else []
         return _finish(item.row, not problems, problems, errors)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A trusted target length (None: none) and the problem with the row's claim."""
+
+    value: int | None
+    problem: Problem | None
 
 
 def _token_list(value: Any, vocab_size: int, allow_empty: bool = False) -> bool:

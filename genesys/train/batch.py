@@ -44,6 +44,7 @@ class TrainingSequence:
     old_logprobs: list[float] | None = None
     staleness: int = 0
     completion_mask: list[int] | None = None
+    max_model_tokens: int | None = None  # the most model tokens it could hold (dr_grpo's constant)
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.behaviour_logprobs):

@@ -9,8 +9,10 @@ Per completion token t with advantage A and ratio rho = exp(logp_new - logp_old)
 
   Its branches: A > 0 and rho > 1 + eps_high is clipped (no gradient); A < 0 and rho < 1 - eps_low
   is clipped; A < 0 and rho > delta is bounded at delta * A (no gradient); everything else is rho * A.
-- `dr_grpo`: the same token loss, summed and divided by a constant (sequences x sampling.max_tokens,
-  `loss_denominator`) instead of the batch's token count, with advantages never scaled by the std.
+- `dr_grpo`: the same token loss, summed and divided by a constant (the most model tokens the batch's
+  sequences could hold: sampling.max_tokens for a completion, max_turns x sampling.max_tokens for a
+  trajectory, `loss_denominator`) instead of the batch's token count, with advantages never scaled
+  by the std.
 - `gspo` (`gspo_token_loss`): one ratio per sequence, s = exp(mean_t(logp_new - logp_old)), clipped
   to [1 - eps_low, 1 + eps_high] as PPO clips; each token carries s and the gradient of s.
 - `cispo` (`cispo_token_loss`): loss_t = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * logp_new:
@@ -158,14 +160,13 @@ def policy_token_loss(
     raise ValueError(f"loss type must be grpo, dr_grpo, gspo or cispo, got {loss_type!r}")
 
 
-def loss_denominator(
-    loss_type: str, normalize: str, tokens: float, sequences: float, max_tokens: int
-) -> float:
-    """What the summed losses of a batch are divided by: its completion `tokens` (normalize
-    "token"), its `sequences` ("sequence", each already a mean over its tokens), or for dr_grpo the
-    constant `sequences * max_tokens`, the same for every batch of that size whatever its lengths."""
+def loss_denominator(loss_type: str, normalize: str, tokens: float, sequences: float, budget: float) -> float:
+    """What the summed losses of a batch are divided by: its model `tokens` (normalize "token"), its
+    `sequences` ("sequence", each already a mean over its tokens), or for dr_grpo the constant
+    `budget`, the most model tokens its sequences could hold (`sequences * max_tokens` for single
+    completions), the same for every batch of those sequences whatever their lengths."""
     if loss_type == "dr_grpo":
-        value = sequences * max_tokens
+        value = budget
     else:
         value = tokens if normalize == "token" else sequences
     return max(value, 1.0)

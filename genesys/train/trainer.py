@@ -149,6 +149,7 @@ class StepBatch:
     slice_tokens: list[float] = field(default_factory=list)  # per mini-batch, over all ranks
     slice_sequences: list[float] = field(default_factory=list)
     used: int = 0  # optimizer steps taken on this batch so far
+    slice_budgets: list[float] = field(default_factory=list)  # most model tokens (dr_grpo), per mini-batch
 
 
 def train(config: Any, trainer: type[Trainer] | None = None) -> TrainResult:
@@ -511,12 +512,13 @@ class Trainer:
     def _loss_denominator(self, batch: StepBatch, part: int) -> float:
         """What the summed token losses of mini-batch `part` of a batch are divided by (over all ranks)."""
         loss = self.config.loss
+        budget = (
+            batch.slice_budgets[part]
+            if batch.slice_budgets
+            else batch.slice_sequences[part] * self.config.sampling.max_tokens  # a batch saved without
+        )
         return loss_denominator(
-            loss.type,
-            loss.normalize,
-            batch.slice_tokens[part],
-            batch.slice_sequences[part],
-            self.config.sampling.max_tokens,
+            loss.type, loss.normalize, batch.slice_tokens[part], batch.slice_sequences[part], budget
         )
 
     def _prepare_model(self) -> None:
@@ -575,6 +577,7 @@ class Trainer:
                 advantage,
                 staleness=_staleness(row, self.step),
                 completion_mask=None if row.get("completion_mask") is None else list(row["completion_mask"]),
+                max_model_tokens=_model_token_budget(row, self.config.sampling.max_tokens),
             )
             for row, advantage in kept
         ]
@@ -584,16 +587,28 @@ class Trainer:
     def _step_batch(
         self, sequences: list[TrainingSequence], stats: dict[str, float], extra: dict[str, Any] | None = None
     ) -> StepBatch:
-        """A batch of this rank's `sequences`, with the completion tokens and sequences of the whole
-        batch and of each of its `optim.mini_batches` interleaved slices, summed over all ranks."""
+        """A batch of this rank's `sequences`, with the model tokens and sequences of the whole batch
+        and, for each of its `optim.mini_batches` interleaved slices, its model tokens, sequences and
+        model-token budget (`TrainingSequence.max_model_tokens`), summed over all ranks."""
         parts = self.config.optim.mini_batches
         local = [float(sum(s.model_tokens for s in sequences)), float(len(sequences))]
         for part in range(parts):
             chunk = sequences[part::parts]
-            local += [float(sum(s.model_tokens for s in chunk)), float(len(chunk))]
+            local += [
+                float(sum(s.model_tokens for s in chunk)),
+                float(len(chunk)),
+                float(sum(s.max_model_tokens or 0 for s in chunk)),
+            ]
         summed = self.world.sum(local)
         return StepBatch(
-            sequences, stats, summed[0], summed[1], extra or {}, list(summed[2::2]), list(summed[3::2])
+            sequences,
+            stats,
+            summed[0],
+            summed[1],
+            extra or {},
+            list(summed[2::3]),
+            list(summed[3::3]),
+            slice_budgets=list(summed[4::3]),
         )
 
     def _chunks(self, sequences: list[TrainingSequence]) -> list[list[TrainingSequence]]:
@@ -1008,6 +1023,7 @@ def _batch_state(batch: StepBatch | None) -> dict[str, Any] | None:
         "extra": batch.extra,
         "slice_tokens": batch.slice_tokens,
         "slice_sequences": batch.slice_sequences,
+        "slice_budgets": batch.slice_budgets,
         "used": batch.used,
     }
 
@@ -1024,6 +1040,7 @@ def _batch_from_state(state: dict[str, Any] | None) -> StepBatch | None:
         state.get("slice_tokens", [state["tokens"]]),
         state.get("slice_sequences", [state["sequences_total"]]),
         state.get("used", 0),
+        state.get("slice_budgets", []),
     )
 
 
@@ -1043,13 +1060,36 @@ def _record_mismatch(totals: dict[str, float], logprobs: torch.Tensor, micro: Mi
         totals["mismatch_stale"] = max(totals["mismatch_stale"], float(per_sequence[stale].max()))
 
 
+def _model_token_budget(row: Row, max_tokens: int) -> int:
+    """The most model tokens `row` could hold: `max_tokens` for a completion; for a trajectory
+    (`completion_mask`), `max_tokens` per turn of its environment's `max_turns` (of its model turns
+    when no installed environment plays its task type)."""
+    mask = row.get("completion_mask")
+    if mask is None:
+        return max_tokens
+    from genesys.environments.tokens import model_spans
+    from genesys.plugins.registry import environments
+
+    environment = environments().get(row.get("task_type"))
+    turns = environment.max_turns if environment is not None else len(model_spans(list(mask)))
+    return max_tokens * max(turns, 1)
+
+
 def _truncated(row: Row, max_tokens: int) -> bool:
-    """Whether the completion was cut at the token limit (its finish reason, else its length). A
-    trajectory (`completion_mask`) ends as its environment says (done, max_turns, error), never so."""
+    """Whether the rollout was cut: a completion at the token limit (its finish reason, else its
+    length); a trajectory (`completion_mask`) at its environment's `max_turns`, or with its last model
+    turn at the token limit (the answer the environment judged was cut)."""
+    mask = row.get("completion_mask")
+    if mask is not None:
+        from genesys.environments.tokens import model_spans
+
+        spans = model_spans(list(mask))
+        last_turn = spans[-1][1] - spans[-1][0] if spans else 0
+        return row.get("finish_reason") == "max_turns" or last_turn >= max_tokens
     reason = row.get("finish_reason")
     if reason is not None:
         return reason == "length"
-    return row.get("completion_mask") is None and len(row["completion_ids"]) >= max_tokens
+    return len(row["completion_ids"]) >= max_tokens
 
 
 def _staleness(row: Row, step: int) -> int:
