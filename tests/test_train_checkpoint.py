@@ -220,3 +220,24 @@ def test_a_model_larger_than_one_file_is_written_a_file_at_a_time_and_loads_as_i
     a, b = (AutoModelForCausalLM.from_pretrained(path) for path in (whole, split))
     assert a.state_dict().keys() == b.state_dict().keys()
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+
+
+def test_a_checkpoint_written_before_any_update_leaves_the_first_update_as_it_was(
+    tiny_model, tmp_path, rollouts, straight
+):
+    """torch gives an optimizer without state its state by a step at learning rate 0: AdamW's step
+    count became 1, and the run's first real update was AdamW's second (another bias correction), so a
+    run that wrote a checkpoint before its first update (e.g. after a skipped step) trained otherwise."""
+    from genesys.train.distributed import close_world, init_world
+    from genesys.train.trainer import Trainer
+
+    out = tmp_path / "early"
+    world = init_world()
+    try:
+        with Trainer(config(tiny_model, out, rollouts, 3), world) as trainer:
+            trainer.save_checkpoint()  # step 0: nothing trained yet
+            assert all(float(state["step"]) == 0 for state in trainer.optimizer.state.values())
+            trainer.run()
+    finally:
+        close_world(world)
+    assert_same_weights(load_file(out / "final" / "model.safetensors"), straight)

@@ -849,10 +849,16 @@ class Trainer:
         it trains and the persistent buffers (not the frozen weights of a LoRA base, which come from
         the pretrained model), `optimizer.NAME.KEY` for AdamW's moments and step counts; and the
         optimizer's parameter groups (hyperparameters, parameters by name). The tensors are the
-        model's and optimizer's own (an optimizer without state yet gets it, all zeros)."""
+        model's and optimizer's own. An optimizer without state yet gets it, all zeros: torch makes it
+        by a step of learning rate 0 on zero gradients, whose step count is set back to 0 here (else the
+        first real update would be AdamW's second, with another bias correction)."""
+        fresh = not self.optimizer.state
         model_state, optimizer_state = get_state_dict(
             self.model, self.optimizer, options=StateDictOptions(ignore_frozen_params=True)
         )
+        if fresh:
+            for values in [*self.optimizer.state.values(), *optimizer_state["state"].values()]:
+                values["step"] = torch.zeros_like(values["step"]) if torch.is_tensor(values["step"]) else 0
         own = {name for name, _ in self.model.named_parameters()} | {
             name for name, _ in self.model.named_buffers()
         }  # an output layer tied to the embeddings is kept once, under the embeddings' name
