@@ -331,7 +331,9 @@ def test_trajectories_played_on_vllm_carry_proofs_of_every_turn_that_validate(
         max_tokens=20,
         backend=engine,
     )
-    assert len(rows) == 6 and all(row["turns"] == 2 and 0 in row["completion_mask"] for row in rows)
+    assert len(rows) == 6 and all(row["turns"] == 2 and 0 in row["completion_mask"] for row in rows), [
+        (row.get("turns"), row.get("trajectory_error"), row.get("finish_reason")) for row in rows
+    ]
     on_transformers = validate(model, tmp_path / "rows.jsonl", tmp_path / "validated.jsonl")
     assert all(row["toploc_valid"] and row["sampling_proven"] for row in on_transformers), [
         row["toploc_reason"] for row in on_transformers
