@@ -117,7 +117,10 @@ class LocalSandbox(Sandbox):
         where its zygote's pages are in the cache, and sandboxes with CPUs of their own do not
         crowd one another. Without a free CPU the runner runs wherever the scheduler puts it."""
         if self._cpu_lease is not None:
-            os.sched_setaffinity(0, {self._cpu_lease.cpu})
+            try:
+                os.sched_setaffinity(0, {self._cpu_lease.cpu})
+            except OSError:
+                pass  # gone offline since: a matter of speed only
         self.prepare_child()
 
     @abc.abstractmethod
