@@ -19,7 +19,7 @@ from test_sandbox_backends import backend_skip_reason
 from test_sandbox_lifecycle import wait_until
 
 from genesys.sandbox.base import SandboxUnavailable
-from genesys.sandbox.leases import RunLease, UidLease
+from genesys.sandbox.leases import RunLease, UidLease, lease_cpu
 
 # A range of uids nothing else leases, in a lease directory of the test's own.
 FIRST = 90000
@@ -169,6 +169,18 @@ def test_uid_leases_in_one_process_differ_and_free_on_release(lease_dir: Path) -
     assert sorted(os.listdir(lease_dir / "uids")) == [f"{FIRST}.lock", f"{FIRST + 1}.lock"]  # files stay
 
 
+def test_cpu_leases_differ_none_when_all_are_taken_and_free_on_release(lease_dir: Path) -> None:
+    first, second = lease_cpu({3, 5}), lease_cpu({5, 3})
+    assert first is not None and second is not None
+    assert (first.cpu, second.cpu) == (3, 5)
+    assert lease_cpu({3, 5}) is None  # every CPU taken: nothing held, the runner is not pinned
+    first.release()
+    again = lease_cpu({3, 5})
+    assert again is not None and again.cpu == 3
+    again.release()
+    second.release()
+
+
 def test_uid_held_in_another_pid_namespace_is_not_handed_out(lease_dir: Path, pid_namespaces: None) -> None:
     with in_pid_namespace(HOLDER, "uid", str(FIRST), "2") as (holder, (held,)):
         with UidLease(FIRST, 2) as mine:
@@ -263,6 +275,39 @@ def test_a_closed_sandbox_gives_its_uid_back(kind: str, lease_dir: Path) -> None
     finally:
         sandbox.close()
     assert uid_free(uid)
+
+
+@pytest.mark.bwrap
+def test_a_bwrap_sandbox_runs_on_a_cpu_of_its_own_and_gives_it_back(lease_dir: Path) -> None:
+    """Two sandboxes at once run their programs on two different single CPUs (where the host has two
+    to lend); a closed sandbox's CPU goes to the next one."""
+    reason = backend_skip_reason("bwrap")
+    if reason:
+        pytest.skip(reason)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    from genesys.sandbox.backends import open_sandbox
+    from genesys.sandbox.base import Submission
+
+    program = "import os; print(*sorted(os.sched_getaffinity(0)))"
+
+    def cpus_of(sandbox: object) -> list[int]:
+        result = sandbox.run(Submission("python", program, [{"type": "stdin_stdout", "input": ""}]))  # type: ignore[attr-defined]
+        return [int(word) for word in result.tests[0]["stdout"].split()]
+
+    first, second = open_sandbox("bwrap"), open_sandbox("bwrap")
+    try:
+        mine, theirs = cpus_of(first), cpus_of(second)
+        assert len(mine) == 1 and len(theirs) == 1 and mine != theirs
+        first.close()
+        third = open_sandbox("bwrap")
+        try:
+            assert cpus_of(third) == mine
+        finally:
+            third.close()
+    finally:
+        first.close()
+        second.close()
 
 
 @pytest.fixture

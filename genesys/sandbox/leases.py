@@ -139,6 +139,27 @@ class UidLease(_Lease):
         )
 
 
+class CpuLease(_Lease):
+    """One CPU that no other sandbox on this host holds at once (see `lease_cpu`)."""
+
+    def __init__(self, cpu: int, fd: int) -> None:
+        self.cpu = cpu
+        super().__init__(fd)
+
+
+def lease_cpu(cpus: Collection[int]) -> CpuLease | None:
+    """The lowest CPU of `cpus` no other sandbox on this host holds, or None when all are held."""
+    directory = lease_dir("cpus")
+    for cpu in sorted(cpus):
+        fd = _open_lock_file(os.path.join(directory, f"{cpu}.lock"))
+        if fd is None:
+            continue
+        if _try_lock(fd):
+            return CpuLease(cpu, fd)
+        os.close(fd)
+    return None
+
+
 class RunLease(_Lease):
     """A fresh run id, held for the lease's lifetime so other jobs on this host can tell it is live."""
 
