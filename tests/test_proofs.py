@@ -37,6 +37,7 @@ from genesys.testing.tampering import (  # noqa: E402
     perturbed_model,
     read_rows,
     swap_token,
+    validate_tiny,
     write_tasks,
 )
 
@@ -66,19 +67,9 @@ def validate(
     model: str, rows: list[dict[str, Any]], work: Path, name: str, **settings: Any
 ) -> list[dict[str, Any]]:
     """`rows` validated against `model` with the tiny model's proof settings and thresholds."""
-    output = work / f"{name}-validated.jsonl"
-    config = ValidateCommand(
-        inputs=[str(write(work / f"{name}.jsonl", rows))],
-        model=model,
-        output=str(output),
-        backend="transformers",
-        progress=False,
-        proofs=TINY_PROOF_POLICY,
-        thresholds=TINY_THRESHOLDS,
-        **settings,
+    return validate_tiny(
+        model, write(work / f"{name}.jsonl", rows), work / f"{name}-validated.jsonl", **settings
     )
-    validate_files(config)
-    return read_rows(output)
 
 
 def assert_all_rejected_by(rows: list[dict[str, Any]], category: str) -> None:

@@ -15,13 +15,13 @@ pytest.importorskip("toploc", reason="toploc is not installed (see the proofs ex
 pytest.importorskip("transformers")
 
 import genesys  # noqa: E402
-from genesys.config import PromptStyle, SamplingConfig, ValidateCommand  # noqa: E402
+from genesys.config import PromptStyle, SamplingConfig  # noqa: E402
 from genesys.environments.replay import replay  # noqa: E402
 from genesys.environments.tokens import model_spans, turn_seed  # noqa: E402
 from genesys.generate.backend import Completion, GenerationRequest, GenerationResult  # noqa: E402
 from genesys.generate.episodes import play_batched  # noqa: E402
 from genesys.testing.digits import DigitTurns, digit_tasks  # noqa: E402
-from genesys.testing.tampering import TINY_PROOF_POLICY, TINY_PROOFS, TINY_THRESHOLDS, read_rows  # noqa: E402
+from genesys.testing.tampering import TINY_PROOFS, read_rows, validate_tiny  # noqa: E402
 
 PLUGINS = "genesys.testing.digits"
 
@@ -72,23 +72,9 @@ def honest(tiny_model: str, work: Path, digits_plugin: None) -> list[dict[str, A
 def validate(model: str, rows: list[dict[str, Any]], work: Path, name: str, **settings: Any) -> list[dict]:
     import orjson
 
-    from genesys.proofs.validate import validate_files
-
     path = work / f"{name}.jsonl"
     path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
-    output = work / f"{name}-validated.jsonl"
-    config = ValidateCommand(
-        inputs=[str(path)],
-        model=model,
-        output=str(output),
-        backend="transformers",
-        progress=False,
-        proofs=TINY_PROOF_POLICY,
-        thresholds=TINY_THRESHOLDS,
-        **settings,
-    )
-    validate_files(config)
-    return read_rows(output)
+    return validate_tiny(model, path, work / f"{name}-validated.jsonl", **settings)
 
 
 def assert_rejected(rows: list[dict[str, Any]], *categories: str) -> None:

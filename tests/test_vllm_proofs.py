@@ -34,6 +34,7 @@ from genesys.testing.tampering import (  # noqa: E402
     read_rows,
     swap_token,
     teacher_forced,
+    validate_tiny,
     write_tasks,
 )
 
@@ -67,18 +68,7 @@ def engine(model: str):
 
 
 def validate(model: str, rows_path: Path, output: Path) -> list[dict[str, Any]]:
-    validate_files(
-        ValidateCommand(
-            inputs=[str(rows_path)],
-            model=model,
-            output=str(output),
-            backend="transformers",
-            progress=False,
-            proofs=TINY_PROOF_POLICY,
-            thresholds=TINY_THRESHOLDS,
-        )
-    )
-    return read_rows(output)
+    return validate_tiny(model, rows_path, output)
 
 
 def preemptions(engine: Any) -> float:

@@ -88,6 +88,27 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
+def validate_tiny(model: str, rows_path: Path, output: Path, **settings: Any) -> list[dict[str, Any]]:
+    """The rows of `rows_path` validated against `model` on transformers with the tiny model's proof
+    settings and thresholds (`settings`: more `ValidateCommand` fields), as `output` holds them."""
+    from genesys.config import ValidateCommand
+    from genesys.proofs.validate import validate_files
+
+    validate_files(
+        ValidateCommand(
+            inputs=[str(rows_path)],
+            model=model,
+            output=str(output),
+            backend="transformers",
+            progress=False,
+            proofs=TINY_PROOF_POLICY,
+            thresholds=TINY_THRESHOLDS,
+            **settings,
+        )
+    )
+    return read_rows(output)
+
+
 def perturbed_model(
     source: str,
     target: Path,
