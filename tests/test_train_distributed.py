@@ -258,7 +258,7 @@ def test_a_checkpoint_of_two_processes_resumes_in_one_and_one_of_one_process_in_
 
 
 SHARD_PROBE = """
-import json, sys, torch
+import json, os, sys, torch
 from pathlib import Path
 from genesys.train.checkpoint import load_shards, save_shards
 from genesys.train.distributed import close_world, init_world
@@ -282,7 +282,9 @@ else:
     tensors["count"] = torch.tensor(0.0)
     load_shards(Path(sys.argv[2]).parent, tensors)
 values = {name: full_tensor(parameter.detach()).tolist() for name, parameter in model.named_parameters()}
-print("VALUES", world.rank, json.dumps({**values, "count": float(tensors["count"])}))
+# one write of the whole line: the ranks share one pipe, and print's separate write of the newline
+# let another rank's line start in the middle of this one
+os.write(1, f"VALUES {world.rank} {json.dumps({**values, 'count': float(tensors['count'])})}\\n".encode())
 close_world(world)
 """
 
@@ -378,7 +380,7 @@ def test_only_rank_0_reads_the_pretrained_model_the_other_ranks_hold_their_shard
 
 
 SHARDING_PROBE = """
-import json, sys, torch
+import json, os, sys, torch
 from genesys.train.distributed import close_world, init_world
 from genesys.train.loading import sharded_pretrained
 from genesys.train.parallel import clip_grad_norm, device_mesh, local_tensor
@@ -401,7 +403,7 @@ for strategy in ("fsdp2", "ddp"):
         "optimizer": local(s["exp_avg"] for s in optimizer.state.values()),
         "norm": norm,
     }
-print("REPORT", world.rank, json.dumps(report))
+os.write(1, f"REPORT {world.rank} {json.dumps(report)}\\n".encode())  # one write: the ranks share a pipe
 close_world(world)
 """
 
