@@ -436,10 +436,8 @@ def test_ray_generate_plays_environment_tasks_on_the_actors_with_token_trajector
     from dataclasses import replace
 
     pytest.importorskip("toploc")
-    from genesys.config import ValidateCommand
     from genesys.generate.runner import run_generation
-    from genesys.proofs.validate import validate_files
-    from genesys.testing.tampering import TINY_PROOF_POLICY, TINY_PROOFS, TINY_THRESHOLDS
+    from genesys.testing.tampering import TINY_PROOFS, validate_tiny
 
     tasks = digit_tasks(tmp_path / "tasks.jsonl", count=6, task_type=TURNS_TASK_TYPE)
     output = tmp_path / "ray.jsonl"
@@ -447,19 +445,8 @@ def test_ray_generate_plays_environment_tasks_on_the_actors_with_token_trajector
         tiny_model, tasks, output, "transformers", {"backend": "ray", "rollout_workers": 2}, n=2, max_tokens=6
     )
     assert run_generation(replace(config, proofs=TINY_PROOFS)).generated == 12
-    validated = tmp_path / "validated.jsonl"
-    validate_files(
-        ValidateCommand(
-            inputs=[str(output)],
-            model=tiny_model,
-            output=str(validated),
-            backend="transformers",
-            progress=False,
-            proofs=TINY_PROOF_POLICY,
-            thresholds=TINY_THRESHOLDS,
-        )
-    )
-    assert all(row["toploc_valid"] and row["sampling_proven"] for row in read_jsonl(validated))
+    validated = validate_tiny(tiny_model, output, tmp_path / "validated.jsonl")
+    assert all(row["toploc_valid"] and row["sampling_proven"] for row in validated)
     rows = read_jsonl(output)
     assert len(rows) == 12 and all(row["machine_info"]["ray_actors"] == 2 for row in rows)
     for row in rows:
