@@ -34,6 +34,9 @@ BUILTIN_COMMANDS = {
     "sandbox": "genesys.cli.sandbox:group",
     "version": "genesys.cli.version:command",
 }
+# Commands that fork verification workers at once: their fork server starts before they import and
+# read their input (see genesys.verification.fork_server).
+EARLY_FORK_SERVER = {"verify"}
 
 
 class GenesysGroup(click.Group):
@@ -147,6 +150,10 @@ def _run(argv: Sequence[str] | None) -> int:
     _show_plugin_warnings_as_one_line()
     args = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in args if not arg.startswith("-")), "genesys")
+    if command in EARLY_FORK_SERVER and not {"-h", "--help"} & set(args):
+        from genesys.verification.fork_server import start_early
+
+        start_early()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default", ConfigDeprecationWarning)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import multiprocessing
 import threading
 import traceback
 from collections.abc import Callable
@@ -131,9 +130,9 @@ class InProcess:
     async def start(self, timeout: float) -> None:
         """Start the process and build the environment there, within `timeout` seconds (and
         `PROCESS_START_S` more for the process to import what it needs)."""
-        from genesys.verification.engine import environment_changes
+        from genesys.verification.fork_server import environment_changes, fork_context
 
-        context = multiprocessing.get_context("forkserver")
+        context = fork_context()
         self.conn, child = context.Pipe()
         self.process = context.Process(
             target=_serve,

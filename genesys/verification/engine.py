@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import multiprocessing as mp
 import os
 import queue
 import threading
@@ -29,6 +28,7 @@ from genesys.config import VerifyConfig
 from genesys.errors import InputError
 from genesys.plugins.specs import Verifier, typed_options, unknown_options
 from genesys.schema import ErrorKind, VerifyError, completion_problem
+from genesys.verification.fork_server import WORKER_MODULE, environment_changes, fork_context
 from genesys.verification.pool import VerificationPool
 from genesys.verification.stats import TypeStats
 from genesys.verification.task_types import unknown_type_error
@@ -176,8 +176,9 @@ class VerificationEngine(VerificationPool):
         for cls in used:  # a typed option with a bad value is refused here, before any work
             typed_options(cls, self.config.verifier_options())
         self._stats: dict[str, TypeStats] = {}
-        self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(preload_modules(self.classes, expected_types))
+        self._ctx = fork_context(
+            preload_modules(self.classes, expected_types), declared_preloads(self.classes, expected_types)
+        )
         self._workers: list[_Worker] = []
         self._retired: list[_Worker] = []  # stopped after max_rows_per_worker, still tearing down
         self._rows: dict[int, tuple[Hashable, dict[str, Any]]] = {}
@@ -462,36 +463,27 @@ class VerificationEngine(VerificationPool):
         worker.inflight.append(batch)
 
 
+def declared_preloads(
+    classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None
+) -> set[str]:
+    """The `preload` the verifiers of `expected_types` (all of them when None) declare: modules too
+    heavy for each worker to import again."""
+    return {
+        module
+        for task_type, cls in classes.items()
+        if expected_types is None or task_type in expected_types
+        for module in cls.preload
+    }
+
+
 def preload_modules(
     classes: Mapping[str, type[Verifier]], expected_types: Collection[str] | None = None
 ) -> list[str]:
     """Modules the fork server imports before workers fork: the worker's own, those that define the
     verifier classes (every worker unpickles every class, so each would import them again), and the
-    `preload` of the verifiers of `expected_types` (all of them when None)."""
-    wanted = [
-        cls for task_type, cls in classes.items() if expected_types is None or task_type in expected_types
-    ]
+    `declared_preloads` of `expected_types`."""
     defining = {cls.__module__ for cls in classes.values()} - {"__main__"}
-    return [
-        "genesys.verification.worker",
-        *sorted(defining | {module for cls in wanted for module in cls.preload}),
-    ]
-
-
-_fork_server_environ: dict[str, str] | None = None  # os.environ when this process's fork server started
-
-
-def environment_changes() -> tuple[dict[str, str], list[str]]:
-    """What this process's environment has set and removed since its fork server started.
-
-    The fork server hands its workers its own environment, that of when the first engine started
-    (plus whatever preloaded modules set); workers apply these changes on top of it.
-    """
-    global _fork_server_environ
-    if _fork_server_environ is None:
-        _fork_server_environ = dict(os.environ)
-    base = _fork_server_environ
-    return {k: v for k, v in os.environ.items() if base.get(k) != v}, [k for k in base if k not in os.environ]
+    return [WORKER_MODULE, *sorted(defining | declared_preloads(classes, expected_types))]
 
 
 def _picklable(row: dict[str, Any]) -> bool:

@@ -1,0 +1,74 @@
+"""The fork server that verification workers and process-isolated environments are forked from.
+
+Workers fork from `multiprocessing`'s fork server: a process that imported what they need once
+(its preload), so that no worker imports it again. There is one per process. It keeps the
+environment of when it started; each child applies what the caller's environment changed since
+(`environment_changes`).
+
+Starting it costs an interpreter start and its imports. `start_early` starts it at the beginning of
+a command that will verify (`genesys verify`), with the worker's own module, so that it starts while
+the command reads its configuration and input instead of after. The engine, once it knows its
+verifiers, starts it again with their `preload` only when they declare one it lacks (a heavy import,
+such as sympy, each worker would otherwise repeat) and nothing has been forked from it yet; the
+modules that define the verifier classes, light by convention, each worker then imports itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Collection
+from multiprocessing import forkserver
+from multiprocessing.context import BaseContext
+
+WORKER_MODULE = "genesys.verification.worker"
+
+_environ: dict[str, str] | None = None  # os.environ when this process's fork server started
+_early: frozenset[str] | None = None  # what start_early preloaded, while nothing was forked from it
+
+
+def start_early() -> None:
+    """Start this process's fork server now, preloading the worker's module (see the module docstring)."""
+    global _early
+    if forkserver._forkserver._forkserver_pid is not None:
+        return  # already running: it is kept as it is
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload([WORKER_MODULE])
+    _snapshot_environment()
+    forkserver.ensure_running()
+    _early = frozenset({WORKER_MODULE})
+
+
+def fork_context(preload: Collection[str] = (), declared: Collection[str] = ()) -> BaseContext:
+    """The fork-server context to start workers with.
+
+    `preload`: the modules the server should have imported, when it has not started yet (a running
+    server keeps its own); `declared`: those of them that verifiers name in their `preload`, for
+    which a server `start_early` started, and that nothing was forked from yet, starts again.
+    """
+    global _early, _environ
+    context = mp.get_context("forkserver")
+    early, _early = _early, None
+    if early is not None and not set(declared) <= early:
+        forkserver._forkserver._stop()
+        _environ = None  # the next server starts with the environment of then
+    if preload:
+        context.set_forkserver_preload(list(preload))
+    return context
+
+
+def environment_changes() -> tuple[dict[str, str], list[str]]:
+    """What this process's environment has set and removed since its fork server started.
+
+    The fork server hands its children its own environment, that of when it started (plus whatever
+    preloaded modules set); they apply these changes on top of it.
+    """
+    base = _snapshot_environment()
+    return {k: v for k, v in os.environ.items() if base.get(k) != v}, [k for k in base if k not in os.environ]
+
+
+def _snapshot_environment() -> dict[str, str]:
+    global _environ
+    if _environ is None:
+        _environ = dict(os.environ)
+    return _environ

@@ -1,0 +1,90 @@
+"""The verification fork server started early: kept when it has what the verifiers declare, started
+again when it lacks a declared preload and nothing was forked from it, never once something was.
+
+Each case runs in an interpreter of its own: the fork server is one per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SUPPORT = Path(__file__).parent / "support"
+
+PRELUDE = """
+import json, os
+from multiprocessing import forkserver
+import genesys
+from conftest import rollout
+from genesys.config import VerifyConfig
+from genesys.verification import fork_server
+from genesys_testplugins import Echo, EnvProbe, Preloaded
+
+def server_pid():
+    return forkserver._forkserver._forkserver_pid
+
+def verify(rows, *classes):
+    config = VerifyConfig(progress=False, workers=1)
+    return genesys.verify_rollouts(rows, config=config, verifiers={c.task_type: c for c in classes})
+"""
+
+
+def run_case(body: str) -> dict:
+    script = PRELUDE + "\nif __name__ == '__main__':\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    path = [str(SUPPORT), str(SUPPORT.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_an_early_server_is_kept_when_the_verifiers_declare_no_preload():
+    out = run_case("""
+        fork_server.start_early()
+        early = server_pid()
+        (row,) = verify([rollout("echo", "yes", expected="yes")], Echo)
+        print(json.dumps({"early": early, "after": server_pid(), "score": row["score"]}))
+    """)
+    assert out["early"] is not None and out["after"] == out["early"]
+    assert out["score"] == 1.0
+
+
+def test_an_early_server_lacking_a_declared_preload_starts_again_with_it():
+    out = run_case("""
+        fork_server.start_early()
+        early = server_pid()
+        (row,) = verify([rollout("preloaded", "x")], Preloaded)
+        info = row["verification_result_info"]
+        print(json.dumps({"early": early, "after": server_pid(), **info}))
+    """)
+    assert out["after"] != out["early"]
+    assert out["imported_in"] == out["after"]  # imported by the new server, before the worker forked
+
+
+def test_a_server_something_was_forked_from_is_never_stopped():
+    out = run_case("""
+        fork_server.start_early()
+        early = server_pid()
+        fork_server.fork_context()  # what a process-isolated environment takes before it forks
+        fork_server.fork_context(["genesys_preload_probe"], {"genesys_preload_probe"})
+        print(json.dumps({"early": early, "after": server_pid()}))
+    """)
+    assert out["after"] == out["early"]
+
+
+def test_workers_of_an_early_server_see_the_environment_of_when_the_run_starts():
+    out = run_case("""
+        os.environ["GENESYS_TEST_SETTING"] = "before"
+        fork_server.start_early()
+        os.environ["GENESYS_TEST_SETTING"] = "after"
+        os.environ.pop("HOME", None)
+        rows = [rollout("env_probe", "x", name="GENESYS_TEST_SETTING"), rollout("env_probe", "x", name="HOME")]
+        out = verify(rows, EnvProbe)
+        print(json.dumps([row["verification_result_info"]["value"] for row in out]))
+    """)
+    assert out == ["after", None]
