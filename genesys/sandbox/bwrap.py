@@ -25,6 +25,7 @@ from genesys.sandbox.host import cache_dir
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
 from genesys.sandbox.process import RUNNER_PATH, LocalSandbox
 from genesys.sandbox.protocol import RunnerSession
+from genesys.sandbox.root_view import root_view
 from genesys.sandbox.toolchains import FileSet, Toolchain, file_set, runner_commands
 
 SANDBOX_DIR = "/opt/genesys"
@@ -110,7 +111,8 @@ class BwrapSandbox(LocalSandbox):
         self._sandbox_runner = os.path.join(
             SANDBOX_DIR, "runner.pyc" if self.runner.endswith(".pyc") else "runner.py"
         )
-        self._hidden_dirs = self.files.skipped_dirs()
+        self.view = root_view(self.files, (self._sandbox_runner,))  # None: each path is bound instead
+        self._hidden_dirs = [] if self.view else self.files.skipped_dirs()
         self.scratch_mb = scratch_mb
         limits = limits or Limits()
         self._cgroup_memory = (max(limits.memory_limit, COMPILE_LIMITS.memory_limit) + scratch_mb + 256) << 20
@@ -132,10 +134,22 @@ class BwrapSandbox(LocalSandbox):
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for key, value in ENV.items():
             argv += ["--setenv", key, value]
+        if self.view:
+            argv += ["--ro-bind", self.view, "/"]  # every file the sandbox shows, in one mount
         argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
         for directory, size_mb in (("/tmp", self.scratch_mb), ("/dev/shm", SHM_MB)):
             argv += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", directory]
         argv += ["--remount-ro", "/dev"]  # in our own user namespace, the sandbox's user owns /dev
+        if not self.view:
+            argv += self._bind_each_path()
+        argv += ["--ro-bind", self.runner, self._sandbox_runner, "--remount-ro", "/", "--cap-drop", "ALL"]
+        if self._uid is None:
+            argv += ["--unshare-user", "--disable-userns"]
+        return argv + ["--chdir", "/tmp"]
+
+    def _bind_each_path(self) -> list[str]:
+        """bwrap options that show the file set path by path on a fresh root (where there is no view)."""
+        argv = []
         for directory in _parents([*self.files.roots, *self.files.links, self._sandbox_runner]):
             argv += ["--perms", "0755", "--dir", directory]  # bwrap would make them 0700
         for link, target in sorted(self.files.links.items()):
@@ -146,10 +160,7 @@ class BwrapSandbox(LocalSandbox):
             argv += ["--tmpfs", hidden]
             if self._uid is None:  # made in our own user namespace, the sandbox's user owns it
                 argv += ["--remount-ro", hidden]
-        argv += ["--ro-bind", self.runner, self._sandbox_runner, "--remount-ro", "/", "--cap-drop", "ALL"]
-        if self._uid is None:
-            argv += ["--unshare-user", "--disable-userns"]
-        return argv + ["--chdir", "/tmp"]
+        return argv
 
     def command(self) -> list[str]:
         argv = self.sandbox_argv()
