@@ -1,8 +1,9 @@
 """The `bwrap` backend: the runner inside a bubblewrap sandbox.
 
-Every namespace is unshared (no network: a fresh, empty network namespace), the file system is a
-fresh read-only tmpfs root holding read-only binds of the toolchains only (see
-`toolchains.file_set`), a read-only /dev, a private size-capped /tmp and /dev/shm and the IPC
+Every namespace is unshared (no network: a fresh, empty network namespace), the file system shows
+the toolchains' files only (see `toolchains.file_set`): one read-only bind of their `root_view` as
+the root, or, where no view can be made, a fresh read-only tmpfs root holding a read-only bind per
+path (about 150 mounts, which every submission's mount namespace would copy), a read-only /dev, a private size-capped /tmp and /dev/shm and the IPC
 namespace's /dev/mqueue (the runner empties those three), all capabilities are dropped and the
 runner and its tests run as a non-root uid. Run as root, bwrap needs no user namespace: the runner
 keeps CAP_SETUID, SETGID, CHOWN and SETPCAP just long enough to empty its bounding set and drop to

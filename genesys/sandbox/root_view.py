@@ -29,7 +29,8 @@ from genesys.sandbox.host import cache_dir
 from genesys.sandbox.toolchains import FileSet
 
 VERSION = 1
-MOUNT_POINTS = ("/proc", "/dev", "/tmp")  # directories bwrap mounts on; a view is read-only, so they are made here
+# Directories bwrap mounts on: a view is read-only, so they are made in it.
+MOUNT_POINTS = ("/proc", "/dev", "/tmp")
 
 
 def root_view(files: FileSet, mount_files: tuple[str, ...] = ()) -> str | None:
