@@ -10,8 +10,10 @@ shuts down, closed or garbage-collected (`EngineCore.shutdown` calls `cleanup_di
 and each other core of the process then fails its next step ("pipeline model parallel group is not
 initialized"): the trainer's engine after an evaluation engine closed, say.
 
-`share` counts an engine's in-process core among the state's users; the teardown then runs only when
-the core shutting down is the last of them, and otherwise frees the closed engine's memory alone.
+`share` counts an engine's in-process core among the state's users. vLLM 0.32 has no setting that
+keeps the state, so `share` also puts a function of its own in place of the teardown that
+`EngineCore.shutdown` calls: vLLM's teardown runs when the core shutting down is the last user, and
+otherwise only the closed engine's memory is released.
 The cores that share the state all run their model in this process on one device (vLLM's `uni`
 executor, one model replica), so their parallel sizes cannot disagree; an engine with more workers
 runs them in processes of their own.
