@@ -192,6 +192,8 @@ def fake_vllm(monkeypatch):
         "vllm.platforms",
         SimpleNamespace(current_platform=SimpleNamespace(is_cpu=lambda: LLM.platform_is_cpu)),
     )
+    # The stand-in's engine core runs nowhere: no process-wide state to share.
+    monkeypatch.setattr("genesys.generate.vllm.share", lambda llm: None)
     calls["llm"] = LLM
     return calls, tokenizer
 

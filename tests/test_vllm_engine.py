@@ -355,8 +355,6 @@ def train_config(model: str, tmp_path: Path, task_type: str = "digit_share", **o
     )
 
 
-# Before the training tests: a run's in-process engine tears down vLLM's process-wide parallel state
-# when it closes, which the module's engine also uses.
 def test_the_engine_plays_a_multi_turn_environment_with_batched_turns(engine, reference):
     """Every rollout's model turns go through the engine in batches; the conversations grow turn by
     turn, and their tokens too: each turn sampled after the trajectory's tokens, so one forward pass

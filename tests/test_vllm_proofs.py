@@ -9,7 +9,6 @@ whole and valid. The capture's own bookkeeping is tested without an engine.
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -306,32 +305,22 @@ def test_the_engine_s_seeded_sampler_follows_requests_through_batch_changes() ->
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_trajectories_played_on_vllm_carry_proofs_of_every_turn_that_validate(model, tmp_path, plugin_env):
-    """digit_turns rollouts played on an engine with proofs: each model turn's proofs and sampling keys
-    check out, recomputed after the conversation before it, on transformers and on vLLM.
-
-    The engine is this test's own: an engine of this process closed before (the previous test's
-    validation on vLLM) tears down vLLM's process-wide parallel groups when it is collected, which
-    the module's engine needs for its next call."""
-    from genesys.generate.vllm import VLLMBackend
+def test_trajectories_played_on_vllm_carry_proofs_of_every_turn_that_validate(
+    engine, model, tmp_path, plugin_env
+):
+    """digit_turns rollouts played on the engine with proofs: each model turn's proofs and sampling keys
+    check out, recomputed after the conversation before it, on transformers and on vLLM."""
     from genesys.testing.digits import digit_tasks
 
-    gc.collect()  # the closed engines' teardown happens now, not while this engine runs
-    engine = VLLMBackend(model, PromptStyle(), proofs=TINY_PROOFS, engine_args=ENGINE_ARGS)
-    try:
-        rows = generate(
-            model,
-            digit_tasks(tmp_path / "tasks.jsonl", count=3, task_type="digit_turns"),
-            tmp_path / "rows.jsonl",
-            TINY_PROOFS,
-            n=2,
-            max_tokens=20,
-            backend=engine,
-        )
-    finally:
-        engine.close()
-        del engine
-        gc.collect()
+    rows = generate(
+        model,
+        digit_tasks(tmp_path / "tasks.jsonl", count=3, task_type="digit_turns"),
+        tmp_path / "rows.jsonl",
+        TINY_PROOFS,
+        n=2,
+        max_tokens=20,
+        backend=engine,
+    )
     assert len(rows) == 6 and all(row["turns"] == 2 and 0 in row["completion_mask"] for row in rows), [
         (row.get("turns"), row.get("trajectory_error"), row.get("finish_reason")) for row in rows
     ]

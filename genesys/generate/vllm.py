@@ -38,6 +38,7 @@ from genesys.generate.backend import (
     Weights,
     next_weights_version,
 )
+from genesys.generate.vllm_shared_state import share
 from genesys.proofs.vllm_capture import (
     EXTENSION,
     SAMPLING_KEY,
@@ -286,6 +287,7 @@ class VLLMBackend:
         self.llm = self._engine_thread.submit(
             LLM, model=model, tensor_parallel_size=tensor_parallel_size, **args
         ).result()
+        share(self.llm)  # closing this engine leaves vLLM's parallel state to other engines of the process
         self.tokenizer = self.llm.get_tokenizer()
         # The most tokens a sequence may hold: a multi-turn conversation that fills it ends in an
         # error of its own rollout (`genesys.generate.episodes.TurnBatcher`), not of its batch.
