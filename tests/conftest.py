@@ -103,3 +103,28 @@ def recorded_rows() -> list[dict[str, Any]]:
         for task in range(6)
         for sample in range(4)
     ]
+
+
+def grpo_config(
+    model: str, out: Path, tasks: Path | None = None, *, max_tokens: int = 16, **sections: Any
+) -> Any:
+    """The TrainConfig of a one-step GRPO run on `tasks` with the transformers backend (4 prompts, 8
+    samples of at most `max_tokens` tokens each, seed 0), without checkpoints. Each of `sections`
+    updates that section (`optim={"steps": 3}` keeps the other optim settings) or sets a plain key."""
+    from genesys.train import TrainConfig
+
+    data: dict[str, Any] = {
+        "model": model,
+        "output_dir": str(out),
+        "backend": "transformers",
+        "progress": False,
+        "data": {"tasks": [str(tasks)]} if tasks else {},
+        "sampling": {"n": 8, "max_tokens": max_tokens, "seed": 0},
+        "rollout": {"prompts_per_step": 4},
+        "optim": {"steps": 1, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
+        "checkpoint": {"every": 0},
+        "verify": {"workers": 1},
+    }
+    for section, values in sections.items():
+        data[section] = {**data[section], **values} if isinstance(data.get(section), dict) else values
+    return TrainConfig.load(None, data)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -16,30 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import read_jsonl  # noqa: E402
+from conftest import grpo_config, read_jsonl  # noqa: E402
 
 from genesys.errors import InputError, TrainingError  # noqa: E402
 from genesys.testing.digits import digit_tasks  # noqa: E402
 from genesys.train import TrainConfig, train  # noqa: E402
 from genesys.train.tracking import open_trackers  # noqa: E402
-
-
-def config(model: str, out: Path, tasks: Path, **sections: Any) -> TrainConfig:
-    data: dict[str, Any] = {
-        "model": model,
-        "output_dir": str(out),
-        "backend": "transformers",
-        "progress": False,
-        "data": {"tasks": [str(tasks)]},
-        "sampling": {"n": 8, "max_tokens": 16, "seed": 0},
-        "rollout": {"prompts_per_step": 4},
-        "optim": {"steps": 1, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
-        "checkpoint": {"every": 0},
-        "verify": {"workers": 1},
-    }
-    for section, values in sections.items():
-        data[section] = {**data[section], **values} if isinstance(data.get(section), dict) else values
-    return TrainConfig.load(None, data)
 
 
 def assert_on_policy(first: dict[str, Any]) -> None:
@@ -52,7 +33,9 @@ def assert_on_policy(first: dict[str, Any]) -> None:
 def test_the_first_on_policy_step_has_ratio_one_at_top_p_0_7(tiny_model, tmp_path, plugin_env):
     """The sampler's logprobs are of the renormalised nucleus; so are the trainer's."""
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
-    result = train(config(tiny_model, tmp_path / "run", tasks, sampling={"top_p": 0.7, "temperature": 0.9}))
+    result = train(
+        grpo_config(tiny_model, tmp_path / "run", tasks, sampling={"top_p": 0.7, "temperature": 0.9})
+    )
     assert_on_policy(result.metrics[0])
 
 
@@ -62,11 +45,11 @@ def test_the_first_on_policy_step_has_ratio_one_with_dropout_in_the_config(tiny_
     settings = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**settings, "attention_dropout": 0.1}))
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
-    result = train(config(str(model), tmp_path / "run", tasks))
+    result = train(grpo_config(str(model), tmp_path / "run", tasks))
     assert_on_policy(result.metrics[0])
     assert json.loads((tmp_path / "run" / "final" / "config.json").read_text())["attention_dropout"] == 0.1
     # with dropout left on, the trainer's policy is not the sampler's
-    kept = train(config(str(model), tmp_path / "with-dropout", tasks, disable_dropout=False))
+    kept = train(grpo_config(str(model), tmp_path / "with-dropout", tasks, disable_dropout=False))
     assert kept.metrics[0]["ratio_max"] > 1 + 1e-3
 
 
@@ -75,7 +58,7 @@ def test_importance_correction_recomputes_the_old_logprobs_and_weighs_tokens(
 ):
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
     result = train(
-        config(
+        grpo_config(
             tiny_model,
             tmp_path / "run",
             tasks,
@@ -116,7 +99,7 @@ def test_steps_without_signal_take_no_update_and_stop_the_run(tiny_model, tmp_pa
     out = tmp_path / "run"
     with pytest.raises(TrainingError, match=r"no group had a learning signal in 2 steps in a row"):
         train(
-            config(
+            grpo_config(
                 tiny_model,
                 out,
                 tasks,
@@ -139,13 +122,13 @@ def test_resuming_with_another_step_count_is_refused_with_a_cosine_schedule(tiny
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
     out = tmp_path / "run"
     first = {"steps": 2, "schedule": "cosine"}
-    train(config(tiny_model, out, tasks, optim=first, checkpoint={"every": 1}))
+    train(grpo_config(tiny_model, out, tasks, optim=first, checkpoint={"every": 1}))
     with pytest.raises(InputError, match=r"optim.steps = 2 with a cosine schedule.*reshape the schedule"):
-        train(config(tiny_model, out, tasks, optim={**first, "steps": 3}, checkpoint={"every": 1}))
+        train(grpo_config(tiny_model, out, tasks, optim={**first, "steps": 3}, checkpoint={"every": 1}))
     # a constant schedule does not depend on the step count: the run goes on to the new count
     constant = tmp_path / "constant"
-    train(config(tiny_model, constant, tasks, optim={"steps": 2}, checkpoint={"every": 1}))
-    longer = train(config(tiny_model, constant, tasks, optim={"steps": 3}, checkpoint={"every": 1}))
+    train(grpo_config(tiny_model, constant, tasks, optim={"steps": 2}, checkpoint={"every": 1}))
+    longer = train(grpo_config(tiny_model, constant, tasks, optim={"steps": 3}, checkpoint={"every": 1}))
     assert [m["step"] for m in longer.metrics] == [1, 2, 3]
     assert {m["lr"] for m in longer.metrics} == {3e-3}
 
@@ -158,7 +141,7 @@ def test_evaluation_during_training_writes_metrics_per_source_and_draws_them(
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
     held_out = digit_tasks(tmp_path / "held_out.jsonl", count=3)
     result = train(
-        config(
+        grpo_config(
             tiny_model,
             tmp_path / "run",
             tasks,
@@ -183,7 +166,7 @@ def test_every_evaluation_draws_the_same_random_numbers_so_unchanged_weights_sco
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
     held_out = digit_tasks(tmp_path / "held_out.jsonl", count=6)
     result = train(
-        config(
+        grpo_config(
             tiny_model,
             tmp_path / "run",
             tasks,
@@ -231,7 +214,7 @@ def test_a_resumed_run_logs_into_the_same_wandb_run(tmp_path, monkeypatch):
 def test_each_loss_type_learns_the_toy_task(tiny_model, tmp_path, plugin_env, loss_type):
     """The digit task as `test_a_tiny_model_learns_the_toy_task...` (grpo) learns it, in 60 steps."""
     result = train(
-        config(
+        grpo_config(
             tiny_model,
             tmp_path / "run",
             digit_tasks(tmp_path / "tasks.jsonl"),
@@ -252,9 +235,9 @@ def test_mask_truncated_leaves_completions_cut_at_max_tokens_out_of_the_loss(
     """At 4 tokens most completions of the random model are cut: they count in their group's
     advantages but not in the loss, and the metrics say how many."""
     tasks = digit_tasks(tmp_path / "tasks.jsonl")
-    plain = train(config(tiny_model, tmp_path / "plain", tasks, sampling={"max_tokens": 4}))
+    plain = train(grpo_config(tiny_model, tmp_path / "plain", tasks, sampling={"max_tokens": 4}))
     masked = train(
-        config(
+        grpo_config(
             tiny_model, tmp_path / "masked", tasks, sampling={"max_tokens": 4}, loss={"mask_truncated": True}
         )
     )

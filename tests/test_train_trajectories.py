@@ -5,9 +5,9 @@ learning rate."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,35 +15,18 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, read_jsonl, write_jsonl  # noqa: E402
+from conftest import GENESYS, grpo_config, read_jsonl, write_jsonl  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
 from genesys.testing.digits import TURNS_TASK_TYPE, digit_tasks  # noqa: E402
-from genesys.train import TrainConfig, train  # noqa: E402
+from genesys.train import train  # noqa: E402
 from genesys.train.batch import TrainingSequence, collate, pack  # noqa: E402
 from genesys.train.logprobs import completion_logprobs  # noqa: E402
 from genesys.train.loss import policy_token_loss, reduce_loss  # noqa: E402
 from genesys.train.trainer import Trainer  # noqa: E402
 
 TOLERANCE = 1e-4
-
-
-def config(model: str, out: Path, tasks: Path | None = None, **sections: Any) -> TrainConfig:
-    data: dict[str, Any] = {
-        "model": model,
-        "output_dir": str(out),
-        "backend": "transformers",
-        "progress": False,
-        "data": {"tasks": [str(tasks)]} if tasks else {},
-        "sampling": {"n": 8, "max_tokens": 12, "seed": 0},
-        "rollout": {"prompts_per_step": 4},
-        "optim": {"steps": 1, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
-        "checkpoint": {"every": 0},
-        "verify": {"workers": 1},
-    }
-    for section, values in sections.items():
-        data[section] = {**data[section], **values} if isinstance(data.get(section), dict) else values
-    return TrainConfig.load(None, data)
+config = functools.partial(grpo_config, max_tokens=12)
 
 
 # --- the micro-batch: targets and mask --------------------------------------------------------------

@@ -6,12 +6,18 @@ batch, and rank 0 writes logs and checkpoints. Without those variables the proce
 of its own (an in-memory store, no network), so that collectives and the distributed checkpoint
 state dicts work the same whatever the number of processes (`genesys.train.parallel` decides how
 the model is spread over them). CPU tensors travel over gloo, CUDA tensors over nccl.
+
+A process that made a group lets gloo's worker threads finish before the interpreter shuts down
+(`_let_gloo_workers_finish`): without that, a rank sometimes died at exit with SIGABRT.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime
+import functools
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +91,31 @@ def _backend() -> str:
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
+# How long an exiting process leaves the GIL to gloo's worker threads. They need microseconds; the
+# margin covers a worker that the scheduler of a loaded machine leaves waiting.
+GLOO_WORKERS_GRACE_S = 0.2
+
+
+@functools.cache
+def _finish_gloo_workers_at_exit() -> None:
+    atexit.register(_let_gloo_workers_finish)
+
+
+def _let_gloo_workers_finish() -> None:
+    """Leave the GIL to gloo's worker threads for a moment, before the interpreter shuts down.
+
+    A gloo worker reports a collective done and only then drops its reference to it, and so to its
+    tensors; dropping the last reference to a tensor Python has seen takes the GIL. A worker that
+    gets there after the interpreter began shutting down is ended by CPython inside the collective's
+    C++ destructor, and the process aborts with "terminate called without an active exception"
+    (torch 2.13: `ProcessGroupGloo::runLoop` -> `~AsyncAllgatherCoalescedWork` ->
+    `TensorImpl::decref_pyobject` -> `take_gil` -> `pthread_exit`). torch joins the workers only
+    when the process group object is freed, and its DTensor caches keep the group alive until the
+    process ends (`destroy_process_group` does not), so there is nothing to wait on: the main thread
+    sleeps, the GIL released, at exit (atexit callbacks run while the interpreter is still whole)."""
+    time.sleep(GLOO_WORKERS_GRACE_S)
+
+
 def init_world() -> World:
     """Join the process group torchrun set up, or make a group of this process alone (which stays
     until the process ends, and which later runs in the process reuse). A process that already
@@ -97,6 +128,7 @@ def init_world() -> World:
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     timeout = datetime.timedelta(minutes=30)
+    _finish_gloo_workers_at_exit()
     if size == 1:  # kept for the life of the process: an in-process engine (vLLM) may build on it
         dist.init_process_group(_backend(), store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         return World()
