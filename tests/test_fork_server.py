@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from genesys.verification import fork_server
+
 SUPPORT = Path(__file__).parent / "support"
 
 PRELUDE = """
@@ -88,3 +90,9 @@ def test_workers_of_an_early_server_see_the_environment_of_when_the_run_starts()
         print(json.dumps([row["verification_result_info"]["value"] for row in out]))
     """)
     assert out == ["after", None]
+
+
+def test_an_early_server_preloads_the_built_in_verifiers_only():
+    modules = fork_server.builtin_verifier_modules()
+    assert "genesys.verifiers.code" in modules and "genesys.verifiers.math" in modules
+    assert all(module.startswith("genesys.verifiers.") for module in modules)  # no backends, no tasks

@@ -6,11 +6,12 @@ environment of when it started; each child applies what the caller's environment
 (`environment_changes`).
 
 Starting it costs an interpreter start and its imports. `start_early` starts it at the beginning of
-a command that will verify (`genesys verify`), with the worker's own module, so that it starts while
-the command reads its configuration and input instead of after. The engine, once it knows its
-verifiers, starts it again with their `preload` only when they declare one it lacks (a heavy import,
-such as sympy, each worker would otherwise repeat) and nothing has been forked from it yet; the
-modules that define the verifier classes, light by convention, each worker then imports itself.
+a command that will verify (`genesys verify`), with the worker's module and the built-in verifiers'
+(what the engine would have asked for), so that it starts while the command reads its configuration
+and input instead of after. The engine, once it knows its verifiers, starts it again with their
+`preload` only when they declare one it lacks (a heavy import, such as sympy, each worker would
+otherwise repeat) and nothing has been forked from it yet; other modules that define verifier
+classes (a plugin's, light by convention) each worker then imports itself.
 """
 
 from __future__ import annotations
@@ -18,25 +19,42 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections.abc import Collection
+from importlib import metadata
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 
 WORKER_MODULE = "genesys.verification.worker"
+DISTRIBUTION = "genesys-rl"
 
 _environ: dict[str, str] | None = None  # os.environ when this process's fork server started
 _early: frozenset[str] | None = None  # what start_early preloaded, while nothing was forked from it
 
 
 def start_early() -> None:
-    """Start this process's fork server now, preloading the worker's module (see the module docstring)."""
+    """Start this process's fork server now, preloading the worker's module and the built-in
+    verifiers' (see the module docstring)."""
     global _early
     if forkserver._forkserver._forkserver_pid is not None:
         return  # already running: it is kept as it is
-    context = mp.get_context("forkserver")
-    context.set_forkserver_preload([WORKER_MODULE])
+    preload = [WORKER_MODULE, *builtin_verifier_modules()]
+    mp.get_context("forkserver").set_forkserver_preload(preload)
     _snapshot_environment()
     forkserver.ensure_running()
-    _early = frozenset({WORKER_MODULE})
+    _early = frozenset(preload)
+
+
+def builtin_verifier_modules() -> list[str]:
+    """The modules of genesys's own verifier plugins (its `genesys` entry points under
+    genesys.verifiers): what nearly every run's workers unpickle verifier classes from."""
+    try:
+        entry_points = metadata.distribution(DISTRIBUTION).entry_points
+    except metadata.PackageNotFoundError:  # run from a source tree without an install
+        return []
+    return sorted(
+        point.value
+        for point in entry_points
+        if point.group == "genesys" and point.value.startswith("genesys.verifiers.")
+    )
 
 
 def fork_context(preload: Collection[str] = (), declared: Collection[str] = ()) -> BaseContext:
