@@ -4,7 +4,7 @@
 backend that works here (wall clock of the whole command, start-up included). The baseline, timed
 in the same run on the same machine, runs every test the way GENESYS's code verifier does: one
 fresh sandboxed interpreter per test (a `docker exec` of python into a warm container with the same
-hardening, or a fresh `bwrap ... python3` with the same binds), as many at once as there are workers.
+hardening, or a fresh `bwrap ... python3` on the same root file system), as many at once as there are workers.
 The baseline runs a sample of the tests (--baseline-tests) and is reported in tests/s. The two
 sides alternate for --rounds rounds, and the speed-up of each round and their median are printed:
 on a shared machine one round can be 30% off the next.
