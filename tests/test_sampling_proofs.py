@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 import orjson  # noqa: E402
 
-from genesys.config import ExpectedSampling, ProofConfig, ProofPolicy, ValidateCommand  # noqa: E402
+from genesys.config import ExpectedSampling, ProofConfig, ProofPolicy  # noqa: E402
 from genesys.data.identity import request_seed  # noqa: E402
 from genesys.proofs.sampling import (  # noqa: E402
     NOISE_HIGH,
@@ -29,14 +29,11 @@ from genesys.proofs.sampling import (  # noqa: E402
     margins,
     step_keys,
 )
-from genesys.proofs.validate import validate_files  # noqa: E402
 from genesys.testing.tampering import (  # noqa: E402
-    TINY_PROOF_POLICY,
     TINY_PROOFS,
-    TINY_THRESHOLDS,
     generate,
-    read_rows,
     teacher_forced,
+    validate_tiny,
     write_tasks,
 )
 
@@ -68,19 +65,8 @@ def validate(
     """`rows` validated with transformers and the tiny model's proof settings, by response_id."""
     source = work / f"{name}.jsonl"
     source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
-    output = work / f"{name}-validated.jsonl"
-    settings = {"proofs": TINY_PROOF_POLICY, "thresholds": TINY_THRESHOLDS, **settings}
-    validate_files(
-        ValidateCommand(
-            inputs=[str(source)],
-            model=model,
-            output=str(output),
-            backend="transformers",
-            progress=False,
-            **settings,
-        )
-    )
-    return {row["response_id"]: row for row in read_rows(output)}
+    validated = validate_tiny(model, source, work / f"{name}-validated.jsonl", **settings)
+    return {row["response_id"]: row for row in validated}
 
 
 def assert_invalid(row: dict[str, Any], category: str, reason: str = "") -> None:

@@ -90,7 +90,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 def validate_tiny(model: str, rows_path: Path, output: Path, **settings: Any) -> list[dict[str, Any]]:
     """The rows of `rows_path` validated against `model` on transformers with the tiny model's proof
-    settings and thresholds (`settings`: more `ValidateCommand` fields), as `output` holds them."""
+    settings and thresholds (`settings`: other `ValidateCommand` fields, or those in their place), as
+    `output` holds them."""
     from genesys.config import ValidateCommand
     from genesys.proofs.validate import validate_files
 
@@ -101,9 +102,7 @@ def validate_tiny(model: str, rows_path: Path, output: Path, **settings: Any) ->
             output=str(output),
             backend="transformers",
             progress=False,
-            proofs=TINY_PROOF_POLICY,
-            thresholds=TINY_THRESHOLDS,
-            **settings,
+            **{"proofs": TINY_PROOF_POLICY, "thresholds": TINY_THRESHOLDS, **settings},
         )
     )
     return read_rows(output)
