@@ -118,11 +118,6 @@ def check_backend(kind: str, image: str | None = None) -> BackendCheck:
                 )
             else:
                 report.languages[language] = "ok"
-        notes = []
-        if getattr(sandbox, "cgroup_note", ""):
-            notes.append(f"rlimits only, no cgroup: {sandbox.cgroup_note}")
-        if getattr(sandbox, "view", "") is None:  # bwrap where its files cannot be hard-linked
-            notes.append("a bind per toolchain path (no view of hard links here): slower submissions")
-        report.note = "; ".join(notes)
+        report.note = "; ".join(sandbox.notes())
     report.seconds = time.monotonic() - started
     return report

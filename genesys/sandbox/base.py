@@ -110,6 +110,10 @@ class Sandbox(abc.ABC):
     def languages(self) -> list[str]:
         """The languages this sandbox can run."""
 
+    def notes(self) -> list[str]:
+        """What makes this sandbox weaker or slower here than where it is at its best."""
+        return []
+
     def warm_up(self) -> None:  # noqa: B027 - optional hook
         """Start what the first submission would otherwise wait for."""
 

@@ -3,8 +3,8 @@
 Every namespace is unshared (no network: a fresh, empty network namespace), the file system shows
 the toolchains' files only (see `toolchains.file_set`): one read-only bind of their `root_view` as
 the root, or, where no view can be made, a fresh read-only tmpfs root holding a read-only bind per
-path (about 150 mounts, which every submission's mount namespace would copy), a read-only /dev, a private size-capped /tmp and /dev/shm and the IPC
-namespace's /dev/mqueue (the runner empties those three), all capabilities are dropped and the
+path (about 150 mounts, which every submission's mount namespace would copy), a read-only /dev, a
+private size-capped /tmp and /dev/shm and the IPC namespace's /dev/mqueue (the runner empties those three), all capabilities are dropped and the
 runner and its tests run as a non-root uid. Run as root, bwrap needs no user namespace: the runner
 keeps CAP_SETUID, SETGID, CHOWN and SETPCAP just long enough to empty its bounding set and drop to
 its own uid; its system call filter then refuses new namespaces (see `runner.confine`). A cgroup
@@ -171,6 +171,12 @@ class BwrapSandbox(LocalSandbox):
             argv += ["--setenv", key, value]
         argv += [self.toolchains["python"]["run"], "-I", "-S", "-B"]
         return argv + self.runner_args(self._sandbox_runner, SCRATCH) + SANDBOXED_RUNNER_ARGS
+
+    def notes(self) -> list[str]:
+        notes = [f"rlimits only, no cgroup: {self.cgroup_note}"] if self.cgroup_note else []
+        if self.view is None:
+            notes.append("a bind per toolchain path (no view of hard links here): slower submissions")
+        return notes
 
     def _start(self) -> RunnerSession:
         self._cgroup, self.cgroup_note = Cgroup.create(self._cgroup_memory, self._cgroup_pids)

@@ -51,7 +51,7 @@ def root_view(files: FileSet, mount_files: tuple[str, ...] = ()) -> str | None:
         os.makedirs(cache_dir(), exist_ok=True)
         shutil.rmtree(building, ignore_errors=True)
         os.mkdir(building, 0o755)
-        _build(building, files, entries, mount_files)
+        _build(building, entries, mount_files)
         os.rename(building, view)
     except OSError:
         shutil.rmtree(building, ignore_errors=True)
@@ -80,9 +80,13 @@ def _entries(files: FileSet) -> list[tuple[str, str]] | None:
     return entries
 
 
-def _build(view: str, files: FileSet, entries: list[tuple[str, str]], mount_files: tuple[str, ...]) -> None:
+def _build(view: str, entries: list[tuple[str, str]], mount_files: tuple[str, ...]) -> None:
     def inside(path: str) -> str:
         return os.path.join(view, path.lstrip("/"))
+
+    def make_dir(directory: str, mode: int = 0o755) -> None:
+        os.mkdir(directory)
+        os.chmod(directory, mode)  # whatever the umask: the programs' uid must reach what it holds
 
     def parents(path: str) -> None:
         missing = []
@@ -91,12 +95,10 @@ def _build(view: str, files: FileSet, entries: list[tuple[str, str]], mount_file
             missing.append(directory)
             directory = os.path.dirname(directory)
         for directory in reversed(missing):
-            os.mkdir(directory)
-            os.chmod(directory, 0o755)  # whatever the umask: the programs' uid must reach what it holds
+            make_dir(directory)
 
     for directory in MOUNT_POINTS:
-        os.mkdir(inside(directory))
-        os.chmod(inside(directory), 0o755)
+        make_dir(inside(directory))
     for path in mount_files:
         parents(path)
         with open(inside(path), "x"):
@@ -105,8 +107,7 @@ def _build(view: str, files: FileSet, entries: list[tuple[str, str]], mount_file
         parents(path)
         kind, _, detail = info.partition(":")
         if kind == "dir":
-            os.mkdir(inside(path))
-            os.chmod(inside(path), int(detail, 8))
+            make_dir(inside(path), int(detail, 8))
         elif kind == "link":
             os.symlink(detail, inside(path))
         else:
