@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable
 
 import torch
+import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -39,14 +40,15 @@ COMPUTE_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # None: the parameters'
 
 def device_mesh(world: World, strategy: str, device: torch.device) -> DeviceMesh:
     """The mesh of all processes: sharded over them (`fsdp2`) or replicated across them (`ddp`).
-    One mesh per strategy and device type for the process group's life (its subgroups are made once)."""
+    One mesh per strategy and device type for the process group's life (its subgroups are made once);
+    a process that leaves its group and joins another (two trainings in one torchrun) gets new ones."""
     if strategy not in STRATEGIES:
         raise ValueError(f"parallel.strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    return _mesh(world.size, strategy, device.type)
+    return _mesh(dist.group.WORLD, world.size, strategy, device.type)
 
 
 @functools.cache
-def _mesh(size: int, strategy: str, device_type: str) -> DeviceMesh:
+def _mesh(group: dist.ProcessGroup, size: int, strategy: str, device_type: str) -> DeviceMesh:
     if strategy == "ddp":
         return init_device_mesh(device_type, (size, 1), mesh_dim_names=("replicate", "shard"))
     return init_device_mesh(device_type, (size,), mesh_dim_names=("shard",))
