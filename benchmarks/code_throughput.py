@@ -14,6 +14,12 @@ the CPU time per test of both sides (every process of the run, the sandboxes inc
 containers run outside it, so for bwrap only): on a machine that other jobs share, a ratio of CPU
 times moves much less than one of wall-clock rates.
 
+For bwrap it also prints the floor of any design that forks a warm interpreter per test: the CPU
+time of forking the sandbox's interpreter (with the runner's modules loaded, as its template has
+them) and letting the child exit at once, or run one test's program first. Against the baseline's
+CPU per test, that bounds the speed-up such a design can reach on this machine, whatever else it
+does well.
+
 Then, per backend, assert tests against function_call tests (--kinds-only runs just this part):
 the same Python function checked by 3 `function_call` tests or by 3 `assert` tests (one `assert`
 each) per submission, both through `genesys verify`, alternating for --rounds rounds; printed are
@@ -267,6 +273,63 @@ def bwrap_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
     return _timed(one, pairs, workers)
 
 
+FLOOR_PROGRAM = r"""
+import gc, importlib.util, io, os, resource, sys
+spec = importlib.util.spec_from_file_location("runner", sys.argv[1])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+program, stdin, rounds = compile(sys.argv[2], "main.py", "exec"), sys.argv[3], int(sys.argv[4])
+devnull = os.open(os.devnull, os.O_WRONLY)
+gc.freeze()
+
+def cost(run_program):
+    who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    before = [resource.getrusage(w) for w in who]
+    for _ in range(rounds):
+        pid = os.fork()
+        if pid == 0:
+            if run_program:
+                os.dup2(devnull, 1)
+                sys.stdin = io.StringIO(stdin)
+                exec(program, {"__name__": "__main__"})
+                sys.stdout.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    after = [resource.getrusage(w) for w in who]
+    spent = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
+    return spent / rounds * 1e3
+
+print(cost(False), cost(True))
+"""
+
+
+def fork_floor(pair: tuple[str, str], rounds: int = 2000) -> tuple[float, float]:
+    """ms of CPU (parent and child) to fork the sandbox's interpreter, runner modules loaded, and
+    have the child exit at once; and to have it run `pair`'s program on its input first."""
+    import genesys.sandbox.runner
+    from genesys.sandbox.host import host_toolchains
+
+    python = host_toolchains().toolchains["python"].commands["run"]
+    program, stdin = pair
+    done = subprocess.run(
+        [
+            python,
+            "-I",
+            "-S",
+            "-c",
+            FLOOR_PROGRAM,
+            genesys.sandbox.runner.__file__,
+            program,
+            stdin,
+            str(rounds),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    bare, with_program = map(float, done.stdout.split())
+    return bare, with_program
+
+
 def _timed(one, pairs: list[tuple[str, str]], workers: int) -> float:
     started = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
@@ -334,7 +397,7 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
             if not check.available or check.languages.get("python") != "ok":
                 print(f"{kind:>8}: skipped ({check.note or check.languages.get('python')})")
                 continue
-            wall_ratios, cpu_ratios = [], []
+            wall_ratios, cpu_ratios, baseline_ms = [], [], []
             for round_number in range(1, args.rounds + 1):
                 (seconds, mean_score), our_cpu = cpu_spent(
                     meter, functools.partial(time_genesys, inputs, kind, args.workers)
@@ -352,6 +415,7 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
                 if kind == "bwrap" and our_cpu is not None and baseline_cpu is not None:
                     ours_ms, theirs_ms = our_cpu / tests * 1e3, baseline_cpu / len(sample) * 1e3
                     cpu_ratios.append(theirs_ms / ours_ms)
+                    baseline_ms.append(theirs_ms)
                     print(
                         f"{'':>8}  CPU per test: genesys {ours_ms:.2f} ms, one interpreter per test {theirs_ms:.2f} ms ({theirs_ms / ours_ms:.1f}x)"
                     )
@@ -359,6 +423,13 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
             if cpu_ratios:
                 summary += f", {statistics.median(cpu_ratios):.1f}x by CPU time"
             print(f"{kind:>8}: {summary}")
+            if baseline_ms:
+                bare, with_program = fork_floor(pairs[0])
+                print(
+                    f"{'':>8}  floor: forking the warm interpreter costs {bare:.2f} ms of CPU per test "
+                    f"({with_program:.2f} ms with the test's program run in the child): forking per test, "
+                    f"no design beats the baseline by more than {statistics.median(baseline_ms) / with_program:.1f}x here"
+                )
             if args.runner_reuse:
                 seconds, _ = time_genesys(inputs, kind, args.workers, args.runner_reuse)
                 print(
