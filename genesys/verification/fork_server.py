@@ -12,6 +12,10 @@ and input instead of after. The engine, once it knows its verifiers, starts it a
 `preload` only when they declare one it lacks (a heavy import, such as sympy, each worker would
 otherwise repeat) and nothing has been forked from it yet; other modules that define verifier
 classes (a plugin's, light by convention) each worker then imports itself.
+
+The preload ends with `freeze_heap`, which freezes what the imports before it built (`gc.freeze`):
+the garbage collector of the children never walks those objects, so it copies none of their pages,
+and the server's own exit, which the command waits for, skips them too.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 
 WORKER_MODULE = "genesys.verification.worker"
+FREEZE_MODULE = "genesys.verification.freeze_heap"  # imported last, it freezes what the others built
 DISTRIBUTION = "genesys-rl"
 
 _environ: dict[str, str] | None = None  # os.environ when this process's fork server started
@@ -37,7 +42,7 @@ def start_early() -> None:
     if forkserver._forkserver._forkserver_pid is not None:
         return  # already running: it is kept as it is
     preload = [WORKER_MODULE, *builtin_verifier_modules()]
-    mp.get_context("forkserver").set_forkserver_preload(preload)
+    mp.get_context("forkserver").set_forkserver_preload([*preload, FREEZE_MODULE])
     _snapshot_environment()
     forkserver.ensure_running()
     _early = frozenset(preload)
@@ -71,7 +76,7 @@ def fork_context(preload: Collection[str] = (), declared: Collection[str] = ()) 
         forkserver._forkserver._stop()
         _environ = None  # the next server starts with the environment of then
     if preload:
-        context.set_forkserver_preload(list(preload))
+        context.set_forkserver_preload([*preload, FREEZE_MODULE])
     return context
 
 
