@@ -76,7 +76,7 @@ docs: install
 test: install sandbox lint docs
 	$(VENV)/bin/pytest -q -ra --durations=25
 
-# The everyday subset, in under 3 minutes: lint, then every test that needs no Docker, bubblewrap,
+# The everyday subset, in about 3.5 minutes on 2 cores: lint, then every test that needs no Docker, bubblewrap,
 # GPU, vLLM engine, Ray or torchrun and takes less than about 3 s (markers in pyproject.toml).
 # `make test` runs them all.
 CHECK_MARKERS := not (slow or gpu or docker or bwrap or vllm or ray or distributed)

@@ -338,6 +338,7 @@ def genesys_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[
     return subprocess.run([GENESYS, *args], env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_generate_plays_environments_through_an_openai_server_and_verify_rescores(
     tmp_path, guess_number, environment_env
 ):
@@ -454,6 +455,7 @@ def test_the_turn_batcher_samples_the_turns_of_many_rollouts_together(guess_numb
     assert sum(Recorder.batches) == sum(c.trajectory["turns"] for r in results for c in r.completions)
 
 
+@pytest.mark.slow
 def test_the_transformers_backend_plays_an_environment(tmp_path, tiny_model, guess_number, environment_env):
     tasks = write_jsonl(tmp_path / "tasks.jsonl", guess_number.guess_number_tasks(count=2))
     output = tmp_path / "o.jsonl"
@@ -496,6 +498,7 @@ def test_the_built_in_python_math_environment_grades_the_final_answer_with_the_m
     assert PythonMath().score(math_task, wrong).score == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_name", ["out.jsonl", "shards"])
 def test_playing_resumes_after_sigkill_without_playing_a_rollout_twice(
     tmp_path, guess_number, environment_env, output_name

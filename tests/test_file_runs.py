@@ -100,6 +100,7 @@ def test_generate_and_validate_refuse_an_output_that_is_their_input_before_loadi
 # --- one run per output -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_output_is_refused_naming_the_first(tmp_path: Path, plugin_env):
     rows = [rollout("slow", "x", sleep=0.02) | {"problem_id": f"p{i}"} for i in range(150)]
     inputs = write_jsonl(tmp_path / "in.jsonl", rows)

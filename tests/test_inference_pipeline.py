@@ -220,6 +220,7 @@ def test_a_listen_address_that_is_not_host_port_is_an_error_naming_the_flag(four
         PipelineBackend(four_layers, PromptStyle(), stages=2, listen="somewhere")
 
 
+@pytest.mark.slow
 def test_a_stage_started_without_the_secret_says_so_and_exits(tmp_path):
     from conftest import GENESYS
 

@@ -54,6 +54,7 @@ def _dry_run(model: Path, out: Path, *flags: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_config_and_the_estimate_without_any_weights(tiny_model, tmp_path):
     model = _config_only(tiny_model, tmp_path / "model")
     done = _dry_run(model, tmp_path / "run", "--optim.micro_batch_tokens", "4096")
@@ -76,6 +77,7 @@ def test_dry_run_prints_the_config_and_the_estimate_without_any_weights(tiny_mod
     assert not (tmp_path / "run").exists()  # nothing started
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_fit_is_refused_with_the_numbers(tiny_model, tmp_path):
     model = _config_only(
         tiny_model, tmp_path / "model", **SEVEN_B, num_attention_heads=28, num_key_value_heads=4

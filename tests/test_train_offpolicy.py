@@ -133,6 +133,7 @@ def test_resuming_with_another_step_count_is_refused_with_a_cosine_schedule(tiny
     assert {m["lr"] for m in longer.metrics} == {3e-3}
 
 
+@pytest.mark.slow
 def test_evaluation_during_training_writes_metrics_per_source_and_draws_them(
     tiny_model, tmp_path, plugin_env
 ):
