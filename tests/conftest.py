@@ -128,3 +128,36 @@ def grpo_config(
     for section, values in sections.items():
         data[section] = {**data[section], **values} if isinstance(data.get(section), dict) else values
     return TrainConfig.load(None, data)
+
+
+def train_arguments(
+    model: str, out: Path, tasks: Path, steps: int, micro_batch_size: int, *extra: str
+) -> list[str]:
+    """`genesys train` arguments (the command name first) for a short run on `tasks` with the
+    transformers backend: 8 samples of at most 16 tokens a prompt, lr 3e-3, a checkpoint every 2 steps."""
+    return [
+        "train",
+        "--model",
+        model,
+        "-o",
+        str(out),
+        f"--data.tasks={tasks}",
+        "--optim.steps",
+        str(steps),
+        "--optim.lr",
+        "3e-3",
+        "--optim.micro-batch-size",
+        str(micro_batch_size),
+        "--backend",
+        "transformers",
+        "--sampling.n",
+        "8",
+        "--sampling.max-tokens",
+        "16",
+        "--checkpoint.every",
+        "2",
+        "--verify.workers",
+        "1",
+        "--no-progress",
+        *extra,
+    ]

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, read_jsonl, write_jsonl  # noqa: E402
+from conftest import GENESYS, read_jsonl, train_arguments, write_jsonl  # noqa: E402
 
 from genesys.testing.digits import digit_tasks  # noqa: E402
 
@@ -37,34 +37,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 def _arguments(model: str, tasks: Path, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
     # One sequence per generate call: a completion then depends only on its own seed, not on what
     # it was batched with, so both layouts sample the very same tokens.
-    return [
-        "train",
-        "--model",
-        model,
-        "-o",
-        str(out),
-        f"--data.tasks={tasks}",
-        "--optim.steps",
-        "3",
-        "--optim.lr",
-        "3e-3",
-        "--optim.micro-batch-size",
-        "4",
-        "--backend",
-        "transformers",
-        "--sampling.n",
-        "8",
-        "--sampling.max-tokens",
-        "16",
-        "--backend-options.batch-size",
-        "1",
-        "--checkpoint.every",
-        "2",
-        "--verify.workers",
-        "1",
-        "--no-progress",
-        *extra,
-    ]
+    return train_arguments(model, out, tasks, 3, 4, "--backend-options.batch-size", "1", *extra)
 
 
 # With an importance correction the old policy's logprobs are recomputed before each batch's first

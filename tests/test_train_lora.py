@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from conftest import checkpoint_shards, recorded_rows, write_jsonl  # noqa: E402
+from conftest import checkpoint_shards, grpo_config, recorded_rows, write_jsonl  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
@@ -25,21 +25,11 @@ LORA = {"rank": 8, "alpha": 16.0, "target_modules": ["all-linear"]}
 
 
 def config(model: str, out: Path, **sections: Any) -> TrainConfig:
-    data: dict[str, Any] = {
-        "model": model,
-        "output_dir": str(out),
-        "backend": "transformers",
-        "progress": False,
-        "sampling": {"n": 8, "max_tokens": 32, "seed": 0},
-        "rollout": {"prompts_per_step": 4},
-        "optim": {"steps": 3, "lr": 2e-2, "max_grad_norm": 1.0, "micro_batch_size": 32},
-        "checkpoint": {"every": 0},
-        "verify": {"workers": 1},
-        "lora": LORA,
-    }
-    for section, values in sections.items():
-        data[section] = {**data[section], **values} if isinstance(data.get(section), dict) else values
-    return TrainConfig.load(None, data)
+    """`grpo_config` with `LORA`, for 3 steps at lr 2e-2 of 8 samples of at most 32 tokens (keys
+    given in `optim` or `lora` replace those)."""
+    sections["optim"] = {"steps": 3, "lr": 2e-2, **sections.get("optim", {})}
+    sections["lora"] = {**LORA, **sections.get("lora", {})}
+    return grpo_config(model, out, max_tokens=32, **sections)
 
 
 def offline(model: str, out: Path, rollouts: Path, steps: int, **lora: Any) -> TrainConfig:

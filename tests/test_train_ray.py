@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip i
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, REPO, SUPPORT, read_jsonl, rollout, write_jsonl  # noqa: E402
+from conftest import GENESYS, REPO, SUPPORT, read_jsonl, rollout, train_arguments, write_jsonl  # noqa: E402
 
 from genesys.cluster import NAMESPACE  # noqa: E402
 from genesys.testing.digits import TURNS_TASK_TYPE, digit_tasks  # noqa: E402
@@ -263,35 +263,8 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_with_new_workers(tiny_mode
     out, tasks = tmp_path / "run", digit_tasks(tmp_path / "tasks.jsonl")
     command = [
         GENESYS,
-        "train",
-        "--model",
-        tiny_model,
-        "-o",
-        str(out),
-        f"--data.tasks={tasks}",
-        "--optim.steps",
-        "6",
-        "--optim.lr",
-        "3e-3",
-        "--optim.micro-batch-size",
-        "32",
-        "--rollout.prompts-per-step",
-        "4",
-        "--backend",
-        "transformers",
-        "--sampling.n",
-        "8",
-        "--sampling.max-tokens",
-        "16",
-        "--checkpoint.every",
-        "2",
-        "--verify.workers",
-        "1",
-        "--async.max-staleness",
-        "1",
-        "--cluster.backend",
-        "ray",
-        "--no-progress",
+        *train_arguments(tiny_model, out, tasks, 6, 32, "--rollout.prompts-per-step", "4"),
+        *("--async.max-staleness", "1", "--cluster.backend", "ray"),
     ]
     env = {**plugin_env, "OMP_NUM_THREADS": "1"}
     metrics = out / "metrics.jsonl"

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from conftest import GENESYS, read_jsonl, write_jsonl  # noqa: E402
+from conftest import GENESYS, grpo_config, read_jsonl, train_arguments, write_jsonl  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
 from genesys.testing.digits import digit_tasks  # noqa: E402
@@ -20,25 +20,9 @@ from genesys.train import TrainConfig, train  # noqa: E402
 
 
 def config(model: str, out: Path, tasks: Path | None = None, **sections: Any) -> TrainConfig:
-    data = {
-        "model": model,
-        "output_dir": str(out),
-        "backend": "transformers",
-        "progress": False,
-        "data": {"tasks": [str(tasks)]} if tasks else {},
-        "sampling": {"n": 8, "max_tokens": 32, "seed": 0},
-        "rollout": {"prompts_per_step": 4},
-        "optim": {"steps": 3, "lr": 3e-3, "max_grad_norm": 1.0, "micro_batch_size": 32},
-        "checkpoint": {"every": 0},
-        "verify": {"workers": 1},
-    }
-    for section, values in sections.items():
-        data[section] = (
-            {**data[section], **values}
-            if isinstance(values, dict) and isinstance(data.get(section), dict)
-            else values
-        )
-    return TrainConfig.load(None, data)
+    """`grpo_config` for 3 steps of 8 samples of at most 32 tokens (`optim` keys given replace those)."""
+    sections["optim"] = {"steps": 3, **sections.get("optim", {})}
+    return grpo_config(model, out, tasks, max_tokens=32, **sections)
 
 
 def test_first_update_recomputes_the_sampling_logprobs_so_the_ratio_is_one(tiny_model, tmp_path, plugin_env):
@@ -268,32 +252,7 @@ def test_a_run_killed_mid_training_resumes_to_the_same_weights(tiny_model, tmp_p
     env = {**plugin_env, "OMP_NUM_THREADS": "1"}
 
     def command(out: Path) -> list[str]:
-        return [
-            GENESYS,
-            "train",
-            "--model",
-            tiny_model,
-            "-o",
-            str(out),
-            f"--data.tasks={tasks}",
-            "--optim.steps",
-            "8",
-            "--optim.lr",
-            "3e-3",
-            "--optim.micro-batch-size",
-            "16",
-            "--backend",
-            "transformers",
-            "--sampling.n",
-            "8",
-            "--sampling.max-tokens",
-            "16",
-            "--checkpoint.every",
-            "2",
-            "--verify.workers",
-            "1",
-            "--no-progress",
-        ]
+        return [GENESYS, *train_arguments(tiny_model, out, tasks, 8, 16)]
 
     subprocess.run(command(tmp_path / "straight"), check=True, env=env, capture_output=True, timeout=600)
     killed = tmp_path / "killed"
