@@ -1,10 +1,13 @@
-"""`genesys verify` interrupted (Ctrl-C): it exits having waited for every process it started."""
+"""How `genesys` ends: interrupted (Ctrl-C), `genesys verify` exits having waited for every process
+it started; done, the command freezes its heap first, so that the interpreter's exit does not walk it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -57,3 +60,20 @@ def test_ctrl_c_leaves_no_process_of_the_run_behind(tmp_path: Path, plugin_env, 
     assert run.returncode == 130, stderr
     assert "interrupted" in stderr.decode()
     assert left == [], f"processes of the run still alive after it exited: {left}"
+
+
+def test_the_command_freezes_its_heap_when_done_only_when_it_is_the_process():
+    script = (
+        "import gc, json, sys\n"
+        "from genesys.cli import main\n"
+        "main(['--help'])\n"
+        "called = gc.get_freeze_count()\n"
+        "sys.argv = ['genesys', '--help']\n"
+        "main()\n"
+        "print(json.dumps([called, gc.get_freeze_count()]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    called, as_the_command = json.loads(done.stdout.splitlines()[-1])
+    assert called == 0 and as_the_command > 10000
