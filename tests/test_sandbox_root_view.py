@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -38,6 +40,38 @@ def file_set(host: Path) -> FileSet:
         links={str(host / "lib"): "usr/lib"},
         skip={str(host / "usr/include"): ("hidden",)},
     )
+
+
+def test_the_same_files_listed_in_another_order_give_the_same_view(host: Path) -> None:
+    files = file_set(host)
+    files.links[str(host / "lib64")] = "usr/lib"
+    again = FileSet(roots=files.roots[::-1], links=dict(reversed(files.links.items())), skip=files.skip)
+    assert root_view.root_view(files) == root_view.root_view(again)
+    assert len(list((host / "cache").rglob("view-*"))) == 1
+
+
+def test_the_host_toolchains_give_one_view_whatever_the_hash_seed() -> None:
+    """Each worker of each run names the view from its listing: a listing whose order moved with the
+    seed of string hashes made a new view (thousands of links) every time, and left the old ones."""
+    script = (
+        "import hashlib\n"
+        "from genesys.sandbox.host import host_toolchains\n"
+        "from genesys.sandbox.root_view import _entries\n"
+        "from genesys.sandbox.toolchains import file_set\n"
+        "python = {'python': host_toolchains().toolchains['python']}\n"
+        "print(hashlib.sha256(repr(_entries(file_set(python))).encode()).hexdigest())\n"
+    )
+    listings = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3", "4")
+    }
+    assert len(listings) == 1
 
 
 def test_a_view_links_every_file_and_leaves_out_what_the_file_set_leaves_out(host: Path) -> None:

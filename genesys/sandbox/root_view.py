@@ -60,8 +60,9 @@ def root_view(files: FileSet, mount_files: tuple[str, ...] = ()) -> str | None:
 
 
 def _entries(files: FileSet) -> list[tuple[str, str]] | None:
-    """(path, what identifies its content) of everything the view holds, directories before what
-    they hold; None when something is neither a directory, a regular file nor a symlink."""
+    """(path, what identifies its content) of everything the view holds, sorted by path (so a
+    directory comes before what it holds, and the digest depends on what the view holds, not on the
+    order it was listed in); None when something is neither a directory, a regular file nor a symlink."""
     entries = []
     for path in files.entries():
         info = os.lstat(path)
@@ -77,7 +78,7 @@ def _entries(files: FileSet) -> list[tuple[str, str]] | None:
             return None  # a device, socket or fifo: binding shows it, a view could not
     for link, target in files.links.items():
         entries.append((link, "link:" + target))
-    return entries
+    return sorted(entries)
 
 
 def _build(view: str, entries: list[tuple[str, str]], mount_files: tuple[str, ...]) -> None:

@@ -357,7 +357,7 @@ def file_set(toolchains: dict[str, Toolchain], extra: Iterable[str] = ()) -> Fil
                     elves.append(inner)
         elif _is_elf(real):
             elves.append(real)
-    for lib in _ldd(sorted(set(elves))):
+    for lib in sorted(_ldd(sorted(set(elves)))):  # in one order whatever the hash seed
         roots.add(add(lib))
     # A root inside another root is already shown by the outer one.
     ordered = sorted(roots)
