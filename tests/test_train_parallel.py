@@ -1,9 +1,12 @@
 """How one process holds the trained model: unwrapped in fp32 (and then bit for bit what FSDP2 over
-one process computes), wrapped by FSDP2 in bf16; and no FSDP2 warning about a view on any forward."""
+one process computes), wrapped by FSDP2 in bf16; no FSDP2 warning about a view on any forward; and a
+new process group gets a mesh of its own."""
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -124,3 +127,26 @@ def test_the_loaded_model_keeps_its_output_layer_tied_to_the_embeddings(tiny_mod
     assert model.lm_head.weight is model.model.embed_tokens.weight
     want = _load(tiny_model).model.embed_tokens.weight
     assert torch.equal(full_tensor(model.lm_head.weight.detach()), want.detach())
+
+
+NEW_GROUP_PROBE = """
+import torch
+import torch.distributed as dist
+from genesys.train.distributed import init_world
+from genesys.train.parallel import device_mesh
+
+first = device_mesh(init_world(), "fsdp2", torch.device("cpu"))
+dist.destroy_process_group()  # as vLLM's teardown does when the last engine closes
+second = device_mesh(init_world(), "fsdp2", torch.device("cpu"))
+value = torch.tensor([2.0])
+dist.all_reduce(value, group=second.get_group())
+print(second is not first, second.get_group() is dist.group.WORLD, value.item())
+"""
+
+
+def test_a_process_group_made_after_the_last_one_was_destroyed_gets_a_mesh_of_its_own():
+    done = subprocess.run(
+        [sys.executable, "-c", NEW_GROUP_PROBE], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True", "2.0"]
