@@ -305,8 +305,8 @@ print(cost(False), cost(True))
 def fork_floor(pair: tuple[str, str], rounds: int = 2000) -> tuple[float, float]:
     """ms of CPU (parent and child) to fork the sandbox's interpreter, runner modules loaded, and
     have the child exit at once; and to have it run `pair`'s program on its input first."""
-    import genesys.sandbox.runner
     from genesys.sandbox.host import host_toolchains
+    from genesys.sandbox.process import RUNNER_PATH
 
     python = host_toolchains().toolchains["python"].commands["run"]
     program, stdin = pair
@@ -317,7 +317,7 @@ def fork_floor(pair: tuple[str, str], rounds: int = 2000) -> tuple[float, float]
             "-S",
             "-c",
             FLOOR_PROGRAM,
-            genesys.sandbox.runner.__file__,
+            RUNNER_PATH,
             program,
             stdin,
             str(rounds),
