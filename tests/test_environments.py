@@ -10,6 +10,7 @@ import os
 import pickle
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -446,13 +447,67 @@ def test_the_turn_batcher_samples_the_turns_of_many_rollouts_together(guess_numb
     requests = [GenerationRequest(key, [], [0, 1, 2], seed=1) for key in episodes]
 
     async def collect():
-        return [result async for result in play_batched(Recorder(), requests, episodes)]
+        return [result async for result in play_batched(Recorder(), requests, episodes, linger_s=60)]
 
     results = asyncio.run(collect())
     assert sorted(r.request.key for r in results) == sorted(episodes)
     assert all(len(r.completions) == 3 for r in results)
     assert Recorder.batches[0] == 15  # every rollout's first turn in one batch
     assert sum(Recorder.batches) == sum(c.trajectory["turns"] for r in results for c in r.completions)
+
+
+class SlowToOpen(genesys.Environment):
+    """One model turn; the task whose prompt is "slow" takes 0.5 s to reset (in its thread)."""
+
+    task_type = "slow_to_open"
+    max_turns = 1
+
+    def reset(self, task):
+        if task.prompt == "slow":
+            time.sleep(0.5)
+        return [{"role": "user", "content": task.prompt}]
+
+    def step(self, task, messages):
+        return genesys.Step([], done=True)
+
+    def score(self, task, messages):
+        return genesys.Verdict(score=1.0)
+
+
+@pytest.mark.parametrize(("linger_s", "first_batch"), [(60, 4), (0.01, 3)])
+def test_a_batch_waits_for_a_rollout_whose_environment_is_still_resetting_up_to_the_linger(
+    linger_s, first_batch
+):
+    """The first batch holds the slow rollout's turn when the linger outlasts its reset, and goes
+    without it (the rollout's turn then comes in a batch of its own) when it does not."""
+    from genesys.generate.backend import Completion, GenerationRequest, GenerationResult
+    from genesys.generate.episodes import play_batched
+
+    batches: list[list[str]] = []
+
+    class Recorder:
+        name = "recorder"
+
+        async def generate(self, requests):
+            requests = list(requests)
+            batches.append([request.messages[-1]["content"] for request in requests])
+            for request in requests:
+                yield GenerationResult(request, None, [Completion("done", None, None, "stop")])
+
+    prompts = ["quick", "quick", "slow", "quick"]
+    episodes = {
+        str(i): (SlowToOpen, genesys.Task(task_type="slow_to_open", prompt=p)) for i, p in enumerate(prompts)
+    }
+    requests = [GenerationRequest(key, [], [0], seed=1) for key in episodes]
+
+    async def collect():
+        return [r async for r in play_batched(Recorder(), requests, episodes, linger_s=linger_s)]
+
+    results = asyncio.run(collect())
+    assert all(r.completions[0].trajectory["trajectory_error"] is None for r in results)
+    assert len(batches[0]) == first_batch
+    assert ("slow" in batches[0]) == (first_batch == 4)
+    assert sorted(prompt for batch in batches for prompt in batch) == sorted(prompts)
 
 
 @pytest.mark.slow

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from genesys.schema import Row, Task
 
 
+LINGER_S = 0.05  # how long a batch waits for the turns of rollouts whose environment is still stepping
+
+
 class ContextFull(RuntimeError):
     """A conversation has grown to the model's context length: no room for another model turn."""
 
@@ -33,23 +36,39 @@ class TurnBatcher:
     """Model turns asked by many rollouts at once, sent to `backend.generate` in batches of at most
     `max_batch`; one batch at a time, so a backend never runs two `generate`s together.
 
+    A batch goes once every rollout in play (those between `join` and `leave`) is waiting for its
+    turn, or `max_batch` turns wait, or `linger_s` has passed since the batcher began gathering it:
+    a rollout whose environment step is still running (in a thread or a process of its own) is
+    waited for that long, never more, instead of missing the batch and waiting for the next one.
+
     A turn whose prompt fills the backend's context (`max_model_len`, where a token backend has one)
     fails on its own with `ContextFull` (its rollout ends in an error naming the turn) and never
     goes to the engine, where it would fail the whole batch."""
 
-    def __init__(self, backend: Backend, max_batch: int = 256) -> None:
+    def __init__(self, backend: Backend, max_batch: int = 256, linger_s: float = LINGER_S) -> None:
         self.backend = backend
         self.max_batch = max_batch
+        self.linger_s = linger_s
         self._waiting: list[tuple[GenerationRequest, asyncio.Future[tuple[Completion, int]]]] = []
-        self._wake = asyncio.Event()
+        self._in_play = 0
+        self._changed = asyncio.Event()  # set when a turn is asked or a rollout leaves
         self._runner: asyncio.Task[None] | None = None
+
+    def join(self) -> None:
+        """A rollout is in play: batches wait for its turns (see the class docstring)."""
+        self._in_play += 1
+
+    def leave(self) -> None:
+        """A rollout has ended: batches no longer wait for it."""
+        self._in_play -= 1
+        self._changed.set()
 
     async def ask(self, request: GenerationRequest) -> tuple[Completion, int]:
         """The completion of one single-sample request, sampled in the next batch, and the weights
         version that sampled it."""
         future: asyncio.Future[tuple[Completion, int]] = asyncio.get_running_loop().create_future()
         self._waiting.append((request, future))
-        self._wake.set()
+        self._changed.set()
         if self._runner is None:
             self._runner = asyncio.ensure_future(self._run())
         return await future
@@ -61,11 +80,11 @@ class TurnBatcher:
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
-            await asyncio.sleep(0)  # let every rollout that is ready ask its turn first
+            while not self._waiting:
+                self._changed.clear()
+                await self._changed.wait()
+            await self._gather()
             batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
-            if not self._waiting:
-                self._wake.clear()
             batch = [(request, future) for request, future in batch if self._fits(request, future)]
             if not batch:
                 continue
@@ -83,6 +102,22 @@ class TurnBatcher:
                 for key, future in futures.items():
                     if not future.done():
                         future.set_exception(RuntimeError(f"the backend returned no completion for {key}"))
+
+    async def _gather(self) -> None:
+        """Wait until every rollout in play waits for its turn (or `max_batch` turns wait), at most
+        `linger_s`; always one turn of the event loop, for rollouts ready to ask at once."""
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.linger_s
+        while len(self._waiting) < min(self._in_play, self.max_batch):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return
 
     def _fits(self, request: GenerationRequest, future: asyncio.Future[Any]) -> bool:
         """Whether the turn's prompt leaves room for a token in the backend's context; if not, its
@@ -179,9 +214,13 @@ class _Rollout:
         from genesys.environments import play
         from genesys.environments.tokens import play_on_tokens
 
-        if self.tokens is None:
-            return completion_of(await play(environment, task, self.ask))
-        trajectory = await play_on_tokens(environment, task, self.tokens, self.turn_on_tokens)
+        self.batcher.join()
+        try:
+            if self.tokens is None:
+                return completion_of(await play(environment, task, self.ask))
+            trajectory = await play_on_tokens(environment, task, self.tokens, self.turn_on_tokens)
+        finally:
+            self.batcher.leave()
         return completion_of(trajectory, self.tokens, self.turns)
 
 
@@ -190,11 +229,13 @@ async def play_batched(
     requests: Iterable[GenerationRequest],
     episodes: Mapping[str, tuple[type[Environment], Task]],
     max_batch: int = 256,
+    linger_s: float = LINGER_S,
 ) -> AsyncIterator[GenerationResult]:
     """Play each request's samples in its environment (`episodes[request.key]`), every rollout at
-    once, their model turns batched through `backend.generate` (on token ids with a token backend).
-    Results as they finish, stamped with the oldest weights version that sampled one of their turns."""
-    batcher = TurnBatcher(backend, max_batch)
+    once, their model turns batched through `backend.generate` (on token ids with a token backend;
+    `max_batch` and `linger_s` as in `TurnBatcher`). Results as they finish, stamped with the oldest
+    weights version that sampled one of their turns."""
+    batcher = TurnBatcher(backend, max_batch, linger_s)
 
     async def one(request: GenerationRequest) -> GenerationResult:
         environment, task = episodes[request.key]
