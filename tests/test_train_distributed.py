@@ -8,6 +8,7 @@ shards, never the whole model."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -407,3 +408,37 @@ def test_fsdp2_shards_parameters_gradients_and_optimizer_state_and_ddp_replicate
             assert replicated[what] == replicated["full"], what
     assert sum(report["fsdp2"]["parameters"] for report in reports) >= reports[0]["fsdp2"]["full"]
     assert reports[0]["fsdp2"]["norm"] == reports[1]["fsdp2"]["norm"]  # one global norm on every rank
+
+
+WORLDS_PROBE = """
+import faulthandler, sys, torch, torch.distributed as dist
+from genesys.train.distributed import close_world, init_world
+from genesys.train.parallel import device_mesh
+faulthandler.dump_traceback_later(120, exit=True)
+seen = []
+for generation in range(6):
+    world = init_world()
+    mesh = device_mesh(world, ("ddp", "fsdp2")[generation % 2], torch.device("cpu"))
+    value = torch.tensor([float(world.rank + 1 + generation)])
+    dist.all_reduce(value, group=mesh.get_group(mesh.mesh_dim_names[0]))
+    seen.append(value.item())
+    close_world(world)
+    rank = world.rank
+open(f"{sys.argv[1]}/rank-{rank}", "w").write(" ".join(map(str, seen)))
+"""
+
+
+def test_one_process_joins_torchrun_groups_one_after_another(tmp_path):
+    """Two trainings in one torchrun process: each group made after the last was destroyed
+    rendezvouses on keys of its own (torch names every world's groups alike, and on the keys an
+    earlier group left a rank could join its peer's old group and hang there)."""
+    script = tmp_path / "worlds.py"
+    script.write_text(WORLDS_PROBE)
+    done = subprocess.run(
+        [*TORCHRUN, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):  # each world's all_reduce summed both ranks' values of that world
+        sums = (tmp_path / f"rank-{rank}").read_text().split()
+        assert sums == [str(float(3 + 2 * generation)) for generation in range(6)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import functools
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -116,6 +117,10 @@ def _let_gloo_workers_finish() -> None:
     time.sleep(GLOO_WORKERS_GRACE_S)
 
 
+# The torchrun groups this process has joined, numbered alike on every rank.
+_worlds_joined = itertools.count()
+
+
 def init_world() -> World:
     """Join the process group torchrun set up, or make a group of this process alone (which stays
     until the process ends, and which later runs in the process reuse). A process that already
@@ -132,7 +137,13 @@ def init_world() -> World:
     if size == 1:  # kept for the life of the process: an in-process engine (vLLM) may build on it
         dist.init_process_group(_backend(), store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         return World()
-    dist.init_process_group(_backend(), timeout=timeout)
+    store, rank, size = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    # Keys of its own in torchrun's store: a group made after an earlier one was destroyed (two
+    # trainings in one process) would otherwise rendezvous on the keys the earlier one left there,
+    # torch naming every world's groups alike, and a rank could join a peer's old group and hang.
+    world_store = dist.PrefixStore(f"genesys-world-{next(_worlds_joined)}", store)
+    dist.init_process_group(_backend(), store=world_store, rank=rank, world_size=size, timeout=timeout)
     return World(rank=rank, size=size, local_rank=local_rank, joined=True)
 
 
