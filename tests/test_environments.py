@@ -10,7 +10,7 @@ import os
 import pickle
 import re
 import subprocess
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -456,15 +456,19 @@ def test_the_turn_batcher_samples_the_turns_of_many_rollouts_together(guess_numb
     assert sum(Recorder.batches) == sum(c.trajectory["turns"] for r in results for c in r.completions)
 
 
+SLOW_RESET_DONE = threading.Event()
+
+
 class SlowToOpen(genesys.Environment):
-    """One model turn; the task whose prompt is "slow" takes 0.5 s to reset (in its thread)."""
+    """One model turn; the task whose prompt is "slow" resets (in its thread) only once
+    SLOW_RESET_DONE is set."""
 
     task_type = "slow_to_open"
     max_turns = 1
 
     def reset(self, task):
         if task.prompt == "slow":
-            time.sleep(0.5)
+            SLOW_RESET_DONE.wait(30)
         return [{"role": "user", "content": task.prompt}]
 
     def step(self, task, messages):
@@ -474,16 +478,16 @@ class SlowToOpen(genesys.Environment):
         return genesys.Verdict(score=1.0)
 
 
-@pytest.mark.parametrize(("linger_s", "first_batch"), [(60, 4), (0.01, 3)])
-def test_a_batch_waits_for_a_rollout_whose_environment_is_still_resetting_up_to_the_linger(
-    linger_s, first_batch
-):
-    """The first batch holds the slow rollout's turn when the linger outlasts its reset, and goes
-    without it (the rollout's turn then comes in a batch of its own) when it does not."""
+@pytest.mark.parametrize("linger_s", [60, 0.05])
+def test_a_batch_waits_for_a_rollout_whose_environment_is_still_resetting_up_to_the_linger(linger_s):
+    """With a linger that outlasts the slow reset (done after 0.3 s), the first batch holds every
+    rollout's turn. With a short one, the first batch goes without the slow rollout's turn (its
+    reset is done only once that batch reached the backend), which then comes in a later batch."""
     from genesys.generate.backend import Completion, GenerationRequest, GenerationResult
     from genesys.generate.episodes import play_batched
 
     batches: list[list[str]] = []
+    SLOW_RESET_DONE.clear()
 
     class Recorder:
         name = "recorder"
@@ -491,6 +495,7 @@ def test_a_batch_waits_for_a_rollout_whose_environment_is_still_resetting_up_to_
         async def generate(self, requests):
             requests = list(requests)
             batches.append([request.messages[-1]["content"] for request in requests])
+            SLOW_RESET_DONE.set()
             for request in requests:
                 yield GenerationResult(request, None, [Completion("done", None, None, "stop")])
 
@@ -503,10 +508,19 @@ def test_a_batch_waits_for_a_rollout_whose_environment_is_still_resetting_up_to_
     async def collect():
         return [r async for r in play_batched(Recorder(), requests, episodes, linger_s=linger_s)]
 
-    results = asyncio.run(collect())
+    timer = threading.Timer(0.3, SLOW_RESET_DONE.set) if linger_s == 60 else None
+    if timer is not None:
+        timer.start()
+    try:
+        results = asyncio.run(collect())
+    finally:
+        if timer is not None:
+            timer.cancel()
     assert all(r.completions[0].trajectory["trajectory_error"] is None for r in results)
-    assert len(batches[0]) == first_batch
-    assert ("slow" in batches[0]) == (first_batch == 4)
+    if linger_s == 60:
+        assert sorted(batches[0]) == sorted(prompts)
+    else:
+        assert "slow" not in batches[0] and len(batches) >= 2
     assert sorted(prompt for batch in batches for prompt in batch) == sorted(prompts)
 
 
