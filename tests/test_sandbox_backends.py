@@ -234,8 +234,10 @@ def hostile_programs(
             "none",
             {"passed"},
         ),
+        # A test's parent, the template, is outside its pid namespace: getppid() is 0 there (as for a
+        # process `docker exec` starts), and kill(0) would be the program's own process group.
         "kill_parent": (
-            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('alive')",
+            "import os, signal\nparent = os.getppid()\nif parent:\n    os.kill(parent, signal.SIGKILL)\nprint('alive')",
             None,
             {"runtime_error", "passed", "wrong_answer"},
         ),

@@ -19,7 +19,8 @@ from genesys.verifiers.code import CodeVerifier
 BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
 # Every directory a program can write to, or own: where A publishes and B looks.
 WRITABLE_DIRS = '("/tmp", "/tmp/genesys", "/tmp/genesys/work", "/dev/shm", "/dev/mqueue", os.getcwd(), os.path.expanduser("~"))'
-# Every process a program can see but its own: its parent (the zygote) first.
+# Every process a program can see but its own: its parent (the submission's init, or a test's
+# process that forked it) first.
 OTHER_PIDS = """
 def other_pids():
     pids = [os.getppid()] + sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit())
@@ -120,7 +121,7 @@ def test_a_scratch_directory_s_mtime_does_not_reach_the_next_submission(verifier
 
 # --- 2. the processes that run tests, within the programs' reach ------------------------------------
 
-# What a test starts with that an earlier program could have changed in its zygote or runner:
+# What a test starts with that an earlier program could have changed in the processes around it:
 # every rlimit, its niceness, scheduling policy and CPUs. The same before and after any program.
 STATE_PROBE = """
 import os, resource
@@ -132,7 +133,7 @@ print("nice", os.getpriority(os.PRIO_PROCESS, 0), "policy", os.sched_getschedule
 POISONS = {
     "data limit": "resource.prlimit(pid, resource.RLIMIT_DATA, (4 << 20, 4 << 20))",
     "address space limit": "resource.prlimit(pid, resource.RLIMIT_AS, (48 << 20, 48 << 20))",
-    # Spares the zygote, whose lost tests would retire the runner: the runner alone is left short.
+    # Spares the parent (where a non-root sandbox leaves it in reach): the runner alone is left short.
     "runner address space limit": "pid == os.getppid() or resource.prlimit(pid, resource.RLIMIT_AS, (24 << 20, 24 << 20))",
     "soft memory limits": "[resource.prlimit(pid, kind, (4 << 20, resource.prlimit(pid, kind)[1])) for kind in (resource.RLIMIT_DATA, resource.RLIMIT_AS)]",
     "niceness": "os.setpriority(os.PRIO_PROCESS, pid, 19)",
@@ -213,6 +214,36 @@ def test_the_rlimits_of_the_runner_s_processes_carry_nothing_to_the_next_submiss
     assert_b_cannot_copy_a(verifier, a, b, output_task(str(answer)))
 
 
+# The warm process every test is forked from must never have held a submission's program: A's
+# code, with its constants (here a mark of its own; a right answer, in a sibling), would be in the
+# memory B's process inherits, live or freed, for B to find (or to run).
+MARKED = """
+mark = "sibling-{mark}" * 20
+a, b = map(int, input().split())
+print(a + b)
+"""
+MEMORY_SEARCH = """
+import ctypes, re
+found = set()
+for line in open("/proc/self/maps"):
+    span, perms = line.split()[:2]
+    if perms.startswith("rw"):
+        start, end = (int(part, 16) for part in span.split("-"))
+        found.update(re.findall(rb"sibling-[0-9a-f]{16}", ctypes.string_at(start, end - start)))
+print(sorted(mark.decode() for mark in found) or "nothing")
+"""
+
+
+def test_no_test_inherits_an_earlier_submission_s_program(verifier: CodeVerifier) -> None:
+    mark = secrets.token_hex(8)
+    assert verify(verifier, MARKED.format(mark=mark), SUM_TESTS).score == 1.0
+    for _ in range(2):  # the next submission's tests, the first of them and a later one
+        searched = verify(
+            verifier, MEMORY_SEARCH, [{"type": "stdin_stdout", "input": "", "output": "nothing"}] * 2
+        )
+        assert searched.score == 1.0, searched.details
+
+
 # --- 3. the pid counter -----------------------------------------------------------------------------
 
 
@@ -277,6 +308,30 @@ def test_the_cpu_time_of_a_test_s_children_counts(verifier: CodeVerifier, childr
     assert (
         test["time_s"] >= verifier.limits.time_limit or test["wall_s"] >= 0.95 * verifier.limits.wall_seconds
     ), test
+
+
+# A test is charged what its own processes use: the tests of earlier submissions on the worker, and
+# what they left (a child still burning when its test ends), count for nothing in later ones.
+BURNS_AND_LEAVES = """
+import os, time
+if os.fork() == 0:
+    while time.process_time() < 0.4:
+        pass
+    os._exit(0)
+while time.process_time() < 0.4:
+    pass
+print("done")
+"""
+
+
+@pytest.mark.slow
+def test_a_test_is_charged_nothing_of_earlier_submissions(verifier: CodeVerifier) -> None:
+    tests = [{"type": "stdin_stdout", "input": "", "output": "done"}] * 2
+    burned = verify(verifier, BURNS_AND_LEAVES, tests)
+    assert all(test["time_s"] >= 0.4 for test in burned.details["tests"]), burned.details
+    quick = verify(verifier, "print('done')", tests)
+    assert quick.score == 1.0, quick.details
+    assert all(test["time_s"] < 0.3 for test in quick.details["tests"]), quick.details
 
 
 # --- memory counts every process of a test ----------------------------------------------------------

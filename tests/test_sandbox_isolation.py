@@ -94,7 +94,7 @@ for table in ("tcp", "tcp6", "udp", "udp6", "unix"):
         rows = open("/proc/net/" + table).read().splitlines()[1:]
     except OSError:
         rows = []
-    # Not the runner's channel to its zygote, there from its start: a connected unnamed SOCK_SEQPACKET pair.
+    # Not the runner's channel to its template, there from its start: a connected unnamed SOCK_SEQPACKET pair.
     found += [table + " " + row.strip() for row in rows if not (table == "unix" and row.split()[4:6] == ["0005", "03"] and len(row.split()) == 7)]
 print(" | ".join(found) or "nothing")
 """
@@ -243,22 +243,24 @@ def test_the_sandbox_processes_cannot_be_traced(sandbox: Sandbox) -> None:
     assert traced["stdout"] == "unreachable\n", traced
 
 
-# A process that is not dumpable keeps its /proc files (memory, environment) from its own uid.
+# A process that is not dumpable keeps its /proc files (memory, map, environment) from its own uid:
+# the submission's init among them, whose memory is the template's.
 PEEKER = """
 import os
 readable = []
 for entry in os.listdir("/proc"):
     if entry.isdigit() and int(entry) != os.getpid():
-        try:
-            with open("/proc/%s/environ" % entry, "rb"):
-                readable.append(entry)
-        except OSError:
-            pass
+        for name in ("environ", "maps", "mem"):
+            try:
+                with open("/proc/%s/%s" % (entry, name), "rb"):
+                    readable.append(entry + "/" + name)
+            except OSError:
+                pass
 print(readable)
 """
 
 
-def test_the_runner_and_its_zygote_keep_their_proc_files_closed(sandbox: Sandbox) -> None:
+def test_the_runner_template_and_init_keep_their_proc_files_closed(sandbox: Sandbox) -> None:
     peeked = run_one(sandbox, PEEKER)
     assert peeked["stdout"] == "[]\n", peeked
 
@@ -279,12 +281,18 @@ def test_the_container_init_is_out_of_reach_even_without_the_filter() -> None:
 
 
 NAMESPACES = """
-import ctypes
+import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 made = []
 for name, flag in [("user", 0x10000000), ("mount", 0x20000), ("net", 0x40000000), ("ipc", 0x08000000), ("pid", 0x20000000), ("uts", 0x04000000)]:
     if libc.unshare(flag) == 0:
         made.append(name)
+    try:  # or enter one: its own again, the only one a program can open
+        fd = os.open("/proc/self/ns/" + {"mount": "mnt"}.get(name, name), os.O_RDONLY)
+    except OSError:
+        continue
+    if libc.setns(fd, flag) == 0:
+        made.append("entered " + name)
 print(" ".join(made) or "refused")
 """
 
@@ -556,9 +564,9 @@ print(" ".join(sorted(name for name, ok in refused.items() if ok)), end="")
 
 
 def test_the_filter_refuses_what_it_must_and_keeps_the_rest(tmp_path) -> None:
-    from test_sandbox_runner import zygote_replies
+    from test_sandbox_runner import template_replies
 
-    [reply] = zygote_replies(FILTER_PROBE, 1, tmp_path)
+    [reply] = template_replies(FILTER_PROBE, 1, tmp_path)
     assert reply["stdout"] == "inet socket keyring thread ran trace user namespace", reply
 
 

@@ -21,11 +21,11 @@ LIMITS = {
 }
 
 
-def zygote_replies(
+def template_replies(
     source: str, runs: int, workdir: Path, before: str = "", tests: list | None = None, **request: object
 ) -> list[dict]:
-    """The replies to `runs` runs of `source` as a Python test (or of `argv=[...]`), forked from a
-    zygote of a fresh interpreter that first ran `before` (see support/fresh_zygote.py for why not
+    """The replies to `runs` runs of `source` as a Python test (or of `argv=[...]`), forked by a
+    template of a fresh interpreter that first ran `before` (see support/fresh_template.py for why not
     this process); `limits=`, `stdin=` as the request takes them; `tests`: one submission's tests
     instead, which reach the runner once its template is made."""
     request = {
@@ -38,7 +38,7 @@ def zygote_replies(
         **request,
     }
     done = subprocess.run(
-        [sys.executable, str(SUPPORT / "fresh_zygote.py"), json.dumps(request)],
+        [sys.executable, str(SUPPORT / "fresh_template.py"), json.dumps(request)],
         input=json.dumps(tests or []),
         capture_output=True,
         text=True,
@@ -76,13 +76,15 @@ EXITS = {
 
 def test_a_test_that_exits_is_collected_at_once(tmp_path: Path) -> None:
     source = "import os\nos.write(1, b'got ' + os.read(0, 100))"
-    [reply] = zygote_replies(source, 1, tmp_path, stdin="input")
+    [reply] = template_replies(source, 1, tmp_path, stdin="input")
     assert (reply["stdout"], reply["exit_code"], reply["status"]) == ("got input", 0, "ok"), reply
     assert reply["wall_s"] < 2.5  # not held until the wall limit
 
 
 def test_a_test_past_its_wall_limit_is_killed(tmp_path: Path) -> None:
-    [reply] = zygote_replies("import time\ntime.sleep(60)", 1, tmp_path, limits={**LIMITS, "wall_limit": 0.5})
+    [reply] = template_replies(
+        "import time\ntime.sleep(60)", 1, tmp_path, limits={**LIMITS, "wall_limit": 0.5}
+    )
     assert reply["status"] == "time_limit", reply
     assert 0.5 <= reply["wall_s"] < 4.0
 
@@ -90,14 +92,14 @@ def test_a_test_past_its_wall_limit_is_killed(tmp_path: Path) -> None:
 def test_a_program_past_its_file_size_limit_is_an_output_limit(tmp_path: Path) -> None:
     # Python ignores SIGXFSZ; an exec'd program must not inherit that and carry on with EFBIG.
     argv = ["/bin/sh", "-c", "exec head -c 4000000 /dev/zero > fill.bin"]
-    [reply] = zygote_replies("", 1, tmp_path, argv=argv, limits={**LIMITS, "disk_limit": 1})
+    [reply] = template_replies("", 1, tmp_path, argv=argv, limits={**LIMITS, "disk_limit": 1})
     assert reply["status"] == "output_limit", reply
 
 
 @pytest.mark.parametrize("case", sorted(EXITS))
 def test_python_tests_end_as_the_interpreter_would(case: str, tmp_path: Path) -> None:
     source, exit_code, stdout = EXITS[case]
-    [reply] = zygote_replies(source, 1, tmp_path)
+    [reply] = template_replies(source, 1, tmp_path)
     assert (reply["exit_code"], reply["stdout"]) == (exit_code, stdout), reply
 
 
@@ -109,7 +111,7 @@ for name in ("CPU", "AS", "STACK", "FSIZE", "NPROC", "NOFILE", "CORE"):
 
 
 def test_a_python_test_runs_under_the_limits_the_runner_set(tmp_path: Path) -> None:
-    [reply] = zygote_replies(RLIMITS_PROGRAM, 1, tmp_path)
+    [reply] = template_replies(RLIMITS_PROGRAM, 1, tmp_path)
     assert reply["status"] == "ok", reply
     assert reply["stdout"].split("\n")[:-1] == [
         "CPU 2 3",
@@ -123,22 +125,22 @@ def test_a_python_test_runs_under_the_limits_the_runner_set(tmp_path: Path) -> N
 
 
 def test_a_python_test_runs_only_its_own_exit_hooks(tmp_path: Path) -> None:
-    # A hook the runner's interpreter registered before its zygote forked (a library it imported)
+    # A hook the runner's interpreter registered before its template forked (a library it imported)
     # is not the program's: a test runs those its program registered, and no others.
     before = "import atexit, os\natexit.register(os.write, 1, b'inherited\\n')"
     source = "import atexit\natexit.register(print, 'bye')\nprint('hello')"
-    [reply] = zygote_replies(source, 1, tmp_path, before)
+    [reply] = template_replies(source, 1, tmp_path, before)
     assert (reply["status"], reply["stdout"]) == ("ok", "hello\nbye\n"), reply
 
 
 def test_each_test_of_a_submission_runs_with_its_own_arguments(tmp_path: Path) -> None:
-    # The zygote keeps the spec of a submission's last test and is sent a new one only when it
+    # The template keeps the spec of a submission's last test and is sent a new one only when it
     # differs: arguments equal under == but of another type (1, True, 1.0) are different tests.
     source = "def kind(value):\n    return type(value).__name__ + ':' + repr(value)"
     arguments = [[1], [True], [1.0], [1], [[1]], [1]]
     tests = [{"type": "function_call", "fn_name": "kind", "input": value} for value in arguments]
     tests.insert(3, {"type": "stdin_stdout", "input": "between"})
-    replies = zygote_replies(source, 0, tmp_path, tests=tests)
+    replies = template_replies(source, 0, tmp_path, tests=tests)
     assert [reply["status"] for reply in replies] == ["ok"] * len(tests), replies
     results = [json.loads(reply["result"]) for reply in replies if "result" in reply]
     assert results == ["int:1", "bool:True", "float:1.0", "int:1", "list:[1]", "int:1"]
@@ -161,10 +163,10 @@ def probe(mine):
 
 
 def test_a_test_holds_no_other_tests_arguments(tmp_path: Path) -> None:
-    # The zygote keeps what a submission's tests share; a function's arguments go to their test
+    # The template keeps what a submission's tests share; a function's arguments go to their test
     # alone, so no test finds another's in its memory, live or freed.
     arguments = [" ".join([f"zygote-marker-{n}"] * (1 + 400 * (n % 2 == 0))) for n in range(4)]  # long, short
     tests = [{"type": "function_call", "fn_name": "probe", "input": [argument]} for argument in arguments]
-    replies = zygote_replies(MEMORY_PROBE, 0, tmp_path, tests=tests)
+    replies = template_replies(MEMORY_PROBE, 0, tmp_path, tests=tests)
     assert [reply["status"] for reply in replies] == ["ok"] * 4, replies
     assert [json.loads(reply["result"]) for reply in replies] == [[]] * 4

@@ -19,12 +19,12 @@ DEFAULT_REUSE = 1000
 SANDBOXED_RUNNER_ARGS = ["--sandboxed"]
 # The runner's interpreter only (tests and compiled programs get the runner's own fixed environment):
 # every symbol bound at start, so a forked test does not bind its own on first call, writing (and
-# copying) the zygote's pages of binding tables.
+# copying) the template's pages of binding tables.
 RUNNER_ENV = {"LD_BIND_NOW": "1"}
 # The capabilities a sandbox gives the runner where it runs as root (with the programs' uid apart):
 # fresh namespaces and mounts per submission, tests that drop to the programs' uid, and killing
-# what a test left, and emptying the bounding set. The runner keeps these only; a submission's zygote
-# keeps SETUID and SETGID, and every test drops them with its uid.
+# what a test left, and emptying the bounding set. The runner and its template keep these only, and
+# every test drops them with its uid.
 RUNNER_CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP")
 
 

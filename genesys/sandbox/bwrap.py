@@ -67,7 +67,7 @@ def compiled_runner(python: str) -> str:
     and the interpreter); runner.py itself where that cannot be done (a read-only home, say).
 
     A runner started from its source keeps in memory what the compiler left (about 3 MB: live code
-    objects scattered among freed ones). Its zygote and every Python test forked from it inherit
+    objects scattered among freed ones). Its template and every Python test forked from it inherit
     those pages, and each fork copies, and each exit drops, their page-table entries.
     """
     real = os.path.realpath(python)

@@ -112,9 +112,9 @@ class LocalSandbox(Sandbox):
     def _in_child(self) -> None:
         """Between fork and exec of the runner: pin it to the leased CPU, then `prepare_child`.
 
-        A submission's processes run one at a time (runner, zygote, test, zygote, runner), each
-        waking the next: on one CPU none waits for another CPU to wake, a forked test starts
-        where its zygote's pages are in the cache, and sandboxes with CPUs of their own do not
+        A submission's processes run one at a time (runner, template, test, template, runner),
+        each waking the next: on one CPU none waits for another CPU to wake, a forked test starts
+        where its template's pages are in the cache, and sandboxes with CPUs of their own do not
         crowd one another. Without a free CPU the runner runs wherever the scheduler puts it."""
         if self._cpu_lease is not None:
             try:

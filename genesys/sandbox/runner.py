@@ -18,23 +18,25 @@ The unit of isolation is the submission. Three kinds of process, each with one j
 - the runner (this process) reads submissions, supervises tests and writes replies; it never runs a
   program and never forks one;
 - the template, forked from the runner before it reads anything, holds the warm interpreter (the
-  common modules imported, streams made, type caches filled) and only ever forks zygotes;
-- a zygote per submission, forked from the template. In a sandbox (`--sandboxed`) it is pid 1 of a
-  pid namespace made for that submission, in fresh mount, IPC and UTS namespaces, with a fresh tmpfs
-  on every path a program can write (/tmp, /dev/shm), its own /dev/mqueue and /proc, and the
-  system call filter installed (see `confine`). It forks each test (compilers and compiled programs
-  too, which exec at once) and reaps every process of the submission.
-A test sets its own rlimits, drops to the programs' uid (`--uid`; the runner, template and zygote
-keep theirs, so no program can signal, prlimit, renice or trace them) and runs. When the
-submission ends the runner kills its zygote, which takes every process of the pid namespace with it,
-and the namespaces, their files and IPC objects go with the last process: the next submission's
-zygote is made only after that. Nothing a program can touch is reused; what is reused (the
-template's memory) no program can reach.
+  common modules imported, streams made, type caches filled). In a sandbox (`--sandboxed`) it
+  enters namespaces made for each submission (see `SubmissionSetup`): fresh mount, IPC and UTS
+  namespaces, with a fresh tmpfs on every path a program can write (/tmp, /dev/shm) and its own
+  /dev/mqueue and /proc, and a fresh pid namespace. It forks each test of the submission into them
+  (compilers and compiled programs too, which exec at once), and reaps it;
+- the submission's init, pid 1 of its pid namespace: a clone of the template that shares its memory
+  and only waits, so that it costs no copy of the template's page tables. What a test leaves comes
+  to it; its death takes every process of the namespace with it.
+A test sets its own rlimits, drops to the programs' uid (`--uid`; the runner, template and init keep
+theirs, so no program can signal, prlimit, renice or trace them) and runs. When the submission
+ends the template kills its init, and the namespaces, their files and IPC objects go with the last
+process: the template enters the next submission's only after that. Nothing a program can touch is
+reused; what is reused (the template's memory) no program can reach. The system call filter
+(`confine`) is installed once, on the runner, and every process of the sandbox inherits it.
 
-Limits count every process of a test: the zygote reaps the test and whatever it left (its own
-children come to the zygote, a child subreaper, or pid 1), so a test's CPU time is the zygote's
-children's CPU time over the test; while a test runs, the runner sums the CPU time and memory of all
-its live processes and kills the test past either limit.
+Limits count every process of a test: the template reaps the test, whose own reaped children count
+with it, and whatever it left comes to the init, which takes their CPU time with it when the
+template reaps it in turn; while a test runs, the runner sums the CPU time and memory of all its
+live processes and kills the test past either limit.
 """
 
 import _signal
@@ -88,14 +90,14 @@ MEMORY_MARKERS = (
     b"heap out of memory",
     b"Cannot allocate memory",
 )
-ZYGOTE_ANSWER_S = (
-    10.0  # how long the template or a zygote may take to answer before the runner gives up on it
-)
+TEMPLATE_ANSWER_S = 10.0  # how long the template may take to answer before the runner gives up on it
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.clone.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+PAUSE = ctypes.cast(_libc.pause, ctypes.c_void_p).value  # what a submission's init runs (see SubmissionSetup)
 
 
 # --- framing --------------------------------------------------------------------------------------
@@ -323,10 +325,13 @@ DENIED_SYSCALLS = (
     "add_key",
     "request_key",
     "keyctl",
-    "unshare",
-    "setns",
 )
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x04000000, 0x08000000, 0x20000000
 CLONE_NEW_NAMESPACES = 0x7E020080  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+# The namespaces the template makes for each submission. Only a process with CAP_SYS_ADMIN may make
+# them (which no test holds); a user namespace, which would let any process make the others, and
+# network, cgroup and time namespaces, which the runner never makes, are refused to every process.
+UNSHARED_BY_THE_TEMPLATE = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID
 INET_FAMILIES = (2, 10)  # AF_INET, AF_INET6: no network, and closed TCP sockets linger (TIME_WAIT)
 X32_SYSCALL_BIT = 0x40000000
 EPERM, EACCES, ENOSYS = 1, 13, 38
@@ -334,13 +339,15 @@ BPF_LD_ABS, BPF_JEQ, BPF_JGE, BPF_JSET, BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 
 
-@functools.cache  # made once in the runner: the template and every zygote inherit it
+@functools.cache
 def seccomp_filter(machine):
-    """The BPF program that confines the runner and its tests (see DENIED_SYSCALLS), as bytes.
+    """The BPF program that confines the runner and everything it forks (see DENIED_SYSCALLS), as bytes.
 
     clone with a namespace flag is refused, clone3 (whose flags the filter cannot read) answers
-    ENOSYS so that libc falls back to clone, sockets are Unix sockets only, and system calls of
-    another ABI (32-bit, x32) are refused.
+    ENOSYS so that libc falls back to clone, `unshare` is refused any namespace but
+    UNSHARED_BY_THE_TEMPLATE, `setns` any but a pid namespace (the template's way back to its own
+    before it makes the next), sockets are Unix sockets only, and system calls of another ABI
+    (32-bit, x32) are refused.
     """
     if machine not in SYSCALLS:
         raise RuntimeError("no system call filter for machine %r" % (machine,))
@@ -357,10 +364,20 @@ def seccomp_filter(machine):
         (BPF_JEQ, "clone", 0, numbers["clone"]),
         (BPF_JEQ, "enosys", 0, numbers["clone3"]),
         (BPF_JEQ, "socket", 0, numbers["socket"]),
+        (BPF_JEQ, "unshare", 0, numbers["unshare"]),
+        (BPF_JEQ, "setns", 0, numbers["setns"]),
         (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
         "clone",
         (BPF_LD_ABS, 0, 0, 16),  # the low half of seccomp_data.args[0]: the flags
         (BPF_JSET, "eperm", 0, CLONE_NEW_NAMESPACES),
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
+        "unshare",
+        (BPF_LD_ABS, 0, 0, 16),  # the flags
+        (BPF_JSET, "eperm", 0, CLONE_NEW_NAMESPACES & ~UNSHARED_BY_THE_TEMPLATE),
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
+        "setns",
+        (BPF_LD_ABS, 0, 0, 24),  # the low half of seccomp_data.args[1]: the namespace type
+        (BPF_JEQ, 0, "eperm", CLONE_NEWPID),
         (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
         "socket",
         (BPF_LD_ABS, 0, 0, 16),  # the address family
@@ -409,7 +426,7 @@ def filter_program():
 
 def confine(prepared=None):
     """Install the system call filter (`prepared` by `filter_program`, or made now) on this
-    process; every test forked from it inherits it."""
+    process; every process forked from it inherits it."""
     fprog, _ = prepared or filter_program()
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
@@ -419,7 +436,7 @@ def confine(prepared=None):
 CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN = 5, 6, 7, 8, 21
 # What the runner needs: fresh namespaces and mounts for each submission (SYS_ADMIN), tests that
 # drop to the programs' uid (SETUID, SETGID), killing what a test left (KILL), and emptying the
-# bounding set its zygotes pass on (SETPCAP).
+# bounding set the template passes on (SETPCAP).
 RUNNER_CAPABILITIES = (CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN)
 _CAP_VERSION_3 = 0x20080522
 
@@ -470,7 +487,6 @@ def drop_privileges(uid):
 
 # --- namespaces ----------------------------------------------------------------------------------
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x04000000, 0x08000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
 SHM_BYTES = 64 << 20  # /dev/shm, as docker sizes it
 
@@ -491,45 +507,80 @@ def _mount(source, target, fstype, flags, data=None):
 def fresh_mounts(scratch_bytes, uid):
     """The mounts that give a submission fresh, empty file systems wherever a program can write:
     a tmpfs on /tmp (owned by the programs' `uid`), a tmpfs on /dev/shm, the new IPC namespace's
-    own /dev/mqueue, a /proc of the new pid namespace (showing only the submission's processes),
-    and nothing on /sys. As `mount` arguments: (source, target, type, flags, data)."""
+    own /dev/mqueue, and nothing on /sys. (Its /proc is PROC_MOUNT, see `SubmissionSetup`.) As
+    `mount` arguments: (source, target, type, flags, data)."""
     owner = "" if uid is None else ",uid=%d,gid=%d" % (uid, uid)
     mounts = [
         ("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700%s" % (scratch_bytes, owner)),
         ("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % SHM_BYTES),
         ("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
-        ("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
     ]
     if os.path.ismount("/sys"):  # docker shows one; its cgroup files count what earlier submissions used
         mounts.append(
             ("tmpfs", "/sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,mode=0555")
         )
-    encode = lambda value: value if value is None or isinstance(value, int) else value.encode()  # noqa: E731
-    return [tuple(map(encode, mount)) for mount in mounts]
+    return [_encoded(mount) for mount in mounts]
 
 
-class ZygoteSetup:
-    """What a zygote does to itself before it serves a submission's tests, prepared once in the
-    template: each zygote then only makes the system calls. A page it writes is a page it copies.
+# A /proc of the submission's pid namespace: it shows the submission's processes only.
+PROC_MOUNT = ("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+MNT_DETACH = 2
+CLONE_VM, CLONE_FILES, SIGCHLD = 0x100, 0x400, 17
+INIT_STACK_BYTES = 1 << 16
 
-    Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts`; the working directory,
-    made as the programs' `uid` in their /tmp; SETUID and SETGID only (for the tests to drop to
-    `uid`); the system call filter. (The empty bounding set and the empty supplementary groups come
-    from the template, see `prepare_template`.) What tests leave comes to the zygote: pid 1 of its
-    namespace in a sandbox, a subreaper outside one. The kernel takes its tests first under
-    memory pressure."""
+
+def _encoded(mount):
+    return tuple(value if value is None or isinstance(value, int) else value.encode() for value in mount)
+
+
+class SubmissionSetup:
+    """The template's side of its submissions: what it does to enter each one's own namespaces,
+    prepared once, so that entering one only makes the system calls (a page the template writes is
+    a page it copies at its next fork), and what it does in each test it forks.
+
+    Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts` (the last submission's
+    mounts detached from the copy first); the working directory, made as the programs' `uid` in
+    their /tmp; a fresh pid namespace whose pid 1, the submission's init, is a clone of the template
+    that shares its memory (no page table to copy) and its file table (no fd of the template's kept
+    open by it) and only waits in `pause`. What tests leave comes to the init; its death (SIGKILL, from
+    the template) takes every process of the namespace with it, and the kernel reaps them into its
+    own CPU times, which come to the template when it reaps the init. Only a process in a pid
+    namespace can mount its /proc, so the first test forked there mounts it (see `in_test`).
+    Outside a sandbox the template is a child subreaper: what tests leave comes to it."""
 
     def __init__(self, workdir, sandboxed, uid, scratch_bytes):
         self.sandboxed, self.uid = sandboxed, uid
         self.directories = [os.path.dirname(workdir), workdir]
-        if sandboxed:
-            self.mounts = fresh_mounts(scratch_bytes, uid)
-            self.capabilities = capability_sets((CAP_SETGID, CAP_SETUID) if uid is not None else ())
-            self.filter = filter_program()
+        self.init = 0  # the pid of the submission's init; 0 outside a sandbox, or between submissions
+        self.mount_proc = False  # whether the next test is the first of a pid namespace
+        if not sandboxed:
+            _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            return
+        os.chdir("/")  # not the sandbox's /tmp, under every submission's: the tests inherit it
+        self.mounts = fresh_mounts(scratch_bytes, uid)
+        self.proc_mount = _encoded(PROC_MOUNT)
+        self.proc_mounts = 0  # how many /proc mounts the submission's mount namespace holds
+        self.entered = False  # whether the template is in a submission's mount namespace
+        self.capabilities = capability_sets((CAP_SETGID, CAP_SETUID) if uid is not None else ())
+        self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        # The sandbox's /proc, where the inits' pids are the template's, whatever /proc later covers it.
+        self.own_proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.init_stack = ctypes.create_string_buffer(INIT_STACK_BYTES)
+        self.stack_top = (ctypes.addressof(self.init_stack) + INIT_STACK_BYTES) & ~63
+        self.children = -1  # an fd on the init's list of children: what tests left
+        self.proc_device = None  # /proc's device before the first test of a pid namespace mounted its own
 
-    def apply(self):
+    def enter(self):
+        """Leave the last submission (its init killed and reaped: none of its processes runs any
+        more) for a new one's fresh namespaces; the new init's pid (0 outside a sandbox)."""
         if self.sandboxed:
+            self.end_init()
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+            if self.entered:  # the copy holds the last submission's mounts: off with them
+                targets = [PROC_MOUNT[1].encode()] * self.proc_mounts + [m[1] for m in reversed(self.mounts)]
+                for target in targets:
+                    _check(_libc.umount2(target, MNT_DETACH), "umount")
+            self.entered, self.proc_mounts = True, 0
             for source, target, fstype, flags, data in self.mounts:
                 _check(_libc.mount(source, target, fstype, flags, data), "mount")
         if self.uid is None:
@@ -541,14 +592,82 @@ class ZygoteSetup:
             finally:
                 os.setresuid(-1, 0, -1)
         if self.sandboxed:
+            self.new_pid_namespace()
+        return self.init
+
+    def new_pid_namespace(self):
+        """Start a fresh pid namespace with an init of its own (the last one's, if any, killed and
+        reaped first): the next test forked is the first there."""
+        self.end_init()
+        _check(_libc.setns(self.own_pid_namespace, CLONE_NEWPID), "setns")  # from the template's own
+        _check(_libc.unshare(CLONE_NEWPID), "unshare")
+        pid = _libc.clone(PAUSE, self.stack_top, CLONE_VM | CLONE_FILES | SIGCHLD, None)
+        _check(0 if pid > 0 else -1, "clone")
+        self.init = pid
+        self.children = os.open(
+            "%d/task/%d/children" % (pid, pid), os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.own_proc
+        )
+        self.proc_device = os.stat("/proc").st_dev
+        self.mount_proc = True
+
+    def end_init(self):
+        """Kill the submission's init, which takes every process of its namespace with it, and reap it
+        (and with it the CPU times of what tests left there)."""
+        if not self.init:
+            return
+        try:
+            os.kill(self.init, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.init, 0)  # the init ends only once no other process of its namespace is left
+        os.close(self.children)
+        self.init, self.children = 0, -1
+
+    def proc_mounted(self):
+        """After the first test of a pid namespace: whether it mounted the namespace's /proc."""
+        self.mount_proc = False
+        if os.stat("/proc").st_dev == self.proc_device:
+            return False
+        self.proc_mounts += 1
+        return True
+
+    def leftovers(self):
+        """After a test's first process is reaped: whether processes of the test are left, alive or
+        not reaped yet (the CPU time of those that ended, reaped here outside a sandbox, counts)."""
+        if self.sandboxed:
+            return bool(os.pread(self.children, 16, 0))
+        try:
+            while os.waitpid(-1, WNOHANG)[0] > 0:
+                pass  # one that has ended: reaped here, its CPU time counts
+        except ChildProcessError:
+            return False
+        return True
+
+    def reap_leftovers(self):
+        """Once the runner has killed what a test left: reap it (in a sandbox by ending the pid
+        namespace, whose init reaps them, and starting a new one)."""
+        if self.sandboxed:
+            self.new_pid_namespace()
+            return
+        try:
+            while os.waitpid(-1, 0)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+    def in_test(self):
+        """In a test just forked, before anything else: in a sandbox, mount the pid namespace's /proc
+        if this is its first test and keep only the capabilities the test needs to drop to the
+        programs' uid; then ask the kernel to take it first under memory pressure."""
+        if self.sandboxed:
+            if self.mount_proc:
+                source, target, fstype, flags, data = self.proc_mount
+                _check(_libc.mount(source, target, fstype, flags, data), "mount /proc")
             keep_capabilities((), self.capabilities)
-            confine(self.filter)
-        else:
-            _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         try:
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         except OSError:
-            return  # not ours to write where the zygote's uid does not own its /proc files (not dumpable)
+            return  # not ours to write where our uid does not own our /proc files (not dumpable)
         try:
             os.write(fd, b"1000")
         finally:
@@ -580,9 +699,9 @@ class Outcome:
         self.memory_kb = 0
 
 
-def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
-    """Have `zygote` fork a test running `spec` (see `test_spec`) with fds 0/1/2 (and 3 for a
-    result) wired, and supervise it until it and every process it started have ended. Enforces the
+def run_process(submission, spec, stdin_data, limits, with_result_pipe=False):
+    """Have the template fork a test of `submission` running `spec` (see `test_spec`) with fds
+    0/1/2 (and 3 for a result) wired, and supervise it until it and every process it started have ended. Enforces the
     wall deadline, the output cap and the CPU time and memory of all its processes together."""
     output_limit = int(limits["output_limit"])
     stdin_fd = os.memfd_create("stdin", 0)
@@ -590,7 +709,7 @@ def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
     pipes = [os.pipe() for _ in range(3 if with_result_pipe else 2)]
     started = time.monotonic()
     try:
-        zygote.fork_test([stdin_fd, *(write_end for _, write_end in pipes)], spec)
+        submission.fork_test([stdin_fd, *(write_end for _, write_end in pipes)], spec)
     except BaseException:
         for read_end, _ in pipes:
             os.close(read_end)
@@ -605,8 +724,8 @@ def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
         sinks[pipes[2][0]], caps[pipes[2][0]] = outcome.result, output_limit
     poller = select.poll()
     try:
-        status, maxrss_kb = _await_end(zygote, outcome, sinks, caps, poller, limits, started)
-        outcome.cpu_s = zygote.finish_test()  # what the test left is killed and reaped first
+        status, maxrss_kb = _await_end(submission, outcome, sinks, caps, poller, limits, started)
+        outcome.cpu_s = submission.finish_test()  # what the test left is killed and reaped first
         for fd in list(sinks):  # every writer is dead now: read what is left in the pipes
             while fd in sinks and select.select([fd], [], [], 0)[0]:
                 if _pump(fd, sinks, caps, poller, final=True) == "over" and outcome.killed_for is None:
@@ -623,24 +742,24 @@ def run_process(zygote, spec, stdin_data, limits, with_result_pipe=False):
     return outcome
 
 
-def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
+def _await_end(submission, outcome, sinks, caps, poller, limits, started):
     """Pump output until the test ends, passes its wall limit, its output cap, or (all its processes
     together) its CPU time or memory; then kill all its processes. (wait status, peak RSS in kB) of
-    the test's first process, as the zygote reports it once that has exited.
+    the test's first process, as the template reports it once that has exited.
 
     For its first QUIET_S the output waits in its pipes: most tests end by then, and the runner
-    wakes once, at the zygote's report, instead of at every write."""
-    ended = zygote.sock.fileno()  # readable once the zygote has reaped the test (or has gone)
+    wakes once, at the template's report, instead of at every write."""
+    ended = submission.sock.fileno()  # readable once the template has reaped the test (or has gone)
     wall_limit = float(limits["wall_limit"])
     poller.register(ended, select.POLLIN)
     try:
         if poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000))):
-            return zygote.report(ready=True)
+            return submission.report(ready=True)
         for fd in sinks:
             poller.register(fd, select.POLLIN)
         if _replies is not None:  # the host hears of the tests before this one while it runs
             _replies.flush()
-        zygote.start_counting()
+        submission.start_counting()
         next_check = time.monotonic() + TREE_CHECK_S
         while outcome.killed_for is None:
             now = time.monotonic()
@@ -654,10 +773,10 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
                     outcome.killed_for = "output_limit"
             if any(fd == ended for fd, _ in events):
                 outcome.wall_s = time.monotonic() - started
-                return zygote.report(ready=True)
+                return submission.report(ready=True)
             if time.monotonic() >= next_check:
                 next_check += TREE_CHECK_S
-                cpu_s, memory_kb = zygote.usage_so_far()
+                cpu_s, memory_kb = submission.usage_so_far()
                 outcome.memory_kb = max(outcome.memory_kb, memory_kb)
                 if cpu_s > float(limits["time_limit"]):
                     outcome.killed_for = "time_limit"
@@ -667,8 +786,8 @@ def _await_end(zygote, outcome, sinks, caps, poller, limits, started):
         poller.unregister(ended)
         if not outcome.wall_s:
             outcome.wall_s = time.monotonic() - started
-    zygote.kill_test()
-    return zygote.report()
+    submission.kill_test()
+    return submission.report()
 
 
 def _pump(fd, sinks, caps, poller, final=False):
@@ -724,19 +843,23 @@ def classify(outcome, limits):
     return "runtime_error"
 
 
-# --- the template and the zygotes (see the module docstring) -----------------------------------------
+# --- the template and its submissions (see the module docstring) ---------------------------------
 
 
-class ZygoteLost(Exception):
-    """A zygote (or the template) is gone or does not answer: the sandbox itself failed."""
+class SubmissionLost(Exception):
+    """The template is gone, does not answer, or could not set up the submission: the sandbox
+    itself failed."""
 
 
-# How a test ended, as a zygote reports it, in the kernel's own layout (the zygote copies nothing):
-# the wait status, whether processes of the test still run, the `struct rusage` of the test's first
-# process and that of every process the zygote has reaped. A struct rusage: two timevals (user,
-# system), then 14 longs, ru_maxrss (kB) first.
+# How a test ended, as the template reports it, in the kernel's own layout (the template copies
+# nothing): the wait status, whether processes of the test are left, the `struct rusage` of the
+# test's first process and that of every process the template has reaped (see REAPED). A struct
+# rusage: two timevals (user, system), then 14 longs, ru_maxrss (kB) first.
 RUSAGE = struct.Struct("=4q14q")
-REPORT = struct.Struct("=ii%ds%ds" % (RUSAGE.size, RUSAGE.size))
+# Every process the template has reaped (a `struct rusage`) and the pid of the submission's init
+# (a new one once the runner has had what a test left reaped).
+REAPED = struct.Struct("=%dsi" % RUSAGE.size)
+REPORT = struct.Struct("=ii%ds%ds" % (RUSAGE.size, REAPED.size))
 RUSAGE_CHILDREN, WNOHANG = -1, 1
 
 
@@ -746,36 +869,35 @@ def _cpu_us(rusage):
 
 
 def _ask(sock, request, fds, size):
-    """Send `request` (with file descriptors) and return the answer of `size` bytes, or ZygoteLost."""
+    """Send `request` (with file descriptors) and return the answer of `size` bytes, or SubmissionLost."""
     try:
         rights = (
             [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))] if fds else []
         )
         sock.sendmsg([request], rights, _socket.MSG_NOSIGNAL)
     except OSError:
-        raise ZygoteLost() from None
+        raise SubmissionLost() from None
     return _answer(sock, size)
 
 
 def _answer(sock, size, ready=False):
     try:
-        if not ready and not select.select([sock], [], [], ZYGOTE_ANSWER_S)[0]:
-            raise ZygoteLost()
+        if not ready and not select.select([sock], [], [], TEMPLATE_ANSWER_S)[0]:
+            raise SubmissionLost()
         answer = sock.recv(size + 1)
     except OSError:
-        raise ZygoteLost() from None
+        raise SubmissionLost() from None
     if len(answer) != size:
-        raise ZygoteLost()
+        raise SubmissionLost()
     return answer
 
 
 class Template:
-    """The runner's end of its template, which forks a zygote per submission."""
+    """The runner's end of its template, which serves one submission at a time."""
 
     def __init__(self, workdir, sandboxed, uid, scratch_bytes):
         self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         self.sandboxed, self.workdir = sandboxed, workdir
-        self._ordered = None  # our end of the socket of the zygote being made
         self.pid = os.fork()
         if self.pid == 0:
             code = 1
@@ -788,55 +910,47 @@ class Template:
                 os._exit(code)
         theirs.close()
 
-    def order(self):
-        """Have the template start making a zygote now; `zygote` collects it."""
-        self._ordered, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    def submission(self):
+        """Have the template end the last submission (nothing of it runs once it answers) and set up
+        the next (see `SubmissionSetup`); the runner's end of it."""
+        mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         try:
             rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", theirs.fileno()))]
             self.sock.sendmsg([b"Z"], rights, _socket.MSG_NOSIGNAL)
-        except OSError:
-            self._ordered.close()
-            raise ZygoteLost() from None
+            reaped, init = REAPED.unpack(_answer(self.sock, REAPED.size))
+        except (OSError, SubmissionLost):
+            mine.close()
+            raise SubmissionLost() from None
         finally:
             theirs.close()
-
-    def zygote(self):
-        """The zygote ordered last (ordered now if none is): forked from the template, and setting
-        itself up (see `ZygoteSetup`) while the runner goes on; its first test waits for that."""
-        if self._ordered is None:
-            self.order()
-        mine, self._ordered = self._ordered, None
-        try:
-            pid = struct.unpack("i", _answer(self.sock, 4))[0]
-        except ZygoteLost:
+        if init < 0:
             mine.close()
-            raise
-        if pid < 0:
-            mine.close()
-            raise OSError(-pid, "cannot make a zygote: %s" % os.strerror(-pid))
-        return Zygote(pid, mine, self.sandboxed, self.workdir)
+            raise OSError(-init, "cannot set up a submission: %s" % os.strerror(-init))
+        return Submission(self.pid, init, mine, self.sandboxed, self.workdir, _cpu_us(reaped))
 
 
-class Zygote:
-    """The runner's end of one submission's zygote."""
+class Submission:
+    """The runner's end of one submission, served by the template: its tests are forked there, into
+    the submission's namespaces."""
 
-    def __init__(self, pid, sock, sandboxed, workdir):
-        self.pid, self.sock, self.sandboxed, self.workdir = pid, sock, sandboxed, workdir
-        self._exited = _pidfd(pid)  # readable once it has exited (the template reaps it later)
-        self.cpu_us = 0  # the CPU time of every process it has reaped so far
+    def __init__(self, template, init, sock, sandboxed, workdir, cpu_us):
+        self.template, self.init, self.sock = template, init, sock
+        self.sandboxed, self.workdir = sandboxed, workdir
+        self.cpu_us = cpu_us  # the CPU time of every process the template has reaped so far
+        self._running = False  # whether a test was forked and its report not read yet
         self._leftovers = False
         self._counted_from = None
-        self._stat = None  # an fd on its /proc stat file, opened for the first test that runs long
-        self._spec_body = self._spec_rest = None  # the spec the zygote holds (see `fork_test`)
+        self._stat = None  # an fd on the template's /proc stat file, opened for the first test that runs long
+        self._spec_body = self._spec_rest = None  # the spec the template holds (see `fork_test`)
 
     def fork_test(self, wiring, spec):
         """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec).
 
-        The zygote keeps what a submission's tests share, the spec but its `call`, and is sent it
+        The template keeps what a submission's tests share, the spec but its `call`, and is sent it
         only when it is not the one it holds: the same body (a compiled program or an argv, never
         changed once made) and the same rest, compared as marshalled bytes, which tell True from 1
         and 1.0 as == does not. A `call` (a function's arguments, a judged test's name) goes to
-        the test alone, in a memfd of its own: the zygote never holds one test's inputs while it
+        the test alone, in a memfd of its own: the template never holds one test's inputs while it
         forks another."""
         shared = (spec[0], spec[1], None, *spec[3:])
         body, rest = spec[1], marshal.dumps((spec[0], *spec[3:]))
@@ -845,14 +959,15 @@ class Zygote:
             if body is not self._spec_body or rest != self._spec_rest:
                 self._send(b"S", [_memfd("spec", marshal.dumps(shared))], close=True)
                 self._spec_body, self._spec_rest = body, rest
+            self._running = True
             if spec[2] is None:
                 self._send(b"F", wiring)
             else:
                 call_fd = _memfd("call", marshal.dumps(spec[2]))
                 self._send(b"C", [*wiring, call_fd])
         except OSError:
-            self._spec_body = self._spec_rest = None  # what the zygote holds is unknown
-            raise ZygoteLost() from None
+            self._spec_body = self._spec_rest = None  # what the template holds is unknown
+            raise SubmissionLost() from None
         finally:
             if call_fd is not None:
                 os.close(call_fd)
@@ -868,54 +983,61 @@ class Zygote:
                     os.close(fd)
 
     def report(self, ready=False):
-        """(wait status, peak RSS in kB) of the test's first process once the zygote has reaped it
+        """(wait status, peak RSS in kB) of the test's first process once the template has reaped it
         (`ready`: its socket is known to be readable, or closed)."""
         status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size, ready))
-        self._leftovers, self._reported_cpu_us = bool(leftovers), _cpu_us(reaped)
+        self._running = False
+        self._leftovers, self._reaped = bool(leftovers), reaped
         return status, RUSAGE.unpack(usage)[4]
 
     def finish_test(self):
         """Kill and reap whatever the test left running; the CPU seconds of all its processes."""
-        cpu_us = self._reported_cpu_us
+        reaped = self._reaped
         if self._leftovers:
             self.kill_test()
-            cpu_us = _cpu_us(_ask(self.sock, b"R", [], RUSAGE.size))
+            reaped = _ask(self.sock, b"R", [], REAPED.size)
+        usage, self.init = REAPED.unpack(reaped)
+        cpu_us = _cpu_us(usage)
         used, self.cpu_us = cpu_us - self.cpu_us, cpu_us
         return used / 1e6
 
     def start_counting(self):
-        """Note what the zygote has reaped so far: `usage_so_far` counts from here."""
-        fields = self._own_stat()
+        """Note what the template has reaped so far: `usage_so_far` counts from here."""
+        fields = self._template_stat()
         self._counted_from = int(fields[STAT_CUTIME]) + int(fields[STAT_CSTIME]) if fields else 0
 
     def usage_so_far(self):
         """(CPU seconds, kB of memory) the running test's processes use together: those alive now
         and the CPU time of those reaped since `start_counting`."""
-        fields = self._own_stat()
+        fields = self._template_stat()
         ticks = int(fields[STAT_CUTIME]) + int(fields[STAT_CSTIME]) - self._counted_from if fields else 0
         pages = 0
-        for pid in descendants_of(self.pid):
+        for pid in self._test_processes():
             stat = _stat(pid)
             if stat:
                 ticks += int(stat[STAT_UTIME]) + int(stat[STAT_STIME])
                 pages += int(stat[STAT_RSS])
         return ticks / CLOCK_TICKS, pages * PAGE_SIZE // 1024
 
-    def _own_stat(self):
+    def _test_processes(self):
+        """Every process under the template but the init (which shares the template's memory and uses
+        no CPU time): the running test's, and what it left."""
+        return [pid for pid in descendants_of(self.template) if pid != self.init]
+
+    def _template_stat(self):
         try:
             if self._stat is None:
-                self._stat = os.open("/proc/%d/stat" % self.pid, os.O_RDONLY | os.O_CLOEXEC)
+                self._stat = os.open("/proc/%d/stat" % self.template, os.O_RDONLY | os.O_CLOEXEC)
             stat = os.pread(self._stat, READ_CHUNK, 0)
         except OSError:
             return None
         return stat[stat.rfind(b")") + 2 :].split()
 
     def kill_test(self):
-        """Kill every process of the running test, and wait until none of them runs."""
+        """Kill every process of the running test, and wait until none of them runs. (Not the init:
+        the template reaps what it killed through it, see `SubmissionSetup.reap_leftovers`.)"""
         for _ in range(10000):
-            running = [
-                pid for pid in descendants_of(self.pid) if (_stat(pid) or [b"X"])[0] not in (b"Z", b"X")
-            ]
+            running = [pid for pid in self._test_processes() if (_stat(pid) or [b"X"])[0] not in (b"Z", b"X")]
             if not running:
                 return
             for pid in running:
@@ -927,32 +1049,15 @@ class Zygote:
         raise RuntimeError("processes of a test outlive SIGKILL")
 
     def close(self):
-        """End the submission: kill the zygote, and with it (pid 1 of its namespace) every process there."""
-        if not self.sandboxed:  # no namespace to take them with it
+        """End the submission on the runner's side: the template ends the rest (in a sandbox, killing
+        the init takes every process of the namespace with it) before it sets up the next one."""
+        if self._running or not self.sandboxed:  # the template waits for the test it forked
             self.kill_test()
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
         self.sock.close()
         if self._stat is not None:
             os.close(self._stat)
         if not self.sandboxed:
             wipe(self.workdir)
-
-    def wait_gone(self):
-        """Once `close`d: wait until the zygote has exited. As pid 1 of its namespace it exits only
-        after every other process there has, so then nothing of its submission runs any more."""
-        deadline = time.monotonic() + ZYGOTE_ANSWER_S
-        try:
-            while not _exited(self.pid, self._exited, deadline - time.monotonic()):
-                if time.monotonic() > deadline:
-                    raise ZygoteLost()  # it outlives SIGKILL: nothing more may start here
-                time.sleep(0.0005)
-        finally:
-            if self._exited is not None:
-                os.close(self._exited)
-                self._exited = None
 
 
 def _memfd(name, data):
@@ -966,25 +1071,10 @@ def _memfd(name, data):
     return fd
 
 
-def _pidfd(pid):
-    """A pidfd of `pid` (None where this kernel or Python has none: /proc is read instead)."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
-def _exited(pid, pidfd, timeout):
-    """Whether `pid` has exited (waiting up to `timeout` seconds where there is a `pidfd`)."""
-    if pidfd is not None and select.select([pidfd], [], [], max(0.0, timeout))[0]:
-        return True
-    return (_stat(pid) or [b"X"])[0] in (b"Z", b"X")
-
-
 def prepare_template(sandboxed, uid):
-    """What the template does to itself once, for every zygote it forks: in a sandbox it empties
-    its bounding set (the runner left only RUNNER_CAPABILITIES there; the template keeps them in
-    its permitted set, which is all it needs) and, with a programs' `uid`, its supplementary groups."""
+    """What the template does to itself once: in a sandbox it empties its bounding set (the runner
+    left only RUNNER_CAPABILITIES there; the template keeps them in its permitted set, which is all
+    it needs) and, with a programs' `uid`, its supplementary groups."""
     if sandboxed:
         drop_from_bounding_set(RUNNER_CAPABILITIES)
         if uid is not None:
@@ -992,114 +1082,110 @@ def prepare_template(sandboxed, uid):
 
 
 def template_main(requests, workdir, sandboxed, uid, scratch_bytes):
-    """Serve the runner until it goes away: for each request, fork a zygote (in a fresh pid
-    namespace when `sandboxed`) and send its pid (or -errno). The runner orders the next zygote
-    while a submission runs, and waits for the last one to be gone before the next one's tests."""
+    """Serve the runner until it goes away: for each request, enter a new submission (see
+    `SubmissionSetup`), send REAPED with its init's pid (or -errno), and serve its tests until the
+    runner closes its socket."""
     atexit._clear()  # what the runner's interpreter registered is not a program's to run at its end
     prepare_template(sandboxed, uid)
     _install_test_main(workdir)
-    setup = ZygoteSetup(workdir, sandboxed, uid, scratch_bytes)
+    setup = SubmissionSetup(workdir, sandboxed, uid, scratch_bytes)
     buffers = ReportBuffers()
-    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if sandboxed else -1
-    # Bound once, as in the zygote's loop: after each fork, every page written here is a fault.
-    answer = ctypes.c_int()
-    setns, unshare, waitpid, fork = _libc.setns, _libc.unshare, _libc.waitpid, os.fork
-    recvmsg, send, space, socket = requests.recvmsg, requests.send, _socket.CMSG_SPACE(4), _socket.socket
-    while True:
-        data, ancillary, _, _ = recvmsg(1, space)
-        if not data:
-            return 0
-        sock = socket(fileno=memoryview(ancillary[0][2]).cast("i")[0])  # made here, once, not in the zygote
-        while waitpid(-1, None, WNOHANG) > 0:
-            pass  # zygotes the runner has killed
-        if sandboxed and (setns(own_pid_namespace, CLONE_NEWPID) or unshare(CLONE_NEWPID)):
-            pid = -(ctypes.get_errno() or 1)  # the next child would not be pid 1 of a fresh namespace
-        else:
+    recvmsg, space, socket = requests.recvmsg, _socket.CMSG_SPACE(4), _socket.socket
+    try:
+        while True:
+            data, ancillary, _, _ = recvmsg(1, space)
+            if not data:
+                return 0
+            sock = socket(fileno=memoryview(ancillary[0][2]).cast("i")[0])
             try:
-                pid = fork()
+                buffers.init.value = setup.enter()
             except OSError as exc:
-                pid = -(exc.errno or 1)
-        if pid == 0:
-            code = 1
+                buffers.init.value = -(exc.errno or 1)
+            buffers.getrusage(RUSAGE_CHILDREN, buffers.reaped)  # what the submission's CPU times count from
             try:
-                requests.close()
-                if own_pid_namespace >= 0:
-                    os.close(own_pid_namespace)
-                setup.apply()
-                code = _serve_tests(sock, buffers)
+                requests.send(buffers.report[8 + RUSAGE.size :], _socket.MSG_NOSIGNAL)
+                if buffers.init.value >= 0:
+                    _serve_tests(sock, buffers, setup)
+            except OSError:
+                return 1  # the runner has gone
             finally:
-                os._exit(code)
-        sock.close()
-        answer.value = pid
-        send(answer)
+                sock.close()
+    finally:
+        if sandboxed:
+            setup.end_init()
 
 
 class ReportBuffers:
-    """Where a zygote's kernel calls write how a test ended (see REPORT), and the C functions that
-    write there, made once in the template for every zygote it forks: a zygote then makes nothing
-    to serve its tests (ctypes makes a function the first time it is named, and a buffer is many
-    objects)."""
+    """Where the template's kernel calls write how a test ended (see REPORT), and the C functions
+    that write there, made once: the template then makes little to serve a test (ctypes makes a
+    function the first time it is named, and a buffer is many objects), and each page it writes
+    after a fork is a page it copies."""
 
     def __init__(self):
         self.report = ctypes.create_string_buffer(REPORT.size)
         self.status = ctypes.c_int.from_buffer(self.report, 0)
         self.leftovers = ctypes.c_int.from_buffer(self.report, 4)
+        self.init = ctypes.c_int.from_buffer(self.report, REPORT.size - 4)
         self.usage, self.reaped = ctypes.byref(self.report, 8), ctypes.byref(self.report, 8 + RUSAGE.size)
         self.at_status = ctypes.byref(self.status)
-        self.wait4, self.waitpid, self.getrusage = _libc.wait4, _libc.waitpid, _libc.getrusage
+        self.wait4, self.getrusage = _libc.wait4, _libc.getrusage
 
 
-def _serve_tests(sock, buffers):
-    """One submission's zygote, once set up: for each request fork a test, reap it and everything it
-    started (orphans come here), and report how it ended. After each fork, every page
-    this loop writes is a copy-on-write fault: it works in `buffers` made once, through functions
-    bound once, and the kernel writes its answers into the report itself.
+def _serve_tests(sock, buffers, setup):
+    """Serve one submission's tests: for each request fork a test, reap it, and report how it ended.
 
     Requests: "S" with a memfd holding a test spec (see `test_spec`) without its `call`, which the
-    zygote loads and keeps for the tests after it (a submission's tests mostly share theirs: each
-    test then has nothing to load); "F" with a test's fds 0-2 (and 3), which forks a test running
-    the spec kept last; "C", the same with a last fd, a memfd holding the test's own `call`, which
-    only the test reads; "R", which reaps what the last test left once the runner has killed it."""
-    report, leftovers, usage, reaped = buffers.report, buffers.leftovers, buffers.usage, buffers.reaped
-    at_status, wait4, waitpid, getrusage = (
-        buffers.at_status,
-        buffers.wait4,
-        buffers.waitpid,
-        buffers.getrusage,
+    template keeps for the tests after it (a submission's tests mostly share theirs); "F" with a
+    test's fds 0-2 (and 3), which forks a test running the spec kept last; "C", the same with a last
+    fd, a memfd holding the test's own `call`; "R", which reaps what the last test left once the
+    runner has killed it. Only the tests read the memfds: the template serves every submission, and
+    all it forks inherits its memory, so no submission's program or data may ever enter it (live or
+    freed, for a later submission's tests to find).
+    A test that should have mounted its pid namespace's /proc and did not ends the submission: the
+    runner finds it lost."""
+    report, leftovers, usage, reaped, init = (
+        buffers.report,
+        buffers.leftovers,
+        buffers.usage,
+        buffers.reaped,
+        buffers.init,
     )
+    at_status, wait4, getrusage = buffers.at_status, buffers.wait4, buffers.getrusage
     fork, close = os.fork, os.close
     recvmsg, send, space = sock.recvmsg, sock.send, _socket.CMSG_SPACE(8 * 4)
-    spec = None
-    while True:
-        data, ancillary, _, _ = recvmsg(1, space)
-        if not data:
-            return 0
-        if data == b"R":  # the runner killed what the last test left: reap it
-            while waitpid(-1, None, 0) > 0:
-                pass
-            getrusage(RUSAGE_CHILDREN, reaped)
-            send(report[8 + RUSAGE.size :])
-            continue
-        fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
-        if data == b"S":
-            spec = marshal.loads(os.pread(fds[0], os.lseek(fds[0], 0, os.SEEK_END), 0))
-            close(fds[0])
-            continue
-        pid = fork()
-        if pid == 0:
-            _become_test(fds, spec, data == b"C")
-        while wait4(-1, at_status, 0, usage) not in (pid, -1):
-            pass  # an orphan of an earlier test
-        for fd in fds:  # closed once the test has ended: the pages this writes are no longer shared
-            close(fd)
-        leftovers.value = 0
+    spec = -1  # the memfd of the spec kept last
+    try:
         while True:
-            done = waitpid(-1, None, WNOHANG)
-            if done <= 0:
-                leftovers.value = done == 0
-                break
-        getrusage(RUSAGE_CHILDREN, reaped)
-        send(report)
+            data, ancillary, _, _ = recvmsg(1, space)
+            if not data:
+                return
+            if data == b"R":  # the runner killed what the last test left: reap it
+                setup.reap_leftovers()
+                getrusage(RUSAGE_CHILDREN, reaped)
+                init.value = setup.init
+                send(report[8 + RUSAGE.size :], _socket.MSG_NOSIGNAL)
+                continue
+            fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
+            if data == b"S":  # kept, not read: see above
+                if spec >= 0:
+                    close(spec)
+                spec = fds[0]
+                continue
+            pid = fork()
+            if pid == 0:
+                _become_test(fds, spec, data == b"C", setup)
+            wait4(pid, at_status, 0, usage)
+            for fd in fds:  # closed once the test has ended: the pages this writes are no longer shared
+                close(fd)
+            if setup.mount_proc and not setup.proc_mounted():
+                return
+            leftovers.value = setup.leftovers()
+            getrusage(RUSAGE_CHILDREN, reaped)
+            init.value = setup.init
+            send(report, _socket.MSG_NOSIGNAL)
+    finally:
+        if spec >= 0:
+            close(spec)
 
 
 def _install_test_main(workdir):
@@ -1115,19 +1201,22 @@ def test_spec(kind, body, limits, language, uid, workdir, call=None, files=()):
     """What a forked test needs to run: `kind` "python" (`body` compiled code, `call` None or a
     function's (name, arguments)), "exec" (`body` an argv; `files` (path, text) pairs it writes
     first) or one of HARNESSES (given `body` and `call`), under `limits` as for `language`, as
-    `uid` (None: the zygote's own) in `workdir`."""
+    `uid` (None: the template's own) in `workdir`."""
     return (kind, body, call, rlimits(limits, language), uid, workdir, tuple(files))
 
 
-def _become_test(wiring, spec, with_call):
-    """In a test the zygote forked: its own process group, fds 0/1/2 (and 3) `wiring` and nothing
-    else open, the rlimits and uid of `spec` (see `test_spec`); then the spec runs, with the `call`
-    from the memfd last in `wiring` when `with_call`. Never returns.
+def _become_test(wiring, spec_fd, with_call, setup):
+    """In a test the template forked: set up as `setup.in_test` says, its own process group, fds
+    0/1/2 (and 3) `wiring` and nothing else open, the rlimits and uid of the spec in the memfd
+    `spec_fd` (see `test_spec`); then the spec runs, with the `call` from the memfd last in `wiring`
+    when `with_call`. Never returns.
 
     One function with no closures, and the signal dispositions a fresh program has are the
     runner's own (see `main`): after the fork every page a test writes is a page it copies."""
     code = 127
     try:
+        setup.in_test()
+        spec = marshal.loads(os.pread(spec_fd, os.lseek(spec_fd, 0, os.SEEK_END), 0))
         kind, body, call, limits, uid, workdir, files = spec
         if with_call:  # read before any dup2 could put another fd where it is
             call_fd = wiring.pop()
@@ -1141,7 +1230,7 @@ def _become_test(wiring, spec, with_call):
         os.closerange(len(wiring), 65536)
         for resource_kind, value in limits:
             resource.setrlimit(resource_kind, value)
-        if uid is not None:  # the zygote has no supplementary groups left to drop
+        if uid is not None:  # the template has no supplementary groups left to drop
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
         if kind == "python":
@@ -1157,7 +1246,7 @@ def _become_test(wiring, spec, with_call):
                 _signal.SIGXFSZ, _signal.SIG_DFL
             )  # Python ignores it; a program past its file size limit dies of it
             os.execve(body[0], body, CLEAN_ENV)
-    except BaseException as exc:  # noqa: BLE001 - the child must never return into the zygote
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into the template
         try:
             os.write(2, ("runner: %r\n" % (exc,)).encode())
         except OSError:
@@ -1218,7 +1307,7 @@ def _prepare_python_tests():
         os.close(read_end)
         os.close(write_end)
     # Installed here, once, and inherited by every test: a test that replaced the interpreter's own
-    # streams and argv would free them, writing to many pages it shares with the zygote.
+    # streams and argv would free them, writing to many pages it shares with the template.
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
     sys.argv = list(TEST_ARGV)
     _warm_up_type_caches()
@@ -1360,7 +1449,7 @@ JS_EXPORTS = (
 
 # --- judged tests: assert and pytest ---------------------------------------------------------------
 #
-# An assert or pytest test runs in two processes. The judge is the test the zygote forks: it holds
+# An assert or pytest test runs in two processes. The judge is the test the template forks: it holds
 # the verdict pipe (fd 3) and, before it reads the test's code (its stdin), forks the program's
 # process. That process closes fd 3 and stdin at once, loads the program as the module `solution`,
 # tells the judge its top-level names and from then on only answers the judge's requests over a
@@ -2012,7 +2101,7 @@ def pytest_module():
 # A checker judges a stdin_stdout test whose task accepts many outputs, testlib-style: it runs as
 # `checker INPUT OUTPUT ANSWER` (the test's input, the program's output, the expected output) and
 # exits 0 to accept. It is built once per task (the runner keeps what it built in its own memory, out
-# of every program's reach) in a submission's zygote before that submission's program is compiled,
+# of every program's reach) in a submission's namespaces before that submission's program is compiled,
 # and it runs after each of the program's tests, once every process of that test is gone, as a
 # process of its own under its own limits. Its three files are memfds made in that process and its
 # binary (or source) reaches it on stdin: nothing of it lies on a file system a program can write.
@@ -2023,7 +2112,7 @@ TESTLIB_FAIL_EXIT = 3  # testlib's exit code for a checker that failed (not the 
 _built_checkers = {}  # (language, source) -> the binary (cpp) or the source (python), as bytes
 
 
-def build_checker(checker, toolchains, compile_limits, zygote, uid, workdir):
+def build_checker(checker, toolchains, compile_limits, submission, uid, workdir):
     """(what `run_checker` runs, None) for the task's checker, built once per task; or (None, why not)."""
     language, source = checker["language"], checker["source"]
     built = _built_checkers.get((language, source))
@@ -2039,7 +2128,7 @@ def build_checker(checker, toolchains, compile_limits, zygote, uid, workdir):
         limits = dict(compile_limits, output_limit=CHECKER_BINARY_LIMIT)
         argv = [toolchains["cpp"]["compile"], "-O2", "-std=c++17", "-pipe"]
         spec = test_spec("checker_build", argv, limits, "compile", uid, workdir)
-        outcome = run_process(zygote, spec, source.encode("utf-8"), limits, with_result_pipe=True)
+        outcome = run_process(submission, spec, source.encode("utf-8"), limits, with_result_pipe=True)
         if classify(outcome, limits) != "ok" or not outcome.result:
             message = bytes(outcome.stderr[-STDERR_TAIL:]).decode("utf-8", "replace").strip()
             return None, "the checker does not compile: %s" % (message or classify(outcome, limits))
@@ -2052,7 +2141,7 @@ def build_checker(checker, toolchains, compile_limits, zygote, uid, workdir):
     return built, None
 
 
-def run_checker(checker, test, output, workdir, zygote, uid):
+def run_checker(checker, test, output, workdir, submission, uid):
     """Run the built checker on one test's input, the program's `output` and the expected output;
     `checker` = (language, built, limits). Its report: status (ok = exit 0), exit_code, message."""
     language, built, limits = checker
@@ -2061,7 +2150,7 @@ def run_checker(checker, test, output, workdir, zygote, uid):
         expected = json.dumps(expected)
     payload = marshal.dumps((language, built, (_stdin_of(test), bytes(output), expected.encode("utf-8"))))
     spec = test_spec("checker_run", None, limits, language, uid, workdir)
-    outcome = run_process(zygote, spec, payload, limits)
+    outcome = run_process(submission, spec, payload, limits)
     message = bytes(outcome.stderr[-STDERR_TAIL:]) or bytes(outcome.stdout[-STDERR_TAIL:])
     return {
         "status": classify(outcome, limits),
@@ -2155,7 +2244,7 @@ def _memfd_path(name, data):
 HARNESSES = {"judged": judged_child, "checker_build": checker_build_child, "checker_run": checker_run_child}
 
 
-def compile_submission(language, source, workdir, toolchains, compile_limits, limits, zygote, uid):
+def compile_submission(language, source, workdir, toolchains, compile_limits, limits, submission, uid):
     """Compile once (a compiler runs as a test of the submission would). Returns (argv or compiled
     code, error message or None, seconds)."""
     started = time.monotonic()
@@ -2188,7 +2277,7 @@ def compile_submission(language, source, workdir, toolchains, compile_limits, li
         return None, "unknown language %r" % (language,), 0.0
     files.append((src, source))
     spec = test_spec("exec", argv, compile_limits, "compile", uid, workdir, files=files)
-    outcome = run_process(zygote, spec, b"", compile_limits)
+    outcome = run_process(submission, spec, b"", compile_limits)
     elapsed = time.monotonic() - started
     status = classify(outcome, compile_limits)
     if status != "ok":
@@ -2209,23 +2298,23 @@ def _js_top_level_names(source):
     return names
 
 
-def run_test(language, program, test, workdir, limits, zygote, uid=None, checker=None):
-    """Run one test, forked from the submission's `zygote`; returns the reply frame for it.
+def run_test(language, program, test, workdir, limits, submission, uid=None, checker=None):
+    """Run one test of `submission`, forked by the template; returns the reply frame for it.
     `checker`: (language, built, limits) of the task's checker, run on the program's output."""
     is_call = test["type"] == "function_call"
     if test["type"] in JUDGED_TESTS:
-        return run_judged_test(language, program, test, workdir, limits, zygote, uid)
+        return run_judged_test(language, program, test, workdir, limits, submission, uid)
     if language == "python":
         call = (test["fn_name"], test["input"]) if is_call else None
         spec = test_spec("python", program, limits, "python", uid, workdir, call=call)
         outcome = run_process(
-            zygote, spec, b"" if is_call else _stdin_of(test), limits, with_result_pipe=is_call
+            submission, spec, b"" if is_call else _stdin_of(test), limits, with_result_pipe=is_call
         )
     elif language == "javascript" and is_call:
         argv = program[:-1] + [os.path.join(workdir, "call.js")]
         stdin = json.dumps({"fn_name": test["fn_name"], "args": _call_args(test["input"])}).encode("utf-8")
         outcome = run_process(
-            zygote,
+            submission,
             test_spec("exec", argv, limits, language, uid, workdir),
             stdin,
             limits,
@@ -2239,7 +2328,7 @@ def run_test(language, program, test, workdir, limits, zygote, uid=None, checker
         }
     else:
         outcome = run_process(
-            zygote, test_spec("exec", program, limits, language, uid, workdir), _stdin_of(test), limits
+            submission, test_spec("exec", program, limits, language, uid, workdir), _stdin_of(test), limits
         )
     status = classify(outcome, limits)
     reply = {
@@ -2260,11 +2349,11 @@ def run_test(language, program, test, workdir, limits, zygote, uid=None, checker
             reply["status"] = "runtime_error"
             reply["message"] = "the function returned no result"
     elif checker is not None and status == "ok":
-        reply["checker"] = run_checker(checker, test, outcome.stdout, workdir, zygote, uid)
+        reply["checker"] = run_checker(checker, test, outcome.stdout, workdir, submission, uid)
     return reply
 
 
-def run_judged_test(language, program, test, workdir, limits, zygote, uid):
+def run_judged_test(language, program, test, workdir, limits, submission, uid):
     """Run an assert or pytest test (see "judged tests"): the verdict is the judge's, on fd 3."""
     if language != "python":
         return {
@@ -2274,7 +2363,7 @@ def run_judged_test(language, program, test, workdir, limits, zygote, uid):
         }
     call = (test["type"], test.get("name"), int(limits["output_limit"]))
     spec = test_spec("judged", program, limits, "python", uid, workdir, call=call)
-    outcome = run_process(zygote, spec, test["code"].encode("utf-8"), limits, with_result_pipe=True)
+    outcome = run_process(submission, spec, test["code"].encode("utf-8"), limits, with_result_pipe=True)
     reply = {
         "event": "test",
         "status": classify(outcome, limits),
@@ -2312,13 +2401,13 @@ def _call_args(value):
 # --- serving --------------------------------------------------------------------------------------
 
 
-def serve_one(job, toolchains, zygote, replies, uid):
-    """Compile and run one submission in its own zygote, replying frame by frame (see `Replies`)."""
+def serve_one(job, toolchains, submission, replies, uid):
+    """Compile and run one submission in its own namespaces, replying frame by frame (see `Replies`)."""
     done = {"event": "done"}
     try:
-        _compile_and_run(job, toolchains, zygote, replies, uid)
-    except ZygoteLost:
-        done["error"] = "the sandbox lost the zygote of this submission"
+        _compile_and_run(job, toolchains, submission, replies, uid)
+    except SubmissionLost:
+        done["error"] = "the sandbox lost this submission's template or namespaces"
     except BaseException:
         replies.flush()  # what was done reaches the host before the runner goes
         raise
@@ -2326,13 +2415,13 @@ def serve_one(job, toolchains, zygote, replies, uid):
     replies.flush()
 
 
-def _compile_and_run(job, toolchains, zygote, replies, uid):
+def _compile_and_run(job, toolchains, submission, replies, uid):
     deadline = time.monotonic() + float(job.get("budget_s", 1e9))
-    workdir = zygote.workdir
+    workdir = submission.workdir
     checker, checker_error = None, None
     if job.get("checker"):  # built before the program is compiled, let alone run
         built, checker_error = build_checker(
-            job["checker"], toolchains, job["compile_limits"], zygote, uid, workdir
+            job["checker"], toolchains, job["compile_limits"], submission, uid, workdir
         )
         checker = (job["checker"]["language"], built, job["checker"]["limits"])
     program, error, seconds = None, None, 0.0
@@ -2344,7 +2433,7 @@ def _compile_and_run(job, toolchains, zygote, replies, uid):
             toolchains,
             job["compile_limits"],
             job["limits"],
-            zygote,
+            submission,
             uid,
         )
     compiled = {"event": "compiled", "ok": error is None and checker_error is None, "message": error}
@@ -2365,7 +2454,7 @@ def _compile_and_run(job, toolchains, zygote, replies, uid):
                 }
             else:
                 limits["wall_limit"] = min(float(limits["wall_limit"]), left)
-                reply = run_test(job["language"], program, test, workdir, limits, zygote, uid, checker)
+                reply = run_test(job["language"], program, test, workdir, limits, submission, uid, checker)
             reply["index"] = index
             replies.add(reply)
 
@@ -2391,10 +2480,10 @@ def main(argv):
         )  # the size the sandbox gave /tmp
         keep_capabilities(RUNNER_CAPABILITIES if uid is not None else (CAP_SETPCAP, CAP_SYS_ADMIN))
         drop_from_bounding_set(set(range(64)) - set(RUNNER_CAPABILITIES))
-        # Once, for every zygote's mount namespace (a copy of this one): nothing mounted there
+        # Once, for every submission's mount namespace (a copy of this one): nothing mounted there
         # reaches the sandbox's own mounts, nor the other way round.
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        seccomp_filter(os.uname().machine)
+        confine()  # here, once: a filter installed in a fresh process costs it far more than inheriting one
     else:
         scratch_bytes = 0
         os.makedirs(workdir, exist_ok=True)
@@ -2406,7 +2495,7 @@ def main(argv):
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/PID/mem; what we fork inherits it
     # Forked tests inherit these: default dispositions, as a fresh program would have them (and
-    # SIGCHLD's, whatever started the runner left it, lets the zygotes wait for their tests).
+    # SIGCHLD's, whatever started the runner left it, lets the template wait for its tests).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -2417,23 +2506,20 @@ def main(argv):
     _prepare_python_tests()
     gc.freeze()  # forked tests then share the template's memory instead of copying it on the next collection
     template = Template(workdir, sandboxed, uid, scratch_bytes)  # before anything a program wrote is read
-    zygote = template.zygote()  # made now, so that a sandbox that cannot make one fails at its start
+    submission = template.submission()  # made now, so that a sandbox that cannot make one fails at its start
     write_frame(out_fd, {"event": "ready", "pid": os.getpid(), "uid": os.getuid()})
     global _replies
     replies = _replies = Replies(out_fd)
-    last = None
     while True:
         job = read_frame(in_fd)
         if job is None:
             return 0
-        if last is not None:
-            last.wait_gone()  # nothing of the last submission runs when this one starts
         if sandboxed:
-            kill_strangers({os.getpid(), template.pid, zygote.pid})
-        template.order()  # the next submission's zygote, made and set up while this one runs
-        serve_one(job, toolchains, zygote, replies, uid if sandboxed else None)
-        zygote.close()
-        last, zygote = zygote, template.zygote()
+            kill_strangers({os.getpid(), template.pid, submission.init})
+        serve_one(job, toolchains, submission, replies, uid if sandboxed else None)
+        submission.close()
+        # The template answers once the last submission's init is reaped: nothing of it runs then.
+        submission = template.submission()
 
 
 def keep(argv):

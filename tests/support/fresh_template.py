@@ -1,11 +1,11 @@
-"""Run tests forked from a submission's zygote, made by a template in a fresh interpreter, as the
-runner has them (outside a sandbox: no namespaces of their own).
+"""Run one submission's tests forked by a template made in a fresh interpreter, as the runner has
+them (outside a sandbox: no namespaces of their own).
 
 A template forked from the pytest process would carry that process's state into every test: its
 address space (far past a test's memory limit once torch is loaded) and its atexit hooks. Here it
 comes from an interpreter that has loaded only the runner, as in a sandbox.
 
-    python fresh_zygote.py REQUEST_JSON  ->  one reply per line on stdout
+    python fresh_template.py REQUEST_JSON  ->  one reply per line on stdout
 
 REQUEST_JSON: {"source": Python source, or "argv": a program to exec, "runs": N, "limits": {...},
 "workdir": ..., "stdin": text, "before": code run before the template is made}; or, instead of
@@ -28,7 +28,7 @@ def main(request: dict) -> None:
     runner._prepare_python_tests()
     workdir, limits = request["workdir"], request["limits"]
     template = runner.Template(workdir, sandboxed=False, uid=None, scratch_bytes=0)
-    zygote = template.zygote()
+    submission = template.submission()
     if "argv" in request:
         language, program = "cpp", request["argv"]
     else:
@@ -39,10 +39,10 @@ def main(request: dict) -> None:
         tests = [{"type": "stdin_stdout", "input": request.get("stdin", "")}] * request["runs"]
     try:
         for test in tests:
-            reply = runner.run_test(language, program, test, workdir, limits, zygote)
+            reply = runner.run_test(language, program, test, workdir, limits, submission)
             os.write(replies, (json.dumps(reply) + "\n").encode())
     finally:
-        zygote.close()
+        submission.close()
 
 
 if __name__ == "__main__":
