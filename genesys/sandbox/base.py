@@ -22,10 +22,20 @@ SANDBOXED_RUNNER_ARGS = ["--sandboxed"]
 # copying) the template's pages of binding tables.
 RUNNER_ENV = {"LD_BIND_NOW": "1"}
 # The capabilities a sandbox gives the runner where it runs as root (with the programs' uid apart):
-# fresh namespaces and mounts per submission, tests that drop to the programs' uid, and killing
+# fresh namespaces and mounts per submission (and a return to the sandbox's own mount namespace
+# before each), tests that drop to the programs' uid, and killing
 # what a test left, and emptying the bounding set. The runner and its template keep these only, and
 # every test drops them with its uid.
-RUNNER_CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP")
+RUNNER_CAPABILITIES = (
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_CHROOT",
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_KILL",
+    "CAP_SETPCAP",
+)
+# Where programs keep the runner's uid (a non-root sandbox): no dropping to another uid.
+SAME_UID_CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETPCAP")
 
 
 class SandboxError(RuntimeError):

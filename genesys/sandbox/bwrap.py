@@ -20,7 +20,13 @@ import os
 import shutil
 import subprocess
 
-from genesys.sandbox.base import RUNNER_CAPABILITIES, RUNNER_ENV, SANDBOXED_RUNNER_ARGS, SandboxUnavailable
+from genesys.sandbox.base import (
+    RUNNER_CAPABILITIES,
+    RUNNER_ENV,
+    SAME_UID_CAPABILITIES,
+    SANDBOXED_RUNNER_ARGS,
+    SandboxUnavailable,
+)
 from genesys.sandbox.cgroups import Cgroup
 from genesys.sandbox.host import cache_dir
 from genesys.sandbox.limits import COMPILE_LIMITS, Limits
@@ -165,7 +171,7 @@ class BwrapSandbox(LocalSandbox):
 
     def command(self) -> list[str]:
         argv = self.sandbox_argv()
-        for capability in RUNNER_CAPABILITIES if self._uid is not None else ("CAP_SYS_ADMIN", "CAP_SETPCAP"):
+        for capability in RUNNER_CAPABILITIES if self._uid is not None else SAME_UID_CAPABILITIES:
             argv += ["--cap-add", capability]  # the runner keeps these only (see the module docstring)
         for key, value in RUNNER_ENV.items():
             argv += ["--setenv", key, value]

@@ -329,7 +329,7 @@ DENIED_SYSCALLS = (
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x04000000, 0x08000000, 0x20000000
 CLONE_NEW_NAMESPACES = 0x7E020080  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 # The namespaces the template makes for each submission. Only a process with CAP_SYS_ADMIN may make
-# them (which no test holds); a user namespace, which would let any process make the others, and
+# them, or enter one (which no test holds); a user namespace, which would let any process make the others, and
 # network, cgroup and time namespaces, which the runner never makes, are refused to every process.
 UNSHARED_BY_THE_TEMPLATE = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID
 INET_FAMILIES = (2, 10)  # AF_INET, AF_INET6: no network, and closed TCP sockets linger (TIME_WAIT)
@@ -345,8 +345,8 @@ def seccomp_filter(machine):
 
     clone with a namespace flag is refused, clone3 (whose flags the filter cannot read) answers
     ENOSYS so that libc falls back to clone, `unshare` is refused any namespace but
-    UNSHARED_BY_THE_TEMPLATE, `setns` any but a pid namespace (the template's way back to its own
-    before it makes the next), sockets are Unix sockets only, and system calls of another ABI
+    UNSHARED_BY_THE_TEMPLATE, `setns` any but a pid or mount namespace (the template's way back to
+    its own before it makes the next submission's), sockets are Unix sockets only, and system calls of another ABI
     (32-bit, x32) are refused.
     """
     if machine not in SYSCALLS:
@@ -377,7 +377,8 @@ def seccomp_filter(machine):
         (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
         "setns",
         (BPF_LD_ABS, 0, 0, 24),  # the low half of seccomp_data.args[1]: the namespace type
-        (BPF_JEQ, 0, "eperm", CLONE_NEWPID),
+        (BPF_JEQ, 1, 0, CLONE_NEWPID),
+        (BPF_JEQ, 0, "eperm", CLONE_NEWNS),
         (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),
         "socket",
         (BPF_LD_ABS, 0, 0, 16),  # the address family
@@ -433,11 +434,14 @@ def confine(prepared=None):
         raise OSError(ctypes.get_errno(), "cannot install the system call filter")
 
 
-CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN = 5, 6, 7, 8, 21
-# What the runner needs: fresh namespaces and mounts for each submission (SYS_ADMIN), tests that
-# drop to the programs' uid (SETUID, SETGID), killing what a test left (KILL), and emptying the
-# bounding set the template passes on (SETPCAP).
-RUNNER_CAPABILITIES = (CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN)
+CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_CHROOT, CAP_SYS_ADMIN = 5, 6, 7, 8, 18, 21
+# What the runner needs: fresh namespaces and mounts for each submission (SYS_ADMIN), a return to
+# the sandbox's own mount namespace before each (SYS_CHROOT with SYS_ADMIN), tests that drop to the
+# programs' uid (SETUID, SETGID), killing what a test left (KILL), and emptying the bounding set the
+# template passes on (SETPCAP).
+RUNNER_CAPABILITIES = (CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_CHROOT, CAP_SYS_ADMIN)
+# Where the programs keep the runner's uid (a non-root sandbox): no tests to drop to another uid.
+SAME_UID_CAPABILITIES = (CAP_SETPCAP, CAP_SYS_CHROOT, CAP_SYS_ADMIN)
 _CAP_VERSION_3 = 0x20080522
 
 
@@ -524,7 +528,6 @@ def fresh_mounts(scratch_bytes, uid):
 
 # A /proc of the submission's pid namespace: it shows the submission's processes only.
 PROC_MOUNT = ("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-MNT_DETACH = 2
 CLONE_VM, CLONE_FILES, SIGCHLD = 0x100, 0x400, 17
 INIT_STACK_BYTES = 1 << 16
 
@@ -538,8 +541,8 @@ class SubmissionSetup:
     prepared once, so that entering one only makes the system calls (a page the template writes is
     a page it copies at its next fork), and what it does in each test it forks.
 
-    Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts` (the last submission's
-    mounts detached from the copy first); the working directory, made as the programs' `uid` in
+    Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts` (the mount namespace a copy
+    of the sandbox's own, which the template returns to first); the working directory, made as the programs' `uid` in
     their /tmp; a fresh pid namespace whose pid 1, the submission's init, is a clone of the template
     that shares its memory (no page table to copy) and its file table (no fd of the template's kept
     open by it) and only waits in `pause`. What tests leave comes to the init; its death (SIGKILL, from
@@ -559,10 +562,9 @@ class SubmissionSetup:
         os.chdir("/")  # not the sandbox's /tmp, under every submission's: the tests inherit it
         self.mounts = fresh_mounts(scratch_bytes, uid)
         self.proc_mount = _encoded(PROC_MOUNT)
-        self.proc_mounts = 0  # how many /proc mounts the submission's mount namespace holds
-        self.entered = False  # whether the template is in a submission's mount namespace
-        self.capabilities = capability_sets((CAP_SETGID, CAP_SETUID) if uid is not None else ())
+        self.no_capabilities = capability_sets(())
         self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.own_mounts = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         # The sandbox's /proc, where the inits' pids are the template's, whatever /proc later covers it.
         self.own_proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.init_stack = ctypes.create_string_buffer(INIT_STACK_BYTES)
@@ -575,12 +577,11 @@ class SubmissionSetup:
         more) for a new one's fresh namespaces; the new init's pid (0 outside a sandbox)."""
         if self.sandboxed:
             self.end_init()
+            # A copy of the sandbox's own mount namespace, not of the last submission's: that one
+            # goes at once with all its mounts (detaching them one by one from a copy cost each
+            # `umount` an RCU grace period to wait out).
+            _check(_libc.setns(self.own_mounts, CLONE_NEWNS), "setns")
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
-            if self.entered:  # the copy holds the last submission's mounts: off with them
-                targets = [PROC_MOUNT[1].encode()] * self.proc_mounts + [m[1] for m in reversed(self.mounts)]
-                for target in targets:
-                    _check(_libc.umount2(target, MNT_DETACH), "umount")
-            self.entered, self.proc_mounts = True, 0
             for source, target, fstype, flags, data in self.mounts:
                 _check(_libc.mount(source, target, fstype, flags, data), "mount")
         if self.uid is None:
@@ -626,10 +627,7 @@ class SubmissionSetup:
     def proc_mounted(self):
         """After the first test of a pid namespace: whether it mounted the namespace's /proc."""
         self.mount_proc = False
-        if os.stat("/proc").st_dev == self.proc_device:
-            return False
-        self.proc_mounts += 1
-        return True
+        return os.stat("/proc").st_dev != self.proc_device
 
     def leftovers(self):
         """After a test's first process is reaped: whether processes of the test are left, alive or
@@ -657,13 +655,15 @@ class SubmissionSetup:
 
     def in_test(self):
         """In a test just forked, before anything else: in a sandbox, mount the pid namespace's /proc
-        if this is its first test and keep only the capabilities the test needs to drop to the
-        programs' uid; then ask the kernel to take it first under memory pressure."""
+        if this is its first test and, where the test keeps the template's uid, drop every
+        capability (one that drops to the programs' uid loses them all with it); then ask the kernel
+        to take it first under memory pressure."""
         if self.sandboxed:
             if self.mount_proc:
                 source, target, fstype, flags, data = self.proc_mount
                 _check(_libc.mount(source, target, fstype, flags, data), "mount /proc")
-            keep_capabilities((), self.capabilities)
+            if self.uid is None:
+                keep_capabilities((), self.no_capabilities)
         try:
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         except OSError:
@@ -2478,7 +2478,7 @@ def main(argv):
         scratch_bytes = (
             os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize
         )  # the size the sandbox gave /tmp
-        keep_capabilities(RUNNER_CAPABILITIES if uid is not None else (CAP_SETPCAP, CAP_SYS_ADMIN))
+        keep_capabilities(RUNNER_CAPABILITIES if uid is not None else SAME_UID_CAPABILITIES)
         drop_from_bounding_set(set(range(64)) - set(RUNNER_CAPABILITIES))
         # Once, for every submission's mount namespace (a copy of this one): nothing mounted there
         # reaches the sandbox's own mounts, nor the other way round.
