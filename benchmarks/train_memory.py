@@ -183,7 +183,13 @@ def run_load_child(model: Path, path: str) -> dict[int, dict]:
     results = [
         json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("LOADED")
     ]
-    return {result["rank"]: result for result in results}
+    by_rank = {result["rank"]: result for result in results}
+    if set(by_rank) != {0, 1}:  # a rank's line missing or garbled: show what came instead
+        raise RuntimeError(
+            f"loading by {path!r}: results of ranks {sorted(by_rank)}, not 0 and 1\n"
+            f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}"
+        )
+    return by_rank
 
 
 def run_child(

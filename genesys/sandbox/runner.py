@@ -346,8 +346,8 @@ def seccomp_filter(machine):
     clone with a namespace flag is refused, clone3 (whose flags the filter cannot read) answers
     ENOSYS so that libc falls back to clone, `unshare` is refused any namespace but
     UNSHARED_BY_THE_TEMPLATE, `setns` any but a pid or mount namespace (the template's way back to
-    its own before it makes the next submission's), sockets are Unix sockets only, and system calls of another ABI
-    (32-bit, x32) are refused.
+    its own before it makes the next submission's), sockets are Unix sockets only, and system
+    calls of another ABI (32-bit, x32) are refused.
     """
     if machine not in SYSCALLS:
         raise RuntimeError("no system call filter for machine %r" % (machine,))
@@ -542,14 +542,14 @@ class SubmissionSetup:
     a page it copies at its next fork), and what it does in each test it forks.
 
     Sandboxed: fresh mount, IPC and UTS namespaces with `fresh_mounts` (the mount namespace a copy
-    of the sandbox's own, which the template returns to first); the working directory, made as the programs' `uid` in
-    their /tmp; a fresh pid namespace whose pid 1, the submission's init, is a clone of the template
-    that shares its memory (no page table to copy) and its file table (no fd of the template's kept
-    open by it) and only waits in `pause`. What tests leave comes to the init; its death (SIGKILL, from
-    the template) takes every process of the namespace with it, and the kernel reaps them into its
-    own CPU times, which come to the template when it reaps the init. Only a process in a pid
-    namespace can mount its /proc, so the first test forked there mounts it (see `in_test`).
-    Outside a sandbox the template is a child subreaper: what tests leave comes to it."""
+    of the sandbox's own, which the template returns to first); the working directory, made as the
+    programs' `uid` in their /tmp; a fresh pid namespace whose pid 1, the submission's init, is a
+    clone of the template that shares its memory (no page table to copy) and its file table (no fd
+    of the template's kept open by it) and only waits in `pause`. What tests leave comes to the
+    init; its death (SIGKILL, from the template) takes every process of the namespace with it, and
+    the kernel reaps them into its own CPU times, which come to the template when it reaps the init.
+    Only a process in a pid namespace can mount its /proc, so the first test forked there mounts it
+    (see `in_test`). Outside a sandbox the template is a child subreaper: what tests leave comes to it."""
 
     def __init__(self, workdir, sandboxed, uid, scratch_bytes):
         self.sandboxed, self.uid = sandboxed, uid
@@ -701,8 +701,9 @@ class Outcome:
 
 def run_process(submission, spec, stdin_data, limits, with_result_pipe=False):
     """Have the template fork a test of `submission` running `spec` (see `test_spec`) with fds
-    0/1/2 (and 3 for a result) wired, and supervise it until it and every process it started have ended. Enforces the
-    wall deadline, the output cap and the CPU time and memory of all its processes together."""
+    0/1/2 (and 3 for a result) wired, and supervise it until it and every process it started have
+    ended. Enforces the wall deadline, the output cap and the CPU time and memory of all its
+    processes together."""
     output_limit = int(limits["output_limit"])
     stdin_fd = os.memfd_create("stdin", 0)
     os.pwrite(stdin_fd, stdin_data, 0)  # the test reads it from the start
@@ -1141,8 +1142,8 @@ def _serve_tests(sock, buffers, setup):
     runner has killed it. Only the tests read the memfds: the template serves every submission, and
     all it forks inherits its memory, so no submission's program or data may ever enter it (live or
     freed, for a later submission's tests to find).
-    A test that should have mounted its pid namespace's /proc and did not ends the submission: the
-    runner finds it lost."""
+    A test that could not be forked, or should have mounted its pid namespace's /proc and did not,
+    ends the submission: the runner finds it lost."""
     report, leftovers, usage, reaped, init = (
         buffers.report,
         buffers.leftovers,
@@ -1171,7 +1172,12 @@ def _serve_tests(sock, buffers, setup):
                     close(spec)
                 spec = fds[0]
                 continue
-            pid = fork()
+            try:
+                pid = fork()
+            except OSError:  # no process to be had (the sandbox's own limit): the submission is lost
+                for fd in fds:
+                    close(fd)
+                return
             if pid == 0:
                 _become_test(fds, spec, data == b"C", setup)
             wait4(pid, at_status, 0, usage)
