@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from genesys.verification import fork_server
 
 SUPPORT = Path(__file__).parent / "support"
@@ -34,13 +36,18 @@ def verify(rows, *classes):
 """
 
 
-def run_case(body: str) -> dict:
-    script = PRELUDE + "\nif __name__ == '__main__':\n" + textwrap.indent(textwrap.dedent(body), "    ")
+def run_case(body: str, top: str = "", script_file: Path | None = None) -> dict:
+    """Run `body` under a main guard after PRELUDE and `top`; as `python -c`, or as `script_file`
+    (a main script, which multiprocessing's children run first unless their server has)."""
+    script = PRELUDE + top + "\nif __name__ == '__main__':\n" + textwrap.indent(textwrap.dedent(body), "    ")
     path = [str(SUPPORT), str(SUPPORT.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
+    if script_file is None:
+        command = [sys.executable, "-c", script]
+    else:
+        script_file.write_text(script)
+        command = [sys.executable, str(script_file)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -108,3 +115,27 @@ def test_an_early_server_preloads_the_built_in_verifiers_only():
     modules = fork_server.builtin_verifier_modules()
     assert "genesys.verifiers.code" in modules and "genesys.verifiers.math" in modules
     assert all(module.startswith("genesys.verifiers.") for module in modules)  # no backends, no tasks
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["early server", "server the engine starts"])
+def test_the_main_script_runs_in_the_server_once_not_in_every_worker(tmp_path: Path, early: bool):
+    runs = tmp_path / "runs"
+    top = f"\nwith open({str(runs)!r}, 'a') as handle:\n    handle.write('%d\\n' % os.getpid())\n"
+    out = run_case(
+        f"""
+        if {early}:
+            fork_server.start_early()
+        rows = [rollout("echo", "yes", expected="yes") for _ in range(8)]
+        config = VerifyConfig(progress=False, workers=2)
+        out = genesys.verify_rollouts(rows, config=config, verifiers={{Echo.task_type: Echo}})
+        workers = sorted({{row["verification_result_info"]["pid"] for row in out}})
+        print(json.dumps({{"main": os.getpid(), "server": server_pid(), "workers": workers}}))
+        """,
+        top,
+        tmp_path / "main_script.py",
+    )
+    ran_in = [int(line) for line in runs.read_text().split()]
+    # The script's top ran here, then in the server, and in none of the two workers (each starts
+    # with the pool, whether or not rows reach it).
+    assert ran_in == [out["main"], out["server"]]
+    assert out["workers"] and not set(out["workers"]) & set(ran_in)

@@ -13,9 +13,13 @@ and input instead of after. The engine, once it knows its verifiers, starts it a
 otherwise repeat) and nothing has been forked from it yet; other modules that define verifier
 classes (a plugin's, light by convention) each worker then imports itself.
 
-The preload ends with `freeze_heap`, which freezes what the imports before it built (`gc.freeze`):
-the garbage collector of the children never walks those objects, so it copies none of their pages,
-and the server's own exit, which the command waits for, skips them too.
+A child of a fork server runs the caller's main script first (as `multiprocessing` does for every
+start method but fork), unless its server has: the `genesys` command's own script, or a user's
+script that imports torch at its top. So the server runs it, once, in its preload (`main_script`;
+`multiprocessing`'s own "__main__" preload never receives the script's path on Python 3.11), and
+its children skip it. The preload ends with `freeze_heap`, which freezes what the imports before
+it built (`gc.freeze`): the garbage collector of the children never walks those objects, so it
+copies none of their pages, and the server's own exit, which the command waits for, skips them too.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import multiprocessing as mp
 import os
 from collections.abc import Collection
 from importlib import metadata
-from multiprocessing import forkserver
+from multiprocessing import forkserver, spawn
 from multiprocessing.context import BaseContext
 
 WORKER_MODULE = "genesys.verification.worker"
+MAIN_SCRIPT_MODULE = "genesys.verification.main_script"  # runs the caller's main script (see above)
+MAIN_SCRIPT_VARIABLE = "GENESYS_FORK_SERVER_MAIN_SCRIPT"  # its path, for the server alone
 FREEZE_MODULE = "genesys.verification.freeze_heap"  # imported last, it freezes what the others built
 DISTRIBUTION = "genesys-rl"
 
@@ -42,9 +48,8 @@ def start_early() -> None:
     if forkserver._forkserver._forkserver_pid is not None:
         return  # already running: it is kept as it is
     preload = [WORKER_MODULE, *builtin_verifier_modules()]
-    mp.get_context("forkserver").set_forkserver_preload([*preload, FREEZE_MODULE])
-    _snapshot_environment()
-    forkserver.ensure_running()
+    mp.get_context("forkserver").set_forkserver_preload([*preload, MAIN_SCRIPT_MODULE, FREEZE_MODULE])
+    _start_server()
     _early = frozenset(preload)
 
 
@@ -76,8 +81,24 @@ def fork_context(preload: Collection[str] = (), declared: Collection[str] = ()) 
         forkserver._forkserver._stop()
         _environ = None  # the next server starts with the environment of then
     if preload:
-        context.set_forkserver_preload([*preload, FREEZE_MODULE])
+        context.set_forkserver_preload([*preload, MAIN_SCRIPT_MODULE, FREEZE_MODULE])
+        _start_server()
     return context
+
+
+def _start_server() -> None:
+    """Start the fork server, if it is not running, with the path of this process's main script in
+    its environment alone (see `main_script`)."""
+    if forkserver._forkserver._forkserver_pid is not None:
+        return
+    _snapshot_environment()
+    script = spawn.get_preparation_data("fork server").get("init_main_from_path")
+    if script:
+        os.environ[MAIN_SCRIPT_VARIABLE] = script
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.pop(MAIN_SCRIPT_VARIABLE, None)
 
 
 def environment_changes() -> tuple[dict[str, str], list[str]]:
