@@ -244,6 +244,29 @@ def test_no_test_inherits_an_earlier_submission_s_program(verifier: CodeVerifier
         assert searched.score == 1.0, searched.details
 
 
+# A test's stdin is a file it may write (and extend), and a process it leaves may go on writing it
+# until the test's end: the next test of the submission, and the next submission, read their own.
+STDIN_SCRIBBLER = """
+import os, sys
+print(sys.stdin.read().strip())
+sys.stdout.flush()
+os.lseek(0, 0, os.SEEK_SET)
+os.write(0, b"scribbled " * 10000)
+if os.fork() == 0:
+    while True:
+        os.pwrite(0, b"scribbled ", 0)
+"""
+
+
+def test_what_a_test_writes_to_its_stdin_reaches_no_later_test(verifier: CodeVerifier) -> None:
+    inputs = [secrets.token_hex(8) for _ in range(3)]
+    tests = [{"type": "stdin_stdout", "input": value + "\n", "output": value + "\n"} for value in inputs]
+    scribbled = verify(verifier, STDIN_SCRIBBLER, tests)
+    assert scribbled.score == 1.0, scribbled.details  # each test read its own input, whole
+    echo = verify(verifier, "import sys\nprint(sys.stdin.read().strip())", tests)
+    assert echo.score == 1.0, echo.details
+
+
 # --- 3. the pid counter -----------------------------------------------------------------------------
 
 

@@ -705,8 +705,7 @@ def run_process(submission, spec, stdin_data, limits, with_result_pipe=False):
     ended. Enforces the wall deadline, the output cap and the CPU time and memory of all its
     processes together."""
     output_limit = int(limits["output_limit"])
-    stdin_fd = os.memfd_create("stdin", 0)
-    os.pwrite(stdin_fd, stdin_data, 0)  # the test reads it from the start
+    stdin_fd = submission.stdin(stdin_data)
     pipes = [os.pipe() for _ in range(3 if with_result_pipe else 2)]
     started = time.monotonic()
     try:
@@ -716,8 +715,8 @@ def run_process(submission, spec, stdin_data, limits, with_result_pipe=False):
             os.close(read_end)
         raise
     finally:
-        for fd in (stdin_fd, *(write_end for _, write_end in pipes)):
-            os.close(fd)
+        for _, write_end in pipes:
+            os.close(write_end)
     outcome = Outcome()
     sinks = {pipes[0][0]: outcome.stdout, pipes[1][0]: outcome.stderr}
     caps = {pipes[0][0]: output_limit, pipes[1][0]: None}
@@ -942,6 +941,7 @@ class Submission:
         self._leftovers = False
         self._counted_from = None
         self._stat = None  # an fd on the template's /proc stat file, opened for the first test that runs long
+        self._stdin = None  # the memfd every test of the submission reads its stdin from (see `stdin`)
         self._spec_body = self._spec_rest = None  # the spec the template holds (see `fork_test`)
 
     def fork_test(self, wiring, spec):
@@ -973,6 +973,17 @@ class Submission:
             if call_fd is not None:
                 os.close(call_fd)
         self._counted_from = None
+
+    def stdin(self, data):
+        """The memfd the next test reads `data` from, from its start: one per submission, rewritten
+        for each test (making and freeing one per test cost more). Whatever a test wrote to its
+        stdin goes with the rewrite, and nothing of the test that held it runs by then."""
+        if self._stdin is None:
+            self._stdin = os.memfd_create("stdin", 0)
+        os.ftruncate(self._stdin, 0)
+        os.pwrite(self._stdin, data, 0)
+        os.lseek(self._stdin, 0, os.SEEK_SET)  # the test's fd 0 shares this file offset
+        return self._stdin
 
     def _send(self, request, fds, close=False):
         try:
@@ -1055,8 +1066,9 @@ class Submission:
         if self._running or not self.sandboxed:  # the template waits for the test it forked
             self.kill_test()
         self.sock.close()
-        if self._stat is not None:
-            os.close(self._stat)
+        for fd in (self._stat, self._stdin):
+            if fd is not None:
+                os.close(fd)
         if not self.sandboxed:
             wipe(self.workdir)
 
