@@ -189,6 +189,7 @@ class VerificationEngine(VerificationPool):
         self._row_cost: dict[str, float] = {}
         self._requeues: dict[int, int] = {}
         self._type_cycle: deque[str] = deque()
+        self._deadlines_checked = 0.0  # when `_check_deadlines` last ran (see `_pump`)
 
     @property
     def known_task_types(self) -> set[str]:
@@ -264,7 +265,10 @@ class VerificationEngine(VerificationPool):
         if conns:
             for conn in wait(list(conns), timeout=min(timeout, TICK_S) if timeout > 0 else 0):
                 self._receive(conns[conn])
-        self._check_deadlines()
+        now = time.monotonic()
+        if now - self._deadlines_checked >= TICK_S:  # not at every call: a caller may poll without waiting
+            self._deadlines_checked = now
+            self._check_deadlines()
         self._dispatch()
 
     def _receive(self, worker: _Worker) -> None:
