@@ -20,6 +20,12 @@ them) and letting the child exit at once, or run one test's program first. Again
 CPU per test, that bounds the speed-up such a design can reach on this machine, whatever else it
 does well.
 
+--parts splits the CPU time of a bwrap run into its three parts: the run's start-up, each
+submission's own (its fresh namespaces, the runner's and the host's handling of it) and each test's.
+`genesys verify` runs one submission of 3 tests, and --submissions submissions of 1, 3 and 6 tests
+each (the same programs), alternating for --rounds rounds; from the medians, with S submissions of T
+tests each, CPU = start-up + S x per submission + S x T x per test.
+
 Then, per backend, assert tests against function_call tests (--kinds-only runs just this part):
 the same Python function checked by 3 `function_call` tests or by 3 `assert` tests (one `assert`
 each) per submission, both through `genesys verify`, alternating for --rounds rounds; printed are
@@ -28,6 +34,7 @@ of its own beside the judge, see docs/verifiers/sandbox-security.md, so it costs
 
     python benchmarks/code_throughput.py [--submissions 1000] [--workers N] [--baseline-tests 600] [--rounds 3]
     python benchmarks/code_throughput.py --kinds-only [--submissions 300]
+    python benchmarks/code_throughput.py --parts [--submissions 1000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -52,15 +59,15 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 PROGRAM = "import sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(sum(nums[1:1 + nums[0]]))  # submission {index}\n"
 
 
-def make_rollouts(path: Path, count: int, seed: int = 0) -> list[tuple[str, str]]:
-    """Write `count` rollouts of 3 tests each; return every (program, stdin) pair."""
+def make_rollouts(path: Path, count: int, seed: int = 0, tests_each: int = 3) -> list[tuple[str, str]]:
+    """Write `count` rollouts of `tests_each` tests each; return every (program, stdin) pair."""
     rng = random.Random(seed)
     pairs = []
     with path.open("w") as handle:
         for index in range(count):
             program = PROGRAM.format(index=index)
             tests = []
-            for _ in range(3):
+            for _ in range(tests_each):
                 nums = [rng.randint(-1000, 1000) for _ in range(rng.randint(1, 20))]
                 stdin = f"{len(nums)}\n{' '.join(map(str, nums))}\n"
                 tests.append({"type": "stdin_stdout", "input": stdin, "output": f"{sum(nums)}\n"})
@@ -138,6 +145,46 @@ def compare_kinds(args: argparse.Namespace, meter: CpuMeter, kind: str) -> None:
         if cpu_ratios:
             summary += f", {statistics.median(cpu_ratios):.2f}x its CPU time"
         print(f"{kind:>8}: {summary}")
+
+
+def cost_parts(args: argparse.Namespace, meter: CpuMeter) -> None:
+    """Split a bwrap run's CPU time into start-up, per submission and per test (see the module
+    docstring)."""
+    if meter.seconds() is None:
+        print("   parts: skipped (no cgroup to count CPU time in)")
+        return
+    count = args.submissions
+    shapes = {
+        "1 x 3": (1, 3),
+        f"{count} x 1": (count, 1),
+        f"{count} x 3": (count, 3),
+        f"{count} x 6": (count, 6),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {}
+        for name, (submissions, tests_each) in shapes.items():
+            files[name] = Path(tmp) / f"{submissions}x{tests_each}.jsonl"
+            make_rollouts(files[name], submissions, tests_each=tests_each)
+        spent: dict[str, list[float]] = {name: [] for name in shapes}
+        for round_number in range(1, args.rounds + 1):
+            for name, path in files.items():
+                (_, mean_score), cpu = cpu_spent(
+                    meter, functools.partial(time_genesys, path, "bwrap", args.workers)
+                )
+                if mean_score != 1.0:
+                    raise RuntimeError(f"{name} scored {mean_score}, not 1.0")
+                spent[name].append(cpu)
+            print(f"   parts round {round_number}: " + ", ".join(f"{n} {spent[n][-1]:.2f} s" for n in shapes))
+    one, c1, c3, c6 = (statistics.median(spent[name]) for name in shapes)
+    per_test = (c6 - c1) / (5 * count)
+    per_submission = (c1 - one - (count - 3) * per_test) / (count - 1)
+    start_up = one - per_submission - 3 * per_test
+    at_three = start_up / (3 * count) + per_submission / 3 + per_test
+    print(
+        f"   bwrap: CPU of a run (medians of {args.rounds}): start-up {start_up:.2f} s, "
+        f"{per_submission * 1e3:.2f} ms per submission, {per_test * 1e3:.2f} ms per test "
+        f"({at_three * 1e3:.2f} ms per test with {count} submissions of 3; measured {c3 / (3 * count) * 1e3:.2f} ms)"
+    )
 
 
 def time_genesys(inputs: Path, kind: str, workers: int, reuse: int | None = None) -> tuple[float, float]:
@@ -363,12 +410,20 @@ def main() -> None:
     parser.add_argument(
         "--kinds-only", action="store_true", help="time only assert tests against function_call tests"
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="only split a bwrap run's CPU time into start-up, per submission and per test",
+    )
     args = parser.parse_args()
 
     from genesys.sandbox.backends import check_backend
 
     meter = CpuMeter()
     try:
+        if args.parts:
+            cost_parts(args, meter)
+            return
         if not args.kinds_only:
             run_all(args, meter, check_backend)
         print(f"assert against function_call tests: {args.submissions} submissions x 3 tests each")
