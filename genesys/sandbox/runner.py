@@ -752,8 +752,13 @@ def _await_end(submission, outcome, sinks, caps, poller, limits, started):
     ended = submission.sock.fileno()  # readable once the template has reaped the test (or has gone)
     wall_limit = float(limits["wall_limit"])
     poller.register(ended, select.POLLIN)
+    if submission.gone >= 0:  # readable once the template has exited (see `_answer`)
+        poller.register(submission.gone, select.POLLIN)
     try:
-        if poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000))):
+        events = poller.poll(max(1, int(min(QUIET_S, wall_limit) * 1000)))
+        if events:
+            if not any(fd == ended for fd, _ in events):
+                raise SubmissionLost()
             return submission.report(ready=True)
         for fd in sinks:
             poller.register(fd, select.POLLIN)
@@ -774,6 +779,8 @@ def _await_end(submission, outcome, sinks, caps, poller, limits, started):
             if any(fd == ended for fd, _ in events):
                 outcome.wall_s = time.monotonic() - started
                 return submission.report(ready=True)
+            if any(fd == submission.gone for fd, _ in events):
+                raise SubmissionLost()
             if time.monotonic() >= next_check:
                 next_check += TREE_CHECK_S
                 cpu_s, memory_kb = submission.usage_so_far()
@@ -784,6 +791,8 @@ def _await_end(submission, outcome, sinks, caps, poller, limits, started):
                     outcome.killed_for = "memory_limit"
     finally:
         poller.unregister(ended)
+        if submission.gone >= 0:
+            poller.unregister(submission.gone)
         if not outcome.wall_s:
             outcome.wall_s = time.monotonic() - started
     submission.kill_test()
@@ -868,7 +877,7 @@ def _cpu_us(rusage):
     return (user_s + system_s) * 1000000 + user_us + system_us
 
 
-def _ask(sock, request, fds, size):
+def _ask(sock, request, fds, size, gone=-1):
     """Send `request` (with file descriptors) and return the answer of `size` bytes, or SubmissionLost."""
     try:
         rights = (
@@ -877,13 +886,19 @@ def _ask(sock, request, fds, size):
         sock.sendmsg([request], rights, _socket.MSG_NOSIGNAL)
     except OSError:
         raise SubmissionLost() from None
-    return _answer(sock, size)
+    return _answer(sock, size, gone=gone)
 
 
-def _answer(sock, size, ready=False):
+def _answer(sock, size, ready=False, gone=-1):
+    """The template's answer of `size` bytes on `sock` (`ready`: known to be readable), or
+    SubmissionLost when it does not come in time, or the template has exited (`gone`: a pidfd of
+    it, readable then; -1 where there is none). An init outlives its template, and holds its end
+    of the socket open: only the pidfd tells of the template's end."""
     try:
-        if not ready and not select.select([sock], [], [], TEMPLATE_ANSWER_S)[0]:
-            raise SubmissionLost()
+        if not ready:
+            readable = select.select([sock] if gone < 0 else [sock, gone], [], [], TEMPLATE_ANSWER_S)[0]
+            if sock not in readable:
+                raise SubmissionLost()
         answer = sock.recv(size + 1)
     except OSError:
         raise SubmissionLost() from None
@@ -909,6 +924,7 @@ class Template:
             finally:
                 os._exit(code)
         theirs.close()
+        self.gone = _exit_watch(self.pid)
 
     def submission(self):
         """Have the template end the last submission (nothing of it runs once it answers) and set up
@@ -917,7 +933,7 @@ class Template:
         try:
             rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", theirs.fileno()))]
             self.sock.sendmsg([b"Z"], rights, _socket.MSG_NOSIGNAL)
-            reaped, init = REAPED.unpack(_answer(self.sock, REAPED.size))
+            reaped, init = REAPED.unpack(_answer(self.sock, REAPED.size, gone=self.gone))
         except (OSError, SubmissionLost):
             mine.close()
             raise SubmissionLost() from None
@@ -926,16 +942,24 @@ class Template:
         if init < 0:
             mine.close()
             raise OSError(-init, "cannot set up a submission: %s" % os.strerror(-init))
-        return Submission(self.pid, init, mine, self.sandboxed, self.workdir, _cpu_us(reaped))
+        return Submission(self, init, mine, _cpu_us(reaped))
+
+
+def _exit_watch(pid):
+    """A pidfd of child `pid`, readable once it has exited; -1 where the kernel has none (before 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return -1
 
 
 class Submission:
     """The runner's end of one submission, served by the template: its tests are forked there, into
     the submission's namespaces."""
 
-    def __init__(self, template, init, sock, sandboxed, workdir, cpu_us):
-        self.template, self.init, self.sock = template, init, sock
-        self.sandboxed, self.workdir = sandboxed, workdir
+    def __init__(self, template, init, sock, cpu_us):
+        self.template, self.gone, self.init, self.sock = template.pid, template.gone, init, sock
+        self.sandboxed, self.workdir = template.sandboxed, template.workdir
         self.cpu_us = cpu_us  # the CPU time of every process the template has reaped so far
         self._running = False  # whether a test was forked and its report not read yet
         self._leftovers = False
@@ -997,7 +1021,7 @@ class Submission:
     def report(self, ready=False):
         """(wait status, peak RSS in kB) of the test's first process once the template has reaped it
         (`ready`: its socket is known to be readable, or closed)."""
-        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size, ready))
+        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size, ready, self.gone))
         self._running = False
         self._leftovers, self._reaped = bool(leftovers), reaped
         return status, RUSAGE.unpack(usage)[4]
@@ -1007,7 +1031,7 @@ class Submission:
         reaped = self._reaped
         if self._leftovers:
             self.kill_test()
-            reaped = _ask(self.sock, b"R", [], REAPED.size)
+            reaped = _ask(self.sock, b"R", [], REAPED.size, self.gone)
         usage, self.init = REAPED.unpack(reaped)
         cpu_us = _cpu_us(usage)
         used, self.cpu_us = cpu_us - self.cpu_us, cpu_us
