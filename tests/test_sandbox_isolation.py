@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 
@@ -24,7 +26,7 @@ from test_sandbox_backends import (
 from test_sandbox_lifecycle import wait_until
 
 from genesys.sandbox.backends import open_sandbox
-from genesys.sandbox.base import DEFAULT_REUSE, Sandbox, Submission
+from genesys.sandbox.base import DEFAULT_REUSE, Sandbox, SandboxError, Submission
 from genesys.sandbox.limits import Limits
 from genesys.verifiers.code import CodeVerifier
 
@@ -124,6 +126,14 @@ def run_one(sandbox: Sandbox, source: str, stdin: str = "", language: str = "pyt
     )
     assert result.compiled, result.compile_message
     return result.tests[0]
+
+
+def programs_uid(sandbox: Sandbox) -> str:
+    """The uid the sandbox's programs run as (its runner keeps it)."""
+    return run_one(sandbox, "import os\nprint(os.getuid())")["stdout"].strip()
+
+
+ONE_TEST = [{"type": "stdin_stdout", "input": ""}]
 
 
 @pytest.fixture(
@@ -271,7 +281,7 @@ def test_the_container_init_is_out_of_reach_even_without_the_filter() -> None:
     if reason:
         pytest.skip(reason)
     with open_sandbox("docker") as opened:
-        uid = run_one(opened, "import os\nprint(os.getuid())")["stdout"].strip()
+        uid = programs_uid(opened)
         (container,) = opened.containers()
         # A process of the programs' uid started by docker exec: docker's own filter allows ptrace.
         code, output = container.exec_run(
@@ -348,23 +358,66 @@ def _owned_by(pids: list[int], uid: int) -> list[int]:
     return owned
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_processes_the_runner_did_not_start_are_killed(kind: str) -> None:
-    reason = backend_skip_reason(kind)
+@pytest.fixture(params=BACKENDS)
+def own_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox of each real backend opened for one test alone (skipped where it cannot run)."""
+    reason = backend_skip_reason(request.param)
     if reason:
         pytest.skip(reason)
-    with open_sandbox(kind) as opened:
-        uid = run_one(opened, "import os\nprint(os.getuid())")["stdout"].strip()
-        planted = plant_stranger(opened, uid)
-        # nsenter's own command line holds the marker too: wait for the process running as the programs' uid
-        assert wait_until(lambda: _owned_by(host_processes_with(MARKER), int(uid)), 60), (
-            "the planted process never started"
-        )
-        seen = run_one(opened, FIND_STRANGERS)
-        assert seen["stdout"] == "none\n", seen  # the next submission starts without it
-        assert wait_until(lambda: not host_processes_with(MARKER), 30)
-        if planted is not None:
-            planted.wait(timeout=30)
+    with open_sandbox(request.param) as opened:
+        yield opened
+
+
+def test_processes_the_runner_did_not_start_are_killed(own_sandbox: Sandbox) -> None:
+    uid = programs_uid(own_sandbox)
+    planted = plant_stranger(own_sandbox, uid)
+    # nsenter's own command line holds the marker too: wait for the process running as the programs' uid
+    assert wait_until(lambda: _owned_by(host_processes_with(MARKER), int(uid)), 60), (
+        "the planted process never started"
+    )
+    seen = run_one(own_sandbox, FIND_STRANGERS)
+    assert seen["stdout"] == "none\n", seen  # the next submission starts without it
+    assert wait_until(lambda: not host_processes_with(MARKER), 30)
+    if planted is not None:
+        planted.wait(timeout=30)
+
+
+def _status_field(pid: str, name: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            return next((line.split()[1] for line in handle if line.startswith(name + ":")), None)
+    except OSError:
+        return None
+
+
+def test_a_template_killed_from_outside_is_a_sandbox_error_at_once(own_sandbox: Sandbox) -> None:
+    # The submission's init, which runs in the template's memory and file table, outlives a template
+    # killed from outside and holds the template's end of the runner's socket open: the runner must
+    # not wait out the test's wall limit and its answer timeout to notice.
+    def template() -> int | None:
+        """The host pid of the parent of the test running as the programs' uid: the template."""
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            if _status_field(pid, "Uid") == uid:
+                parent = _status_field(pid, "PPid")
+                return int(parent) if parent else None
+        return None
+
+    def kill_template() -> None:
+        wait_until(lambda: template() is not None, 60)
+        pid = template()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+
+    uid = programs_uid(own_sandbox)
+    killer = threading.Thread(target=kill_template)
+    started = time.monotonic()
+    killer.start()
+    sleeper = Submission("python", "import time\ntime.sleep(30)", ONE_TEST, Limits(time_limit=10))
+    with pytest.raises(SandboxError, match="lost this submission's template"):
+        own_sandbox.run(sleeper)  # a wall limit of 21 s
+    killer.join()
+    assert time.monotonic() - started < 15  # not the wall limit, then the 10 s answer timeout
+    assert run_one(own_sandbox, "print(7)")["stdout"] == "7\n"  # a fresh runner takes its place
 
 
 # What the system call filter must leave working: threads (clone3 refused, libc falls back to clone),

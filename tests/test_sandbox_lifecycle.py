@@ -194,57 +194,6 @@ def test_a_container_stopped_from_outside_is_a_sandbox_error(docker_backend: Non
         assert result.tests[0]["stdout"] == "7\n"
 
 
-def _status_field(pid: str, name: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            return next((line.split()[1] for line in handle if line.startswith(name + ":")), None)
-    except OSError:
-        return None
-
-
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_a_template_killed_from_outside_is_a_sandbox_error_at_once(kind: str) -> None:
-    # The submission's init, which runs in the template's memory and file table, outlives a template
-    # killed from outside and holds the template's end of the runner's socket open: the runner must
-    # not wait out the test's wall limit and its answer timeout to notice.
-    import threading
-
-    from genesys.sandbox.base import SandboxError
-    from genesys.sandbox.limits import Limits
-
-    reason = backend_skip_reason(kind)
-    if reason:
-        pytest.skip(reason)
-
-    def run(source: str, limits: Limits = Limits()) -> dict:  # noqa: B008 - immutable
-        return sandbox.run(
-            Submission("python", source, [{"type": "stdin_stdout", "input": ""}], limits)
-        ).tests[0]
-
-    def template() -> int | None:
-        """The host pid of the parent of the test running as the programs' uid: the template."""
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            if _status_field(pid, "Uid") == uid:
-                parent = _status_field(pid, "PPid")
-                return int(parent) if parent else None
-        return None
-
-    def kill_template() -> None:
-        if wait_until(lambda: template() is not None, 60):
-            os.kill(template(), signal.SIGKILL)
-
-    with open_sandbox(kind) as sandbox:
-        uid = run("import os\nprint(os.getuid())")["stdout"].strip()
-        killer = threading.Thread(target=kill_template)
-        started = time.monotonic()
-        killer.start()
-        with pytest.raises(SandboxError, match="lost this submission's template"):
-            run("import time\ntime.sleep(30)", Limits(time_limit=10))  # a wall limit of 21 s
-        killer.join()
-        assert time.monotonic() - started < 15  # not the wall limit, then the 10 s answer timeout
-        assert run("print(7)")["stdout"] == "7\n"  # a fresh runner takes its place
-
-
 def test_the_host_hears_of_a_test_while_a_later_one_runs() -> None:
     # The runner writes a submission's reports together while its tests are quick, but a test
     # that runs long sends the reports before it first: the host judges them as they come.
