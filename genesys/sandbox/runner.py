@@ -946,10 +946,11 @@ class Template:
 
 
 def _exit_watch(pid):
-    """A pidfd of child `pid`, readable once it has exited; -1 where the kernel has none (before 5.3)."""
+    """A pidfd of child `pid`, readable once it has exited; -1 where there is none (a kernel before
+    5.3, or the sandbox's Python 3.8)."""
     try:
         return os.pidfd_open(pid)
-    except OSError:
+    except (AttributeError, OSError):
         return -1
 
 
