@@ -505,7 +505,9 @@ def main() -> None:
 
     from genesys.sandbox.backends import check_backend
 
-    print(f"byte-compiled: {', '.join(byte_compile_plugins()) or 'nothing (read-only)'}")
+    print(
+        f"byte-compiled: {', '.join(byte_compile_plugins()) or 'nothing (a file would not compile, or no write access)'}"
+    )
     meter = CpuMeter()
     try:
         if args.parts:
