@@ -271,7 +271,7 @@ def estimate_table(work: Path, args: argparse.Namespace) -> None:
         shape = SHAPES[name]
         model = build(work, name, shape)
         rollouts = work / f"rollouts-{name}.jsonl"
-        write_rollouts(rollouts, 32, 64, 192, shape["model_vocab_size"])
+        write_rollouts(rollouts, args.sequences, 64, 192, shape["model_vocab_size"])
         result = run_child(work, f"e-{name}", model, rollouts, {"micro_batch_tokens": args.budget}, args)
         params = result["params"]
         ratio = result["estimate"] / result["peak"]
@@ -329,6 +329,13 @@ def main() -> None:
     parser.add_argument("--table", choices=("budget", "estimate", "both", "loading"), default="both")
     parser.add_argument("--budget", type=int, default=2048, help="optim.micro_batch_tokens")
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    parser.add_argument(
+        "--sequences",
+        type=int,
+        default=32,
+        help="recorded rollouts of each shape in the estimate table (two steps over them; the peak "
+        "follows the micro-batch, not their number: fewer run sooner)",
+    )
     parser.add_argument(
         "--loading-shapes",
         nargs="+",
