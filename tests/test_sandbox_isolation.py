@@ -505,20 +505,6 @@ def test_nothing_of_an_earlier_submission_is_in_a_test_s_memory(verifier: CodeVe
     assert scan.score == 1.0, scan.details
 
 
-def test_a_test_finds_nothing_of_another_test_in_its_memory(verifier: CodeVerifier) -> None:
-    answer = secrets.token_hex(16)
-    program = (
-        "import sys\ndata = sys.stdin.read().strip()\nif data != 'scan':\n    print('ANSWER=' + data[6:])\n    raise SystemExit\n"
-        + MEMORY_SCANNER
-    )
-    tests = [
-        {"type": "stdin_stdout", "input": f"INPUT={answer}", "output": f"ANSWER={answer}"},
-        {"type": "stdin_stdout", "input": "scan", "output": "nothing"},
-    ]
-    verdict = verifier.verify(code_rollout("python", program, tests))
-    assert verdict.score == 1.0, verdict.details
-
-
 # The pids above a test, its parent first, up to the runner (whose parent is outside the sandbox
 # or its init).
 ANCESTORS = """
@@ -570,8 +556,9 @@ def test_a_program_that_stops_its_runner_fails(verifier: CodeVerifier, name: str
         assert verifier.verify(code_rollout("python", PROGRAMS["python"]["correct"], SUM_TESTS)).score == 1.0
 
 
-# What a Python test starts with, whatever an earlier test or submission did to its own process:
-# its streams only (fd 3 is the listing itself), the fixed environment, modules as first imported.
+# What a submission's first Python test starts with, whatever an earlier submission did to its own
+# process: its streams only (fd 3 is the listing itself, fd 255 the resident test process's channel
+# to the template, see test_sandbox_resident.py), the fixed environment, modules as first imported.
 STATE_PROBE = """
 import builtins, collections, math, os, sys
 marks = (math, builtins, sys, collections, os.environ.__class__)
@@ -583,10 +570,10 @@ os.environ["LEFT_BY_ANOTHER"] = "1"
 """
 
 
-def test_a_test_inherits_only_its_own_streams_and_pristine_state(verifier: CodeVerifier) -> None:
-    expected = "['0', '1', '2', '3'] [] ['HOME', 'LANG', 'LC_ALL', 'PATH']"
-    tests = [{"type": "stdin_stdout", "input": "", "output": expected}] * 2
-    for _ in range(2):
+def test_a_submission_inherits_only_its_own_streams_and_pristine_state(verifier: CodeVerifier) -> None:
+    expected = "['0', '1', '2', '255', '3'] [] ['HOME', 'LANG', 'LC_ALL', 'PATH']"
+    tests = [{"type": "stdin_stdout", "input": "", "output": expected}]
+    for _ in range(3):
         verdict = verifier.verify(code_rollout("python", STATE_PROBE, tests))
         assert verdict.score == 1.0, verdict.details
 

@@ -22,7 +22,9 @@ The unit of isolation is the submission. Three kinds of process, each with one j
   enters namespaces made for each submission (see `SubmissionSetup`): fresh mount, IPC and UTS
   namespaces, with a fresh tmpfs on every path a program can write (/tmp, /dev/shm) and its own
   /dev/mqueue and /proc, and a fresh pid namespace. It forks each test of the submission into them
-  (compilers and compiled programs too, which exec at once), and reaps it;
+  (compilers and compiled programs too, which exec at once), and reaps it; Python stdin/stdout
+  tests run one after another in one fork of the submission's, its resident test process (see
+  "resident tests");
 - the submission's init, pid 1 of its pid namespace: a clone of the template that shares its memory
   and only waits, so that it costs no copy of the template's page tables. What a test leaves comes
   to it; its death takes every process of the namespace with it.
@@ -41,6 +43,7 @@ live processes and kills the test past either limit.
 
 import _signal
 import _socket
+import _thread
 import atexit
 
 # Imported here so that forked Python tests find them already loaded.
@@ -214,7 +217,7 @@ def _stat(pid):
 
 
 # Indices into `_stat`'s fields (state is field 3 of /proc/PID/stat).
-STAT_UTIME, STAT_STIME, STAT_CUTIME, STAT_CSTIME, STAT_RSS = 11, 12, 13, 14, 21
+STAT_UTIME, STAT_STIME, STAT_CUTIME, STAT_CSTIME, STAT_THREADS, STAT_RSS = 11, 12, 13, 14, 17, 21
 
 
 def kill_strangers(spared):
@@ -869,7 +872,7 @@ RUSAGE = struct.Struct("=4q14q")
 # (a new one once the runner has had what a test left reaped).
 REAPED = struct.Struct("=%dsi" % RUSAGE.size)
 REPORT = struct.Struct("=ii%ds%ds" % (RUSAGE.size, REAPED.size))
-RUSAGE_CHILDREN, WNOHANG = -1, 1
+RUSAGE_CHILDREN, WNOHANG, WUNTRACED = -1, 1, 2
 
 
 def _cpu_us(rusage):
@@ -968,6 +971,10 @@ class Submission:
         self._stat = None  # an fd on the template's /proc stat file, opened for the first test that runs long
         self._stdin = None  # the memfd every test of the submission reads its stdin from (see `stdin`)
         self._spec_body = self._spec_rest = None  # the spec the template holds (see `fork_test`)
+        self.resident = 0  # the pid of the process waiting to run the next Python stdin test, if any
+        self._resident_us = 0  # its CPU time so far, as wait4 reported it when it stopped
+        self._resident_ticks = 0  # its CPU time in clock ticks when `start_counting` was called
+        self._memory_limit = 0  # bytes, of the last Python stdin test
 
     def fork_test(self, wiring, spec):
         """Start a test: `wiring` (fds 0, 1, 2 and maybe 3 of the test) and `spec` (see test_spec).
@@ -986,7 +993,10 @@ class Submission:
                 self._send(b"S", [_memfd("spec", marshal.dumps(shared))], close=True)
                 self._spec_body, self._spec_rest = body, rest
             self._running = True
-            if spec[2] is None:
+            if spec[2] is None and spec[0] == "python" and self.sandboxed:
+                self._memory_limit = dict(spec[3]).get(resource.RLIMIT_AS, (0, 0))[0]
+                self._send(b"P", wiring)  # in the submission's resident process: see ResidentTest
+            elif spec[2] is None:
                 self._send(b"F", wiring)
             else:
                 call_fd = _memfd("call", marshal.dumps(spec[2]))
@@ -1022,10 +1032,27 @@ class Submission:
     def report(self, ready=False):
         """(wait status, peak RSS in kB) of the test's first process once the template has reaped it
         (`ready`: its socket is known to be readable, or closed)."""
-        status, leftovers, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size, ready, self.gone))
+        status, flags, usage, reaped = REPORT.unpack(_answer(self.sock, REPORT.size, ready, self.gone))
         self._running = False
-        self._leftovers, self._reaped = bool(leftovers), reaped
+        self._leftovers, self._reaped, self.resident = bool(flags & 1), reaped, flags >> 1
+        self._resident_us = _cpu_us(usage) if self.resident else 0
+        if self.resident and not self._may_serve_again():
+            self._leftovers = True  # killed with whatever else is left (see `finish_test`)
         return status, RUSAGE.unpack(usage)[4]
+
+    def _may_serve_again(self):
+        """Whether the resident process, stopped after a test, may run the next: it runs nothing else
+        (one thread, no child; nothing left under the init, which the template has checked) and holds
+        little memory (a quarter of the limit; what it holds counts in the next test's peak)."""
+        stat = _stat(self.resident)
+        if not stat or stat[0] != b"T" or stat[STAT_THREADS] != b"1":
+            return False
+        if int(stat[STAT_RSS]) * PAGE_SIZE > self._memory_limit // 4:
+            return False
+        try:
+            return not read_file("/proc/%d/task/%d/children" % (self.resident, self.resident)).strip()
+        except OSError:
+            return False
 
     def finish_test(self):
         """Kill and reap whatever the test left running; the CPU seconds of all its processes."""
@@ -1034,20 +1061,25 @@ class Submission:
             self.kill_test()
             reaped = _ask(self.sock, b"R", [], REAPED.size, self.gone)
         usage, self.init = REAPED.unpack(reaped)
-        cpu_us = _cpu_us(usage)
-        used, self.cpu_us = cpu_us - self.cpu_us, cpu_us
+        if self._leftovers:
+            self.resident = self._resident_us = 0  # killed and reaped with the rest
+        cpu_us = _cpu_us(usage) + self._resident_us  # every process the submission has had
+        used, self.cpu_us = max(0, cpu_us - self.cpu_us), cpu_us
         return used / 1e6
 
     def start_counting(self):
         """Note what the template has reaped so far: `usage_so_far` counts from here."""
         fields = self._template_stat()
         self._counted_from = int(fields[STAT_CUTIME]) + int(fields[STAT_CSTIME]) if fields else 0
+        stat = _stat(self.resident) if self.resident else None  # the test runs in it: count from here
+        self._resident_ticks = int(stat[STAT_UTIME]) + int(stat[STAT_STIME]) if stat else 0
 
     def usage_so_far(self):
         """(CPU seconds, kB of memory) the running test's processes use together: those alive now
         and the CPU time of those reaped since `start_counting`."""
         fields = self._template_stat()
         ticks = int(fields[STAT_CUTIME]) + int(fields[STAT_CSTIME]) - self._counted_from if fields else 0
+        ticks -= self._resident_ticks
         pages = 0
         for pid in self._test_processes():
             stat = _stat(pid)
@@ -1192,18 +1224,32 @@ def _serve_tests(sock, buffers, setup):
     fork, close = os.fork, os.close
     recvmsg, send, space = sock.recvmsg, sock.send, _socket.CMSG_SPACE(8 * 4)
     spec = -1  # the memfd of the spec kept last
+    resident = ResidentTest(setup)
     try:
         while True:
             data, ancillary, _, _ = recvmsg(1, space)
             if not data:
                 return
             if data == b"R":  # the runner killed what the last test left: reap it
+                resident.end()
                 setup.reap_leftovers()
                 getrusage(RUSAGE_CHILDREN, reaped)
                 init.value = setup.init
                 send(report[8 + RUSAGE.size :], _socket.MSG_NOSIGNAL)
                 continue
             fds = memoryview(ancillary[0][2]).cast("i").tolist() if ancillary else []
+            if data == b"P":
+                if not resident.run_test(fds, spec, buffers):
+                    return
+                for fd in fds:
+                    close(fd)
+                leftovers.value = setup.leftovers() | resident.pid << 1
+                getrusage(RUSAGE_CHILDREN, reaped)
+                init.value = setup.init
+                send(report, _socket.MSG_NOSIGNAL)
+                continue
+            if resident.pid:  # only Python stdin tests of one spec, one after another, share it
+                resident.end()
             if data == b"S":  # kept, not read: see above
                 if spec >= 0:
                     close(spec)
@@ -1227,8 +1273,99 @@ def _serve_tests(sock, buffers, setup):
             init.value = setup.init
             send(report, _socket.MSG_NOSIGNAL)
     finally:
+        resident.end()
         if spec >= 0:
             close(spec)
+
+
+class ResidentTest:
+    """The template's side of a submission's resident test process: the one process that runs the
+    submission's Python stdin/stdout tests one after another, instead of a fork for each (see
+    "resident tests" in `serve_resident_tests`). It is forked into the submission's namespaces like
+    any test, and ends with the submission, or sooner.
+
+    After each test it stops itself (SIGSTOP), having first said on its channel with what exit code
+    the program ended; the template wakes it for the next test by handing it the test's fds on the
+    channel, then SIGCONT. The template reads only the stop and at most one message (`recv`, which
+    takes in no fds a program might send): whatever the program writes there can at most end its
+    own test early, with the exit code it chose. How much CPU time and memory the process used the
+    template learns from the kernel (wait4 reports a stopped child's usage too), never from it."""
+
+    def __init__(self, setup):
+        self.setup, self.pid, self.channel = setup, 0, None
+
+    def run_test(self, wiring, spec, buffers):
+        """Run a test with fds 0-2 `wiring` in the waiting process, or in a new one forked for it;
+        False when none could be forked (the submission is lost). When it returns, the test's
+        status is in `buffers` and `pid` is the process if it waits for another test, else 0."""
+        if self.pid and not self._wake(wiring):
+            self.end()
+        if not self.pid:
+            ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+            try:
+                pid = os.fork()
+            except OSError:
+                ours.close()
+                theirs.close()
+                for fd in wiring:
+                    os.close(fd)
+                return False
+            if pid == 0:
+                _become_test(wiring, spec, False, self.setup, resident=theirs.fileno())
+            theirs.close()
+            self.pid, self.channel = pid, ours
+        status = buffers.status
+        while True:
+            buffers.wait4(self.pid, buffers.at_status, WUNTRACED, buffers.usage)
+            if status.value & 0xFF != 0x7F:  # ended (exited or killed): no longer waits
+                self.channel.close()
+                self.pid, self.channel = 0, None
+                return True
+            try:
+                said = self.channel.recv(8, _socket.MSG_DONTWAIT)
+            except OSError:
+                said = b""
+            if len(said) == 4 and status.value >> 8 == signal.SIGSTOP:
+                status.value = (int.from_bytes(said, "little") & 0xFF) << 8  # as if it had exited
+                return True
+            # Stopped by the program, not at a test's end: it stays so until the runner kills it.
+
+    def _wake(self, wiring):
+        """Hand the waiting process a test's fds and let it go on; False when it cannot take them."""
+        rights = (_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(wiring), *wiring))
+        try:
+            self.channel.sendmsg([b"T"], [rights], _socket.MSG_DONTWAIT | _socket.MSG_NOSIGNAL)
+            self._forget_peak()
+            os.kill(self.pid, signal.SIGCONT)
+        except OSError:
+            return False
+        return True
+
+    def _forget_peak(self):
+        """Reset the process's peak memory to what it holds now, so that wait4 reports the next
+        test's own peak. Best effort: where the kernel refuses, the peak reported is the process's."""
+        try:
+            fd = os.open("%d/clear_refs" % self.pid, os.O_WRONLY, dir_fd=self.setup.own_proc)
+        except (OSError, AttributeError):
+            return
+        try:
+            os.write(fd, b"5")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def end(self):
+        """Kill and reap the waiting process, if any (its CPU time then counts among the reaped)."""
+        if not self.pid:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(self.pid, 0)
+        self.channel.close()
+        self.pid, self.channel = 0, None
 
 
 def _install_test_main(workdir):
@@ -1248,11 +1385,12 @@ def test_spec(kind, body, limits, language, uid, workdir, call=None, files=()):
     return (kind, body, call, rlimits(limits, language), uid, workdir, tuple(files))
 
 
-def _become_test(wiring, spec_fd, with_call, setup):
+def _become_test(wiring, spec_fd, with_call, setup, resident=-1):
     """In a test the template forked: set up as `setup.in_test` says, its own process group, fds
     0/1/2 (and 3) `wiring` and nothing else open, the rlimits and uid of the spec in the memfd
     `spec_fd` (see `test_spec`); then the spec runs, with the `call` from the memfd last in `wiring`
-    when `with_call`. Never returns.
+    when `with_call`. With a `resident` channel (a Python stdin test's spec) the process goes on
+    to serve the submission's next tests too (see `serve_resident_tests`). Never returns.
 
     One function with no closures, and the signal dispositions a fresh program has are the
     runner's own (see `main`): after the fork every page a test writes is a page it copies."""
@@ -1265,18 +1403,27 @@ def _become_test(wiring, spec_fd, with_call, setup):
             call_fd = wiring.pop()
             call = marshal.loads(os.pread(call_fd, os.lseek(call_fd, 0, os.SEEK_END), 0))
         os.setpgid(0, 0)
+        if resident >= 0:  # first: the wiring's fds are all below it
+            os.dup2(resident, RESIDENT_CHANNEL_FD, inheritable=False)
+            limits = resident_limits(limits)
         os.dup2(wiring[0], 0)
         os.dup2(wiring[1], 1)
         os.dup2(wiring[2], 2)
         if len(wiring) > 3:
             os.dup2(wiring[3], 3)
-        os.closerange(len(wiring), 65536)
+        if resident >= 0:
+            os.closerange(len(wiring), RESIDENT_CHANNEL_FD)
+            os.closerange(RESIDENT_CHANNEL_FD + 1, 65536)
+        else:
+            os.closerange(len(wiring), 65536)
         for resource_kind, value in limits:
             resource.setrlimit(resource_kind, value)
         if uid is not None:  # the template has no supplementary groups left to drop
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-        if kind == "python":
+        if resident >= 0:
+            code = serve_resident_tests(body, workdir, limits)
+        elif kind == "python":
             code = run_python(body, call, workdir)
         elif kind in HARNESSES:
             code = HARNESSES[kind](body, call, workdir)()
@@ -1295,6 +1442,200 @@ def _become_test(wiring, spec_fd, with_call, setup):
         except OSError:
             pass
     os._exit(code)
+
+
+# --- resident tests ------------------------------------------------------------------------------
+#
+# A submission's Python stdin/stdout tests run one after another in one process of the submission
+# (see `ResidentTest`), not in a fork each: a fork costs the template's page tables and the pages
+# each test writes again (about 1.4 ms a test on a 2-core VM), a wake-up costs two context switches.
+# The process belongs to the submission as a test does: made in its namespaces, as the programs'
+# uid, under the test's rlimits, and killed with the submission at the latest. What the program
+# can touch outside it (the scratch files) its tests already share; what it leaves in the process
+# is reset to how it found it, or the process serves no further test. Its CPU time, memory and
+# processes are counted from outside (wait4's usage of the stopped process, /proc), so nothing it
+# says about itself counts but its exit code, which a program chooses anyway.
+
+RESIDENT_CHANNEL_FD = 255  # the resident's end of its channel to the template (RLIMIT_NOFILE is 256)
+RESIDENT_CPU_TESTS = 8  # how many tests' CPU time limits its RLIMIT_CPU holds (see `resident_limits`)
+
+
+def resident_limits(limits):
+    """A test's rlimits for the resident process: the CPU time's hard limit raised to hold several
+    tests (each test's own soft limit is set when it starts; the runner counts each test's CPU time)."""
+    changed = []
+    for resource_kind, (soft, hard) in limits:
+        if resource_kind == resource.RLIMIT_CPU:
+            hard = soft * RESIDENT_CPU_TESTS + 1
+        changed.append((resource_kind, (soft, hard)))
+    return changed
+
+
+class ProcessState:
+    """What a program can change in its process that a fresh interpreter would not have. Taken once,
+    in the template (`_prepare_python_tests`): a resident process only compares with it, at C speed
+    and touching few objects (after the fork, each page it writes, reference counts included, is a
+    page it copies). `unchanged` tells whether a test left the process as it found it, but for what
+    `restore` puts back; a program that changed more ends its process with its test."""
+
+    def __init__(self):
+        self.module_count = len(sys.modules)
+        self.builtins = tuple(vars(builtins_module()).values())
+        self.path = tuple(sys.path)
+        self.settings = self._settings()
+        self.signals = tuple(_signal.valid_signals())
+        self.handlers = tuple(map(_signal.getsignal, self.signals))
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
+        self.nice = os.nice(0)
+
+    @staticmethod
+    def _settings():
+        digits = getattr(sys, "get_int_max_str_digits", None)  # Python 3.11 on
+        return (
+            sys.getrecursionlimit(),
+            sys.getswitchinterval(),
+            digits() if digits else None,
+            gc.isenabled(),
+            gc.get_threshold(),
+            sys.excepthook,
+            sys.displayhook,
+            sys.breakpointhook,
+        )
+
+    def unchanged(self, limits, session):
+        """Whether the process can serve another test: no module imported, no thread left, no
+        builtin, signal handler, trace hook, priority or rlimit (`limits`, but for its CPU time,
+        see `restore`) changed, still its own process group in `session` (as its pid namespace
+        sees it); and CPU time left
+        under its hard limit for a whole test more."""
+        if len(sys.modules) != self.module_count or _thread._count() or atexit._ncallbacks():
+            return False
+        if tuple(vars(builtins_module()).values()) != self.builtins:
+            return False
+        if tuple(map(_signal.getsignal, self.signals)) != self.handlers:
+            return False
+        if sys.gettrace() is not None or sys.getprofile() is not None:
+            return False
+        if os.getpgid(0) != os.getpid() or os.getsid(0) != session or os.nice(0) != self.nice:
+            return False
+        (_, (cpu_seconds, cpu_hard)), *others = limits  # see `rlimits`: the CPU time first
+        if any(resource.getrlimit(kind) != tuple(value) for kind, value in others):
+            return False
+        return math.ceil(_own_cpu_s()) + cpu_seconds + 1 <= cpu_hard
+
+    def restore(self, limits):
+        """Put back what the next test must find as a fresh interpreter has it: argv, environment,
+        module path, interpreter settings and umask; and give it the CPU time its limit allows
+        from here (the soft limit, over what the process has used)."""
+        sys.argv = list(TEST_ARGV)
+        if len(os.environ) != len(CLEAN_ENV) or dict(os.environ) != CLEAN_ENV:
+            os.environ.clear()
+            os.environ.update(CLEAN_ENV)
+        if tuple(sys.path) != self.path:
+            sys.path[:] = self.path
+        if self._settings() != self.settings:
+            recursion, interval, digits, gc_enabled, threshold, *hooks = self.settings
+            sys.setrecursionlimit(recursion)
+            sys.setswitchinterval(interval)
+            if digits is not None:
+                sys.set_int_max_str_digits(digits)
+            (gc.enable if gc_enabled else gc.disable)()
+            gc.set_threshold(*threshold)
+            sys.excepthook, sys.displayhook, sys.breakpointhook = hooks
+        os.umask(self.umask)
+        (_, (cpu_seconds, cpu_hard)), *_ = limits
+        soft = min(math.ceil(_own_cpu_s()) + cpu_seconds, cpu_hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
+
+
+def builtins_module():
+    return sys.modules["builtins"]
+
+
+def _own_cpu_s():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def serve_resident_tests(body, workdir, limits):
+    """In the resident process, set up as a test: run the program for this test, then for each test
+    the template hands over (see `ResidentTest`), each in a fresh `__main__` with a fresh stdin,
+    argv and environment. Between tests the program's fds are closed and fds 0-2 are /dev/null
+    (what it still writes goes nowhere); the process reports the exit code and stops itself. The
+    exit code of the last test is returned (to exit with) once the process cannot serve another."""
+    state, session = _process_state, os.getsid(0)
+    space = _socket.CMSG_SPACE(4 * 4)
+    while True:
+        code = run_python(body, None, workdir)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(3, RESIDENT_CHANNEL_FD)  # the program's own, and devnull
+        _fresh_main(workdir)  # the program's globals go; what their finalizers print goes nowhere:
+        _flushed(_test_stdio[1])  # not into the next test's output
+        if code != 0 or not state.unchanged(limits, session):
+            return code
+        try:
+            os.write(RESIDENT_CHANNEL_FD, code.to_bytes(4, "little"))
+        except OSError:
+            return code
+        os.kill(os.getpid(), signal.SIGSTOP)
+        code = 127  # past here, a failure is this next test's
+        channel = _socket.socket(fileno=RESIDENT_CHANNEL_FD)
+        try:
+            _, ancillary, _, _ = channel.recvmsg(1, space)
+        finally:
+            channel.detach()
+        wiring = memoryview(ancillary[0][2]).cast("i").tolist()
+        for target, fd in enumerate(wiring):
+            os.dup2(fd, target)
+            os.close(fd)
+        state.restore(limits)
+        _fresh_streams()
+
+
+def _fresh_main(workdir):
+    module = types.ModuleType("__main__")
+    module.__file__ = os.path.join(workdir, "main.py")
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+
+
+def _fresh_streams():
+    """The streams a test starts with (see `_prepare_python_tests`): a new stdin (the last one's
+    buffer may hold the last test's input), the same stdout and stderr while they are as the last
+    test found them (flushed at its end, not closed, not reconfigured), else new ones too."""
+    global _test_stdio
+    _, stdout, stderr = _test_stdio
+    if _usable(stdout, False) and _usable(stderr, True):
+        _test_stdio = _stdin_stream(), stdout, stderr
+    else:
+        _test_stdio = _text_streams()
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
+
+
+def _stdin_stream():
+    return io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+
+
+def _usable(stream, write_through):
+    return (
+        not stream.closed
+        and stream.encoding == "utf-8"
+        and stream.errors == "strict"
+        and not stream.line_buffering
+        and stream.write_through is write_through
+    )
+
+
+def _text_streams():
+    """What a Python program finds as sys.stdin, stdout and stderr: text streams over fds 0-2."""
+    return (
+        _stdin_stream(),
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
+    )
 
 
 # --- languages ------------------------------------------------------------------------------------
@@ -1328,7 +1669,7 @@ def _prepare_python_tests():
     """Set up, once, what every forked Python test starts from: a clean environment and text
     streams over fds 0-2 (each test child rewires those fds first). Made here rather than in
     every child, since each page a child writes is a copy-on-write fault."""
-    global _test_stdio
+    global _test_stdio, _process_state
     os.environ.clear()
     os.environ.update(CLEAN_ENV)
     # Streams remember what their fd was when made (seekable or not): make stdout and stderr over
@@ -1338,11 +1679,7 @@ def _prepare_python_tests():
     for fd in (1, 2):
         os.dup2(write_end, fd)
     try:
-        _test_stdio = (
-            io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
-            io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
-            io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
-        )
+        _test_stdio = _text_streams()
     finally:
         for fd, original in zip((1, 2), saved):
             os.dup2(original, fd)
@@ -1354,9 +1691,11 @@ def _prepare_python_tests():
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
     sys.argv = list(TEST_ARGV)
     _warm_up_type_caches()
+    _process_state = ProcessState()
 
 
 _test_stdio = None  # the runner itself never uses these; see _prepare_python_tests
+_process_state = None
 TEST_ARGV = ("main.py",)
 
 # What a small test usually does: read words and numbers from stdin, compute, print.
