@@ -220,6 +220,15 @@ def _stat(pid):
 STAT_UTIME, STAT_STIME, STAT_CUTIME, STAT_CSTIME, STAT_THREADS, STAT_RSS = 11, 12, 13, 14, 17, 21
 
 
+def kill_and_reap(pid):
+    """SIGKILL our child `pid` (already dead or not) and reap it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os.waitpid(pid, 0)
+
+
 def kill_strangers(spared):
     """Kill every process of this pid namespace but `spared` (and init) that we may signal, and
     those already dead aside: none of them comes from the runner, which runs every program in a
@@ -619,11 +628,7 @@ class SubmissionSetup:
         (and with it the CPU times of what tests left there)."""
         if not self.init:
             return
-        try:
-            os.kill(self.init, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(self.init, 0)  # the init ends only once no other process of its namespace is left
+        kill_and_reap(self.init)  # the init ends only once no other process of its namespace is left
         os.close(self.children)
         self.init, self.children = 0, -1
 
@@ -1359,11 +1364,7 @@ class ResidentTest:
         """Kill and reap the waiting process, if any (its CPU time then counts among the reaped)."""
         if not self.pid:
             return
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        os.waitpid(self.pid, 0)
+        kill_and_reap(self.pid)
         self.channel.close()
         self.pid, self.channel = 0, None
 
