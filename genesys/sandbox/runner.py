@@ -1212,8 +1212,10 @@ def _serve_tests(sock, buffers, setup):
     Requests: "S" with a memfd holding a test spec (see `test_spec`) without its `call`, which the
     template keeps for the tests after it (a submission's tests mostly share theirs); "F" with a
     test's fds 0-2 (and 3), which forks a test running the spec kept last; "C", the same with a last
-    fd, a memfd holding the test's own `call`; "R", which reaps what the last test left once the
-    runner has killed it. Only the tests read the memfds: the template serves every submission, and
+    fd, a memfd holding the test's own `call`; "P", the same as "F" for a Python stdin test of the
+    spec kept last, run in the submission's resident test process (see `ResidentTest`; any other
+    request ends that process first); "R", which reaps what the last test left once the runner has
+    killed it. Only the tests read the memfds: the template serves every submission, and
     all it forks inherits its memory, so no submission's program or data may ever enter it (live or
     freed, for a later submission's tests to find).
     A test that could not be forked, or should have mounted its pid namespace's /proc and did not,
@@ -1488,7 +1490,19 @@ class ProcessState:
         self.handlers = tuple(map(_signal.getsignal, self.signals))
         self.umask = os.umask(0o022)
         os.umask(self.umask)
-        self.nice = os.nice(0)
+        self.scheduling = self._scheduling()
+
+    @staticmethod
+    def _scheduling():
+        """The process's priority, scheduling, CPUs, blocked signals and timers."""
+        timers = (_signal.ITIMER_REAL, _signal.ITIMER_VIRTUAL, _signal.ITIMER_PROF)
+        return (
+            os.nice(0),
+            os.sched_getscheduler(0),
+            os.sched_getaffinity(0),
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, ()),
+            tuple(map(_signal.getitimer, timers)),
+        )
 
     @staticmethod
     def _settings():
@@ -1506,10 +1520,10 @@ class ProcessState:
 
     def unchanged(self, limits, session):
         """Whether the process can serve another test: no module imported, no thread left, no
-        builtin, signal handler, trace hook, priority or rlimit (`limits`, but for its CPU time,
-        see `restore`) changed, still its own process group in `session` (as its pid namespace
-        sees it); and CPU time left
-        under its hard limit for a whole test more."""
+        builtin, signal handler, trace hook, priority, scheduling, CPU affinity, blocked signal,
+        timer or rlimit (`limits`, but for its CPU time, see `restore`) changed, still its own
+        process group in `session` (as its pid namespace sees it); and CPU time left under its hard
+        limit for a whole test more."""
         if len(sys.modules) != self.module_count or _thread._count() or atexit._ncallbacks():
             return False
         if tuple(vars(builtins_module()).values()) != self.builtins:
@@ -1518,7 +1532,7 @@ class ProcessState:
             return False
         if sys.gettrace() is not None or sys.getprofile() is not None:
             return False
-        if os.getpgid(0) != os.getpid() or os.getsid(0) != session or os.nice(0) != self.nice:
+        if os.getpgid(0) != os.getpid() or os.getsid(0) != session or self._scheduling() != self.scheduling:
             return False
         (_, (cpu_seconds, cpu_hard)), *others = limits  # see `rlimits`: the CPU time first
         if any(resource.getrlimit(kind) != tuple(value) for kind, value in others):
