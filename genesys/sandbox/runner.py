@@ -32,7 +32,8 @@ A test sets its own rlimits, drops to the programs' uid (`--uid`; the runner, te
 theirs, so no program can signal, prlimit, renice or trace them) and runs. When the submission
 ends the template kills its init, and the namespaces, their files and IPC objects go with the last
 process: the template enters the next submission's only after that. Nothing a program can touch is
-reused; what is reused (the template's memory) no program can reach. The system call filter
+reused from one submission to the next (its own tests share its scratch files and, for Python stdin
+tests, its resident test process); what is reused (the template's memory) no program can reach. The system call filter
 (`confine`) is installed once, on the runner, and every process of the sandbox inherits it.
 
 Limits count every process of a test: the template reaps the test, whose own reaped children count
