@@ -104,13 +104,16 @@ def test_a_thread_left_running_never_writes_into_the_next_test(sandbox: Sandbox)
     source = """
     import os, sys, threading, time
     def late():
-        time.sleep(0.3)
+        time.sleep(1.0)
         print("late from", os.getpid(), flush=True)
     threading.Thread(target=late, daemon=True).start()
-    print(os.getpid(), sys.stdin.read())
+    data = sys.stdin.read()
+    print(os.getpid(), data)
+    if data == "wait":  # long enough for the thread of a reused process to write here
+        time.sleep(2.5)
     """
-    reports = run_tests(sandbox, source, ["a", "b", "c"])
-    assert all("late" not in report["stdout"] for report in reports), reports
+    reports = run_tests(sandbox, source, ["a", "wait", "c"])
+    assert all(report["stdout"].count("late") <= 1 for report in reports), reports  # its own thread's only
     assert len(set(pids(reports))) == 3, reports  # a process with a thread left serves no other test
 
 
@@ -118,7 +121,7 @@ def test_a_child_left_running_is_killed_and_never_writes_into_the_next_test(sand
     source = """
     import os, sys, time
     if os.fork() == 0:
-        time.sleep(0.3)
+        time.sleep(1.0)
         print("late child", flush=True)
         os._exit(0)
     print(os.getpid(), sys.stdin.read())
@@ -182,12 +185,12 @@ def test_work_done_after_faking_the_end_of_a_test_is_charged(sandbox: Sandbox) -
         os.kill(os.getpid(), signal.SIGSTOP)
     except OSError:
         pass
-    end = time.process_time() + 1.5
+    end = time.process_time() + 1.0
     while time.process_time() < end:
         pass
     """
-    reports = run_tests(sandbox, source, ["", "", ""], Limits(time_limit=2.0, wall_limit=4.0))
-    assert max(report["time_s"] for report in reports) >= 1.4, reports  # the spin, in the test it ran in
+    reports = run_tests(sandbox, source, ["", "", ""], Limits(time_limit=2.0, wall_limit=20.0))
+    assert max(report["time_s"] for report in reports) >= 0.95, reports  # the spin, in the test it ran in
 
 
 def test_a_program_closing_its_streams_and_channel_only_ends_its_own_process(sandbox: Sandbox) -> None:
