@@ -33,8 +33,9 @@ theirs, so no program can signal, prlimit, renice or trace them) and runs. When 
 ends the template kills its init, and the namespaces, their files and IPC objects go with the last
 process: the template enters the next submission's only after that. Nothing a program can touch is
 reused from one submission to the next (its own tests share its scratch files and, for Python stdin
-tests, its resident test process); what is reused (the template's memory) no program can reach. The system call filter
-(`confine`) is installed once, on the runner, and every process of the sandbox inherits it.
+tests, its resident test process); what is reused (the template's memory) no program can reach.
+The system call filter (`confine`) is installed once, on the runner, and every process of the
+sandbox inherits it.
 
 Limits count every process of a test: the template reaps the test, whose own reaped children count
 with it, and whatever it left comes to the init, which takes their CPU time with it when the
