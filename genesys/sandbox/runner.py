@@ -1302,6 +1302,7 @@ class ResidentTest:
 
     def __init__(self, setup):
         self.setup, self.pid, self.channel = setup, 0, None
+        self.peak = -1  # an fd on the process's /proc clear_refs, opened once (see `_forget_peak`)
 
     def run_test(self, wiring, spec, buffers):
         """Run a test with fds 0-2 `wiring` in the waiting process, or in a new one forked for it;
@@ -1327,8 +1328,7 @@ class ResidentTest:
         while True:
             buffers.wait4(self.pid, buffers.at_status, WUNTRACED, buffers.usage)
             if status.value & 0xFF != 0x7F:  # ended (exited or killed): no longer waits
-                self.channel.close()
-                self.pid, self.channel = 0, None
+                self._forget()
                 return True
             try:
                 said = self.channel.recv(8, _socket.MSG_DONTWAIT)
@@ -1354,28 +1354,31 @@ class ResidentTest:
         """Reset the process's peak memory to what it holds now, so that wait4 reports the next
         test's own peak. Best effort: where the kernel refuses, the peak reported is the process's."""
         try:
-            fd = os.open("%d/clear_refs" % self.pid, os.O_WRONLY, dir_fd=self.setup.own_proc)
+            if self.peak < 0:
+                self.peak = os.open("%d/clear_refs" % self.pid, os.O_WRONLY, dir_fd=self.setup.own_proc)
+            os.write(self.peak, b"5")
         except (OSError, AttributeError):
-            return
-        try:
-            os.write(fd, b"5")
-        except OSError:
             pass
-        finally:
-            os.close(fd)
 
     def end(self):
         """Kill and reap the waiting process, if any (its CPU time then counts among the reaped)."""
         if not self.pid:
             return
         kill_and_reap(self.pid)
+        self._forget()
+
+    def _forget(self):
+        """Close what the template holds of a process that has ended."""
         self.channel.close()
-        self.pid, self.channel = 0, None
+        if self.peak >= 0:
+            os.close(self.peak)
+        self.pid, self.channel, self.peak = 0, None, -1
 
 
 def _install_test_main(workdir):
-    """Make the empty `__main__` module every test runs its program in, once: each test gets its
-    own copy of it with the fork, and has less to build (and fewer pages to copy)."""
+    """Make the empty `__main__` module every test runs its program in: once in the template, so
+    that each test gets its own copy with the fork and has less to build (and fewer pages to copy);
+    and in the resident test process after each test, for the next."""
     module = types.ModuleType("__main__")
     module.__file__ = os.path.join(workdir, "main.py")
     module.__builtins__ = __builtins__
@@ -1589,7 +1592,7 @@ def serve_resident_tests(body, workdir, limits):
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         os.closerange(3, RESIDENT_CHANNEL_FD)  # the program's own, and devnull
-        _fresh_main(workdir)  # the program's globals go; what their finalizers print goes nowhere:
+        _install_test_main(workdir)  # the program's globals go; what their finalizers print goes nowhere:
         _flushed(_test_stdio[1])  # not into the next test's output
         if code != 0 or not state.unchanged(limits, session):
             return code
@@ -1610,13 +1613,6 @@ def serve_resident_tests(body, workdir, limits):
             os.close(fd)
         state.restore(limits)
         _fresh_streams()
-
-
-def _fresh_main(workdir):
-    module = types.ModuleType("__main__")
-    module.__file__ = os.path.join(workdir, "main.py")
-    module.__builtins__ = __builtins__
-    sys.modules["__main__"] = module
 
 
 def _fresh_streams():
