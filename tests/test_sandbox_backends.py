@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from genesys.sandbox.backends import open_sandbox
+from genesys.sandbox.base import Sandbox
 from genesys.schema import Rollout
 from genesys.verifiers.code import CodeVerifier
 
@@ -42,6 +44,15 @@ def backend_skip_reason(kind: str) -> str | None:
     except SandboxUnavailable as exc:
         return f"{kind} sandbox unavailable: {exc}"
     return None
+
+
+def opened_sandbox(kind: str, **options: object) -> Iterator[Sandbox]:
+    """For a fixture to yield from: a sandbox of `kind` open around it (skipped where it cannot run)."""
+    reason = backend_skip_reason(kind)
+    if reason:
+        pytest.skip(reason)
+    with open_sandbox(kind, **options) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -22,6 +22,7 @@ from test_sandbox_backends import (
     backend_skip_reason,
     code_rollout,
     host_processes_with,
+    opened_sandbox,
 )
 from test_sandbox_lifecycle import wait_until
 
@@ -146,11 +147,7 @@ ONE_TEST = [{"type": "stdin_stdout", "input": ""}]
 )
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     kind, reuse = request.param
-    reason = backend_skip_reason(kind)
-    if reason:
-        pytest.skip(reason)
-    with open_sandbox(kind, reuse=reuse) as opened:
-        yield opened
+    yield from opened_sandbox(kind, reuse=reuse)
 
 
 def test_a_submission_finds_nothing_an_earlier_one_published(sandbox: Sandbox) -> None:
@@ -361,11 +358,7 @@ def _owned_by(pids: list[int], uid: int) -> list[int]:
 @pytest.fixture(params=BACKENDS)
 def own_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox of each real backend opened for one test alone (skipped where it cannot run)."""
-    reason = backend_skip_reason(request.param)
-    if reason:
-        pytest.skip(reason)
-    with open_sandbox(request.param) as opened:
-        yield opened
+    yield from opened_sandbox(request.param)
 
 
 def test_processes_the_runner_did_not_start_are_killed(own_sandbox: Sandbox) -> None:

@@ -11,9 +11,8 @@ import textwrap
 from collections.abc import Iterator
 
 import pytest
-from test_sandbox_backends import backend_skip_reason
+from test_sandbox_backends import opened_sandbox
 
-from genesys.sandbox.backends import open_sandbox
 from genesys.sandbox.base import Sandbox, Submission
 from genesys.sandbox.limits import Limits
 
@@ -23,11 +22,7 @@ from genesys.sandbox.limits import Limits
     params=[pytest.param(kind, marks=getattr(pytest.mark, kind)) for kind in ("docker", "bwrap")],
 )
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    reason = backend_skip_reason(request.param)
-    if reason:
-        pytest.skip(reason)
-    with open_sandbox(request.param) as opened:
-        yield opened
+    yield from opened_sandbox(request.param)
 
 
 def run_tests(sandbox: Sandbox, source: str, inputs: list[str], limits: Limits | None = None) -> list[dict]:
