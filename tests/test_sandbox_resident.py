@@ -95,6 +95,23 @@ def test_a_test_that_changes_what_cannot_be_put_back_leaves_the_next_a_fresh_pro
     assert pids(reports)[0] != pids(reports)[1], reports
 
 
+def test_a_process_holding_much_memory_after_a_test_serves_no_other(sandbox: Sandbox) -> None:
+    # Kept where no check in the process looks (an attribute of a module it had): the runner's look
+    # from outside, at what the process holds (over a quarter of the 512 MB limit), ends it.
+    source = """
+    import collections, os, sys
+    if sys.stdin.read() == "hold":
+        collections.held = bytearray(160 << 20)
+        collections.held[:: 4096] = b"x" * len(collections.held[:: 4096])
+    print(os.getpid(), getattr(collections, "held", None) is not None)
+    """
+    reports = run_tests(sandbox, source, ["hold", "", ""])
+    assert [report["status"] for report in reports] == ["ok"] * 3, reports
+    # What the first test held is gone: the second ran in a fresh process (whose pid may be the
+    # same number: killing what a test left starts a fresh pid namespace).
+    assert [report["stdout"].split()[1] for report in reports] == ["True", "False", "False"], reports
+
+
 def test_a_thread_left_running_never_writes_into_the_next_test(sandbox: Sandbox) -> None:
     source = """
     import os, sys, threading, time
