@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from genesys.sandbox.backends import open_sandbox
-from genesys.sandbox.base import Sandbox
+from genesys.sandbox.base import Sandbox, Submission
 from genesys.schema import Rollout
 from genesys.verifiers.code import CodeVerifier
 
@@ -358,6 +358,25 @@ def test_programs_run_unprivileged_offline_and_read_only(verifier: CodeVerifier)
     expected = "non-root\ncaps 0000000000000000 True\nno_new_privs 1\ninterfaces lo\nroot read-only\nenv ['HOME', 'LANG', 'LC_ALL', 'PATH']\n"
     verdict = verifier.verify(code_rollout("python", PRIVILEGES_PROBE, [{"input": "", "output": expected}]))
     assert verdict.score == 1.0, verdict.details
+
+
+# A test's OOM score, then its submission's init's (pid 1 there), made after earlier tests were forked.
+OOM_PROBE = (
+    'print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_adj").read().strip())'
+)
+
+
+def test_tests_are_taken_first_under_memory_pressure_and_the_template_is_not(verifier: CodeVerifier) -> None:
+    # Tests start with the highest OOM score; the template, which forked them and whose clone is
+    # each later submission's init, keeps its own (the first submission's tests ran before).
+    for compiled in (False, True):  # a Python test (run in a resident process) and a compiled one
+        language, source = ("cpp", "int main() { return 0; }\n") if compiled else ("python", OOM_PROBE)
+        if language not in verifier.sandbox.languages():
+            continue
+        verifier.verify(code_rollout(language, source, [{"input": "", "output": ""}] * 2))
+    report = verifier.sandbox.run(Submission("python", OOM_PROBE, [{"type": "stdin_stdout", "input": ""}]))
+    own, init = report.tests[0]["stdout"].split()
+    assert own == "1000" and init != "1000", report.tests
 
 
 STREAMS_PROGRAM = """

@@ -95,6 +95,48 @@ def test_a_test_that_changes_what_cannot_be_put_back_leaves_the_next_a_fresh_pro
     assert pids(reports)[0] != pids(reports)[1], reports
 
 
+# What correct programs do to their streams and interpreter (fast-I/O idioms among them): every
+# later test must still pass, whether the process can serve it or a fresh one does.
+REBOUND = {
+    "stdout rewrapped": "sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding='utf-8')",
+    "stdout detached": "sys.stdout = io.TextIOWrapper(sys.stdout.detach(), encoding='utf-8')",
+    "stdout reopened": "sys.stdout = open(1, 'w')",
+    "stdin detached": "sys.stdin = io.TextIOWrapper(sys.stdin.detach(), encoding='utf-8')",
+    "stderr rewrapped": "sys.stderr = io.TextIOWrapper(sys.stderr.buffer, encoding='utf-8')",
+    "module path unusable": "sys.path = None",
+}
+
+
+@pytest.mark.parametrize("change", sorted(REBOUND))
+def test_a_correct_program_that_rebinds_its_streams_passes_every_test(sandbox: Sandbox, change: str) -> None:
+    source = f"import io, sys\n{REBOUND[change]}\nprint(sys.stdin.read().strip())\n"
+    reports = run_tests(sandbox, source, ["first", "second", "third"])
+    assert [(report["status"], report["stdout"]) for report in reports] == [
+        ("ok", "first\n"),
+        ("ok", "second\n"),
+        ("ok", "third\n"),
+    ], reports
+
+
+def test_garbage_a_test_leaves_is_collected_before_the_next_test_starts(sandbox: Sandbox) -> None:
+    # A cycle only the garbage collector frees, with a finalizer that prints: freed after its own
+    # test (into nothing), it never runs inside a later one, as with a fresh process per test.
+    source = """
+    import os, sys
+    class Loud:
+        def __del__(self):
+            print("late")
+    loud = Loud()
+    loud.me = loud
+    print(os.getpid(), sys.stdin.read().strip())
+    junk = [[] for _ in range(50000)]  # (in a later test: allocations that start collections)
+    """
+    reports = run_tests(sandbox, source, ["first", "second", "third"])
+    assert [report["status"] for report in reports] == ["ok"] * 3, reports
+    assert [report["stdout"].split()[1:] for report in reports] == [["first"], ["second"], ["third"]], reports
+    assert len(set(pids(reports))) == 1, reports  # and the process still served them all
+
+
 def test_a_process_holding_much_memory_after_a_test_serves_no_other(sandbox: Sandbox) -> None:
     # Kept where no check in the process looks (an attribute of a module it had): the runner's look
     # from outside, at what the process holds (over a quarter of the 512 MB limit), ends it.

@@ -570,6 +570,7 @@ class SubmissionSetup:
         self.directories = [os.path.dirname(workdir), workdir]
         self.init = 0  # the pid of the submission's init; 0 outside a sandbox, or between submissions
         self.mount_proc = False  # whether the next test is the first of a pid namespace
+        self.oom_score, self.own_oom_score = self._open_oom_score()  # see `fork_test`
         if not sandboxed:
             _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
             return
@@ -666,22 +667,45 @@ class SubmissionSetup:
     def in_test(self):
         """In a test just forked, before anything else: in a sandbox, mount the pid namespace's /proc
         if this is its first test and, where the test keeps the template's uid, drop every
-        capability (one that drops to the programs' uid loses them all with it); then ask the kernel
-        to take it first under memory pressure."""
+        capability (one that drops to the programs' uid loses them all with it)."""
         if self.sandboxed:
             if self.mount_proc:
                 source, target, fstype, flags, data = self.proc_mount
                 _check(_libc.mount(source, target, fstype, flags, data), "mount /proc")
             if self.uid is None:
                 keep_capabilities((), self.no_capabilities)
+
+    def fork_test(self):
+        """`os.fork()` for a test: the child starts with the highest OOM score, so that the kernel
+        takes it first under memory pressure, while the template keeps its own. Raised here, around
+        the fork, rather than in the child, which would open its /proc file for it (and copy the
+        pages that touches). Where the template may not write its score, tests keep it."""
+        if self.oom_score < 0:
+            return os.fork()
+        os.write(self.oom_score, b"1000")
         try:
-            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            pid = os.fork()
         except OSError:
-            return  # not ours to write where our uid does not own our /proc files (not dumpable)
+            os.write(self.oom_score, self.own_oom_score)
+            raise
+        if pid:
+            os.write(self.oom_score, self.own_oom_score)
+        return pid
+
+    def _open_oom_score(self):
+        """The template's /proc/self/oom_score_adj, open for writing, with its value; (-1, b"") where
+        it may not write it (a /proc file its uid does not own: see PR_SET_DUMPABLE)."""
         try:
-            os.write(fd, b"1000")
-        finally:
+            fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return -1, b""
+        try:
+            value = os.read(fd, 16).strip()
+            os.write(fd, value)  # what it will write back after each fork: refused here, or never
+        except OSError:
             os.close(fd)
+            return -1, b""
+        return fd, value
 
     def _make_directories(self):
         for directory in self.directories:
@@ -1230,7 +1254,7 @@ def _serve_tests(sock, buffers, setup):
         buffers.init,
     )
     at_status, wait4, getrusage = buffers.at_status, buffers.wait4, buffers.getrusage
-    fork, close = os.fork, os.close
+    fork, close = setup.fork_test, os.close
     recvmsg, send, space = sock.recvmsg, sock.send, _socket.CMSG_SPACE(8 * 4)
     spec = -1  # the memfd of the spec kept last
     resident = ResidentTest(setup)
@@ -1313,7 +1337,7 @@ class ResidentTest:
         if not self.pid:
             ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
             try:
-                pid = os.fork()
+                pid = self.setup.fork_test()
             except OSError:
                 ours.close()
                 theirs.close()
@@ -1488,6 +1512,8 @@ class ProcessState:
 
     def __init__(self):
         self.module_count = len(sys.modules)
+        self.environ = os.environ
+        self.environ_data = dict(os.environ._data)  # as the C environment has it: bytes to bytes
         self.builtins = tuple(vars(builtins_module()).values())
         self.path = tuple(sys.path)
         self.settings = self._settings()
@@ -1549,9 +1575,11 @@ class ProcessState:
         module path, interpreter settings and umask; and give it the CPU time its limit allows
         from here (the soft limit, over what the process has used)."""
         sys.argv = list(TEST_ARGV)
-        if len(os.environ) != len(CLEAN_ENV) or dict(os.environ) != CLEAN_ENV:
-            os.environ.clear()
-            os.environ.update(CLEAN_ENV)
+        environ = self.environ  # compared as stored (a mapping's decoded copy costs far more)
+        if os.environ is not environ or environ._data != self.environ_data:
+            os.environ = environ  # noqa: B003 - the interpreter's own mapping, put back
+            environ.clear()
+            environ.update(CLEAN_ENV)
         if tuple(sys.path) != self.path:
             sys.path[:] = self.path
         if self._settings() != self.settings:
@@ -1592,9 +1620,8 @@ def serve_resident_tests(body, workdir, limits):
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         os.closerange(3, RESIDENT_CHANNEL_FD)  # the program's own, and devnull
-        _install_test_main(workdir)  # the program's globals go; what their finalizers print goes nowhere:
-        _flushed(_test_stdio[1])  # not into the next test's output
-        if code != 0 or not state.unchanged(limits, session):
+        keep_output = None if code != 0 else _left_as_found(state, limits, session, workdir)
+        if keep_output is None:
             return code
         try:
             os.write(RESIDENT_CHANNEL_FD, code.to_bytes(4, "little"))
@@ -1611,20 +1638,35 @@ def serve_resident_tests(body, workdir, limits):
         for target, fd in enumerate(wiring):
             os.dup2(fd, target)
             os.close(fd)
+        _fresh_streams(keep_output)
+
+
+def _left_as_found(state, limits, session, workdir):
+    """After a test that exited 0, with fds 0-2 on /dev/null: let go of all the program made (its
+    `__main__`, the streams it installed, its garbage, cycles included: what their finalizers print
+    goes nowhere, and nothing of them is left to run in a later test), then tell whether the
+    process can serve another test as a fresh interpreter would (see `ProcessState`), putting back
+    what the program changed. None when it cannot (or anything here raised); else whether the
+    test's stdout and stderr streams can serve the next test too (flushed, open, as made)."""
+    try:
+        sys.stdin = sys.stdout = sys.stderr = sys.__stdin__ = sys.__stdout__ = sys.__stderr__ = None
+        _install_test_main(workdir)
+        gc.collect()
+        if not state.unchanged(limits, session):
+            return None
         state.restore(limits)
-        _fresh_streams()
+        _, stdout, stderr = _test_stdio
+        return _flushed(stdout) and _usable(stdout, False) and _usable(stderr, True)
+    except BaseException:  # noqa: BLE001 - a program's leftovers broke it: the next test gets a fresh process
+        return None
 
 
-def _fresh_streams():
+def _fresh_streams(keep_output):
     """The streams a test starts with (see `_prepare_python_tests`): a new stdin (the last one's
-    buffer may hold the last test's input), the same stdout and stderr while they are as the last
-    test found them (flushed at its end, not closed, not reconfigured), else new ones too."""
+    buffer may hold the last test's input), the same stdout and stderr when `keep_output` (see
+    `_left_as_found`), else new ones too."""
     global _test_stdio
-    _, stdout, stderr = _test_stdio
-    if _usable(stdout, False) and _usable(stderr, True):
-        _test_stdio = _stdin_stream(), stdout, stderr
-    else:
-        _test_stdio = _text_streams()
+    _test_stdio = (_stdin_stream(), *_test_stdio[1:]) if keep_output else _text_streams()
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
 
 
