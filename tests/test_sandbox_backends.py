@@ -360,6 +360,24 @@ def test_programs_run_unprivileged_offline_and_read_only(verifier: CodeVerifier)
     assert verdict.score == 1.0, verdict.details
 
 
+def test_python_programs_find_the_builtins_the_site_module_adds(verifier: CodeVerifier) -> None:
+    # As `python3 main.py` has them: exit and quit end the program with their code, like sys.exit.
+    names = "('help', 'copyright', 'credits', 'license')"
+    sources = {
+        "exit()": f"import builtins\nprint(all(hasattr(builtins, n) for n in {names}))\nexit()\nprint('after')\n",
+        "quit(0)": "print(True)\nquit(0)\nprint('after')\n",
+        "exit(3)": "print(True)\nexit(3)\n",
+    }
+    for call, source in sources.items():
+        result = verifier.sandbox.run(
+            Submission("python", source, [{"type": "stdin_stdout", "input": ""}] * 2)
+        )
+        expected = ("runtime_error", 3) if call == "exit(3)" else ("ok", 0)
+        assert [(test["status"], test["exit_code"], test["stdout"]) for test in result.tests] == [
+            (*expected, "True\n")
+        ] * 2, (call, result.tests)
+
+
 # A test's OOM score, then its submission's init's (pid 1 there), made after earlier tests were forked.
 OOM_PROBE = (
     'print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_adj").read().strip())'

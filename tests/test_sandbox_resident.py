@@ -101,6 +101,7 @@ REBOUND = {
     "stdout rewrapped": "sys.stdout = io.TextIOWrapper(sys.stdout.buffer, encoding='utf-8')",
     "stdout detached": "sys.stdout = io.TextIOWrapper(sys.stdout.detach(), encoding='utf-8')",
     "stdout reopened": "sys.stdout = open(1, 'w')",
+    "stdin and stdout reopened": "sys.stdin = open(0)\nsys.stdout = open(1, 'w')",
     "stdin detached": "sys.stdin = io.TextIOWrapper(sys.stdin.detach(), encoding='utf-8')",
     "stderr rewrapped": "sys.stderr = io.TextIOWrapper(sys.stderr.buffer, encoding='utf-8')",
     "module path unusable": "sys.path = None",

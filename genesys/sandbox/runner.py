@@ -44,6 +44,7 @@ live processes and kills the test past either limit.
 """
 
 import _signal
+import _sitebuiltins
 import _socket
 import _thread
 import atexit
@@ -1616,10 +1617,7 @@ def serve_resident_tests(body, workdir, limits):
     space = _socket.CMSG_SPACE(4 * 4)
     while True:
         code = run_python(body, None, workdir)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-        os.closerange(3, RESIDENT_CHANNEL_FD)  # the program's own, and devnull
+        _quiet_fds()
         keep_output = None if code != 0 else _left_as_found(state, limits, session, workdir)
         if keep_output is None:
             return code
@@ -1652,6 +1650,7 @@ def _left_as_found(state, limits, session, workdir):
         sys.stdin = sys.stdout = sys.stderr = sys.__stdin__ = sys.__stdout__ = sys.__stderr__ = None
         _install_test_main(workdir)
         gc.collect()
+        _quiet_fds()  # again: what the program's objects closed or opened as they went
         if not state.unchanged(limits, session):
             return None
         state.restore(limits)
@@ -1659,6 +1658,16 @@ def _left_as_found(state, limits, session, workdir):
         return _flushed(stdout) and _usable(stdout, False) and _usable(stderr, True)
     except BaseException:  # noqa: BLE001 - a program's leftovers broke it: the next test gets a fresh process
         return None
+
+
+def _quiet_fds():
+    """In the resident process between tests: /dev/null as fds 0-2 (what is still written goes
+    nowhere, and the next test's fds, which arrive at the lowest free numbers, land above them),
+    no other fd open but the channel."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, RESIDENT_CHANNEL_FD)  # the program's own, and devnull
 
 
 def _fresh_streams(keep_output):
@@ -1745,6 +1754,7 @@ def _prepare_python_tests():
     # streams and argv would free them, writing to many pages it shares with the template.
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
     sys.argv = list(TEST_ARGV)
+    _install_site_builtins()
     _warm_up_type_caches()
     _process_state = ProcessState()
 
@@ -1761,6 +1771,19 @@ numbers = list(map(int, data[:2]))
 lengths = {word: len(word) for word in data[2:]}
 print(sum(numbers), max(lengths, key=lengths.get), sorted(lengths.items()), " ".join(map(str, numbers)))
 """
+
+
+def _install_site_builtins():
+    """The builtins the `site` module adds, which a program run as `python3 main.py` finds and the
+    runner's interpreter (`-S`) lacks: `exit` and `quit` (end the program as `sys.exit` does),
+    `help`, `copyright`, `credits` and `license`."""
+    builtins = builtins_module()
+    for name in ("exit", "quit"):
+        setattr(builtins, name, _sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)"))
+    builtins.help = _sitebuiltins._Helper()
+    builtins.copyright = _sitebuiltins._Printer("copyright", sys.copyright)
+    for name in ("credits", "license"):
+        setattr(builtins, name, _sitebuiltins._Printer(name, "See https://www.python.org/"))
 
 
 def _warm_up_type_caches():
