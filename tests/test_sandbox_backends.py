@@ -8,6 +8,7 @@ import dataclasses
 import importlib.util
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -376,6 +377,37 @@ def test_python_programs_find_the_builtins_the_site_module_adds(verifier: CodeVe
         assert [(test["status"], test["exit_code"], test["stdout"]) for test in result.tests] == [
             (*expected, "True\n")
         ] * 2, (call, result.tests)
+
+
+STDIO_PROBE = """
+import sys
+line = sys.stdin.readline()
+for stream in (sys.stdin, sys.stdout, sys.stderr):
+    print(stream.mode, stream.name, stream.encoding, stream.errors, stream.line_buffering,
+          stream.write_through, type(stream.buffer).__name__, stream.seekable())
+print(repr(line), repr(sys.stdin.read()))
+"""
+
+
+def test_python_streams_are_those_python3_makes(verifier: CodeVerifier) -> None:
+    # What `python3 main.py` finds with pipes for its streams: names, modes, buffering, errors, and
+    # newlines kept as they are ("\r\n" read as is): fast-I/O templates read `sys.stdin.mode`, and a
+    # program that does not strip a "\r" must fail as it would there. The input, a pipe here, is a
+    # file in the sandbox: seekable, as a redirected file is.
+    data = "first\r\nsecond\r\n"
+    env = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PATH": os.environ["PATH"]}
+    real = subprocess.run(
+        [sys.executable, "-I", "-c", STDIO_PROBE],
+        input=data.encode(),
+        capture_output=True,
+        env=env,
+        check=True,
+    ).stdout.decode()
+    real = real.replace("BufferedReader False", "BufferedReader True", 1)  # stdin seekable
+    result = verifier.sandbox.run(
+        Submission("python", STDIO_PROBE, [{"type": "stdin_stdout", "input": data}] * 2)
+    )
+    assert [test["stdout"] for test in result.tests] == [real, real], result.tests
 
 
 # A test's OOM score, then its submission's init's (pid 1 there), made after earlier tests were forked.

@@ -1618,8 +1618,7 @@ def serve_resident_tests(body, workdir, limits):
     while True:
         code = run_python(body, None, workdir)
         _quiet_fds()
-        keep_output = None if code != 0 else _left_as_found(state, limits, session, workdir)
-        if keep_output is None:
+        if code != 0 or not _left_as_found(state, limits, session, workdir):
             return code
         try:
             os.write(RESIDENT_CHANNEL_FD, code.to_bytes(4, "little"))
@@ -1636,28 +1635,36 @@ def serve_resident_tests(body, workdir, limits):
         for target, fd in enumerate(wiring):
             os.dup2(fd, target)
             os.close(fd)
-        _fresh_streams(keep_output)
+        _install_streams(_text_streams())  # a new stdin: the last one's buffer may hold the last input
 
 
 def _left_as_found(state, limits, session, workdir):
-    """After a test that exited 0, with fds 0-2 on /dev/null: let go of all the program made (its
-    `__main__`, the streams it installed, its garbage, cycles included: what their finalizers print
+    """After a test that exited 0, with fds 0-2 on /dev/null: let go of all the test had (the
+    program's `__main__`, the streams, its garbage, cycles included: what their finalizers print
     goes nowhere, and nothing of them is left to run in a later test), then tell whether the
     process can serve another test as a fresh interpreter would (see `ProcessState`), putting back
-    what the program changed. None when it cannot (or anything here raised); else whether the
-    test's stdout and stderr streams can serve the next test too (flushed, open, as made)."""
+    what the program changed. False when it cannot, or anything here raised."""
     try:
+        streams = _test_stdio
         sys.stdin = sys.stdout = sys.stderr = sys.__stdin__ = sys.__stdout__ = sys.__stderr__ = None
         _install_test_main(workdir)
+        for stream in streams:  # flushed into /dev/null, not into the next test's pipes
+            _closed(stream)
         gc.collect()
         _quiet_fds()  # again: what the program's objects closed or opened as they went
         if not state.unchanged(limits, session):
-            return None
+            return False
         state.restore(limits)
-        _, stdout, stderr = _test_stdio
-        return _flushed(stdout) and _usable(stdout, False) and _usable(stderr, True)
+        return True
     except BaseException:  # noqa: BLE001 - a program's leftovers broke it: the next test gets a fresh process
-        return None
+        return False
+
+
+def _closed(stream):
+    try:
+        stream.close()
+    except BaseException:  # noqa: BLE001 - detached, or its buffer closed by a program's own wrapper
+        pass
 
 
 def _quiet_fds():
@@ -1670,36 +1677,36 @@ def _quiet_fds():
     os.closerange(3, RESIDENT_CHANNEL_FD)  # the program's own, and devnull
 
 
-def _fresh_streams(keep_output):
-    """The streams a test starts with (see `_prepare_python_tests`): a new stdin (the last one's
-    buffer may hold the last test's input), the same stdout and stderr when `keep_output` (see
-    `_left_as_found`), else new ones too."""
+def _install_streams(streams):
+    """Make `streams` what the program finds as sys.stdin, stdout and stderr (and sys.__stdin__ ...)."""
     global _test_stdio
-    _test_stdio = (_stdin_stream(), *_test_stdio[1:]) if keep_output else _text_streams()
-    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
+    _test_stdio = streams
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
 
 
-def _stdin_stream():
-    return io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-
-
-def _usable(stream, write_through):
-    return (
-        not stream.closed
-        and stream.encoding == "utf-8"
-        and stream.errors == "strict"
-        and not stream.line_buffering
-        and stream.write_through is write_through
-    )
+# How `python3` makes its standard streams when they are not a terminal (fd, mode, errors, line
+# buffering): buffered, UTF-8 with the errors it uses in the sandbox's locale (C.UTF-8), "\n" the
+# only newline (a "\r" read is kept), stderr line-buffered; each stream has its `mode`, and its raw
+# file the name "<stdin>", "<stdout>" or "<stderr>".
+STANDARD_STREAMS = (
+    (0, "r", "surrogateescape", False),
+    (1, "w", "surrogateescape", False),
+    (2, "w", "backslashreplace", True),
+)
 
 
 def _text_streams():
-    """What a Python program finds as sys.stdin, stdout and stderr: text streams over fds 0-2."""
-    return (
-        _stdin_stream(),
-        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
-        io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True),
-    )
+    """What a Python program finds as sys.stdin, stdout and stderr: text streams over fds 0-2, as
+    `python3` makes them (see STANDARD_STREAMS)."""
+    streams = []
+    for fd, mode, errors, line_buffering in STANDARD_STREAMS:
+        raw = io.FileIO(fd, mode, closefd=False)
+        raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]
+        buffer = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+        stream = io.TextIOWrapper(buffer, "utf-8", errors, "\n", line_buffering)
+        stream.mode = mode
+        streams.append(stream)
+    return tuple(streams)
 
 
 # --- languages ------------------------------------------------------------------------------------
@@ -1733,7 +1740,7 @@ def _prepare_python_tests():
     """Set up, once, what every forked Python test starts from: a clean environment and text
     streams over fds 0-2 (each test child rewires those fds first). Made here rather than in
     every child, since each page a child writes is a copy-on-write fault."""
-    global _test_stdio, _process_state
+    global _process_state
     os.environ.clear()
     os.environ.update(CLEAN_ENV)
     # Streams remember what their fd was when made (seekable or not): make stdout and stderr over
@@ -1743,7 +1750,7 @@ def _prepare_python_tests():
     for fd in (1, 2):
         os.dup2(write_end, fd)
     try:
-        _test_stdio = _text_streams()
+        streams = _text_streams()
     finally:
         for fd, original in zip((1, 2), saved):
             os.dup2(original, fd)
@@ -1752,7 +1759,7 @@ def _prepare_python_tests():
         os.close(write_end)
     # Installed here, once, and inherited by every test: a test that replaced the interpreter's own
     # streams and argv would free them, writing to many pages it shares with the template.
-    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = _test_stdio
+    _install_streams(streams)
     sys.argv = list(TEST_ARGV)
     _install_site_builtins()
     _warm_up_type_caches()
@@ -1818,17 +1825,17 @@ def _system_exit_code(exc):
 
 def _exit_like_python(exit_code):
     """What interpreter shutdown does, however the program ended: wait for its threads, run its
-    atexit hooks, flush sys.stdout (a failure is an error) and the original stdout (if the program
-    swapped it; failures ignored). Closed, detached or None streams are left alone."""
+    atexit hooks, flush sys.stdout and sys.stderr (a failure is an error) and the original ones (if
+    the program swapped them; failures ignored). Closed, detached or None streams are left alone."""
     try:
         _finish_threads()
     except BaseException:  # noqa: BLE001 - as in python, trouble at exit does not change the outcome
         pass
-    stdout, original = sys.stdout, _test_stdio[1]
-    if not _flushed(stdout):
-        exit_code = exit_code or 1
-    if original is not stdout:  # the program swapped it
-        _flushed(original)
+    for current, original in zip((sys.stdout, sys.stderr), _test_stdio[1:]):
+        if not _flushed(current):
+            exit_code = exit_code or 1
+        if original is not current:  # the program swapped it
+            _flushed(original)
     return exit_code
 
 
