@@ -119,6 +119,21 @@ def test_a_correct_program_that_rebinds_its_streams_passes_every_test(sandbox: S
     ], reports
 
 
+def test_a_test_that_leaves_many_objects_leaves_the_next_a_fresh_process(sandbox: Sandbox) -> None:
+    # Freeing a million objects one by one would be charged to the test (a forked test's memory
+    # the kernel drops at once): the process ends with such a test instead.
+    source = """
+    import os, sys
+    size = int(sys.stdin.read())
+    kept = list(map(str, range(size)))
+    print(os.getpid(), len(kept))
+    """
+    reports = run_tests(sandbox, source, ["10", "1000000", "10", "10"])
+    assert [report["status"] for report in reports] == ["ok"] * 4, reports
+    first, big, after, last = pids(reports)
+    assert first == big and after == last and big != after, reports
+
+
 def test_garbage_a_test_leaves_is_collected_before_the_next_test_starts(sandbox: Sandbox) -> None:
     # A cycle only the garbage collector frees, with a finalizer that prints: freed after its own
     # test (into nothing), it never runs inside a later one, as with a fresh process per test.

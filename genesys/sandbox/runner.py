@@ -1491,6 +1491,10 @@ def _become_test(wiring, spec_fd, with_call, setup, resident=-1):
 
 RESIDENT_CHANNEL_FD = 255  # the resident's end of its channel to the template (RLIMIT_NOFILE is 256)
 RESIDENT_CPU_TESTS = 8  # how many tests' CPU time limits its RLIMIT_CPU holds (see `resident_limits`)
+# At most how many more objects (allocated blocks) a test may leave for the process to free after
+# it and still serve the next: freeing them one by one (a millisecond or two for these) is charged
+# to the test, which a forked test, whose memory the kernel drops at once, is not.
+RESIDENT_LEFT_BLOCKS = 100_000
 
 
 def resident_limits(limits):
@@ -1616,9 +1620,12 @@ def serve_resident_tests(body, workdir, limits):
     state, session = _process_state, os.getsid(0)
     space = _socket.CMSG_SPACE(4 * 4)
     while True:
+        blocks = sys.getallocatedblocks()
         code = run_python(body, None, workdir)
+        if code != 0 or sys.getallocatedblocks() - blocks > RESIDENT_LEFT_BLOCKS:
+            return code  # ends as a forked test does, its memory dropped by the kernel
         _quiet_fds()
-        if code != 0 or not _left_as_found(state, limits, session, workdir):
+        if not _left_as_found(state, limits, session, workdir):
             return code
         try:
             os.write(RESIDENT_CHANNEL_FD, code.to_bytes(4, "little"))
