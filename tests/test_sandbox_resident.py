@@ -71,6 +71,7 @@ UNRESTORABLE = {
     "signal handler": "import signal\nsignal.signal(signal.SIGTERM, lambda *_: None)",
     "new module": "import fractions",
     "builtin": "import builtins\nbuiltins.input = lambda: 'stale'",
+    "builtin equal to all": "import builtins\nclass Same:\n    __eq__ = lambda self, other: True\nbuiltins.input = Same()",
     "lowered rlimit": "import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))",
     "trace hook": "import sys\nsys.settrace(lambda *_: None)",
     "timer": "import signal\nsignal.setitimer(signal.ITIMER_REAL, 30)",

@@ -61,6 +61,7 @@ import itertools  # noqa: F401
 import json
 import marshal
 import math  # noqa: F401
+import operator
 import os
 import re  # noqa: F401
 import resource
@@ -1562,9 +1563,12 @@ class ProcessState:
         limit for a whole test more."""
         if len(sys.modules) != self.module_count or _thread._count() or atexit._ncallbacks():
             return False
-        if tuple(vars(builtins_module()).values()) != self.builtins:
+        builtins = vars(builtins_module())  # compared by identity: no program's __eq__ runs here
+        if len(builtins) != len(self.builtins) or not all(
+            map(operator.is_, builtins.values(), self.builtins)
+        ):
             return False
-        if tuple(map(_signal.getsignal, self.signals)) != self.handlers:
+        if not all(map(operator.is_, map(_signal.getsignal, self.signals), self.handlers)):
             return False
         if sys.gettrace() is not None or sys.getprofile() is not None:
             return False
@@ -1585,17 +1589,15 @@ class ProcessState:
             os.environ = environ  # noqa: B003 - the interpreter's own mapping, put back
             environ.clear()
             environ.update(CLEAN_ENV)
-        if tuple(sys.path) != self.path:
-            sys.path[:] = self.path
-        if self._settings() != self.settings:
-            recursion, interval, digits, gc_enabled, threshold, *hooks = self.settings
-            sys.setrecursionlimit(recursion)
-            sys.setswitchinterval(interval)
-            if digits is not None:
-                sys.set_int_max_str_digits(digits)
-            (gc.enable if gc_enabled else gc.disable)()
-            gc.set_threshold(*threshold)
-            sys.excepthook, sys.displayhook, sys.breakpointhook = hooks
+        sys.path = list(self.path)  # set, not compared: comparing could run a program's code
+        recursion, interval, digits, gc_enabled, threshold, *hooks = self.settings
+        sys.setrecursionlimit(recursion)
+        sys.setswitchinterval(interval)
+        if digits is not None:
+            sys.set_int_max_str_digits(digits)
+        (gc.enable if gc_enabled else gc.disable)()
+        gc.set_threshold(*threshold)
+        sys.excepthook, sys.displayhook, sys.breakpointhook = hooks
         os.umask(self.umask)
         (_, (cpu_seconds, cpu_hard)), *_ = limits
         soft = min(math.ceil(_own_cpu_s()) + cpu_seconds, cpu_hard)
@@ -1659,10 +1661,8 @@ def _left_as_found(state, limits, session, workdir):
             _closed(stream)
         gc.collect()
         _quiet_fds()  # again: what the program's objects closed or opened as they went
-        if not state.unchanged(limits, session):
-            return False
         state.restore(limits)
-        return True
+        return state.unchanged(limits, session)  # checked last: whatever ran before counts
     except BaseException:  # noqa: BLE001 - a program's leftovers broke it: the next test gets a fresh process
         return False
 
