@@ -1621,6 +1621,7 @@ def serve_resident_tests(body, workdir, limits):
     exit code of the last test is returned (to exit with) once the process cannot serve another."""
     state, session = _process_state, os.getsid(0)
     space = _socket.CMSG_SPACE(4 * 4)
+    gc.freeze()  # what it inherited: the collection after each test then walks only its own objects
     while True:
         blocks = sys.getallocatedblocks()
         code = run_python(body, None, workdir)
