@@ -103,6 +103,18 @@ def test_program_objects_generators_and_stdlib_values_cross(verifier: CodeVerifi
     assert verdict.score == 1.0, verdict.details
 
 
+def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:
+    # As call-based harnesses do: a driver of the program's own under `if __name__ == "__main__":`
+    # (reading stdin, exiting) does not run; the function is called.
+    program = (
+        "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]\n"
+        "if __name__ == '__main__':\n    print(Solution().twoSum(list(map(int, input().split())), 9))\n    exit(1)\n"
+    )
+    tests = [{"type": "function_call", "fn_name": "twoSum", "input": [[2, 7], 9], "output": [0, 1]}]
+    verdict = verify(verifier, program, tests * 2)
+    assert verdict.score == 1.0, verdict.details
+
+
 def test_pytest_tests_are_discovered_and_run_one_by_one(verifier: CodeVerifier) -> None:
     right = verify(verifier, CORRECT, PYTEST)
     assert right.score == 1.0 and right.details["total"] == 4

@@ -1721,10 +1721,13 @@ def _text_streams():
 
 
 def run_python(code, call, workdir):
-    """In a Python test: run the compiled module as __main__ in this forked interpreter; `call` is
-    None (a stdin/stdout test) or the (name, arguments) of the function to call. The exit code."""
+    """In a Python test: run the compiled module in this forked interpreter; `call` is None (a
+    stdin/stdout test: the program is `__main__`) or the (name, arguments) of the function to call
+    (the program is the module `solution`, as for assert tests: its `if __name__ == "__main__":`
+    block, a driver of its own, does not run). The exit code."""
     os.chdir(workdir)
-    module = sys.modules["__main__"]  # empty: see _install_test_main; argv and streams are set too
+    # __main__ is empty (see _install_test_main); argv and streams are set too
+    module = sys.modules["__main__"] if call is None else _solution_module(workdir)
     exit_code = 0
     try:
         exec(code, module.__dict__)
@@ -1742,6 +1745,16 @@ def run_python(code, call, workdir):
         traceback.print_exc()
         exit_code = 1
     return _exit_like_python(exit_code)
+
+
+def _solution_module(directory):
+    """An empty module `solution`, in sys.modules, for a program loaded as a module rather than run
+    as a script (its `if __name__ == "__main__":` block does not run)."""
+    module = types.ModuleType("solution")
+    module.__file__ = os.path.join(directory, "solution.py")
+    module.__builtins__ = __builtins__
+    sys.modules["solution"] = module
+    return module
 
 
 def _prepare_python_tests():
@@ -1875,7 +1888,7 @@ def call_function(module, fn_name, args):
         for value in list(vars(module).values()):
             if (
                 isinstance(value, type)
-                and value.__module__ == "__main__"
+                and value.__module__ == module.__name__
                 and callable(getattr(value, fn_name, None))
             ):
                 target = getattr(value(), fn_name)
@@ -2118,10 +2131,7 @@ def serve_program(program, channel):
         return objects[handle]
 
     hook = value_hook(reference, _rebuild_stdlib)
-    module = types.ModuleType("solution")
-    module.__file__ = os.path.join(os.getcwd(), "solution.py")
-    module.__builtins__ = __builtins__
-    sys.modules["solution"] = module
+    module = _solution_module(os.getcwd())
     request = None
     while True:
         try:
