@@ -1618,7 +1618,9 @@ def serve_resident_tests(body, workdir, limits):
     the template hands over (see `ResidentTest`), each in a fresh `__main__` with a fresh stdin,
     argv and environment. Between tests the program's fds are closed and fds 0-2 are /dev/null
     (what it still writes goes nowhere); the process reports the exit code and stops itself. The
-    exit code of the last test is returned (to exit with) once the process cannot serve another."""
+    exit code of the last test is returned (to exit with) once the process cannot serve another:
+    after a test that failed, left over RESIDENT_LEFT_BLOCKS objects, or left what `_left_as_found`
+    cannot put back."""
     state, session = _process_state, os.getsid(0)
     space = _socket.CMSG_SPACE(4 * 4)
     gc.freeze()  # what it inherited: the collection after each test then walks only its own objects
