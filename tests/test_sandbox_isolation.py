@@ -12,7 +12,7 @@ import subprocess
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from test_sandbox_backends import (
@@ -383,33 +383,86 @@ def _status_field(pid: str, name: str) -> str | None:
         return None
 
 
+def _programs_processes(uid: str) -> set[str]:
+    """The host pids of the processes running as the programs' uid."""
+    return {pid for pid in filter(str.isdigit, os.listdir("/proc")) if _status_field(pid, "Uid") == uid}
+
+
+def _template_of_next_test(uid: str) -> Callable[[], int | None]:
+    """Poll for the host pid of the template: the parent of the first process running as the programs'
+    uid that was not running at the call (a process of the last submission may still be ending)."""
+    earlier = _programs_processes(uid)
+
+    def template() -> int | None:
+        for pid in _programs_processes(uid) - earlier:
+            parent = _status_field(pid, "PPid")
+            if parent:
+                return int(parent)
+        return None
+
+    return template
+
+
+def _first_of(poll: Callable[[], int | None], seconds: float) -> int | None:
+    """The first value other than None `poll` gives within `seconds`; None if it gives none."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = poll()
+        if value is not None:
+            return value
+        time.sleep(0.02)
+    return None
+
+
 def test_a_template_killed_from_outside_is_a_sandbox_error_at_once(own_sandbox: Sandbox) -> None:
     # The submission's init, which runs in the template's memory and file table, outlives a template
     # killed from outside and holds the template's end of the runner's socket open: the runner must
     # not wait out the test's wall limit and its answer timeout to notice.
-    def template() -> int | None:
-        """The host pid of the parent of the test running as the programs' uid: the template."""
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            if _status_field(pid, "Uid") == uid:
-                parent = _status_field(pid, "PPid")
-                return int(parent) if parent else None
-        return None
+    killed: list[int] = []
 
     def kill_template() -> None:
-        wait_until(lambda: template() is not None, 60)
-        pid = template()
+        pid = _first_of(template, 60)
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
 
-    uid = programs_uid(own_sandbox)
+    template = _template_of_next_test(programs_uid(own_sandbox))
     killer = threading.Thread(target=kill_template)
     started = time.monotonic()
     killer.start()
     sleeper = Submission("python", "import time\ntime.sleep(30)", ONE_TEST, Limits(time_limit=10))
-    with pytest.raises(SandboxError, match="lost this submission's template"):
-        own_sandbox.run(sleeper)  # a wall limit of 21 s
-    killer.join()
+    try:
+        with pytest.raises(SandboxError, match="lost this submission's template"):
+            own_sandbox.run(sleeper)  # a wall limit of 21 s
+    finally:
+        killer.join()
+    assert killed, "the test's process never showed up"
     assert time.monotonic() - started < 15  # not the wall limit, then the 10 s answer timeout
+    assert run_one(own_sandbox, "print(7)")["stdout"] == "7\n"  # a fresh runner takes its place
+
+
+def test_a_template_killed_between_submissions_fails_the_next_one_as_a_sandbox_error(
+    own_sandbox: Sandbox,
+) -> None:
+    # As soon as a submission is done, the runner has the template set up the next one: a template
+    # killed then (here: as the host reads the last test's report) fails the next submission with a
+    # sandbox error, as one killed during it would, instead of ending the runner with a traceback.
+    template = _template_of_next_test(programs_uid(own_sandbox))
+    found: list[int | None] = []
+    watcher = threading.Thread(target=lambda: found.append(_first_of(template, 60)))
+    watcher.start()
+
+    def kill_template(index: int, report: dict) -> dict:
+        watcher.join()
+        if found[0] is not None:
+            os.kill(found[0], signal.SIGKILL)
+        return report
+
+    sleeper = Submission("python", "import time\ntime.sleep(0.5)\nprint(1)", ONE_TEST, on_test=kill_template)
+    assert own_sandbox.run(sleeper).tests[0]["stdout"] == "1\n"
+    assert found[0] is not None, "the test's process never showed up"
+    with pytest.raises(SandboxError, match="lost this submission's template"):
+        run_one(own_sandbox, "print(7)")
     assert run_one(own_sandbox, "print(7)")["stdout"] == "7\n"  # a fresh runner takes its place
 
 

@@ -6,7 +6,7 @@ import abc
 import json
 import struct
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -89,6 +89,8 @@ class RunnerSession:
             raise SandboxError(
                 f"the sandbox runner exited during compilation: {self.transport.diagnostics() or 'no output'}"
             )
+        if compiled.get("event") == "done":  # it could not even start this submission (its template is gone)
+            self._failed(compiled)
         result = RunResult(
             compiled=bool(compiled.get("ok")),
             compile_message=compiled.get("message"),
@@ -117,12 +119,18 @@ class RunnerSession:
                 self._charge(submission, result, "the program killed the sandbox's test runner", "killed")
                 return result
             if frame.get("event") == "done":
-                if frame.get("error"):  # the sandbox itself failed: an error, never a score
-                    self.broken = True
-                    raise SandboxError(f"the sandbox failed during the submission: {frame['error']}")
+                if frame.get("error"):
+                    self._failed(frame)
                 return result
             self._keep(submission, result, frame)
             del frame  # a report can hold megabytes of stdout: not kept while the next one is read
+
+    def _failed(self, done: dict[str, Any]) -> NoReturn:
+        """The sandbox itself failed (the `done` frame says how): an error, never a score."""
+        self.broken = True
+        raise SandboxError(
+            f"the sandbox failed during the submission: {done.get('error') or 'no reason given'}"
+        )
 
     @staticmethod
     def _keep(submission: Submission, result: RunResult, report: dict[str, Any]) -> None:

@@ -2888,13 +2888,16 @@ def _call_args(value):
 # --- serving --------------------------------------------------------------------------------------
 
 
+LOST = "the sandbox lost this submission's template or namespaces"
+
+
 def serve_one(job, toolchains, submission, replies, uid):
     """Compile and run one submission in its own namespaces, replying frame by frame (see `Replies`)."""
     done = {"event": "done"}
     try:
         _compile_and_run(job, toolchains, submission, replies, uid)
     except SubmissionLost:
-        done["error"] = "the sandbox lost this submission's template or namespaces"
+        done["error"] = LOST
     except BaseException:
         replies.flush()  # what was done reaches the host before the runner goes
         raise
@@ -3001,12 +3004,20 @@ def main(argv):
         job = read_frame(in_fd)
         if job is None:
             return 0
+        if submission is None:  # the template is gone (see below): the host replaces this runner
+            replies.add({"event": "done", "error": LOST})
+            replies.flush()
+            continue
         if sandboxed:
             kill_strangers({os.getpid(), template.pid, submission.init})
         serve_one(job, toolchains, submission, replies, uid if sandboxed else None)
         submission.close()
         # The template answers once the last submission's init is reaped: nothing of it runs then.
-        submission = template.submission()
+        # Killed from outside by then, it fails the next submission as it would have failed this one.
+        try:
+            submission = template.submission()
+        except SubmissionLost:
+            submission = None
 
 
 def keep(argv):
