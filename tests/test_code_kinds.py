@@ -103,6 +103,74 @@ def test_program_objects_generators_and_stdlib_values_cross(verifier: CodeVerifi
     assert verdict.score == 1.0, verdict.details
 
 
+IN_PLACE_PROGRAM = (
+    "def rotate(nums, k):\n    k %= len(nums)\n    nums[:] = nums[-k:] + nums[:-k]\n"
+    "def transpose(matrix):\n"
+    "    for i in range(len(matrix)):\n"
+    "        for j in range(i):\n"
+    "            matrix[i][j], matrix[j][i] = matrix[j][i], matrix[i][j]\n"
+    "def merge(into, m, other, n):\n    into[m:] = other[:n]\n    into.sort()\n"
+    "def count(tally, word):\n    tally[word] = tally.get(word, 0) + 1\n    tally.pop('stale', None)\n"
+    "def add_all(seen, items):\n    seen.update(items)\n"
+    "def sorted_copy(items):\n    return sorted(items)\n"
+    "class Solution:\n    def sortColors(self, nums):\n        nums.sort()\n"
+)
+IN_PLACE_ASSERTS = (
+    "nums = [1, 2, 3, 4]\nrotate(nums, 1)\nassert nums == [4, 1, 2, 3]\n"
+    "matrix = [[1, 2], [3, 4]]\nrow = matrix[0]\ntranspose(matrix)\n"
+    "assert matrix == [[1, 3], [2, 4]] and row is matrix[0] and row == [1, 3]\n"
+    "into = [1, 3, 0, 0]\nmerge(into=into, m=2, other=[2, 4], n=2)\nassert into == [1, 2, 3, 4]\n"
+    "tally = {'stale': 1}\ncount(tally, 'a')\ncount(tally, 'a')\nassert tally == {'a': 2}\n"
+    "seen = set()\nadd_all(seen, [1, 2])\nassert seen == {1, 2}\n"
+    "items = [3, 1, 2]\nassert sorted_copy(items) == [1, 2, 3] and items == [3, 1, 2]\n"
+    "colors = [2, 0, 1]\nSolution().sortColors(colors)\nassert colors == [0, 1, 2]\n"
+)
+IN_PLACE_PYTEST = """
+from solution import Solution, rotate
+
+def test_rotate():
+    nums = [1, 2, 3]
+    rotate(nums, 2)
+    assert nums == [2, 3, 1]
+
+class TestColors:
+    def test_sort(self):
+        nums = [1, 0]
+        Solution().sortColors(nums)
+        assert nums == [0, 1]
+"""
+
+
+def test_a_function_that_changes_its_arguments_in_place_changes_the_tests_own(verifier: CodeVerifier) -> None:
+    # LeetCode's "modify nums in-place" problems: the test looks at the list it passed afterwards.
+    tests = [{"type": "assert", "code": IN_PLACE_ASSERTS}, {"type": "pytest", "code": IN_PLACE_PYTEST}]
+    verdict = verify(verifier, IN_PLACE_PROGRAM, tests)
+    assert verdict.score == 1.0, verdict.details
+    wrong = verify(verifier, IN_PLACE_PROGRAM.replace("nums.sort()", "nums = sorted(nums)"), tests)
+    assert statuses(wrong) == ["wrong_answer", "passed", "wrong_answer"]  # rebinding changes nothing
+
+
+def test_program_objects_are_taken_for_their_truth_as_the_program_answers(verifier: CodeVerifier) -> None:
+    # Walking a linked list or a tree: `while node:` asks the node's truth, which is the program's
+    # to answer (as its return values are); comparing the nodes stays refused.
+    program = (
+        "class ListNode:\n    def __init__(self, val=0, next=None):\n        self.val, self.next = val, next\n"
+        "class Empty:\n    def __len__(self):\n        return 0\n"
+        "def reverse(head):\n    previous = None\n"
+        "    while head:\n        head.next, previous, head = previous, head, head.next\n    return previous\n"
+    )
+    code = (
+        "head = reverse(ListNode(1, ListNode(2, ListNode(3))))\nvalues = []\n"
+        "while head:\n    values.append(head.val)\n    head = head.next\n"
+        "assert values == [3, 2, 1] and not Empty() and bool(ListNode())\n"
+    )
+    compared = "assert ListNode(1) != ListNode(2)"
+    verdict = verify(
+        verifier, program, [{"type": "assert", "code": code}, {"type": "assert", "code": compared}]
+    )
+    assert statuses(verdict) == ["passed", "runtime_error"], verdict.details
+
+
 def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:
     # As call-based harnesses do: a driver of the program's own under `if __name__ == "__main__":`
     # (reading stdin, exiting) does not run; the function is called.

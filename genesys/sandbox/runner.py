@@ -1945,8 +1945,9 @@ JS_EXPORTS = (
 # tells the judge its top-level names and from then on only answers the judge's requests over a
 # socket: call this, get that attribute, iterate this. Values cross as plain data (exact builtin
 # types, as tagged JSON); every other object stays in the program's process and crosses as a
-# handle, which the judge neither compares nor takes the truth of. The test's code runs in the
-# judge alone, with the judge's own builtins and modules. So the program decides what its
+# handle, which the judge never compares. Arguments are copies: the lists, dicts, sets and
+# bytearrays a call changed in place come back with its value, and the judge changes its own the
+# same way. The test's code runs in the judge alone, with the judge's own builtins and modules. So the program decides what its
 # functions return and raise, and nothing else: not how the judge compares, not which code the
 # judge runs, not the verdict, which only the judge can write. (docs/verifiers/sandbox-security.md)
 
@@ -2091,7 +2092,6 @@ def _rebuild_stdlib(name, value):
 # --- the program's side
 
 PROGRAM_OPS = {
-    "call": lambda target, args, kwargs: target(*args, **kwargs),
     "getattr": getattr,
     "setattr": setattr,
     "getitem": lambda target, key: target[key],
@@ -2101,7 +2101,50 @@ PROGRAM_OPS = {
     "contains": lambda target, item: item in target,
     "repr": repr,
     "str": str,
+    "bool": bool,
 }
+# Arguments a function may change in place, whose new contents go back to the judge after a call.
+MUTABLE_ARGUMENTS = (list, dict, set, bytearray)
+MUTABLE_ARGUMENTS_SET = frozenset(MUTABLE_ARGUMENTS)
+
+
+def call_changing(target, args, kwargs, encode):
+    """`target(*args, **kwargs)` in the program's process, and the arguments it changed in place:
+    [[position or keyword, the argument's new contents, encoded], ...] (a test that passes a list to
+    a function that sorts it in place looks at its own list afterwards)."""
+    mutable = [
+        (key, value) for key, value in [*enumerate(args), *kwargs.items()] if type(value) in MUTABLE_ARGUMENTS
+    ]
+    before = [_snapshot(value) for _, value in mutable]
+    result = target(*args, **kwargs)
+    return result, [
+        [key, encode(value)] for (key, value), old in zip(mutable, before) if _changed(value, old)
+    ]
+
+
+def _changed(value, snapshot):
+    try:
+        return bool(value != snapshot)
+    except Exception:  # noqa: BLE001 - an object of the program's that cannot be compared: sent again
+        return True
+
+
+def _snapshot(value):
+    """A copy of a list, dict, set or bytearray deep enough to tell by `!=` whether it was changed
+    since: the lists, dicts, sets and bytearrays in it copied too, anything else held as it is."""
+    if type(value) is dict:
+        copy = dict(value)
+        if not MUTABLE_ARGUMENTS_SET.isdisjoint(map(type, copy.values())):
+            for key, item in copy.items():
+                if type(item) in MUTABLE_ARGUMENTS:
+                    copy[key] = _snapshot(item)
+        return copy
+    copy = value.copy()
+    if type(copy) is list and not MUTABLE_ARGUMENTS_SET.isdisjoint(map(type, copy)):
+        for index, item in enumerate(copy):
+            if type(item) in MUTABLE_ARGUMENTS:
+                copy[index] = _snapshot(item)
+    return copy
 
 
 def serve_program(program, channel):
@@ -2143,7 +2186,11 @@ def serve_program(program, channel):
                 reply = ["value", encode(names)]
             else:
                 op, *args = json.loads(request, object_hook=hook)
-                reply = ["value", encode(PROGRAM_OPS[op](*args))]
+                if op == "call":
+                    result, changed = call_changing(*args, encode)
+                    reply = ["value", encode(result), changed]
+                else:
+                    reply = ["value", encode(PROGRAM_OPS[op](*args))]
         except SystemExit as exc:
             code = _system_exit_code(exc)
             _send_quietly(channel, ["ended", code])
@@ -2183,9 +2230,9 @@ def _send_quietly(channel, message):
 
 class Remote:
     """In the judge: an object that lives in the program's process, reached through its handle.
-    It can be called, indexed, iterated and asked for attributes; it is never compared or taken
-    for a truth value (a program's own `__eq__` or `__bool__` would decide those), unless it is a
-    function or class, which is always true."""
+    It can be called, indexed, iterated, asked for attributes and taken for a truth value (what the
+    program answers there it could as well have returned as plain data); it is never compared (a
+    program's own `__eq__` would decide that)."""
 
     __slots__ = ("_link", "_handle", "_type", "_callable")
 
@@ -2197,7 +2244,7 @@ class Remote:
         return self._link.ask(op, self, *args)
 
     def __call__(self, *args, **kwargs):
-        return self._ask("call", list(args), kwargs)
+        return self._link.call(self, args, kwargs)
 
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
@@ -2235,7 +2282,12 @@ class Remote:
         )
 
     def __bool__(self):
-        return self._callable or self._refuse()
+        if self._callable:
+            return True
+        truth = self._ask("bool")
+        if type(truth) is not bool:
+            raise ValueError("the program's process broke the protocol")
+        return truth
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
     __hash__ = object.__hash__
@@ -2288,16 +2340,41 @@ class Link:
 
     def ask(self, op, remote, *args):
         """Have the program's process do `op` on `remote`; its value, or its exception raised here."""
-        if self.ended is not None:
-            raise ProgramEnded(self.ended)
-        message = encode_value([op, remote, *args], self._reference)
-        try:
-            self.channel.send(message)
-        except OSError:
-            pass  # the reply tells why
+        self._send([op, remote, *args])
         return self._reply()
 
-    def _reply(self):
+    def call(self, remote, args, kwargs):
+        """Call `remote` with `args` and `kwargs`; its value, once the arguments it changed in place
+        (lists, dicts, sets, bytearrays) are changed the same way here (see `call_changing`)."""
+        self._send(["call", remote, list(args), kwargs])
+        value, changed = self._reply(changes=True)
+        if type(changed) is not list:
+            raise ValueError("the program's process broke the protocol")
+        for change in changed:
+            if type(change) is not list or len(change) != 2:
+                raise ValueError("the program's process broke the protocol")
+            key, contents = change
+            if type(key) is int and 0 <= key < len(args):
+                argument = args[key]
+            elif type(key) is str and key in kwargs:
+                argument = kwargs[key]
+            else:
+                raise ValueError("the program's process broke the protocol")
+            if type(argument) not in MUTABLE_ARGUMENTS or type(contents) is not type(argument):
+                raise ValueError("the program's process broke the protocol")
+            update_in_place(argument, contents)
+        return value
+
+    def _send(self, message):
+        if self.ended is not None:
+            raise ProgramEnded(self.ended)
+        try:
+            self.channel.send(encode_value(message, self._reference))
+        except OSError:
+            pass  # the reply tells why
+
+    def _reply(self, changes=False):
+        """The value the program's process answered (and, for a call, the arguments it changed)."""
         try:
             body = self.channel.receive()
         except OSError:
@@ -2308,8 +2385,8 @@ class Link:
         reply = json.loads(body, object_hook=self.hook)
         if type(reply) is not list or not reply or reply[0] not in ("value", "raised", "ended"):
             raise ValueError("the program's process broke the protocol")
-        if reply[0] == "value" and len(reply) == 2:
-            return reply[1]
+        if reply[0] == "value" and len(reply) == 2 + changes:
+            return reply[1:] if changes else reply[1]
         if reply[0] == "ended":
             self.ended = (
                 "the program ended its process before the test finished (exit code %r)"
@@ -2332,6 +2409,38 @@ class Link:
         if os.WIFSIGNALED(status):
             return " (signal %d)" % os.WTERMSIG(status)
         return " (exit code %d)" % os.WEXITSTATUS(status)
+
+
+def update_in_place(argument, contents):
+    """Make `argument` (a list, dict, set or bytearray) hold `contents`, of the same type, keeping the
+    lists, dicts, sets and bytearrays in it that stay where they were (a test may hold one: a row of
+    a matrix rotated in place)."""
+    if type(argument) is list:
+        for index in range(min(len(argument), len(contents))):
+            _update_item(argument, index, contents[index])
+        del argument[len(contents) :]
+        argument.extend(contents[len(argument) :])
+    elif type(argument) is dict:
+        for key in [key for key in argument if key not in contents]:
+            del argument[key]
+        for key, value in contents.items():
+            if key in argument:
+                _update_item(argument, key, value)
+            else:
+                argument[key] = value
+    elif type(argument) is set:
+        argument.clear()
+        argument.update(contents)
+    else:
+        argument[:] = contents
+
+
+def _update_item(container, key, value):
+    held = container[key]
+    if type(held) in MUTABLE_ARGUMENTS and type(held) is type(value):
+        update_in_place(held, value)
+    else:
+        container[key] = value
 
 
 def judged_child(program, test, workdir):
