@@ -152,7 +152,7 @@ def test_a_function_that_changes_its_arguments_in_place_changes_the_tests_own(ve
 
 def test_program_objects_are_taken_for_their_truth_as_the_program_answers(verifier: CodeVerifier) -> None:
     # Walking a linked list or a tree: `while node:` asks the node's truth, which is the program's
-    # to answer (as its return values are); comparing the nodes stays refused.
+    # to answer (as its return values are).
     program = (
         "class ListNode:\n    def __init__(self, val=0, next=None):\n        self.val, self.next = val, next\n"
         "class Empty:\n    def __len__(self):\n        return 0\n"
@@ -164,11 +164,100 @@ def test_program_objects_are_taken_for_their_truth_as_the_program_answers(verifi
         "while head:\n    values.append(head.val)\n    head = head.next\n"
         "assert values == [3, 2, 1] and not Empty() and bool(ListNode())\n"
     )
-    compared = "assert ListNode(1) != ListNode(2)"
-    verdict = verify(
-        verifier, program, [{"type": "assert", "code": code}, {"type": "assert", "code": compared}]
-    )
-    assert statuses(verdict) == ["passed", "runtime_error"], verdict.details
+    verdict = verify(verifier, program, [{"type": "assert", "code": code}])
+    assert verdict.score == 1.0, verdict.details
+
+
+CLASSES_PROGRAM = """
+import datetime, enum
+from dataclasses import dataclass, field
+
+class InvalidInput(ValueError):
+    pass
+
+class EmptyInput(InvalidInput):
+    pass
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+@dataclass
+class Point:
+    x: int
+    y: int
+    seen: list = field(default_factory=list, compare=False)
+
+@dataclass
+class Other:
+    x: int
+    y: int
+
+class Shape:
+    pass
+
+class Square(Shape):
+    def __eq__(self, other):
+        return True
+
+def parse(text):
+    if not text:
+        raise EmptyInput("empty")
+    if not text.isdigit():
+        raise InvalidInput("not a number: " + text)
+    return int(text)
+
+def warmest():
+    return Color.RED
+
+def middle(a, b):
+    return Point((a.x + b.x) // 2, (a.y + b.y) // 2, seen=[a.x])
+
+def square():
+    return Square()
+
+def total(numbers):
+    return sum(numbers)
+
+def next_day(day):
+    return day + datetime.timedelta(days=1)
+
+def span(start, end):
+    return end - start
+"""
+CLASSES_ASSERTS = [
+    "try:\n    parse('x')\nexcept InvalidInput as exc:\n    assert 'not a number' in str(exc)\nelse:\n    assert False",
+    "try:\n    parse('')\nexcept ValueError as exc:\n    assert isinstance(exc, EmptyInput) and isinstance(exc, InvalidInput)",
+    "assert issubclass(EmptyInput, InvalidInput) and issubclass(InvalidInput, ValueError)",
+    "assert warmest() == Color.RED and warmest() != Color.BLUE and warmest() in {Color.RED}",
+    "assert middle(Point(0, 0), Point(4, 2)) == Point(2, 1)\nassert middle(Point(0, 0), Point(4, 2)) != Point(2, 2)",
+    "assert Point(1, 2) != Other(1, 2) and Point(1, 2) != (1, 2)",
+    "assert isinstance(square(), Shape) and not isinstance(Point(1, 2), Shape) and isinstance(3, int)",
+    "assert total(range(5)) == 10 and next_day(datetime.date(2024, 2, 28)) == datetime.date(2024, 2, 29)",
+    "import datetime\nassert span(datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2, 6)) == datetime.timedelta(hours=30)",
+    "assert square() == square()",  # a class with an __eq__ of its own: refused, never asked
+]
+CLASSES_PYTEST = """
+import pytest
+from solution import EmptyInput, InvalidInput, parse
+
+def test_raises():
+    with pytest.raises(InvalidInput, match="not a number"):
+        parse("x")
+    with pytest.raises(EmptyInput):
+        parse("")
+"""
+
+
+def test_program_classes_raise_compare_and_check_as_they_would_in_one_process(verifier: CodeVerifier) -> None:
+    # The judge's stand-in for each exception class of the program's (a subclass of the builtin one
+    # it derives from), identity for classes that keep object's __eq__ (an Enum's members), a
+    # dataclass's fields for its generated __eq__, isinstance asked of the program, and ranges and
+    # datetime values by value. A class's own __eq__ is never asked.
+    tests = [{"type": "assert", "code": code} for code in CLASSES_ASSERTS]
+    verdict = verify(verifier, CLASSES_PROGRAM, [*tests, {"type": "pytest", "code": CLASSES_PYTEST}])
+    assert statuses(verdict) == ["passed"] * (len(tests) - 1) + ["runtime_error", "passed"], verdict.details
+    assert "tests compare plain data" in verdict.details["tests"][len(tests) - 1]["message"]
 
 
 def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:

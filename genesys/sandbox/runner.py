@@ -2060,6 +2060,11 @@ STDLIB_VALUES = {
     ("collections", "deque"): list,
     ("fractions", "Fraction"): lambda value: [value.numerator, value.denominator],
     ("decimal", "Decimal"): str,
+    ("builtins", "range"): lambda value: [value.start, value.stop, value.step],
+    ("datetime", "date"): lambda value: value.isoformat(),
+    ("datetime", "time"): lambda value: value.isoformat(),
+    ("datetime", "datetime"): lambda value: value.isoformat(),
+    ("datetime", "timedelta"): lambda value: [value.days, value.seconds, value.microseconds],
 }
 
 
@@ -2084,6 +2089,12 @@ def _rebuild_stdlib(name, value):
         return cls(numerator, denominator)
     if class_name == "Decimal":
         return cls(str(value))
+    if class_name in ("range", "timedelta"):
+        if type(value) is not list or not all(type(part) is int for part in value):
+            raise ValueError("a %s of non-integers" % class_name)
+        return cls(*value)
+    if module_name == "datetime":
+        return cls.fromisoformat(str(value))
     if class_name == "defaultdict":
         return cls(None, value)
     return cls(dict(value)) if class_name == "Counter" else cls(value)
@@ -2102,7 +2113,44 @@ PROGRAM_OPS = {
     "repr": repr,
     "str": str,
     "bool": bool,
+    "isinstance": lambda cls, value: isinstance(value, cls),
+    "issubclass": lambda cls, other: issubclass(other, cls),
+    "fields": lambda value: [type(value), [getattr(value, field.name) for field in _compared_fields(value)]],
 }
+
+
+def _comparison(value):
+    """How an object of the program's compares natively, where the judge can do the same on data:
+    "i" by identity (its class keeps object's `__eq__`, or an Enum member), "f" field by field (a
+    dataclass's generated `__eq__`); None otherwise. (Claimed by the program: a claim only ever
+    makes the judge compare the program's own data, as the program's class would.)"""
+    kind = type(value)
+    if kind.__eq__ is object.__eq__ or isinstance(value, type):  # an Enum's members too
+        return "i"
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is not None and getattr(params, "eq", False):
+        return "f"
+    return None
+
+
+def _compared_fields(value):
+    import dataclasses
+
+    return [field for field in dataclasses.fields(value) if field.compare]
+
+
+def _exception_bases(cls, handle_of):
+    """[the nearest builtin exception class's name, the nearest base of the program's (as a handle)
+    or None]: what the judge makes its stand-in class from."""
+    parent = None
+    for base in cls.__mro__[1:]:
+        if base.__module__ == "builtins":
+            return [base.__name__, parent]
+        if parent is None and issubclass(base, BaseException):
+            parent = handle_of(base)
+    return ["Exception", parent]
+
+
 # Arguments a function may change in place, whose new contents go back to the judge after a call.
 MUTABLE_ARGUMENTS = (list, dict, set, bytearray)
 MUTABLE_ARGUMENTS_SET = frozenset(MUTABLE_ARGUMENTS)
@@ -2164,6 +2212,12 @@ def serve_program(program, channel):
         tagged = {"r": handle, "k": kind.__name__, "c": callable(value)}
         if isinstance(value, types.ModuleType):
             tagged["m"] = value.__name__
+        elif isinstance(value, type) and issubclass(value, BaseException):
+            tagged["k"] = value.__name__
+            tagged["e"] = _exception_bases(value, handle_of)
+        compares = _comparison(value)
+        if compares:
+            tagged["q"] = compares
         return tagged
 
     def encode(value):
@@ -2197,6 +2251,8 @@ def serve_program(program, channel):
             return code
         except BaseException as exc:  # noqa: BLE001 - the judge decides what a raise means
             reply = ["raised", _exception_name(exc), _exception_text(exc)]
+            if type(exc).__module__ != "builtins":
+                reply.append(handle_of(type(exc)))  # the judge raises its stand-in for the class
         try:
             channel.send(reply)
         except (TypeError, ValueError) as exc:  # a value json cannot write (a recursive list, say)
@@ -2230,14 +2286,15 @@ def _send_quietly(channel, message):
 
 class Remote:
     """In the judge: an object that lives in the program's process, reached through its handle.
-    It can be called, indexed, iterated, asked for attributes and taken for a truth value (what the
-    program answers there it could as well have returned as plain data); it is never compared (a
-    program's own `__eq__` would decide that)."""
+    It can be called, indexed, iterated, asked for attributes, `isinstance` and its truth (what the
+    program answers there it could as well have returned as plain data). It is compared only where
+    its class compares as the judge can on data (`compares`: "i" by identity, "f" a dataclass's
+    fields; see `_comparison`), never by the program's own `__eq__`."""
 
-    __slots__ = ("_link", "_handle", "_type", "_callable")
+    __slots__ = ("_link", "_handle", "_type", "_callable", "_compares")
 
-    def __init__(self, link, handle, type_name, is_callable):
-        for name, value in zip(self.__slots__, (link, handle, type_name, is_callable)):
+    def __init__(self, link, handle, type_name, is_callable, compares):
+        for name, value in zip(self.__slots__, (link, handle, type_name, is_callable, compares)):
             object.__setattr__(self, name, value)
 
     def _ask(self, op, *args):
@@ -2282,14 +2339,34 @@ class Remote:
         )
 
     def __bool__(self):
-        if self._callable:
-            return True
-        truth = self._ask("bool")
+        return self._callable or self._truth("bool")
+
+    def __instancecheck__(self, value):
+        return self._truth("isinstance", value)
+
+    def __subclasscheck__(self, other):
+        return self._truth("issubclass", other)
+
+    def _truth(self, op, *args):
+        truth = self._ask(op, *args)
         if type(truth) is not bool:
             raise ValueError("the program's process broke the protocol")
         return truth
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    def __eq__(self, other):
+        if self._compares == "i":
+            return other is self  # one Remote per handle: the same object in the program's process
+        if self._compares == "f":
+            if type(other) is not Remote or other._compares != "f":
+                return False  # a dataclass's __eq__ compares instances of its own class only
+            (mine, fields), (theirs, other_fields) = self._ask("fields"), other._ask("fields")
+            return mine is theirs and fields == other_fields
+        return self._refuse()
+
+    def __ne__(self, other):
+        return not self == other
+
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
     __hash__ = object.__hash__
 
 
@@ -2299,6 +2376,7 @@ class Link:
     def __init__(self, channel, pid):
         self.channel, self.pid, self.ended = channel, pid, None
         self.remotes = {}
+        self.stand_ins = {}  # the judge's exception class for an exception class of the program: its handle
         self.hook = value_hook(self._remote, _rebuild_stdlib)
         self.exceptions = {
             name: value
@@ -2315,14 +2393,35 @@ class Link:
             return __import__(module)
         remote = self.remotes.get(handle)
         if remote is None:
-            remote = self.remotes[handle] = Remote(
-                self, handle, str(tagged.get("k")), tagged.get("c") is True
-            )
+            if "e" in tagged:
+                remote = self._stand_in(handle, tagged)
+            else:
+                compares = tagged.get("q") if tagged.get("q") in ("i", "f") else None
+                remote = Remote(self, handle, str(tagged.get("k")), tagged.get("c") is True, compares)
+            self.remotes[handle] = remote
         return remote
+
+    def _stand_in(self, handle, tagged):
+        """The judge's own class for an exception class of the program's: a subclass of the builtin
+        one the program's derives from (or of the stand-in of its base), so that `except`, `pytest.raises`
+        and `isinstance` take it as they would take the program's class."""
+        builtin, parent = tagged["e"] if type(tagged["e"]) is list and len(tagged["e"]) == 2 else ("", None)
+        if isinstance(parent, type) and parent in self.stand_ins:
+            base = parent
+        else:
+            base = self.exceptions.get(builtin if type(builtin) is str else "", Exception)
+        try:
+            stand_in = type(str(tagged.get("k")), (base,), {"__module__": "solution"})
+        except TypeError:  # a name no class can have
+            stand_in = type("ProgramException", (base,), {"__module__": "solution"})
+        self.stand_ins[stand_in] = handle
+        return stand_in
 
     def _reference(self, value):
         if type(value) is Remote and value._link is self:
             return {"r": value._handle}
+        if isinstance(value, type) and value in self.stand_ins:
+            return {"r": self.stand_ins[value]}
         known = stdlib_value(value, lambda inner: encode_value(inner, self._reference))
         if known is not None:
             return known
@@ -2395,6 +2494,8 @@ class Link:
             raise ProgramEnded(self.ended)
         name, text = (str(part) for part in reply[1:3])
         cls = self.exceptions.get(name)
+        if len(reply) == 4 and isinstance(reply[3], type) and reply[3] in self.stand_ins:
+            cls = reply[3]
         try:
             exc = cls(text) if cls is not None else ProgramError("%s: %s" % (name, text))
         except Exception:  # noqa: BLE001 - a class that takes other arguments
