@@ -153,6 +153,9 @@ def test_other_objects_cross_as_handles_that_are_never_compared() -> None:
     assert [type(item) for item in handles] == [Anything, Int]  # an int subclass is not plain data
     link = runner.Link(channel=None, pid=0)
     remote = json.loads(json.dumps(encoded), object_hook=link.hook)[0]
-    for compare in (lambda: remote == 5, lambda: remote != 5, lambda: bool(remote), lambda: remote < 1):
+    for compare in (lambda: remote == 5, lambda: remote != 5, lambda: remote == remote, lambda: remote < 1):
         with pytest.raises(TypeError, match="compare plain data"):
             compare()
+    # Tagged as comparing by identity (its class keeps object's __eq__): equal to itself alone.
+    same, other = (link.hook({"r": index, "k": "Node", "c": False, "q": "i"}) for index in (7, 8))
+    assert same == link.hook({"r": 7, "k": "Node", "c": False, "q": "i"}) and same != other and same != 5
