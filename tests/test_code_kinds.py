@@ -260,6 +260,22 @@ def test_program_classes_raise_compare_and_check_as_they_would_in_one_process(ve
     assert "tests compare plain data" in verdict.details["tests"][len(tests) - 1]["message"]
 
 
+def test_the_programs_top_level_names_reach_the_test_when_it_reads_them(verifier: CodeVerifier) -> None:
+    # A table past the output limit, a dict that holds itself and a deep nesting never leave the
+    # program's process unless the test reads them; a global read after calls has their effect.
+    program = (
+        "import sys\nsys.setrecursionlimit(10000)\n"
+        "TABLE = 'x' * (2 << 20)\ngraph = {}\ngraph['me'] = graph\nnested = []\n"
+        "for _ in range(3000):\n    nested = [nested]\n"
+        "calls = 0\ndef count():\n    global calls\n    calls += 1\n    return calls\n"
+    )
+    assert_test = "count()\ncount()\nassert calls == 2 and count() == 3"
+    pytest_test = "import solution\nfrom solution import count\n\ndef test_calls():\n    count()\n    assert solution.calls == 1\n"
+    tests = [{"type": "assert", "code": assert_test}, {"type": "pytest", "code": pytest_test}]
+    verdict = verify(verifier, program, tests)
+    assert verdict.score == 1.0, verdict.details
+
+
 def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:
     # As call-based harnesses do: a driver of the program's own under `if __name__ == "__main__":`
     # (reading stdin, exiting) does not run; the function is called.
@@ -312,6 +328,16 @@ HACKS = {
     "        try:\n            thing.__code__ = passed.__code__\n        except (AttributeError, TypeError, ValueError):\n            pass\n"
     "def add(a, b):\n    return 0",
     "kills the judge": "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return 0",
+    "claims its objects compare as data": "import gc, sys\n"
+    "class Anything:\n    def __eq__(self, other):\n        return True\n"
+    "def claim(value):\n    return 'f'\n"
+    "for module in list(sys.modules.values()):\n"
+    "    if hasattr(module, '_comparison'):\n"
+    "        module._comparison = claim\n"
+    "for thing in gc.get_objects(generation=None) + gc.get_referrers(claim):\n"
+    "    if isinstance(thing, dict) and '_comparison' in thing:\n"
+    "        thing['_comparison'] = claim\n"
+    "def add(a, b):\n    return Anything()",
 }
 
 

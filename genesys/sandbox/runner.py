@@ -2197,7 +2197,9 @@ def _snapshot(value):
 
 def serve_program(program, channel):
     """In the program's process: load the program as the module `solution`, report its top-level
-    names, then answer the judge's requests until it closes the channel. Returns the exit code."""
+    names (their values go to the judge one by one, as its test first uses each: a table the test
+    never reads costs nothing), then answer the judge's requests until it closes the channel.
+    Returns the exit code."""
     objects, handles = [], {}
 
     def handle_of(value):
@@ -2236,11 +2238,12 @@ def serve_program(program, channel):
         try:
             if request is None:
                 exec(program, module.__dict__)
-                names = {name: value for name, value in vars(module).items() if not name.startswith("__")}
-                reply = ["value", encode(names)]
+                reply = ["value", [name for name in vars(module) if not name.startswith("__")]]
             else:
                 op, *args = json.loads(request, object_hook=hook)
-                if op == "call":
+                if op == "global":
+                    reply = ["value", encode(vars(module)[args[0]])]
+                elif op == "call":
                     result, changed = call_changing(*args, encode)
                     reply = ["value", encode(result), changed]
                 else:
@@ -2431,11 +2434,17 @@ class Link:
         )
 
     def load(self):
-        """The program's top-level names (its reply to having been loaded)."""
+        """The program's top-level names (its reply to having been loaded), each fetched from its
+        process when first read (see `ProgramNames`)."""
         names = self._reply()
-        if type(names) is not dict or not all(type(name) is str for name in names):
+        if type(names) is not list or not all(type(name) is str for name in names):
             raise ValueError("the program's process sent no names")
-        return names
+        return ProgramNames(self, names)
+
+    def global_value(self, name):
+        """The value of the program's top-level `name`."""
+        self._send(["global", name])
+        return self._reply()
 
     def ask(self, op, remote, *args):
         """Have the program's process do `op` on `remote`; its value, or its exception raised here."""
@@ -2510,6 +2519,35 @@ class Link:
         if os.WIFSIGNALED(status):
             return " (signal %d)" % os.WTERMSIG(status)
         return " (exit code %d)" % os.WEXITSTATUS(status)
+
+
+class ProgramNames(dict):
+    """In the judge: the program's top-level names, as a namespace that fetches each from the
+    program's process when first read, and keeps it. A test's code runs with it as its globals
+    (assert tests) or behind the module `solution` (pytest tests)."""
+
+    def __init__(self, link, names):
+        super().__init__()
+        self.link, self.names = link, frozenset(names)
+
+    def __missing__(self, name):
+        if name not in self.names:
+            raise KeyError(name)
+        value = self[name] = self.link.global_value(name)
+        return value
+
+    def module(self):
+        """The program as the module `solution`: its names read through this namespace."""
+        solution = types.ModuleType("solution")
+        solution.__getattr__ = self._attribute
+        solution.__all__ = sorted(name for name in self.names if not name.startswith("_"))
+        return solution
+
+    def _attribute(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError("module 'solution' has no attribute %r" % (name,)) from None
 
 
 def update_in_place(argument, contents):
@@ -2596,8 +2634,8 @@ def run_judged(kind, name, code, link):
         names = link.load()
         compiled = compile(code, "<test>", "exec", dont_inherit=True)
         if kind == "assert":
-            namespace = dict(names, __name__="__test__", __builtins__=__builtins__)
-            exec(compiled, namespace)
+            names.update(__name__="__test__", __builtins__=__builtins__)
+            exec(compiled, names)
         else:
             run_pytest_test(compiled, name, names)
     except AssertionError as exc:
@@ -2631,9 +2669,7 @@ def _failure(exc, code, what):
 def run_pytest_test(compiled, name, names):
     """Run the test `name` ("test_x" or "TestClass::test_x") of a pytest-style module, with the
     program importable as `solution` and a small `pytest` (raises, approx, fail, skip, mark.parametrize)."""
-    solution = types.ModuleType("solution")
-    solution.__dict__.update(names)
-    sys.modules["solution"] = solution
+    sys.modules["solution"] = names.module()
     sys.modules["pytest"] = pytest_module()
     module = types.ModuleType("test_solution")
     module.__file__ = "test_solution.py"
