@@ -159,3 +159,7 @@ def test_other_objects_cross_as_handles_that_are_never_compared() -> None:
     # Tagged as comparing by identity (its class keeps object's __eq__): equal to itself alone.
     same, other = (link.hook({"r": index, "k": "Node", "c": False, "q": "i"}) for index in (7, 8))
     assert same == link.hook({"r": 7, "k": "Node", "c": False, "q": "i"}) and same != other and same != 5
+    # Whatever the program claims of how its objects compare, none of them equals plain data.
+    for claim in ("i", "f"):
+        claimed = link.hook({"r": 9 if claim == "i" else 10, "k": "Anything", "c": False, "q": claim})
+        assert claimed != 5 and not claimed == 5 and claimed != [1] and not [1] == claimed
