@@ -276,6 +276,45 @@ def test_the_programs_top_level_names_reach_the_test_when_it_reads_them(verifier
     assert verdict.score == 1.0, verdict.details
 
 
+LENDING_PROGRAM = """
+def apply(f, xs):
+    return [f(x) for x in xs]
+
+def my_sort(xs, key=None):
+    return sorted(xs, key=key)
+
+def total(numbers):
+    return sum(numbers)
+
+def double(x):
+    return 2 * x
+
+def guarded(f):
+    try:
+        return f()
+    except ValueError as exc:
+        return "caught " + str(exc)
+"""
+LENDING_ASSERTS = [
+    "assert apply(lambda x: x * 2, [1, 2]) == [2, 4] and apply(abs, [-1]) == [1]",
+    "assert my_sort(['bb', 'a', 'C'], key=str.lower) == ['a', 'bb', 'C'] and my_sort(['bb', 'a'], key=len) == ['a', 'bb']",
+    "assert total(x * x for x in range(4)) == 14 and total(iter([1, 2])) == 3 and total(map(int, '12')) == 3",
+    "assert apply(lambda x: double(x) + 1, [1, 2]) == [3, 5]",  # the judge calls the program back
+    "def bad():\n    raise ValueError('no')\nassert guarded(bad) == 'caught no'",
+    "seen = []\napply(seen.append, [1, 2])\nassert seen == [1, 2]",  # run in the judge, on the test's list
+    "apply(getattr, [1])",  # never lent: it reaches into objects
+]
+
+
+def test_the_tests_functions_and_iterators_are_lent_to_the_program(verifier: CodeVerifier) -> None:
+    # Higher-order tasks: the program calls the test's lambda, `key=` or generator, and the judge
+    # runs it there (with the program's arguments), never lending what reaches into objects.
+    tests = [{"type": "assert", "code": code} for code in LENDING_ASSERTS]
+    verdict = verify(verifier, LENDING_PROGRAM, tests)
+    assert statuses(verdict) == ["passed"] * (len(tests) - 1) + ["runtime_error"], verdict.details
+    assert "cannot be passed to the program" in verdict.details["tests"][-1]["message"]
+
+
 def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:
     # As call-based harnesses do: a driver of the program's own under `if __name__ == "__main__":`
     # (reading stdin, exiting) does not run; the function is called.

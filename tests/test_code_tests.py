@@ -131,7 +131,7 @@ def test_plain_values_cross_exactly(value: object) -> None:
         raise AssertionError(f"{other!r} is plain data")
 
     text = json.dumps(runner.encode_value(value, refuse))
-    decoded = json.loads(text, object_hook=runner.value_hook(refuse, runner._rebuild_stdlib))
+    decoded = json.loads(text, object_hook=runner.value_hook(refuse, runner._rebuild_stdlib, refuse))
     assert decoded == value and type(decoded) is type(value)
 
 

@@ -51,6 +51,7 @@ import atexit
 
 # Imported here so that forked Python tests find them already loaded.
 import bisect  # noqa: F401
+import builtins
 import collections  # noqa: F401
 import ctypes
 import functools
@@ -2024,9 +2025,10 @@ def encode_value(value, other):
     return other(value)
 
 
-def value_hook(reference, rebuild):
+def value_hook(reference, rebuild, lent):
     """The json object hook that turns tagged data back into values; `reference(tagged)` makes
-    what a handle ("r") stands for, `rebuild(name, value)` a known standard-library value ("x")."""
+    what a handle ("r") stands for, `lent(tagged)` what a lent function or iterator of the judge's
+    ("j") stands for, `rebuild(name, value)` a known standard-library value ("x")."""
     makers = {
         "t": tuple,
         "s": set,
@@ -2041,6 +2043,8 @@ def value_hook(reference, rebuild):
     def hook(tagged):
         if "r" in tagged:
             return reference(tagged)
+        if "j" in tagged:
+            return lent(tagged)
         if "x" in tagged and len(tagged) == 2:
             return rebuild(tagged["x"], tagged["v"])
         if len(tagged) != 1:
@@ -2199,10 +2203,12 @@ def serve_program(program, channel):
     """In the program's process: load the program as the module `solution`, report its top-level
     names (their values go to the judge one by one, as its test first uses each: a table the test
     never reads costs nothing), then answer the judge's requests until it closes the channel.
-    Returns the exit code."""
+    It ends the process, with the program's exit code if the program exits."""
     objects, handles = [], {}
 
     def handle_of(value):
+        if type(value) is Lent:
+            return {"j": value.index}
         known = stdlib_value(value, encode)
         if known is not None:
             return known
@@ -2231,38 +2237,97 @@ def serve_program(program, channel):
             raise ValueError("no such object")
         return objects[handle]
 
-    hook = value_hook(reference, _rebuild_stdlib)
-    module = _solution_module(os.getcwd())
-    request = None
-    while True:
+    def answer(message):
+        """The reply to one of the judge's requests (None: load the program)."""
         try:
-            if request is None:
+            if message is None:
                 exec(program, module.__dict__)
-                reply = ["value", [name for name in vars(module) if not name.startswith("__")]]
-            else:
-                op, *args = json.loads(request, object_hook=hook)
-                if op == "global":
-                    reply = ["value", encode(vars(module)[args[0]])]
-                elif op == "call":
-                    result, changed = call_changing(*args, encode)
-                    reply = ["value", encode(result), changed]
-                else:
-                    reply = ["value", encode(PROGRAM_OPS[op](*args))]
-        except SystemExit as exc:
+                return ["value", [name for name in vars(module) if not name.startswith("__")]]
+            op, *args = message
+            if op == "global":
+                return ["value", encode(vars(module)[args[0]])]
+            if op == "call":
+                result, changed = call_changing(*args, encode)
+                return ["value", encode(result), changed]
+            return ["value", encode(PROGRAM_OPS[op](*args))]
+        except SystemExit as exc:  # the program ends its process, here or deep in its calls
             code = _system_exit_code(exc)
             _send_quietly(channel, ["ended", code])
-            return code
+            _flush_quietly(sys.stdout)
+            os._exit(code)
         except BaseException as exc:  # noqa: BLE001 - the judge decides what a raise means
             reply = ["raised", _exception_name(exc), _exception_text(exc)]
             if type(exc).__module__ != "builtins":
                 reply.append(handle_of(type(exc)))  # the judge raises its stand-in for the class
+            return reply
+
+    def send(reply):
         try:
             channel.send(reply)
         except (TypeError, ValueError) as exc:  # a value json cannot write (a recursive list, say)
             channel.send(["raised", type(exc).__name__, _exception_text(exc)])
-        request = channel.receive()
-        if request is None:
-            return 0
+
+    def receive():
+        body = channel.receive()
+        if body is None:  # the judge is done
+            _flush_quietly(sys.stdout)
+            os._exit(0)
+        return json.loads(body, object_hook=hook)
+
+    def ask_judge(index, op, *args):
+        """Have the judge run its lent function (or iterator) `index`, serving what it asks
+        meanwhile; its value, or its exception raised here."""
+        send(["callback", index, op, *(encode(arg) for arg in args)])
+        while True:
+            message = receive()
+            if message and message[0] in ("value", "raised"):
+                break
+            send(answer(message))
+        if message[0] == "value" and len(message) == 2:
+            return message[1]
+        cls = getattr(builtins, str(message[1]), None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            raise cls(str(message[2]))
+        raise RuntimeError("%s: %s" % (message[1], message[2]))
+
+    hook = value_hook(reference, _rebuild_stdlib, lambda tagged: Lent(tagged, ask_judge))
+    module = _solution_module(os.getcwd())
+    send(answer(None))
+    while True:
+        send(answer(receive()))
+
+
+class Lent:
+    """In the program's process: a function or iterator of the test's that the judge lent it (a
+    `key=`, a lambda, a generator); calling it, or asking its next item, has the judge do it."""
+
+    __slots__ = ("index", "_callable", "_iterator", "_ask")
+
+    def __init__(self, tagged, ask):
+        self.index, self._ask = tagged["j"], ask
+        self._callable, self._iterator = tagged.get("c") is True, tagged.get("i") is True
+
+    def __call__(self, *args, **kwargs):
+        if not self._callable:
+            raise TypeError("the test's object is not callable")
+        return self._ask(self.index, "call", list(args), kwargs)
+
+    def __iter__(self):
+        if not self._iterator:
+            raise TypeError("the test's object is not iterable")
+        return self
+
+    def __next__(self):
+        if not self._iterator:
+            raise TypeError("the test's object is not an iterator")
+        return self._ask(self.index, "next")
+
+
+def _flush_quietly(stream):
+    try:
+        stream.flush()
+    except BaseException:  # noqa: BLE001 - the program may have broken its own stdout
+        pass
 
 
 def _exception_name(exc):
@@ -2373,6 +2438,62 @@ class Remote:
     __hash__ = object.__hash__
 
 
+# What the judge may lend the program to call: builtin functions of these modules but these names,
+# builtin types and the methods of builtin types (`str.lower`), and operator's getters; besides the
+# functions and generators of the test's own code. Never anything that reaches into objects or runs
+# code given as data: the program chooses the arguments.
+LENDABLE_MODULES = ("builtins", "math", "cmath", "operator")
+UNLENDABLE = frozenset(
+    "getattr setattr delattr hasattr vars dir eval exec compile globals locals __import__ open input"
+    " print breakpoint help memoryview classmethod staticmethod property super type object".split()
+)
+LENDABLE_TYPES = (
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    list,
+    tuple,
+    set,
+    frozenset,
+    dict,
+    range,
+    reversed,
+    enumerate,
+    zip,
+    map,
+    filter,
+)
+
+
+def lendable(value):
+    """Whether the judge lends `value` to the program, which may then call it (or take its next
+    item), never more (see `Lent`)."""
+    kind = type(value)
+    if kind is types.FunctionType:
+        return value.__code__.co_filename == "<test>"
+    if kind is types.GeneratorType:
+        return value.gi_code.co_filename == "<test>"
+    if kind is types.MethodType:
+        return lendable(value.__func__)
+    if kind is functools.partial:
+        return lendable(value.func)
+    if kind is types.BuiltinFunctionType:
+        owner = value.__self__
+        if isinstance(owner, types.ModuleType):
+            return owner.__name__ in LENDABLE_MODULES and value.__name__ not in UNLENDABLE
+        return type(owner) in LENDABLE_TYPES  # a bound method of a plain value: "abc".startswith
+    if kind in (types.MethodDescriptorType, types.ClassMethodDescriptorType):
+        return value.__objclass__ in LENDABLE_TYPES
+    if kind is type:
+        return value in LENDABLE_TYPES
+    if kind in (operator.itemgetter, operator.attrgetter):
+        return True
+    return kind.__module__ in ("builtins", "itertools") and hasattr(kind, "__next__")
+
+
 class Link:
     """In the judge: the channel to the program's process and the handles it has sent."""
 
@@ -2380,7 +2501,8 @@ class Link:
         self.channel, self.pid, self.ended = channel, pid, None
         self.remotes = {}
         self.stand_ins = {}  # the judge's exception class for an exception class of the program: its handle
-        self.hook = value_hook(self._remote, _rebuild_stdlib)
+        self.lent, self.lent_index = [], {}  # what the judge lent the program (see `Lent`), by id
+        self.hook = value_hook(self._remote, _rebuild_stdlib, self._lent_object)
         self.exceptions = {
             name: value
             for name, value in vars(__import__("builtins")).items()
@@ -2425,6 +2547,12 @@ class Link:
             return {"r": value._handle}
         if isinstance(value, type) and value in self.stand_ins:
             return {"r": self.stand_ins[value]}
+        if lendable(value):
+            index = self.lent_index.get(id(value))
+            if index is None:
+                index = self.lent_index[id(value)] = len(self.lent)
+                self.lent.append(value)
+            return {"j": index, "c": callable(value), "i": hasattr(type(value), "__next__")}
         known = stdlib_value(value, lambda inner: encode_value(inner, self._reference))
         if known is not None:
             return known
@@ -2432,6 +2560,30 @@ class Link:
             "a %s cannot be passed to the program: only plain data and the program's own objects can"
             % type(value).__name__
         )
+
+    def _lent_object(self, tagged):
+        index = tagged["j"]
+        if type(index) is not int or not 0 <= index < len(self.lent):
+            raise ValueError("the program's process broke the protocol")
+        return self.lent[index]
+
+    def _run_lent(self, message):
+        """Run what the program asked of a function or iterator the judge lent it, and answer."""
+        op, args, kwargs = (message + [None, None])[2:5]
+        if op == "call" and (len(message) != 5 or type(args) is not list or type(kwargs) is not dict):
+            raise ValueError("the program's process broke the protocol")
+        if op not in ("call", "next") or (op == "next" and len(message) != 3):
+            raise ValueError("the program's process broke the protocol")
+        target = self._lent_object({"j": message[1]})
+        try:
+            value = target(*args, **kwargs) if op == "call" else next(target)
+            reply = encode_value(["value", value], self._reference)
+        except Exception as exc:  # noqa: BLE001 - the program's to catch, as it would in one process
+            reply = ["raised", type(exc).__name__, _exception_text(exc)]
+        try:
+            self.channel.send(reply)
+        except OSError:
+            pass  # the next reply tells why
 
     def load(self):
         """The program's top-level names (its reply to having been loaded), each fetched from its
@@ -2491,6 +2643,11 @@ class Link:
             self.ended = "the program's process ended before the test finished" + self._exit_status()
             raise ProgramEnded(self.ended)
         reply = json.loads(body, object_hook=self.hook)
+        if (
+            type(reply) is list and reply and reply[0] == "callback"
+        ):  # the program runs what the judge lent it
+            self._run_lent(reply)
+            return self._reply(changes)
         if type(reply) is not list or not reply or reply[0] not in ("value", "raised", "ended"):
             raise ValueError("the program's process broke the protocol")
         if reply[0] == "value" and len(reply) == 2 + changes:
@@ -2601,8 +2758,7 @@ def judged_child(program, test, workdir):
                 null = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(null, 0)  # the test's code stays the judge's
                 os.close(null)
-                code = serve_program(program, Channel(theirs, limit))
-                sys.stdout.flush()
+                serve_program(program, Channel(theirs, limit))  # ends the process itself
             finally:
                 os._exit(code)
         theirs.close()
