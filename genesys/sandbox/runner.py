@@ -2445,7 +2445,7 @@ class Remote:
 LENDABLE_MODULES = ("builtins", "math", "cmath", "operator")
 UNLENDABLE = frozenset(
     "getattr setattr delattr hasattr vars dir eval exec compile globals locals __import__ open input"
-    " print breakpoint help memoryview classmethod staticmethod property super type object".split()
+    " print breakpoint help memoryview classmethod staticmethod property super type object __build_class__".split()
 )
 LENDABLE_TYPES = (
     bool,
@@ -2634,20 +2634,13 @@ class Link:
             pass  # the reply tells why
 
     def _reply(self, changes=False):
-        """The value the program's process answered (and, for a call, the arguments it changed)."""
-        try:
-            body = self.channel.receive()
-        except OSError:
-            body = None
-        if body is None:
-            self.ended = "the program's process ended before the test finished" + self._exit_status()
-            raise ProgramEnded(self.ended)
-        reply = json.loads(body, object_hook=self.hook)
-        if (
-            type(reply) is list and reply and reply[0] == "callback"
-        ):  # the program runs what the judge lent it
+        """The value the program's process answered (and, for a call, the arguments it changed),
+        once it has had the judge run what it lent it as often as it asked."""
+        while True:
+            reply = self._message()
+            if type(reply) is not list or not reply or reply[0] != "callback":
+                break
             self._run_lent(reply)
-            return self._reply(changes)
         if type(reply) is not list or not reply or reply[0] not in ("value", "raised", "ended"):
             raise ValueError("the program's process broke the protocol")
         if reply[0] == "value" and len(reply) == 2 + changes:
@@ -2667,6 +2660,16 @@ class Link:
         except Exception:  # noqa: BLE001 - a class that takes other arguments
             exc = ProgramError("%s: %s" % (name, text))
         raise exc
+
+    def _message(self):
+        try:
+            body = self.channel.receive()
+        except OSError:
+            body = None
+        if body is None:
+            self.ended = "the program's process ended before the test finished" + self._exit_status()
+            raise ProgramEnded(self.ended)
+        return json.loads(body, object_hook=self.hook)
 
     def _exit_status(self):
         try:
