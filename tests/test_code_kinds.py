@@ -315,6 +315,51 @@ def test_the_tests_functions_and_iterators_are_lent_to_the_program(verifier: Cod
     assert "cannot be passed to the program" in verdict.details["tests"][-1]["message"]
 
 
+FIXTURES_PYTEST = """
+import pytest
+from solution import Stack
+
+made = []
+
+@pytest.fixture(autouse=True)
+def log():
+    made.append("log")
+    yield
+    made.append("log done")
+
+@pytest.fixture
+def items():
+    return [1, 2, 3]
+
+@pytest.fixture()
+def stack(items):
+    stack = Stack()
+    for item in items:
+        stack.push(item)
+    yield stack
+    made.append("stack done")
+
+def test_pop(stack, items):
+    assert stack.pop() == items[-1] and made == ["log"]
+
+class TestStack:
+    @pytest.mark.parametrize("extra", [4, 5])
+    def test_push(self, stack, extra):
+        stack.push(extra)
+        assert stack.pop() == extra and made.count("log") == made.count("stack done") + 1
+"""
+
+
+def test_pytest_tests_take_the_modules_own_fixtures(verifier: CodeVerifier) -> None:
+    program = (
+        "class Stack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, item):\n        self.items.append(item)\n"
+        "    def pop(self):\n        return self.items.pop()\n"
+    )
+    verdict = verify(verifier, program, [{"type": "pytest", "code": FIXTURES_PYTEST}])
+    assert verdict.score == 1.0 and verdict.details["total"] == 2, verdict.details
+
+
 def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:
     # As call-based harnesses do: a driver of the program's own under `if __name__ == "__main__":`
     # (reading stdin, exiting) does not run; the function is called.

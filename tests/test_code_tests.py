@@ -65,7 +65,23 @@ def test_pytest_modules_become_one_test_per_test_function() -> None:
         ({"type": "pytest", "code": "def helper():\n    pass\n"}, "defines no test_ functions"),
         (
             {"type": "pytest", "code": "def test_x(tmp_path):\n    pass\n"},
-            r"test_x takes fixtures \(tmp_path\)",
+            r"test_x takes tmp_path: neither a parametrize argument nor a fixture of the module",
+        ),
+        (
+            {
+                "type": "pytest",
+                "code": "import pytest\n@pytest.fixture(params=[1])\ndef n(request):\n    pass\n"
+                "def test_x(n):\n    pass\n",
+            },
+            "fixture n has params",
+        ),
+        (
+            {
+                "type": "pytest",
+                "code": "import pytest\n@pytest.fixture\ndef n(capsys):\n    pass\n"
+                "def test_x(n):\n    pass\n",
+            },
+            "fixture n takes capsys, which are not fixtures of the module",
         ),
         ({"type": "pytest", "code": "async def test_x():\n    pass\n"}, "test_x is async"),
     ],

@@ -2835,13 +2835,13 @@ def run_pytest_test(compiled, name, names):
     exec(compiled, module.__dict__)
     owner, _, method = name.partition("::")
     if not method:
-        return _run_parametrized(getattr(module, owner))
+        return _run_parametrized(getattr(module, owner), module)
     instance = getattr(module, owner)()
     target = getattr(instance, method)
     if hasattr(instance, "setup_method"):
         instance.setup_method(target)
     try:
-        _run_parametrized(target)
+        _run_parametrized(target, module)
     finally:
         if hasattr(instance, "teardown_method"):
             instance.teardown_method(target)
@@ -2851,7 +2851,9 @@ class SkippedTest(Exception):
     """pytest.skip in the judge: the test counts as passed, as pytest does not count it failed."""
 
 
-def _run_parametrized(function):
+def _run_parametrized(function, module):
+    """Run `function` once per case of its parametrize marks, each with the fixtures of `module`
+    its other arguments name (and the module's autouse fixtures) made afresh."""
     cases = [{}]
     for names, values in reversed(getattr(function, "_parametrize", [])):
         names = [part.strip() for part in names.split(",")] if isinstance(names, str) else list(names)
@@ -2863,11 +2865,55 @@ def _run_parametrized(function):
                 value = (value,)
             expanded.append(dict(zip(names, value)))
         cases = [dict(case, **more) for case in cases for more in expanded]
+    autouse = [name for name, value in vars(module).items() if _fixture_of(value).get("autouse")]
     for case in cases:
+        fixtures = Fixtures(module)
         try:
-            function(**case)
+            for name in autouse:
+                fixtures.value(name)
+            wanted = [name for name in _parameters(function) if name not in case]
+            function(**case, **{name: fixtures.value(name) for name in wanted})
         except SkippedTest:
             pass
+        finally:
+            fixtures.finish()
+
+
+def _fixture_of(value):
+    """What `@pytest.fixture` noted on a function of the test's ({} for anything else)."""
+    return value.__dict__.get("_fixture", {}) if type(value) is types.FunctionType else {}
+
+
+def _parameters(function):
+    """The names of `function`'s parameters (a bound method's but its first)."""
+    code = function.__code__ if hasattr(function, "__code__") else function.__func__.__code__
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return names[1:] if isinstance(function, types.MethodType) else names
+
+
+class Fixtures:
+    """The fixtures of a test module one test asks for, made as pytest makes them: each once, its
+    own arguments first; a generator's code after its `yield` runs once the test is done, the last
+    made first. Every scope is the test's own (each test runs in a judge of its own)."""
+
+    def __init__(self, module):
+        self.module, self.values, self.generators = module, {}, []
+
+    def value(self, name):
+        if name not in self.values:
+            function = getattr(self.module, name, None)
+            if not _fixture_of(function):
+                raise NameError("fixture %r not found" % (name,))
+            made = function(**{argument: self.value(argument) for argument in _parameters(function)})
+            if isinstance(made, types.GeneratorType):
+                self.generators.append(made)
+                made = next(made)
+            self.values[name] = made
+        return self.values[name]
+
+    def finish(self):
+        while self.generators:
+            next(self.generators.pop(), None)
 
 
 class _Param:
@@ -2976,8 +3022,15 @@ def pytest_module():
     def skipif(condition, *_, **__):
         return skipped if condition else (lambda function: function)
 
+    def fixture(function=None, *, autouse=False, **_):  # @pytest.fixture, @pytest.fixture(...)
+        def mark(target):
+            target._fixture = {"autouse": bool(autouse)}
+            return target
+
+        return mark(function) if callable(function) else mark
+
     module.raises, module.approx, module.skip, module.fail = raises, _Approx, skip, fail
-    module.param = _Param
+    module.param, module.fixture = _Param, fixture
     module.mark = types.SimpleNamespace(
         parametrize=parametrize,
         skip=skip_mark,

@@ -205,12 +205,14 @@ def _judged_tests(kind: str, case: dict[str, Any], where: str) -> list[CodeTest]
 
 def pytest_names(tree: ast.Module, where: str) -> list[str]:
     """The tests of a pytest-style module: top-level `test_*` functions, and `test_*` methods of
-    top-level `Test*` classes that have no `__init__`; fixtures are not supported (a test may take
-    only the arguments its `parametrize` marks give it)."""
+    top-level `Test*` classes that have no `__init__`. A test may take the arguments its
+    `parametrize` marks give it and the module's own fixtures (pytest's built-in ones, such as
+    capsys or tmp_path, are not supported)."""
     names = []
+    fixtures = _fixtures(tree, where)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            _check_test_function(node, f"{where}: {node.name}", skip=0)
+            _check_test_function(node, f"{where}: {node.name}", skip=0, fixtures=fixtures)
             names.append(node.name)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             methods = [
@@ -220,7 +222,9 @@ def pytest_names(tree: ast.Module, where: str) -> list[str]:
                 continue  # pytest collects no class with an __init__
             for method in methods:
                 if method.name.startswith("test"):
-                    _check_test_function(method, f"{where}: {node.name}.{method.name}", skip=1)
+                    _check_test_function(
+                        method, f"{where}: {node.name}.{method.name}", skip=1, fixtures=fixtures
+                    )
                     names.append(f"{node.name}::{method.name}")
     return names
 
@@ -236,7 +240,35 @@ def _parametrized_names(node: ast.expr) -> list[str]:
     return []
 
 
-def _check_test_function(node: ast.FunctionDef | ast.AsyncFunctionDef, where: str, skip: int) -> None:
+def _fixtures(tree: ast.Module, where: str) -> set[str]:
+    """The names of the module's top-level `@pytest.fixture` functions, each checked: no `params`,
+    and arguments that are fixtures of the module."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                call = decorator if isinstance(decorator, ast.Call) else None
+                target = call.func if call else decorator
+                name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
+                if name == "fixture":
+                    if call is not None and any(keyword.arg == "params" for keyword in call.keywords):
+                        raise TaskDataError(
+                            f"{where}: fixture {node.name} has params, which are not supported"
+                        )
+                    found[node.name] = node
+    for name, node in found.items():
+        arguments = [arg.arg for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+        unknown = [argument for argument in arguments if argument not in found]
+        if unknown:
+            raise TaskDataError(
+                f"{where}: fixture {name} takes {', '.join(unknown)}, which are not fixtures of the module"
+            )
+    return set(found)
+
+
+def _check_test_function(
+    node: ast.FunctionDef | ast.AsyncFunctionDef, where: str, skip: int, fixtures: set[str]
+) -> None:
     if isinstance(node, ast.AsyncFunctionDef):
         raise TaskDataError(f"{where} is async, which needs a pytest plugin")
     parametrized = set()
@@ -249,6 +281,9 @@ def _check_test_function(node: ast.FunctionDef | ast.AsyncFunctionDef, where: st
         ):
             parametrized.update(_parametrized_names(decorator.args[0]))
     arguments = [arg.arg for arg in node.args.posonlyargs + node.args.args][skip:]
-    fixtures = [name for name in arguments if name not in parametrized]
-    if fixtures:
-        raise TaskDataError(f"{where} takes fixtures ({', '.join(fixtures)}), which are not supported")
+    unknown = [name for name in arguments if name not in parametrized and name not in fixtures]
+    if unknown:
+        raise TaskDataError(
+            f"{where} takes {', '.join(unknown)}: neither a parametrize argument nor a fixture of the"
+            " module (pytest's built-in fixtures are not supported)"
+        )
