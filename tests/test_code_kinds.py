@@ -360,6 +360,26 @@ def test_pytest_tests_take_the_modules_own_fixtures(verifier: CodeVerifier) -> N
     assert verdict.score == 1.0 and verdict.details["total"] == 2, verdict.details
 
 
+CAPSYS_PYTEST = """
+from solution import greet
+
+def test_greet(capsys):
+    greet("Ann")
+    out, err = capsys.readouterr()
+    assert out == "Hello, Ann\\n" and err == "noted\\n"
+    print("the test's own")
+    assert capsys.readouterr().out == "the test's own\\n" and capsys.readouterr() == ("", "")
+"""
+
+
+def test_capsys_reads_what_the_program_printed(verifier: CodeVerifier) -> None:
+    # KodCode's tasks that print: the program prints in its own process, the test reads it there.
+    program = "import sys\ndef greet(name):\n    print('Hello,', name)\n    print('noted', file=sys.stderr)\n"
+    tests = [{"type": "pytest", "code": CAPSYS_PYTEST}]
+    assert verify(verifier, program, tests).score == 1.0
+    assert statuses(verify(verifier, program.replace("'Hello,'", "'Hi,'"), tests)) == ["wrong_answer"]
+
+
 def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:
     # As call-based harnesses do: a driver of the program's own under `if __name__ == "__main__":`
     # (reading stdin, exiting) does not run; the function is called.

@@ -78,10 +78,10 @@ def test_pytest_modules_become_one_test_per_test_function() -> None:
         (
             {
                 "type": "pytest",
-                "code": "import pytest\n@pytest.fixture\ndef n(capsys):\n    pass\n"
+                "code": "import pytest\n@pytest.fixture\ndef n(tmp_path):\n    pass\n"
                 "def test_x(n):\n    pass\n",
             },
-            "fixture n takes capsys, which are not fixtures of the module",
+            "fixture n takes tmp_path, which are not fixtures of the module",
         ),
         ({"type": "pytest", "code": "async def test_x():\n    pass\n"}, "test_x is async"),
     ],

@@ -2246,6 +2246,8 @@ def serve_program(program, channel):
             op, *args = message
             if op == "global":
                 return ["value", encode(vars(module)[args[0]])]
+            if op == "output":  # for capsys: what the program printed since (the first asks start it)
+                return ["value", captured.read()]
             if op == "call":
                 result, changed = call_changing(*args, encode)
                 return ["value", encode(result), changed]
@@ -2291,10 +2293,46 @@ def serve_program(program, channel):
         raise RuntimeError("%s: %s" % (message[1], message[2]))
 
     hook = value_hook(reference, _rebuild_stdlib, lambda tagged: Lent(tagged, ask_judge))
+    captured = CapturedOutput(channel.limit)
     module = _solution_module(os.getcwd())
     send(answer(None))
     while True:
         send(answer(receive()))
+
+
+class CapturedOutput:
+    """In the program's process, once a test's capsys first asks: `sys.stdout` and `sys.stderr`
+    replaced by buffers (of at most `limit` characters each), which `read` empties."""
+
+    def __init__(self, limit):
+        self.limit, self.streams = limit, None
+
+    def read(self):
+        """[what the program wrote to stdout, to stderr] since the last read (or since capturing
+        started, at the first)."""
+        if self.streams is None:
+            self.streams = sys.stdout, sys.stderr = _CappedText(self.limit), _CappedText(self.limit)
+            return ["", ""]
+        return [stream.take() for stream in self.streams]
+
+
+class _CappedText(io.StringIO):
+    """A text buffer that keeps its first `limit` characters (a program printing without end fills
+    no memory) and is emptied by `take`."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+    def write(self, text):
+        super().write(text[: max(0, self.limit - self.tell())])
+        return len(text)
+
+    def take(self):
+        text = self.getvalue()
+        self.seek(0)
+        self.truncate()
+        return text
 
 
 class Lent:
@@ -2593,6 +2631,14 @@ class Link:
             raise ValueError("the program's process sent no names")
         return ProgramNames(self, names)
 
+    def output(self):
+        """[out, err]: what the program printed since the last ask (see `CapturedOutput`)."""
+        self._send(["output"])
+        printed = self._reply()
+        if type(printed) is not list or len(printed) != 2 or not all(type(part) is str for part in printed):
+            raise ValueError("the program's process broke the protocol")
+        return printed
+
     def global_value(self, name):
         """The value of the program's top-level `name`."""
         self._send(["global", name])
@@ -2835,13 +2881,13 @@ def run_pytest_test(compiled, name, names):
     exec(compiled, module.__dict__)
     owner, _, method = name.partition("::")
     if not method:
-        return _run_parametrized(getattr(module, owner), module)
+        return _run_parametrized(getattr(module, owner), module, names.link)
     instance = getattr(module, owner)()
     target = getattr(instance, method)
     if hasattr(instance, "setup_method"):
         instance.setup_method(target)
     try:
-        _run_parametrized(target, module)
+        _run_parametrized(target, module, names.link)
     finally:
         if hasattr(instance, "teardown_method"):
             instance.teardown_method(target)
@@ -2851,7 +2897,7 @@ class SkippedTest(Exception):
     """pytest.skip in the judge: the test counts as passed, as pytest does not count it failed."""
 
 
-def _run_parametrized(function, module):
+def _run_parametrized(function, module, link):
     """Run `function` once per case of its parametrize marks, each with the fixtures of `module`
     its other arguments name (and the module's autouse fixtures) made afresh."""
     cases = [{}]
@@ -2867,7 +2913,7 @@ def _run_parametrized(function, module):
         cases = [dict(case, **more) for case in cases for more in expanded]
     autouse = [name for name, value in vars(module).items() if _fixture_of(value).get("autouse")]
     for case in cases:
-        fixtures = Fixtures(module)
+        fixtures = Fixtures(module, link)
         try:
             for name in autouse:
                 fixtures.value(name)
@@ -2877,6 +2923,28 @@ def _run_parametrized(function, module):
             pass
         finally:
             fixtures.finish()
+
+
+class Capsys:
+    """pytest's capsys in the judge: `readouterr()` is what the program printed (to `sys.stdout`
+    and `sys.stderr`, in its own process) since the last call, then what the test printed."""
+
+    def __init__(self, link):
+        self.link = link
+        self.link.output()  # the program's process captures from here
+        self.own = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+
+    def readouterr(self):
+        out, err = self.link.output()
+        mine = [stream.getvalue() for stream in (sys.stdout, sys.stderr)]
+        for stream in (sys.stdout, sys.stderr):
+            stream.seek(0)
+            stream.truncate()
+        return CaptureResult(out + mine[0], err + mine[1])
+
+
+CaptureResult = collections.namedtuple("CaptureResult", "out err")
 
 
 def _fixture_of(value):
@@ -2894,12 +2962,15 @@ def _parameters(function):
 class Fixtures:
     """The fixtures of a test module one test asks for, made as pytest makes them: each once, its
     own arguments first; a generator's code after its `yield` runs once the test is done, the last
-    made first. Every scope is the test's own (each test runs in a judge of its own)."""
+    made first. Every scope is the test's own (each test runs in a judge of its own). Of pytest's
+    own fixtures there is `capsys` (see `Capsys`)."""
 
-    def __init__(self, module):
-        self.module, self.values, self.generators = module, {}, []
+    def __init__(self, module, link):
+        self.module, self.link, self.values, self.generators = module, link, {}, []
 
     def value(self, name):
+        if name == "capsys" and not _fixture_of(getattr(self.module, name, None)):
+            self.values.setdefault(name, Capsys(self.link))
         if name not in self.values:
             function = getattr(self.module, name, None)
             if not _fixture_of(function):

@@ -206,8 +206,8 @@ def _judged_tests(kind: str, case: dict[str, Any], where: str) -> list[CodeTest]
 def pytest_names(tree: ast.Module, where: str) -> list[str]:
     """The tests of a pytest-style module: top-level `test_*` functions, and `test_*` methods of
     top-level `Test*` classes that have no `__init__`. A test may take the arguments its
-    `parametrize` marks give it and the module's own fixtures (pytest's built-in ones, such as
-    capsys or tmp_path, are not supported)."""
+    `parametrize` marks give it, the module's own fixtures and pytest's capsys (not its other
+    built-in fixtures, such as tmp_path or monkeypatch)."""
     names = []
     fixtures = _fixtures(tree, where)
     for node in tree.body:
@@ -240,6 +240,9 @@ def _parametrized_names(node: ast.expr) -> list[str]:
     return []
 
 
+BUILT_IN_FIXTURES = frozenset({"capsys"})  # pytest's own fixtures the judge provides
+
+
 def _fixtures(tree: ast.Module, where: str) -> set[str]:
     """The names of the module's top-level `@pytest.fixture` functions, each checked: no `params`,
     and arguments that are fixtures of the module."""
@@ -258,7 +261,9 @@ def _fixtures(tree: ast.Module, where: str) -> set[str]:
                     found[node.name] = node
     for name, node in found.items():
         arguments = [arg.arg for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
-        unknown = [argument for argument in arguments if argument not in found]
+        unknown = [
+            argument for argument in arguments if argument not in found and argument not in BUILT_IN_FIXTURES
+        ]
         if unknown:
             raise TaskDataError(
                 f"{where}: fixture {name} takes {', '.join(unknown)}, which are not fixtures of the module"
@@ -281,9 +286,9 @@ def _check_test_function(
         ):
             parametrized.update(_parametrized_names(decorator.args[0]))
     arguments = [arg.arg for arg in node.args.posonlyargs + node.args.args][skip:]
-    unknown = [name for name in arguments if name not in parametrized and name not in fixtures]
+    unknown = [name for name in arguments if name not in parametrized | fixtures | BUILT_IN_FIXTURES]
     if unknown:
         raise TaskDataError(
             f"{where} takes {', '.join(unknown)}: neither a parametrize argument nor a fixture of the"
-            " module (pytest's built-in fixtures are not supported)"
+            " module (of pytest's built-in fixtures, only capsys is supported)"
         )
