@@ -169,7 +169,7 @@ def test_program_objects_are_taken_for_their_truth_as_the_program_answers(verifi
 
 
 CLASSES_PROGRAM = """
-import datetime, enum
+import collections, datetime, enum
 from dataclasses import dataclass, field
 
 class InvalidInput(ValueError):
@@ -224,6 +224,11 @@ def next_day(day):
 
 def span(start, end):
     return end - start
+
+Corner = collections.namedtuple("Corner", "x y")
+
+def origin():
+    return Corner(0, 0)
 """
 CLASSES_ASSERTS = [
     "try:\n    parse('x')\nexcept InvalidInput as exc:\n    assert 'not a number' in str(exc)\nelse:\n    assert False",
@@ -234,6 +239,7 @@ CLASSES_ASSERTS = [
     "assert Point(1, 2) != Other(1, 2) and Point(1, 2) != (1, 2)",
     "assert isinstance(square(), Shape) and not isinstance(Point(1, 2), Shape) and isinstance(3, int)",
     "assert total(range(5)) == 10 and next_day(datetime.date(2024, 2, 28)) == datetime.date(2024, 2, 29)",
+    "corner = origin()\nassert corner == (0, 0) and corner.x == 0 and total(corner) == 0",
     "import datetime\nassert span(datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2, 6)) == datetime.timedelta(hours=30)",
     "assert square() == square()",  # a class with an __eq__ of its own: refused, never asked
 ]

@@ -2045,6 +2045,8 @@ def value_hook(reference, rebuild, lent):
             return reference(tagged)
         if "j" in tagged:
             return lent(tagged)
+        if "n" in tagged and len(tagged) == 1:
+            return _named_tuple(*tagged["n"])
         if "x" in tagged and len(tagged) == 2:
             return rebuild(tagged["x"], tagged["v"])
         if len(tagged) != 1:
@@ -2073,12 +2075,30 @@ STDLIB_VALUES = {
 
 
 def stdlib_value(value, encode):
-    """A known standard-library value as tagged plain data ("x"), or None."""
+    """A known standard-library value as tagged plain data ("x"), or a named tuple ("n", by its
+    type's name, its fields and its values), or None."""
     kind = type(value)
+    if isinstance(value, tuple) and kind is not tuple and type(getattr(kind, "_fields", None)) is tuple:
+        return {"n": [kind.__name__, list(kind._fields), encode(list(value))]}
     convert = STDLIB_VALUES.get((getattr(kind, "__module__", None), kind.__name__))
     if convert is None:
         return None
     return {"x": "%s.%s" % (kind.__module__, kind.__name__), "v": encode(convert(value))}
+
+
+_NAMED_TUPLE_TYPES = {}  # (name, fields) -> the namedtuple type this process made for them
+
+
+def _named_tuple(name, fields, values):
+    """A named tuple the other process sent, of a type of this process's own (made once per name
+    and fields by `collections.namedtuple`, which takes identifiers only)."""
+    if type(name) is not str or type(fields) is not list or type(values) is not list:
+        raise ValueError("a malformed named tuple")
+    key = (name, tuple(fields))
+    kind = _NAMED_TUPLE_TYPES.get(key)
+    if kind is None:
+        kind = _NAMED_TUPLE_TYPES[key] = collections.namedtuple(name, fields)
+    return kind(*values)
 
 
 def _rebuild_stdlib(name, value):
