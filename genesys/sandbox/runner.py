@@ -2262,7 +2262,7 @@ def serve_program(program, channel):
         try:
             if message is None:
                 exec(program, module.__dict__)
-                return ["value", [name for name in vars(module) if not name.startswith("__")]]
+                return ["value", _loaded_names(vars(module), encode)]
             op, *args = message
             if op == "global":
                 return ["value", encode(vars(module)[args[0]])]
@@ -2318,6 +2318,26 @@ def serve_program(program, channel):
     send(answer(None))
     while True:
         send(answer(receive()))
+
+
+# What crosses by value (see `encode_value` and `stdlib_value`). Of the program's top-level names, the
+# judge gets with their list those that cross as handles (functions, classes, other objects: a
+# handle is live); the others' values wait until the test reads them (see `ProgramNames`).
+BY_VALUE = (bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset, type(None))
+
+
+def _loaded_names(namespace, encode):
+    """[{name: value} of the names whose values cross as handles, [the other names]] (see above)."""
+    sent, held = {}, []
+    for name, value in namespace.items():
+        if name.startswith("__"):
+            continue
+        kind = type(value)
+        if isinstance(value, BY_VALUE) or (getattr(kind, "__module__", None), kind.__name__) in STDLIB_VALUES:
+            held.append(name)
+        else:
+            sent[name] = value
+    return [encode(sent), held]
 
 
 class CapturedOutput:
@@ -2647,9 +2667,16 @@ class Link:
         """The program's top-level names (its reply to having been loaded), each fetched from its
         process when first read (see `ProgramNames`)."""
         names = self._reply()
-        if type(names) is not list or not all(type(name) is str for name in names):
+        if type(names) is not list or len(names) != 2:
             raise ValueError("the program's process sent no names")
-        return ProgramNames(self, names)
+        sent, held = names
+        if (
+            type(sent) is not dict
+            or type(held) is not list
+            or not all(type(name) is str for name in [*sent, *held])
+        ):
+            raise ValueError("the program's process sent no names")
+        return ProgramNames(self, sent, held)
 
     def output(self):
         """[out, err]: what the program printed since the last ask (see `CapturedOutput`)."""
@@ -2748,13 +2775,13 @@ class Link:
 
 
 class ProgramNames(dict):
-    """In the judge: the program's top-level names, as a namespace that fetches each from the
-    program's process when first read, and keeps it. A test's code runs with it as its globals
-    (assert tests) or behind the module `solution` (pytest tests)."""
+    """In the judge: the program's top-level names, as a namespace: those `sent` with the list, and
+    the `held` ones, each fetched from the program's process when first read, and kept. A test's
+    code runs with it as its globals (assert tests) or behind the module `solution` (pytest tests)."""
 
-    def __init__(self, link, names):
-        super().__init__()
-        self.link, self.names = link, frozenset(names)
+    def __init__(self, link, sent, held):
+        super().__init__(sent)
+        self.link, self.names = link, frozenset([*sent, *held])
 
     def __missing__(self, name):
         if name not in self.names:
