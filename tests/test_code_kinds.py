@@ -386,6 +386,31 @@ def test_capsys_reads_what_the_program_printed(verifier: CodeVerifier) -> None:
     assert statuses(verify(verifier, program.replace("'Hello,'", "'Hi,'"), tests)) == ["wrong_answer"]
 
 
+# A wrong program (it never sorts) that digs through what the judge lent it for the test's answer.
+DIGGER = """
+def solve(xs, key):
+    found = []
+    for dig in (
+        lambda: key.__globals__, lambda: key.__code__.co_consts, lambda: vars(key), lambda: key.__closure__,
+        lambda: type(key).__dict__, lambda: key(key).__globals__, lambda: key.__self__, lambda: key.__dict__,
+    ):
+        try:
+            found.append(dig())
+        except Exception:
+            pass
+    for thing in found:
+        if isinstance(thing, dict) and "EXPECTED" in thing:
+            return thing["EXPECTED"]
+    return [42]
+"""
+
+
+def test_what_the_judge_lends_reaches_nothing_of_the_judge(verifier: CodeVerifier) -> None:
+    code = "EXPECTED = [1, 2, 3]\nassert solve([3, 1, 2], key=lambda x: x) == EXPECTED"
+    verdict = verify(verifier, DIGGER, [{"type": "assert", "code": code}])
+    assert statuses(verdict) == ["wrong_answer"], verdict.details
+
+
 def test_function_call_tests_load_the_program_as_a_module(verifier: CodeVerifier) -> None:
     # As call-based harnesses do: a driver of the program's own under `if __name__ == "__main__":`
     # (reading stdin, exiting) does not run; the function is called.
