@@ -179,3 +179,29 @@ def test_other_objects_cross_as_handles_that_are_never_compared() -> None:
     for claim in ("i", "f"):
         claimed = link.hook({"r": 9 if claim == "i" else 10, "k": "Anything", "c": False, "q": claim})
         assert claimed != 5 and not claimed == 5 and claimed != [1] and not [1] == claimed
+
+
+def test_the_judge_lends_nothing_that_reaches_into_objects_or_runs_code() -> None:
+    import builtins
+    import math
+
+    refused = [getattr(builtins, name) for name in sorted(runner.UNLENDABLE) if hasattr(builtins, name)]
+    assert len(refused) >= 20 and not any(runner.lendable(value) for value in refused)
+    assert not any(
+        runner.lendable(value) for value in (json.loads, object.__subclasses__, vars, runner.lendable)
+    )
+    lent = (len, sorted, str.lower, "abc".startswith, int, map(abs, [1]), math.sqrt, iter([1]))
+    assert all(runner.lendable(value) for value in lent)
+
+
+def test_a_stand_in_is_never_more_than_an_exception_the_program_could_raise() -> None:
+    link = runner.Link(channel=None, pid=0)
+    for claimed in ("KeyboardInterrupt", "SystemExit", "GeneratorExit", "BaseException", "no such", None):
+        stand_in = link.hook({"r": 1 + len(link.remotes), "k": "Sneaky", "c": True, "e": [claimed, None]})
+        assert issubclass(stand_in, Exception) and stand_in.__name__ == "Sneaky"
+    parent = link.hook({"r": 100, "k": "Base", "c": True, "e": ["ValueError", None]})
+    child = json.loads(
+        json.dumps({"r": 101, "k": "Child", "c": True, "e": ["ValueError", {"r": 100}]}),
+        object_hook=link.hook,
+    )
+    assert issubclass(child, parent) and issubclass(parent, ValueError)

@@ -458,7 +458,8 @@ def test_a_template_killed_between_submissions_fails_the_next_one_as_a_sandbox_e
             os.kill(found[0], signal.SIGKILL)
         return report
 
-    sleeper = Submission("python", "import time\ntime.sleep(0.5)\nprint(1)", ONE_TEST, on_test=kill_template)
+    # Long enough for the watcher's looks through /proc to find it on a busy machine.
+    sleeper = Submission("python", "import time\ntime.sleep(3)\nprint(1)", ONE_TEST, on_test=kill_template)
     assert own_sandbox.run(sleeper).tests[0]["stdout"] == "1\n"
     assert found[0] is not None, "the test's process never showed up"
     with pytest.raises(SandboxError, match="lost this submission's template"):

@@ -2275,7 +2275,7 @@ def serve_program(program, channel):
         except SystemExit as exc:  # the program ends its process, here or deep in its calls
             code = _system_exit_code(exc)
             _send_quietly(channel, ["ended", code])
-            _flush_quietly(sys.stdout)
+            _flushed(sys.stdout)
             os._exit(code)
         except BaseException as exc:  # noqa: BLE001 - the judge decides what a raise means
             reply = ["raised", _exception_name(exc), _exception_text(exc)]
@@ -2292,7 +2292,7 @@ def serve_program(program, channel):
     def receive():
         body = channel.receive()
         if body is None:  # the judge is done
-            _flush_quietly(sys.stdout)
+            _flushed(sys.stdout)
             os._exit(0)
         return json.loads(body, object_hook=hook)
 
@@ -2399,13 +2399,6 @@ class Lent:
         if not self._iterator:
             raise TypeError("the test's object is not an iterator")
         return self._ask(self.index, "next")
-
-
-def _flush_quietly(stream):
-    try:
-        stream.flush()
-    except BaseException:  # noqa: BLE001 - the program may have broken its own stdout
-        pass
 
 
 def _exception_name(exc):
