@@ -6,6 +6,7 @@ from their configs (no downloads); the tasks are the toy digit task (`genesys.te
 
     python benchmarks/gpu_suite.py                     # on a GPU: Qwen2.5-0.5B and 1.5B shapes
     python benchmarks/gpu_suite.py --smoke             # CPU, tiny shapes, transformers backend: the plumbing only
+    python benchmarks/gpu_suite.py --backend transformers   # on a GPU without vLLM: the trainer samples itself
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def train_config(
         "model": str(model),
         "output_dir": str(out),
         "progress": False,
-        "backend": "transformers" if args.smoke else "vllm",
+        "backend": args.backend,
         "precision": "fp32" if args.smoke else "bf16",
         "data": {"tasks": [str(tasks)]},
         "sampling": {"n": args.samples, "max_tokens": args.max_tokens, "temperature": 1.0},
@@ -68,7 +69,7 @@ def train_config(
         "optim": {"steps": args.steps, "lr": 1e-6, "micro_batch_tokens": args.budget},
         "checkpoint": {"every": 0},
     }
-    if not args.smoke:
+    if args.backend == "vllm":
         config["backend_options"] = {
             "args": {"gpu_memory_utilization": args.vllm_memory, "max_model_len": 2048}
         }
@@ -117,25 +118,29 @@ def child(config_json: str) -> None:
     )
 
 
-def report(rows: list[dict[str, Any]]) -> None:
+def print_header() -> None:
     print(
         f"| {'run':<34} | {'steps/s':>7} | {'tokens/s':>9} | {'mismatch':>8} | {'peak GiB':>8} | {'estimate GiB':>12} | {'peak/est':>8} |"
     )
-    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 11}|{'-' * 10}|{'-' * 10}|{'-' * 14}|{'-' * 10}|")
-    for row in rows:
-        if "error" in row:
-            print(f"| {row['label']:<34} | failed: {' '.join(row['error'])}")
-            continue
-        # CUDA's counter sees the trainer's tensors, not vLLM's own allocations: compare without the engine.
-        estimate = row["estimate_training"]
-        peak = row["peak"]
-        ratio = f"{peak / estimate:.2f}" if peak else "n/a"
-        mismatch = row["mismatch"]
-        print(
-            f"| {row['label']:<34} | {row['steps_per_s']:>7.3f} | {row['tokens_per_s']:>9.0f} | "
-            f"{mismatch if mismatch is None else f'{mismatch:.4f}':>8} | "
-            f"{peak / 2**30 if peak else float('nan'):>8.2f} | {estimate / 2**30:>12.2f} | {ratio:>8} |"
-        )
+    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 11}|{'-' * 10}|{'-' * 10}|{'-' * 14}|{'-' * 10}|", flush=True)
+
+
+def print_row(row: dict[str, Any]) -> None:
+    """One run's line of the table, printed as soon as the run ends."""
+    if "error" in row:
+        print(f"| {row['label']:<34} | failed: {' '.join(row['error'])}", flush=True)
+        return
+    # CUDA's counter sees the trainer's tensors, not vLLM's own allocations: compare without the engine.
+    estimate = row["estimate_training"]
+    peak = row["peak"]
+    ratio = f"{peak / estimate:.2f}" if peak else "n/a"
+    mismatch = row["mismatch"]
+    print(
+        f"| {row['label']:<34} | {row['steps_per_s']:>7.3f} | {row['tokens_per_s']:>9.0f} | "
+        f"{mismatch if mismatch is None else f'{mismatch:.4f}':>8} | "
+        f"{peak / 2**30 if peak else float('nan'):>8.2f} | {estimate / 2**30:>12.2f} | {ratio:>8} |",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -143,6 +148,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, transformers backend")
+    parser.add_argument(
+        "--backend",
+        choices=["vllm", "transformers"],
+        default="vllm",
+        help="the sampler: a colocated vLLM engine, or the trainer's own model (a GPU machine without vLLM)",
+    )
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=None)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--prompts", type=int, default=16)
@@ -157,6 +168,7 @@ def main() -> None:
         child(args.child)
         return
     if args.smoke:
+        args.backend = "transformers"
         args.steps, args.prompts, args.samples = (
             min(args.steps, 2),
             min(args.prompts, 2),
@@ -165,25 +177,25 @@ def main() -> None:
         args.max_tokens, args.budget = min(args.max_tokens, 8), min(args.budget, 256)
     shapes = args.shapes or (["smoke"] if args.smoke else ["qwen2.5-0.5b", "qwen2.5-1.5b"])
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-suite-"))
+    work.mkdir(parents=True, exist_ok=True)
     from genesys.testing import digits
 
     os.environ["GENESYS_PLUGINS"] = digits.PLUGIN  # the children load the digit task's verifier
     tasks = digits.digit_tasks(work / "tasks.jsonl")
-    rows = []
+    print_header()
     for shape in shapes:
         model = build_model(work, shape, args.smoke)
         config = train_config(model, work / f"run-{shape}", tasks, args)
-        rows.append(run_training(config, f"{shape} {config['precision']} {config['backend']}"))
+        print_row(run_training(config, f"{shape} {config['precision']} {config['backend']}"))
         if has_parallel_strategy():
             config = train_config(
                 model, work / f"run-{shape}-fsdp2", tasks, args, parallel={"strategy": "fsdp2"}
             )
-            rows.append(run_training(config, f"{shape} fsdp2 (1 process)"))
+            print_row(run_training(config, f"{shape} fsdp2 (1 process)"))
         else:
-            rows.append(
+            print_row(
                 {"label": f"{shape} fsdp2 (1 process)", "error": ["[parallel] strategy not in this build"]}
             )
-    report(rows)
 
 
 if __name__ == "__main__":

@@ -214,7 +214,9 @@ def run_child(
     if no_chunk:
         command.append("--no-chunk")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"train_memory.py: the {name} run failed:\n{done.stderr.strip()[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 from conftest import GENESYS, REPO  # noqa: E402
 
 from genesys.errors import InputError  # noqa: E402
-from genesys.train import TrainConfig, train  # noqa: E402
+from genesys.train import TrainConfig, memory_plan, train  # noqa: E402
 from genesys.train.memory_plan import Layout, MemoryPlan, ModelFacts, estimate, outside_steps  # noqa: E402
 
 SEVEN_B = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "vocab_size": 152064}
@@ -188,6 +188,22 @@ def test_loading_holds_the_pretrained_model_on_rank_0_and_a_checkpoint_one_file_
     plan = MemoryPlan(sixteen, bf16, parts, "cpu", capacity=int(moments["loading"]) - 1, moments=moments)
     assert plan.total < plan.capacity and not plan.fits  # a step fits, reading the model on rank 0 does not
     assert "loading" in plan.table() and "peak" in plan.table()
+
+
+def test_a_gpu_plan_checks_the_step_against_the_gpu_and_leaves_host_moments_out(
+    tiny_model, tmp_path, monkeypatch
+):
+    gpu = 80 * 2**30
+    monkeypatch.setattr(memory_plan, "device_capacity", lambda device, local: ("a GPU (cuda:0)", gpu))
+    config = TrainConfig.load(
+        None, {"model": tiny_model, "output_dir": str(tmp_path / "run"), "data": {"rollouts": ["r.jsonl"]}}
+    )
+    plan = memory_plan.plan_memory(config, 1, torch.device("cuda"))
+    assert plan.moments == {} and plan.peak == plan.total and plan.fits  # loading is host memory on a GPU
+    memory_plan.check_fits(plan)
+    gpu = plan.total - 1
+    with pytest.raises(InputError, match="a GPU"):
+        memory_plan.check_fits(memory_plan.plan_memory(config, 1, torch.device("cuda")))
 
 
 def test_activations_follow_the_token_budget_not_the_batch():

@@ -108,7 +108,7 @@ class MemoryPlan:
     @property
     def peak(self) -> int:
         """The most the rank needs at any moment: a step, loading the model, writing a checkpoint."""
-        return max(self.total, *self.moments.values())
+        return max([self.total, *self.moments.values()])
 
     @property
     def fits(self) -> bool:
