@@ -146,6 +146,45 @@ def test_programs_are_judged_right(verifier: CodeVerifier, language: str) -> Non
     assert wrong.score == 0.5 if language in ("rust", "javascript") else wrong.score == 0.0
 
 
+# C++ as contest solutions are written: C++20 library features and GNU extensions, and the guard
+# that reads a local input.txt unless the judge defines ONLINE_JUDGE.
+CONTEST_CPP = {
+    "C++20 and GNU extensions": textwrap.dedent("""\
+        #include <bits/stdc++.h>
+        using namespace std;
+        struct Pair { long long a, b; auto operator<=>(const Pair&) const = default; };
+        int main() {
+            vector<long long> v(2);
+            for (auto& x : v) cin >> x;
+            ranges::sort(v);
+            map<int, int> seen{{1, 1}};
+            typeof(v[0]) sum = v[0] + v[1] + popcount(0u) + (long long)(numbers::pi - 3.14159);
+            Pair p{.a = 1, .b = 2};
+            if (seen.contains(1) && p < Pair{1, 3}) cout << sum << '\\n';
+        }"""),
+    "input.txt unless ONLINE_JUDGE": textwrap.dedent("""\
+        #include <bits/stdc++.h>
+        int main() {
+        #ifndef ONLINE_JUDGE
+            freopen("input.txt", "r", stdin);
+            freopen("output.txt", "w", stdout);
+        #endif
+            long long a, b;
+            std::cin >> a >> b;
+            std::cout << a + b << std::endl;
+        }"""),
+}
+
+
+@pytest.mark.slow
+def test_contest_cpp_builds_as_judges_build_it(verifier: CodeVerifier) -> None:
+    if "cpp" not in verifier.sandbox.languages():
+        pytest.skip(f"cpp is not available in the {verifier.sandbox.name} sandbox here")
+    for name, source in CONTEST_CPP.items():
+        verdict = verifier.verify(code_rollout("cpp", source, SUM_TESTS))
+        assert verdict.score == 1.0, (name, verdict.details)
+
+
 def test_function_call_tests(verifier: CodeVerifier) -> None:
     tests = [
         {"type": "function_call", "fn_name": "twoSum", "input": [[2, 7, 11, 15], 9], "output": [0, 1]},

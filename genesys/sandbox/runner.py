@@ -3162,6 +3162,11 @@ def pytest_module():
 # process of its own under its own limits. Its three files are memfds made in that process and its
 # binary (or source) reaches it on stdin: nothing of it lies on a file system a program can write.
 
+# How C++ is built, programs and checkers alike: GNU C++20 (C++17 programs build too, bar rare
+# corners), with ONLINE_JUDGE defined as contest judges define it (a program that reads a local
+# input.txt unless it is set finds its stdin).
+CPP_FLAGS = ("-O2", "-std=gnu++20", "-DONLINE_JUDGE", "-pipe")
+
 CHECKER_BINARY_LIMIT = 64 << 20  # bytes of a built checker
 CHECKER_CACHE = 32  # checkers the runner keeps built
 TESTLIB_FAIL_EXIT = 3  # testlib's exit code for a checker that failed (not the program)
@@ -3182,7 +3187,7 @@ def build_checker(checker, toolchains, compile_limits, submission, uid, workdir)
         built = source.encode("utf-8")
     elif language == "cpp" and toolchains.get("cpp"):
         limits = dict(compile_limits, output_limit=CHECKER_BINARY_LIMIT)
-        argv = [toolchains["cpp"]["compile"], "-O2", "-std=c++17", "-pipe"]
+        argv = [toolchains["cpp"]["compile"], *CPP_FLAGS]
         spec = test_spec("checker_build", argv, limits, "compile", uid, workdir)
         outcome = run_process(submission, spec, source.encode("utf-8"), limits, with_result_pipe=True)
         if classify(outcome, limits) != "ok" or not outcome.result:
@@ -3321,7 +3326,7 @@ def compile_submission(language, source, workdir, toolchains, compile_limits, li
         argv, program = [tool["run"], "--check", src], [tool["run"], heap, src]
     elif language == "cpp":
         src, binary = os.path.join(workdir, "main.cpp"), os.path.join(workdir, "main")
-        argv = [tool["compile"], "-O2", "-std=c++17", "-pipe", "-o", binary, src]
+        argv = [tool["compile"], *CPP_FLAGS, "-o", binary, src]
         program = [binary]
     elif language == "rust":
         src, binary = os.path.join(workdir, "main.rs"), os.path.join(workdir, "main")

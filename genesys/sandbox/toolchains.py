@@ -112,7 +112,7 @@ def find_cpp() -> Toolchain:
         verbose = subprocess.run(
             [
                 gxx,
-                "-std=c++17",
+                "-std=gnu++20",
                 "-O2",
                 "-v",
                 "-Wl,--trace",
@@ -134,7 +134,7 @@ def find_cpp() -> Toolchain:
             raise ToolchainError(f"g++ cannot compile a test program: {verbose.stderr.strip()[-500:]}")
         paths += _include_paths(verbose.stderr)
         paths += [line.strip() for line in verbose.stdout.splitlines() if line.strip().startswith("/")]
-        headers = _run([gxx, "-std=c++17", "-M", probe])
+        headers = _run([gxx, "-std=gnu++20", "-M", probe])
         paths += [
             word for word in headers.replace("\\\n", " ").split() if word.startswith("/") and word != probe
         ]
