@@ -201,6 +201,35 @@ def test_function_call_tests(verifier: CodeVerifier) -> None:
     assert verdict.score == 0.0 and verdict.details["tests"][0]["status"] == "wrong_answer"
 
 
+def test_a_leetcode_solution_finds_what_leetcode_provides_without_imports(verifier: CodeVerifier) -> None:
+    tests = [{"type": "function_call", "fn_name": "topK", "input": [[3, 1, 3, 2, 3, 2], 2], "output": [3, 2]}]
+    leetcode = textwrap.dedent("""\
+        class Solution:
+            def topK(self, nums: List[int], k: Optional[int]) -> List[int]:
+                counts = Counter(nums)
+                heap: Deque[int] = deque()
+                best = []
+                for value, count in counts.items():
+                    heappush(best, (-count, value))
+                order = [heappop(best)[1] for _ in range(k)]
+                assert bisect_left(sorted(order), order[0]) >= 0 and min(inf, 1) == 1
+                assert pow(2, 10, 1000) == 24 and gcd(4, 6) == 6  # builtins and its own names come first
+                return order
+
+        def gcd(a, b):
+            return 6
+        """)
+    verdict = verifier.verify(code_rollout("python", leetcode, tests))
+    assert verdict.score == 1.0, verdict.details
+    script = "print(Counter([1]))"  # a script (stdin_stdout) is run as python3 runs it: no such names
+    verdict = verifier.verify(
+        code_rollout("python", script, [{"type": "stdin_stdout", "input": "", "output": "x"}])
+    )
+    assert verdict.details["status"] == "runtime_error" and "NameError" in str(verdict.details), (
+        verdict.details
+    )
+
+
 # --- hostile programs -----------------------------------------------------------------------------
 
 
