@@ -36,10 +36,13 @@ def verify(rows, *classes):
 """
 
 
-def run_case(body: str, top: str = "", script_file: Path | None = None) -> dict:
-    """Run `body` under a main guard after PRELUDE and `top`; as `python -c`, or as `script_file`
-    (a main script, which multiprocessing's children run first unless their server has)."""
-    script = PRELUDE + top + "\nif __name__ == '__main__':\n" + textwrap.indent(textwrap.dedent(body), "    ")
+def run_case(body: str, top: str = "", script_file: Path | None = None, guard: bool = True) -> dict:
+    """Run `body` under a main guard (or, `guard` False, at the top level) after PRELUDE and `top`;
+    as `python -c`, or as `script_file` (a main script, which multiprocessing's children run first
+    unless their server has)."""
+    if guard:
+        body = "\nif __name__ == '__main__':\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    script = PRELUDE + top + textwrap.dedent(body)
     path = [str(SUPPORT), str(SUPPORT.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     if script_file is None:
@@ -139,3 +142,44 @@ def test_the_main_script_runs_in_the_server_once_not_in_every_worker(tmp_path: P
     # with the pool, whether or not rows reach it).
     assert ran_in == [out["main"], out["server"]]
     assert out["workers"] and not set(out["workers"]) & set(ran_in)
+
+
+def test_a_script_without_a_main_guard_verifies_with_the_classes_it_defines(tmp_path: Path):
+    runs = tmp_path / "runs"
+    top = f"""
+with open({str(runs)!r}, 'a') as handle:
+    handle.write('%d\\n' % os.getpid())
+
+class Shout(genesys.Verifier):
+    task_type = "shout"
+
+    def verify(self, rollout):
+        return genesys.Verdict(score=float(rollout.completion.isupper()), details={{"pid": os.getpid()}})
+"""
+    out = run_case(
+        """
+        rows = [rollout("shout", "YES"), rollout("shout", "no")]
+        out = genesys.verify_rollouts(rows, config=VerifyConfig(progress=False, workers=2), verifiers={"shout": Shout})
+        workers = sorted({row["verification_result_info"]["pid"] for row in out})
+        print(json.dumps({"main": os.getpid(), "server": server_pid(), "workers": workers, "scores": [row["score"] for row in out]}))
+        """,
+        top,
+        tmp_path / "unguarded.py",
+        guard=False,
+    )
+    # The server ran the script up to the verification, which it refused; the workers found its
+    # class there and did not run the script again.
+    assert out["scores"] == [1.0, 0.0]
+    assert [int(line) for line in runs.read_text().split()] == [out["main"], out["server"]]
+    assert out["workers"] and out["server"] not in out["workers"]
+
+
+def test_a_training_run_started_while_the_server_runs_the_main_script_is_refused(monkeypatch):
+    pytest.importorskip("torch")
+    from genesys.train import train
+
+    monkeypatch.setattr(fork_server, "running_main_script", True)
+    with pytest.raises(fork_server.MainScriptWork, match="a training run .* __name__"):
+        train(None)  # refused before the configuration is read
+    with pytest.raises(fork_server.MainScriptWork, match="verification"):
+        fork_server.fork_context()

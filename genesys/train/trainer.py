@@ -83,6 +83,7 @@ from genesys.train.sources.base import (
     reshard_states,
     usable,
 )
+from genesys.verification.fork_server import refuse_in_main_script
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.toml"
@@ -156,6 +157,7 @@ def train(config: Any, trainer: type[Trainer] | None = None) -> TrainResult:
     """Run (or resume) the training run `config` describes with `trainer` (default: GRPO's
     `Trainer`); see `genesys.train`. A run whose output_dir already holds its final model and all
     its steps is returned as it is."""
+    refuse_in_main_script("a training run")
     finished = finished_run(config)
     if finished is not None:
         return finished

@@ -39,6 +39,23 @@ DISTRIBUTION = "genesys-rl"
 
 _environ: dict[str, str] | None = None  # os.environ when this process's fork server started
 _early: frozenset[str] | None = None  # what start_early preloaded, while nothing was forked from it
+running_main_script = False  # True in a fork server while it runs the caller's main script
+
+
+class MainScriptWork(RuntimeError):
+    """genesys work (a training run, a verification) started at the top level of the caller's main
+    script while its fork server ran that script for its definitions."""
+
+
+def refuse_in_main_script(what: str) -> None:
+    """Raise MainScriptWork when this process is a fork server running the caller's main script:
+    `what` was called outside an `if __name__ == "__main__":` guard. The server keeps what the script
+    defined above the call, and its workers skip the script (see `main_script`)."""
+    if running_main_script:
+        raise MainScriptWork(
+            f"{what} was started at the top level of the main script while the verification workers' "
+            'fork server imported it; keep it under `if __name__ == "__main__":`'
+        )
 
 
 def start_early() -> None:
@@ -75,6 +92,7 @@ def fork_context(preload: Collection[str] = (), declared: Collection[str] = ()) 
     which a server `start_early` started, and that nothing was forked from yet, starts again.
     """
     global _early, _environ
+    refuse_in_main_script("verification")
     context = mp.get_context("forkserver")
     early, _early = _early, None
     if early is not None and not set(declared) <= early:
