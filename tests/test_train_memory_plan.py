@@ -206,6 +206,47 @@ def test_a_gpu_plan_checks_the_step_against_the_gpu_and_leaves_host_moments_out(
         memory_plan.check_fits(memory_plan.plan_memory(config, 1, torch.device("cuda")))
 
 
+def test_a_colocated_vllm_engine_on_a_gpu_gets_what_the_training_steps_leave(
+    tiny_model, tmp_path, monkeypatch
+):
+    pytest.importorskip("vllm")
+    from genesys.train.sources.online import colocated_vllm_options
+
+    gpu = 2**30
+    monkeypatch.setattr(memory_plan, "device_capacity", lambda device, local: ("a GPU (cuda:0)", gpu))
+    settings = {
+        "model": tiny_model,
+        "output_dir": str(tmp_path / "run"),
+        "backend": "vllm",
+        "sampling": {"n": 4},
+    }
+    config = TrainConfig.load(None, {**settings, "data": {"tasks": ["t.jsonl"]}})
+    plan = memory_plan.plan_memory(config, 1, torch.device("cuda"))
+    training = plan.total - plan.parts["engine"]
+    assert plan.engine_share == round((gpu - training) / gpu - memory_plan.ENGINE_MARGIN, 3)
+    assert plan.parts["engine"] == int(plan.engine_share * gpu) and plan.fits
+    assert memory_plan.default_engine_share(config, 1, "cuda") == plan.engine_share
+    assert memory_plan.default_engine_share(config, 1, "cpu") is None
+    options = colocated_vllm_options(config, None, plan.engine_share)
+    assert options["engine_args"]["gpu_memory_utilization"] == plan.engine_share
+    # A share the run names is kept, and the plan checks it: vLLM's own default would not fit here.
+    named = {
+        **settings,
+        "data": {"tasks": ["t.jsonl"]},
+        "backend_options": {"args": {"gpu_memory_utilization": 0.92}},
+    }
+    config = TrainConfig.load(None, named)
+    assert memory_plan.default_engine_share(config, 1, "cuda") is None
+    assert (
+        colocated_vllm_options(config, {"gpu_memory_utilization": 0.92}, None)["engine_args"][
+            "gpu_memory_utilization"
+        ]
+        == 0.92
+    )
+    with pytest.raises(InputError, match="gpu_memory_utilization"):
+        memory_plan.check_fits(memory_plan.plan_memory(config, 1, torch.device("cuda")))
+
+
 def test_activations_follow_the_token_budget_not_the_batch():
     small, large = (estimate(replace(LAYOUT, tokens=tokens), FACTS)["activations"] for tokens in (2048, 4096))
     checkpointed = estimate(replace(LAYOUT, gradient_checkpointing=True), FACTS)["activations"]

@@ -18,7 +18,9 @@
   layer's activation gradients, four chunks of vocabulary logits (`genesys.train.logprobs`) and two
   vocabulary-sized weight gradients (a chunk's and the embedding's, before they are accumulated);
 - engine: the generation backend that shares the rank's device (none offline, with Ray workers or
-  for `genesys sft`).
+  for `genesys sft`). On a GPU, a vLLM engine whose run names neither `gpu_memory_utilization` nor
+  `kv_cache_memory_bytes` gets the share the training steps leave, less `ENGINE_MARGIN` of the
+  device (`colocated_engine_share`), and the trainer starts it with that share.
 
 Two moments outside the training steps can need more (`outside_steps`): while the model loads,
 rank 0 holds the pretrained model it reads (in its own dtype) beside its fp32 shards
@@ -48,6 +50,8 @@ from genesys.train.export import MAX_SHARD_BYTES, declared_dtype
 from genesys.train.logprobs import chunk_tokens
 
 GIB = 2**30
+ENGINE_MARGIN = 0.1  # of a GPU, left free beside a colocated vLLM engine's default share
+ENGINE_SHARE_BOUNDS = (0.05, 0.9)  # the least and the most of a GPU that default share is
 ASSUMED_PROMPT_TOKENS = 256  # prompt length assumed for padded micro-batches, whose prompts are unknown here
 ASSUMED_SFT_COMPLETION_TOKENS = 1024  # the same for supervised examples' completions
 PROBE_TOKENS = 97  # tokens of the meta forward: a prime, so no model dimension has its size
@@ -99,6 +103,7 @@ class MemoryPlan:
     capacity: int | None  # bytes this rank may use; None when unknown
     notes: list[str] = field(default_factory=list)
     moments: dict[str, int] = field(default_factory=dict)  # on the device, outside the steps
+    engine_share: float | None = None  # the default gpu_memory_utilization of a colocated vLLM engine
 
     @property
     def total(self) -> int:
@@ -344,16 +349,26 @@ def outside_steps(
     return moments
 
 
+def colocated_engine_share(training: int, capacity: int) -> float:
+    """The share of a GPU of `capacity` bytes that a vLLM engine beside training steps of `training`
+    bytes takes when the run names none: what the steps leave, less ENGINE_MARGIN of the device,
+    within ENGINE_SHARE_BOUNDS (at the least bound, a run the steps fill does not fit)."""
+    low, high = ENGINE_SHARE_BOUNDS
+    return round(min(high, max(low, (capacity - training) / capacity - ENGINE_MARGIN)), 3)
+
+
 def engine_bytes(
-    config: TrainConfig | SftConfig, facts: ModelFacts, layout: Layout, capacity: int | None
-) -> tuple[int, str]:
-    """The generation backend's memory on this rank's device, and how it was reckoned."""
+    config: TrainConfig | SftConfig, facts: ModelFacts, layout: Layout, capacity: int | None, training: int
+) -> tuple[int, str, float | None]:
+    """The generation backend's memory on this rank's device beside training steps of `training`
+    bytes, how it was reckoned, and the share of a GPU a vLLM engine takes by default (None when
+    the run names its memory, or off a GPU)."""
     if _supervised(config):
-        return 0, "supervised fine-tuning: no generation engine"
+        return 0, "supervised fine-tuning: no generation engine", None
     if config.offline:
-        return 0, "offline: no generation engine"
+        return 0, "offline: no generation engine", None
     if config.cluster.ray:
-        return 0, "rollout workers are Ray actors on their own resources"
+        return 0, "rollout workers are Ray actors on their own resources", None
     from genesys.generate.backend import resolve_backend_name
 
     backend = resolve_backend_name(config.backend)
@@ -362,19 +377,30 @@ def engine_bytes(
     if backend == "vllm":
         if "kv_cache_memory_bytes" in engine_args:
             kv = int(engine_args["kv_cache_memory_bytes"])
-            return facts.params * 2 + kv, "vLLM: bf16 weights and its KV cache (kv_cache_memory_bytes)"
-        share = float(engine_args.get("gpu_memory_utilization", 0.9))
+            return facts.params * 2 + kv, "vLLM: bf16 weights and its KV cache (kv_cache_memory_bytes)", None
         if layout.device_type == "cuda" and capacity:
-            return int(share * capacity), f"vLLM: gpu_memory_utilization {share} of the device"
+            if "gpu_memory_utilization" in engine_args:
+                share = float(engine_args["gpu_memory_utilization"])
+                return int(share * capacity), f"vLLM: gpu_memory_utilization {share} of the device", None
+            share = colocated_engine_share(training, capacity)
+            note = (
+                f"vLLM: gpu_memory_utilization {share} of the device, what the training steps leave less "
+                f"{ENGINE_MARGIN:.0%} of it (backend_options.args.gpu_memory_utilization sets another)"
+            )
+            return int(share * capacity), note, share
         from genesys.generate.vllm import cpu_kv_cache_bytes
 
         kv = cpu_kv_cache_bytes(config.model, engine_args)
-        return facts.params * 2 + kv, "vLLM on CPU: weights and its KV cache"
+        return facts.params * 2 + kv, "vLLM on CPU: weights and its KV cache", None
     element = 2 if layout.precision == "bf16" and layout.device_type == "cuda" else FP32
     sequences = config.rollout.prompts_per_step * config.sampling.n // layout.world_size
     kv_per_token = 2 * facts.layers * facts.hidden * element  # an upper bound: all heads keep keys and values
     kv = sequences * (ASSUMED_PROMPT_TOKENS + config.sampling.max_tokens) * kv_per_token
-    return facts.params * element + kv, f"{backend}: its own copy of the weights and a KV cache of the batch"
+    return (
+        facts.params * element + kv,
+        f"{backend}: its own copy of the weights and a KV cache of the batch",
+        None,
+    )
 
 
 def completion_tokens(config: TrainConfig | SftConfig) -> int:
@@ -417,7 +443,8 @@ def plan_memory(
     facts = model_facts(config.model, run_layout)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size if device.type == "cpu" else 1))
     name, capacity = device_capacity(device, local)
-    engine, engine_note = engine_bytes(config, facts, run_layout, capacity)
+    training = sum(estimate(run_layout, facts).values())
+    engine, engine_note, engine_share = engine_bytes(config, facts, run_layout, capacity, training)
     notes = [engine_note]
     if not run_layout.packed:
         notes.append(
@@ -433,7 +460,19 @@ def plan_memory(
             f"{size(2 * SHARD_FILE_BYTES + MAX_SHARD_BYTES)} per rank"
         )
         moments = {}
-    return MemoryPlan(run_layout, facts, parts, name, capacity, notes, moments)
+    return MemoryPlan(run_layout, facts, parts, name, capacity, notes, moments, engine_share)
+
+
+def default_engine_share(config: TrainConfig, world_size: int, device: torch.device | str) -> float | None:
+    """The gpu_memory_utilization a colocated vLLM engine of `config` starts with on `device` when
+    the run names neither it nor kv_cache_memory_bytes (see `colocated_engine_share`); None off a
+    GPU, when the run names its engine's memory, or when no plan can be made (vLLM's own default)."""
+    if torch.device(device).type != "cuda":
+        return None
+    try:
+        return plan_memory(config, world_size, torch.device(device)).engine_share
+    except Exception:  # noqa: BLE001 - no estimate: the engine keeps vLLM's default, as the check does
+        return None
 
 
 def check_fits(plan: MemoryPlan) -> None:
@@ -443,5 +482,6 @@ def check_fits(plan: MemoryPlan) -> None:
             f"this run needs about {size(plan.peak)} per rank but {plan.device} has "
             f"{size(plan.capacity or 0)}; shrink optim.micro_batch_tokens, turn on "
             "gradient_checkpointing, use more processes with parallel.strategy = 'fsdp2', precision = 'bf16' "
-            "or lora.rank, or run on a larger device.\n" + plan.table()
+            "or lora.rank, lower a vLLM engine's backend_options.args.gpu_memory_utilization, or run on a "
+            "larger device.\n" + plan.table()
         )

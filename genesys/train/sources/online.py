@@ -59,6 +59,7 @@ class OnlineRollouts:
     ) -> OnlineRollouts:
         """The run's backend on `device` (`source_model`'s weights) and a verification engine."""
         from genesys.generate.backend import create_backend, resolve_backend_name
+        from genesys.train.memory_plan import default_engine_share
         from genesys.verification.engine import VerificationEngine
 
         backend_name = resolve_backend_name(config.backend)
@@ -71,7 +72,8 @@ class OnlineRollouts:
             options.setdefault("device", str(device))
             options.setdefault("worker_thread", False)  # nothing to overlap; see TransformersBackend
         if backend_name == "vllm":
-            options.update(colocated_vllm_options(config, options.get("engine_args")))
+            share = default_engine_share(config, world.size, device)
+            options.update(colocated_vllm_options(config, options.get("engine_args"), share))
         backend = create_backend(backend_name, source_model, config.style, options)
         try:
             pool = VerificationEngine(config.verify_config())
@@ -157,15 +159,22 @@ class OnlineRollouts:
         return verified
 
 
-def colocated_vllm_options(config: TrainConfig, engine_args: dict[str, Any] | None) -> dict[str, Any]:
+def colocated_vllm_options(
+    config: TrainConfig, engine_args: dict[str, Any] | None, gpu_share: float | None = None
+) -> dict[str, Any]:
     """The vLLM backend's settings in a training run: the engine in this process (so new weights go
     in place), seeded with the run, its weights in the training precision unless `engine_args`
-    (backend_options.args) name a dtype; every other engine argument passes through as given."""
+    (backend_options.args) name a dtype, and on a GPU `gpu_share` of it (the memory plan's
+    `default_engine_share`) unless they name its memory; every other engine argument passes through
+    as given."""
     dtype = "bfloat16" if config.precision == "bf16" else "float32"
+    defaults: dict[str, Any] = {"dtype": dtype}
+    if gpu_share is not None:
+        defaults["gpu_memory_utilization"] = gpu_share
     return {
         "colocate": True,
         "seed": config.sampling.seed,
-        "engine_args": {"dtype": dtype, **(engine_args or {})},
+        "engine_args": {**defaults, **(engine_args or {})},
     }
 
 
