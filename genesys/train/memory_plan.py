@@ -290,7 +290,7 @@ def attention_mask_bytes(layout: Layout, facts: ModelFacts) -> int:
     return facts.layers * per_layer + layout.sequences * length * length  # and the boolean mask itself
 
 
-def estimate(layout: Layout, facts: ModelFacts, engine: int = 0) -> dict[str, int]:
+def estimate(layout: Layout, facts: ModelFacts) -> dict[str, int]:
     """The parts of one rank's memory in bytes (see the module's docstring)."""
     shards = layout.world_size if layout.strategy == "fsdp2" else 1
     compute = 2 if layout.precision == "bf16" else FP32
@@ -321,7 +321,7 @@ def estimate(layout: Layout, facts: ModelFacts, engine: int = 0) -> dict[str, in
         "gradients": gradients,
         "optimizer": optimizer,
         "activations": saved + layer + logits,
-        "engine": engine,
+        "engine": 0,  # the generation backend's: plan_memory sets it beside these
     }
 
 
@@ -443,15 +443,15 @@ def plan_memory(
     facts = model_facts(config.model, run_layout)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size if device.type == "cpu" else 1))
     name, capacity = device_capacity(device, local)
-    training = sum(estimate(run_layout, facts).values())
-    engine, engine_note, engine_share = engine_bytes(config, facts, run_layout, capacity, training)
+    parts = estimate(run_layout, facts)
+    engine, engine_note, engine_share = engine_bytes(config, facts, run_layout, capacity, sum(parts.values()))
+    parts["engine"] = engine
     notes = [engine_note]
     if not run_layout.packed:
         notes.append(
             f"padded micro-batches: {run_layout.sequences} sequences of {ASSUMED_PROMPT_TOKENS} prompt + "
             f"{completion_tokens(config)} completion tokens assumed; set optim.micro_batch_tokens for a bound"
         )
-    parts = estimate(run_layout, facts, engine)
     moments = outside_steps(run_layout, facts, parts, bool(config.checkpoint.every))
     if device.type != "cpu":  # host memory, beside the device's
         notes.append(
