@@ -97,10 +97,14 @@ class PluginManager(pluggy.PluginManager):
         `broken`. The names of the plugins loaded."""
         loaded = []
         for dist in list(importlib.metadata.distributions()):
+            named: tuple[str, str] | None = None  # read once a plugin is found: parsing METADATA costs
             for entry_point in dist.entry_points:
                 if entry_point.group != group or self._known(entry_point.name):
                     continue
-                dist_name, version = dist.metadata["Name"], dist.version
+                if named is None:
+                    metadata = dist.metadata
+                    named = (metadata["Name"], metadata["Version"])
+                dist_name, version = named
                 try:
                     self.register(entry_point.load(), name=entry_point.name)
                 except Exception as exc:  # any failure of someone else's package

@@ -13,6 +13,15 @@ inode, size and modification time; each symlink's target), so a file the host ch
 gives a new view rather than a stale one. Where any file cannot be linked (it lies on another file
 system, or this user may not link it), no view is made and the sandbox binds each path as before.
 
+Listing and checking thousands of paths in every worker of every run takes tens of milliseconds
+on the way to its first submission, so beside each view lies its stamp: the file set it was made
+from, and the device, inode and change time of each of its directories, files named as roots and
+symlinks named as links. While all of those are as stamped, the view still holds the same paths: no
+entry of a directory can be added, removed, renamed or replaced, and no directory's mode changed,
+without changing its change time, and a root or link replaced is another inode. A file changed in
+place is the same inode, which the view's link shows as it is now. Then the stamp names the view,
+and nothing is listed; otherwise the view is found as above, and stamped anew.
+
 A view's files are the host's own files: nothing may write through it. The sandbox binds it
 read-only, and its programs run as a uid that owns none of them. Views are not removed (a running
 sandbox of another job may be showing one); `rm -r ~/.cache/genesys/view-*` when no job runs.
@@ -21,6 +30,7 @@ sandbox of another job may be showing one); `rm -r ~/.cache/genesys/view-*` when
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -37,6 +47,10 @@ def root_view(files: FileSet, mount_files: tuple[str, ...] = ()) -> str | None:
     """The view of `files` (made now unless it exists), or None where one cannot be made here.
 
     `mount_files`: paths of files the sandbox binds something on (an empty file is made at each)."""
+    stamp = _stamp_path(files, mount_files)
+    stamped = _stamped_view(stamp)
+    if stamped is not None:
+        return stamped
     entries = _entries(files)
     if entries is None:
         return None
@@ -45,6 +59,7 @@ def root_view(files: FileSet, mount_files: tuple[str, ...] = ()) -> str | None:
         hasher.update(f"{path}\0{info}\n".encode())
     view = os.path.join(cache_dir(), f"view-{hasher.hexdigest()[:20]}")
     if os.path.isdir(view):
+        _write_stamp(stamp, view, files, entries)
         return view
     building = f"{view}.{os.getpid()}.tmp"
     try:
@@ -56,7 +71,54 @@ def root_view(files: FileSet, mount_files: tuple[str, ...] = ()) -> str | None:
     except OSError:
         shutil.rmtree(building, ignore_errors=True)
         return view if os.path.isdir(view) else None  # another process may have made it meanwhile
+    _write_stamp(stamp, view, files, entries)
     return view
+
+
+def _stamp_path(files: FileSet, mount_files: tuple[str, ...]) -> str:
+    """Where the stamp of the view of `files` lies: named by the file set itself (not by what its
+    directories hold), in the order-free form the view's digest uses."""
+    listing = [VERSION, sorted(mount_files), sorted(files.roots), sorted(files.links.items())]
+    listing.append(sorted((root, sorted(names)) for root, names in files.skip.items()))
+    digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:20]
+    return os.path.join(cache_dir(), f"view-stamp-{digest}.json")
+
+
+def _identity(path: str) -> list[int]:
+    """Device, inode and change time of `path` itself; [] where nothing is there."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return []
+    return [info.st_dev, info.st_ino, info.st_ctime_ns]
+
+
+def _stamped_view(stamp: str) -> str | None:
+    """The view `stamp` names while everything it stamped is as it was (see the module docstring)."""
+    try:
+        with open(stamp) as handle:
+            data = json.load(handle)
+        view, stamped = data["view"], data["paths"]
+        if not os.path.isdir(view) or any(_identity(path) != identity for path, identity in stamped):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return view
+
+
+def _write_stamp(stamp: str, view: str, files: FileSet, entries: list[tuple[str, str]]) -> None:
+    """Stamp `view` with the identity of every directory it holds, root and link (best effort: a
+    read-only cache only means listing again next time)."""
+    paths = [path for path, info in entries if info.startswith("dir:")]
+    paths += [*files.roots, *files.links]
+    try:
+        data = {"view": view, "paths": [(path, _identity(path)) for path in sorted(set(paths))]}
+        temporary = f"{stamp}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            json.dump(data, handle)
+        os.replace(temporary, stamp)
+    except OSError:
+        pass
 
 
 def _entries(files: FileSet) -> list[tuple[str, str]] | None:
