@@ -233,6 +233,64 @@ def test_prune_removes_only_dead_runs_not_kept(lease_dir: Path) -> None:
         assert RunLease.holder_dead(kept) is True and RunLease.holder_dead(live.run_id) is False
 
 
+@pytest.fixture
+def shared_temporary_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary directory of the test's own (for this process and its children) that the
+    programs' uid reaches as it reaches /tmp."""
+    import tempfile
+
+    temporary = Path(tempfile.mkdtemp(prefix="genesys-test-tmp-", dir="/tmp"))
+    temporary.chmod(0o1777)
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    yield temporary
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
+def test_a_subprocess_sandbox_removes_the_scratch_of_runs_that_died_and_keeps_live_ones(
+    lease_dir: Path, shared_temporary_dir: Path
+) -> None:
+    """A worker killed at its deadline never closes its sandbox: its scratch directory was left in
+    the temporary directory for good, one per killed worker."""
+    from genesys.sandbox.unsandboxed import SubprocessSandbox
+
+    def scratches() -> set[str]:
+        return {
+            path.name
+            for path in shared_temporary_dir.iterdir()
+            if path.name.startswith("genesys-unsandboxed-")
+        }
+
+    holders = []
+    try:
+        for _ in range(2):
+            holders.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", SANDBOX_HOLDER, "subprocess"], stdout=subprocess.PIPE, text=True
+                )
+            )
+            assert holders[-1].stdout is not None and holders[-1].stdout.readline(), "its sandbox did not run"
+        live, killed = holders
+        both = scratches()
+        assert len(both) == 2
+        killed.kill()
+        killed.wait()
+        assert scratches() == both  # nothing of the killed run removed it
+        sandbox = SubprocessSandbox({"python": {"run": sys.executable}})
+        try:
+            left = scratches()
+            assert len(left) == 1 and left < both  # the live run's, still in use
+            sandbox.warm_up()
+            assert len(scratches()) == 2 and left < scratches()
+        finally:
+            sandbox.close()
+        assert scratches() == left  # its own went with it
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+
+
 def sandbox_skip_reason(kind: str) -> str | None:
     if kind == "bwrap" and os.geteuid() != 0:
         return "bwrap leases uids only when run as root"
