@@ -18,6 +18,7 @@ from genesys_testplugins import (
     EnvProbe,
     ErrorObject,
     ExitInSetup,
+    FlakySetup,
     Hang,
     Junk,
     Odd,
@@ -38,6 +39,7 @@ VERIFIERS = {
         Odd,
         Slow,
         ExitInSetup,
+        FlakySetup,
         RegexHang,
         AsyncBusy,
         ErrorObject,
@@ -233,6 +235,15 @@ def test_a_setup_that_exits_makes_error_rows_and_the_run_ends():
         out[0]["score"] is None and "setup of 'exit_in_setup' verifier failed: SystemExit" in out[0]["error"]
     )
     assert out[1]["score"] == 1.0
+
+
+def test_a_setup_that_fails_once_is_torn_down_and_tried_again_before_any_row_fails():
+    """A setup that failed once failed every batch its worker took, and the worker, answering at
+    once, took most of the run: one sandbox container removed at the wrong moment made 984 of
+    1,000 rows errors."""
+    out = run([rollout("flaky_setup", "x") for _ in range(20)], workers=1)
+    assert all(r["score"] == 1.0 and r["error"] is None for r in out), out[0]
+    assert out[0]["verification_result_info"] == {"attempts": 2, "torn_down": 1}
 
 
 def test_a_verifier_holding_the_gil_cannot_stall_the_engine():

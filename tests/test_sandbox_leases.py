@@ -423,6 +423,41 @@ def test_reaping_spares_a_live_run_in_another_pid_namespace(docker_client, lease
 
 
 @pytest.mark.docker
+def test_reaping_ignores_a_container_that_goes_away_while_it_lists_them(
+    docker_client, lease_dir: Path
+) -> None:
+    """Another run's container that removes itself between the listing and its inspection (a run
+    ending as a worker of the next one starts) made `reap_stale`, and with it the sandbox's start and
+    the worker's verifier, fail with docker's NotFound: every row that worker took was an error."""
+    from genesys.sandbox.docker_backend import DEFAULT_IMAGE, LABEL, RUN_LABEL, reap_stale
+
+    python = json.loads(docker_client.images.get(DEFAULT_IMAGE).labels["genesys.toolchains"])["python"]["run"]
+    with RunLease() as live:
+        container = docker_client.containers.run(
+            DEFAULT_IMAGE,
+            [python, "-c", "import time; time.sleep(600)"],
+            detach=True,
+            network_mode="none",
+            labels={LABEL: "1", RUN_LABEL: live.run_id, "genesys.expires": str(time.time() + 600)},
+        )
+        inspect = docker_client.api.inspect_container
+
+        def removed_first(container_id: str) -> object:
+            if container_id == container.id:
+                container.remove(force=True)  # gone between the listing and this inspection
+            return inspect(container_id)
+
+        try:
+            docker_client.api.inspect_container = removed_first
+            reap_stale(docker_client)
+        finally:
+            docker_client.api.inspect_container = inspect
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        assert container.id not in [c.id for c in docker_client.containers.list(all=True)]
+
+
+@pytest.mark.docker
 def test_a_docker_sandbox_in_another_pid_namespace_keeps_its_containers(
     docker_client, lease_dir: Path
 ) -> None:

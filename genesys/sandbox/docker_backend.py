@@ -86,7 +86,9 @@ def reap_stale(client: Any) -> int:
     """
     removed = 0
     dead: dict[str, bool | None] = {}  # holder_dead removes a dead run's lock file: ask once per run
-    containers = client.containers.list(all=True, filters={"label": LABEL})
+    # A container listed may be gone before it is inspected (another run ending: its containers
+    # remove themselves): ignored, or the sandbox that reaps fails to start.
+    containers = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
     for container in containers:
         labels = container.labels or {}
         if _expires(labels) >= time.time():

@@ -94,14 +94,21 @@ class WorkerVerifiers:
         self.setup_errors: dict[str, str] = {}
 
     def get(self, task_type: str) -> Verifier:
+        """The set-up verifier of `task_type`. A setup that fails is torn down and tried once more
+        (what it met may have been passing: a sandbox container another run removed as it was
+        listed); failing twice, it fails every batch of this worker."""
         if task_type in self.setup_errors:
             raise RuntimeError(self.setup_errors[task_type])
         instance = self.instances.get(task_type)
         if instance is None:
             _mark(self.state, SEQ_SETUP)
             try:
-                instance = self.classes[task_type](self.options)
-                instance.setup()
+                instance = self._set_up(task_type)
+            except (Exception, SystemExit):
+                instance = None
+            try:
+                if instance is None:
+                    instance = self._set_up(task_type)
             except (Exception, SystemExit) as exc:
                 self.setup_errors[task_type] = (
                     f"setup of {task_type!r} verifier failed: {type(exc).__name__}: {exc}"
@@ -110,6 +117,19 @@ class WorkerVerifiers:
             finally:
                 self.state[STATE_START] = IDLE
             self.instances[task_type] = instance
+        return instance
+
+    def _set_up(self, task_type: str) -> Verifier:
+        """A new instance of the verifier, set up; one whose setup raised is torn down first."""
+        instance = self.classes[task_type](self.options)
+        try:
+            instance.setup()
+        except BaseException:
+            try:
+                instance.teardown()
+            except Exception:  # what a half-made verifier's teardown raises: the setup's error counts
+                pass
+            raise
         return instance
 
     def teardown(self) -> None:

@@ -79,6 +79,28 @@ class ExitInSetup(genesys.Verifier):
         return genesys.Verdict(score=1.0)
 
 
+class FlakySetup(genesys.Verifier):
+    """setup() fails the first time in each process, as a sandbox's start may when another run's
+    container goes away under it; teardown() says how many half-made instances it tore down."""
+
+    task_type = "flaky_setup"
+    attempts = 0
+    torn_down = 0
+
+    def setup(self) -> None:
+        FlakySetup.attempts += 1
+        if FlakySetup.attempts == 1:
+            raise RuntimeError("the first setup fails")
+
+    def teardown(self) -> None:
+        FlakySetup.torn_down += 1
+
+    def verify(self, rollout: genesys.Rollout) -> genesys.Verdict:
+        return genesys.Verdict(
+            score=1.0, details={"attempts": FlakySetup.attempts, "torn_down": FlakySetup.torn_down}
+        )
+
+
 class RegexHang(genesys.Verifier):
     """A catastrophic regex: holds the GIL for far longer than its timeout."""
 
@@ -204,6 +226,7 @@ def genesys_verifiers() -> list[type[genesys.Verifier]]:
         Odd,
         Preloaded,
         ExitInSetup,
+        FlakySetup,
         RegexHang,
         AsyncBusy,
         ErrorObject,
