@@ -246,8 +246,11 @@ def time_genesys(inputs: Path, kind: str, workers: int, reuse: int | None = None
         seconds = time.perf_counter() - started
         if done.returncode != 0:
             raise RuntimeError(done.stderr)
-        scores = [json.loads(line)["score"] for line in output.read_text().splitlines()]
-    return seconds, sum(s or 0.0 for s in scores) / len(scores)
+        rows = [json.loads(line) for line in output.read_text().splitlines()]
+    errors = [row["error"] for row in rows if row.get("error")]
+    if errors:  # not a score: the run itself failed there
+        raise RuntimeError(f"{len(errors)} of {len(rows)} rows could not be verified; the first: {errors[0]}")
+    return seconds, sum(row["score"] for row in rows) / len(rows)
 
 
 class CpuMeter:
