@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -108,8 +109,18 @@ def test_the_same_files_give_the_same_view_and_a_changed_file_a_new_one(host: Pa
     assert (Path(first) / str(library).lstrip("/")).read_bytes() == b"\x7fELF library"  # left to its users
 
 
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stamp the fixture's tree although it was just made (it would otherwise wait RACY_S)."""
+    monkeypatch.setattr(root_view, "RACY_S", 0.0)
+
+
+def changed_after_a_tick() -> None:
+    time.sleep(0.02)  # a change in the tick of the stamp could keep its time on such a kernel
+
+
 def test_an_unchanged_file_set_finds_its_view_by_its_stamp_without_listing_a_path(
-    host: Path, monkeypatch: pytest.MonkeyPatch
+    host: Path, monkeypatch: pytest.MonkeyPatch, settled: None
 ) -> None:
     """Every worker of every run asks for the view before its first submission: listing thousands
     of paths there cost each tens of milliseconds."""
@@ -124,8 +135,11 @@ def test_an_unchanged_file_set_finds_its_view_by_its_stamp_without_listing_a_pat
 
 
 @pytest.mark.parametrize("change", ["file added", "file renamed", "directory made", "mode changed"])
-def test_a_stamped_view_is_found_anew_once_a_shown_directory_changed(host: Path, change: str) -> None:
+def test_a_stamped_view_is_found_anew_once_a_shown_directory_changed(
+    host: Path, change: str, settled: None
+) -> None:
     first = root_view.root_view(file_set(host))
+    changed_after_a_tick()
     keep = host / "usr/include/keep"
     if change == "file added":
         (keep / "z.h").write_text("int z;\n")
@@ -149,12 +163,25 @@ def test_a_stamped_view_is_found_anew_once_a_shown_directory_changed(host: Path,
     assert root_view.root_view(file_set(host)) == second  # stamped anew
 
 
-def test_a_file_changed_in_place_shows_through_the_stamped_view(host: Path) -> None:
+def test_a_file_changed_in_place_shows_through_the_stamped_view(host: Path, settled: None) -> None:
     first = root_view.root_view(file_set(host))
+    changed_after_a_tick()
     header = host / "usr/include/keep/x.h"
     header.write_text("int x = 2;\n")  # the same inode
     assert root_view.root_view(file_set(host)) == first
     assert (Path(first) / str(header).lstrip("/")).read_text() == "int x = 2;\n"
+
+
+def test_a_tree_changed_moments_ago_is_not_stamped_and_is_listed_again(
+    host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = root_view.root_view(file_set(host))  # the fixture made the tree just now
+    assert not list((host / "cache/genesys").glob("view-stamp-*"))
+    listed = []
+    entries = root_view._entries
+    monkeypatch.setattr(root_view, "_entries", lambda files: listed.append(1) or entries(files))
+    assert root_view.root_view(file_set(host)) == first
+    assert listed == [1]
 
 
 def test_no_view_where_a_file_cannot_be_linked(host: Path, monkeypatch: pytest.MonkeyPatch) -> None:

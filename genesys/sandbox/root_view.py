@@ -20,7 +20,9 @@ symlinks named as links. While all of those are as stamped, the view still holds
 entry of a directory can be added, removed, renamed or replaced, and no directory's mode changed,
 without changing its change time, and a root or link replaced is another inode. A file changed in
 place is the same inode, which the view's link shows as it is now. Then the stamp names the view,
-and nothing is listed; otherwise the view is found as above, and stamped anew.
+and nothing is listed; otherwise the view is found as above, and stamped anew. A view is not
+stamped while any of those changed in the last RACY_S seconds: a kernel that keeps change times in
+clock ticks could give a change in the same tick the same time (the view is listed again instead).
 
 A view's files are the host's own files: nothing may write through it. The sandbox binds it
 read-only, and its programs run as a uid that owns none of them. Views are not removed (a running
@@ -34,11 +36,13 @@ import json
 import os
 import shutil
 import stat
+import time
 
 from genesys.sandbox.host import cache_dir
 from genesys.sandbox.toolchains import FileSet
 
 VERSION = 1
+RACY_S = 2.0  # how long a path must have been unchanged to be stamped (see the module docstring)
 # Directories bwrap mounts on: a view is read-only, so they are made in it.
 MOUNT_POINTS = ("/proc", "/dev", "/tmp")
 
@@ -112,7 +116,13 @@ def _write_stamp(stamp: str, view: str, files: FileSet, entries: list[tuple[str,
     paths = [path for path, info in entries if info.startswith("dir:")]
     paths += [*files.roots, *files.links]
     try:
-        data = {"view": view, "paths": [(path, _identity(path)) for path in sorted(set(paths))]}
+        stamped = [(path, _identity(path)) for path in sorted(set(paths))]
+        if (
+            max((identity[2] for _, identity in stamped if identity), default=0)
+            > time.time_ns() - RACY_S * 1e9
+        ):
+            return  # changed too recently to tell a later change by its time
+        data = {"view": view, "paths": stamped}
         temporary = f"{stamp}.{os.getpid()}.tmp"
         with open(temporary, "w") as handle:
             json.dump(data, handle)
