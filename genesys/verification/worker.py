@@ -103,12 +103,10 @@ class WorkerVerifiers:
         if instance is None:
             _mark(self.state, SEQ_SETUP)
             try:
-                instance = self._set_up(task_type)
-            except (Exception, SystemExit):
-                instance = None
-            try:
-                if instance is None:
+                try:
                     instance = self._set_up(task_type)
+                except (Exception, SystemExit):
+                    instance = self._set_up(task_type)  # once more: what it met may have passed
             except (Exception, SystemExit) as exc:
                 self.setup_errors[task_type] = (
                     f"setup of {task_type!r} verifier failed: {type(exc).__name__}: {exc}"
